@@ -1,0 +1,44 @@
+#include "algorithms/algorithm.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace weft::algo {
+
+bool Algorithm::supports(Collective c) const {
+  const auto all = collectives();
+  return std::find(all.begin(), all.end(), c) != all.end();
+}
+
+Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& params) const {
+  const std::string what = std::string(name()) + " " + std::string(weft::name(coll));
+  if (!supports(coll)) return unsupported(std::string(name()) + " does not implement " + std::string(weft::name(coll)));
+  if (nranks < 1) return invalidArgument(what + ": nranks is " + std::to_string(nranks) + ", must be >= 1");
+  if (hasRoot(coll) && (params.root < 0 || params.root >= nranks)) {
+    return invalidArgument(what + ": root " + std::to_string(params.root) + " is not a rank of " +
+                           std::to_string(nranks));
+  }
+  if (params.channels < 1) return invalidArgument(what + ": channels must be >= 1");
+  auto s = generate(coll, nranks, params);
+  if (!s) return s;
+  if (hasRoot(coll)) s->root = params.root;
+  if (params.channels > 1) return splitChannels(*s, static_cast<std::uint32_t>(params.channels));
+  return s;
+}
+
+std::span<const Algorithm* const> algorithms() {
+  static const std::array<const Algorithm*, 10> kAll = {
+      &ringAlgorithm(),     &dbtreeAlgorithm(),  &patAlgorithm(),      &rhdAlgorithm(),
+      &oneshotAlgorithm(),  &twoshotAlgorithm(), &pairwiseAlgorithm(), &bruckAlgorithm(),
+      &hierarchicalAlgorithm(), &p2pAlgorithm()};
+  return kAll;
+}
+
+const Algorithm* findAlgorithm(std::string_view name) {
+  for (const Algorithm* a : algorithms()) {
+    if (a->name() == name) return a;
+  }
+  return nullptr;
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,58 @@
+// The registry of algorithms: each turns (collective, nranks, parameters) into a Schedule.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "weft/status.hpp"
+
+namespace weft::algo {
+
+struct Params {
+  int root = 0;         // broadcast and reduce
+  int aggregation = 0;  // PAT: blocks per message (1..nranks/2, rounded down to a power of two); 0: default
+  int groupSize = 0;    // hierarchical: ranks per node (must divide nranks); 0: largest divisor <= 8
+  int channels = 1;     // split every channel into this many, each moving a part of every block
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string_view name() const = 0;
+  virtual std::string_view summary() const = 0;
+  virtual std::vector<Collective> collectives() const = 0;
+  bool supports(Collective c) const;
+
+  // The schedule, or an error saying why this algorithm cannot serve the request.
+  Result<Schedule> build(Collective coll, int nranks, const Params& params = {}) const;
+
+ protected:
+  // Called with validated arguments: coll supported, nranks >= 1, root in range.
+  virtual Result<Schedule> generate(Collective coll, int nranks, const Params& params) const = 0;
+};
+
+// Every algorithm, in a fixed order. The registry is the one piece of global state, and it is
+// immutable.
+std::span<const Algorithm* const> algorithms();
+const Algorithm* findAlgorithm(std::string_view name);
+
+// One accessor per generator file.
+const Algorithm& ringAlgorithm();
+const Algorithm& dbtreeAlgorithm();
+const Algorithm& patAlgorithm();
+const Algorithm& rhdAlgorithm();
+const Algorithm& oneshotAlgorithm();
+const Algorithm& twoshotAlgorithm();
+const Algorithm& pairwiseAlgorithm();
+const Algorithm& bruckAlgorithm();
+const Algorithm& hierarchicalAlgorithm();
+const Algorithm& p2pAlgorithm();
+
+// Defaults the generators use, exposed so tools and tests can print and reuse them.
+int patAggregation(int nranks, int requested);
+int hierarchicalGroupSize(int nranks, int requested);
+
+}  // namespace weft::algo

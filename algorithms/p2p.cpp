@@ -1,0 +1,40 @@
+// Send/recv as a schedule: rank r sends its buffer to r+1 and receives r-1's (the nccl-tests
+// sendrecv pattern). Steps: 2 (send, then recv). Bytes on the wire per rank: 1.
+#include "algorithms/algorithm.hpp"
+#include "algorithms/patterns.hpp"
+
+namespace weft::algo {
+namespace {
+
+using enum Buf;
+
+class PointToPoint final : public Algorithm {
+ public:
+  std::string_view name() const override { return "p2p"; }
+  std::string_view summary() const override { return "one send and one recv per rank"; }
+  std::vector<Collective> collectives() const override { return {Collective::sendRecv}; }
+
+ protected:
+  Result<Schedule> generate(Collective, int n, const Params&) const override {
+    Schedule s = Schedule::make(Collective::sendRecv, n, "p2p", 1);
+    for (int r = 0; r < n; ++r) {
+      Program& p = s.program(0, r);
+      if (n == 1) {
+        p.copy({input, 0}, {output, 0});
+        continue;
+      }
+      p.send({input, 0}, {mod(r + 1, n)});
+      p.recv(mod(r - 1, n), {output, 0});
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& p2pAlgorithm() {
+  static const PointToPoint kP2p;
+  return kP2p;
+}
+
+}  // namespace weft::algo

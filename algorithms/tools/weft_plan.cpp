@@ -1,0 +1,305 @@
+// weft-plan: the algorithm CLI.
+//   weft-plan list
+//   weft-plan verify [--algo A] [--coll C] [--ranks 1-64,96] [--aggregation A] [--group G] ...
+//   weft-plan show --algo ring --coll allreduce --ranks 4 --rank 1
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/verifier.hpp"
+
+namespace {
+
+using weft::Collective;
+using namespace weft::algo;
+
+// "1-64,96,127" -> {1..64, 96, 127}.
+std::optional<std::vector<int>> parseRanks(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      const auto dash = item.find('-');
+      std::size_t used = 0;
+      if (dash == std::string::npos) {
+        out.push_back(std::stoi(item, &used));
+        if (used != item.size()) return std::nullopt;
+      } else {
+        const int lo = std::stoi(item.substr(0, dash));
+        const int hi = std::stoi(item.substr(dash + 1));
+        if (lo > hi) return std::nullopt;
+        for (int n = lo; n <= hi; ++n) out.push_back(n);
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (out.empty() || *std::min_element(out.begin(), out.end()) < 1) return std::nullopt;
+  return out;
+}
+
+// One algorithm with one way of setting its parameters (PAT is checked at several aggregations).
+struct Variant {
+  const Algorithm* algo;
+  std::string label;
+  int aggregation;  // -1: the largest allowed (n/2)
+};
+
+struct Row {
+  std::string label;
+  Collective coll;
+  std::string ranks;
+  int verified = 0;
+  int inPlace = 0;
+  int atRanks = 0;  // the rank count the costs are shown for (the largest of the range)
+  VerifyReport cost;
+  std::uint32_t scratch = 0;
+  std::string failure;
+};
+
+std::string rangeLabel(const std::vector<int>& ranks) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < ranks.size()) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<int> rootsFor(Collective coll, int n) {
+  if (!weft::hasRoot(coll)) return {0};
+  std::vector<int> roots{0};
+  if (n / 2 != 0) roots.push_back(n / 2);
+  if (n - 1 != 0 && n - 1 != n / 2) roots.push_back(n - 1);
+  return roots;
+}
+
+struct VerifySettings {
+  int group = 0;
+  int channels = 1;
+  int slices = 2;
+  bool inPlace = true;
+};
+
+void verifyRange(const Variant& v, Collective coll, const std::vector<int>& ranks,
+                 const VerifySettings& set, Row& row) {
+  row.label = v.label;
+  row.coll = coll;
+  row.ranks = rangeLabel(ranks);
+  for (int n : ranks) {
+    for (int root : rootsFor(coll, n)) {
+      Params params;
+      params.root = root;
+      params.aggregation = v.aggregation < 0 ? std::max(1, n / 2) : v.aggregation;
+      params.groupSize = set.group;
+      params.channels = set.channels;
+      auto schedule = v.algo->build(coll, n, params);
+      if (!schedule) {
+        row.failure = "n=" + std::to_string(n) + ": " + schedule.status().toString();
+        return;
+      }
+      for (bool inPlace : {false, true}) {
+        if (inPlace && !set.inPlace) continue;
+        const VerifyReport rep = verify(*schedule, {inPlace, set.slices});
+        if (!rep.ok()) {
+          row.failure = "n=" + std::to_string(n) + (weft::hasRoot(coll) ? " root=" + std::to_string(root) : "") +
+                        (inPlace ? " in-place" : "") + ": " + std::string(name(rep.fault)) + ": " + rep.message;
+          return;
+        }
+        if (root == 0 && !inPlace && n >= row.atRanks) {
+          row.atRanks = n;
+          row.cost = rep;
+          row.scratch = schedule->scratchBlocks;
+        }
+      }
+    }
+    ++row.verified;
+    if (set.inPlace) ++row.inPlace;
+  }
+}
+
+int runVerify(const std::string& algoName, const std::string& collName, const std::string& ranksText,
+              int aggregation, const VerifySettings& set) {
+  std::vector<std::vector<int>> ranges;
+  if (ranksText.empty()) {
+    std::vector<int> small;
+    for (int n = 1; n <= 64; ++n) small.push_back(n);
+    ranges = {small, {96, 127, 128, 255, 256, 1000}};
+  } else {
+    auto parsed = parseRanks(ranksText);
+    if (!parsed) {
+      std::cerr << "weft-plan: --ranks '" << ranksText << "' is not a list like 1-64,96,127\n";
+      return 2;
+    }
+    ranges = {*parsed};
+  }
+  std::optional<Collective> onlyColl;
+  if (!collName.empty()) {
+    onlyColl = weft::parseCollective(collName);
+    if (!onlyColl) {
+      std::cerr << "weft-plan: unknown collective '" << collName << "'\n";
+      return 2;
+    }
+  }
+  std::vector<Variant> variants;
+  for (const Algorithm* a : algorithms()) {
+    if (!algoName.empty() && a->name() != algoName) continue;
+    if (a->name() == "pat" && aggregation == 0) {
+      variants.push_back({a, "pat(A=1)", 1});
+      variants.push_back({a, "pat", 0});
+      variants.push_back({a, "pat(A=n/2)", -1});
+    } else {
+      variants.push_back({a, std::string(a->name()), aggregation});
+    }
+  }
+  if (variants.empty()) {
+    std::cerr << "weft-plan: unknown algorithm '" << algoName << "' (see weft-plan list)\n";
+    return 2;
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Row> rows;
+  for (const Variant& v : variants) {
+    for (Collective c : v.algo->collectives()) {
+      if (onlyColl && *onlyColl != c) continue;
+      for (const auto& ranks : ranges) {
+        rows.emplace_back();
+        verifyRange(v, c, ranks, set, rows.back());
+      }
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (rows.empty()) {
+    std::cerr << "weft-plan: " << algoName << " does not implement " << collName << "\n";
+    return 2;
+  }
+
+  std::printf("%-13s %-14s %-22s %8s %8s %6s %6s %6s %10s %7s %7s\n", "algorithm", "collective",
+              "ranks", "verified", "in-place", "at n", "steps", "msgs", "bytes/rank", "max msg",
+              "scratch");
+  int failures = 0;
+  long schedules = 0;
+  for (const Row& r : rows) {
+    schedules += r.verified;
+    std::printf("%-13s %-14s %-22s %8d %8d %6d %6u %6u %10.4f %7u %7u\n", r.label.c_str(),
+                std::string(weft::name(r.coll)).c_str(), r.ranks.c_str(), r.verified, r.inPlace,
+                r.atRanks, r.cost.maxSteps, r.cost.maxMessages, r.cost.maxBytes,
+                r.cost.maxMessageBlocks, r.scratch);
+    if (!r.failure.empty()) {
+      ++failures;
+      std::printf("  FAILED %s\n", r.failure.c_str());
+    }
+  }
+  std::printf("\n%ld rank counts verified over %zu rows in %.1f s: %s\n", schedules, rows.size(),
+              seconds, failures == 0 ? "all correct" : "FAILURES");
+  std::printf("(steps, msgs and bytes/rank: the largest over ranks, at n = 'at n'; bytes as a "
+              "multiple of the message size; max msg in blocks)\n");
+  return failures == 0 ? 0 : 1;
+}
+
+int runShow(const std::string& algoName, const std::string& collName, int nranks, int rank,
+            const weft::algo::Params& params) {
+  const Algorithm* a = findAlgorithm(algoName);
+  if (a == nullptr) {
+    std::cerr << "weft-plan: unknown algorithm '" << algoName << "' (see weft-plan list)\n";
+    return 2;
+  }
+  const auto coll = weft::parseCollective(collName);
+  if (!coll) {
+    std::cerr << "weft-plan: unknown collective '" << collName << "'\n";
+    return 2;
+  }
+  if (rank < 0 || rank >= nranks) {
+    std::cerr << "weft-plan: --rank " << rank << " is not a rank of " << nranks << "\n";
+    return 2;
+  }
+  auto s = a->build(*coll, nranks, params);
+  if (!s) {
+    std::cerr << "weft-plan: " << s.status().toString() << "\n";
+    return 2;
+  }
+  const VerifyReport rep = verify(*s);
+  std::printf("%s %s, %d ranks, rank %d: %u block(s) per segment, %u scratch block(s), verifier: %s\n",
+              a->name().data(), std::string(weft::name(*coll)).c_str(), nranks, rank,
+              s->blocksPerSegment, s->scratchBlocks,
+              rep.ok() ? "correct" : (std::string(name(rep.fault)) + ": " + rep.message).c_str());
+  std::cout << describe(*s, rank);
+  return rep.ok() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft-plan: build, verify and print weft's collective schedules"};
+  app.require_subcommand(1);
+
+  std::string algo, coll, ranks;
+  int aggregation = 0, group = 0, channels = 1, slices = 2, root = 0, rank = 0;
+  bool noInPlace = false;
+
+  app.add_subcommand("list", "list the algorithms and the collectives each implements");
+
+  auto* verifyCmd = app.add_subcommand("verify", "verify schedules and print their costs");
+  verifyCmd->add_option("--algo", algo, "only this algorithm");
+  verifyCmd->add_option("--coll", coll, "only this collective");
+  verifyCmd->add_option("--ranks", ranks, "rank counts, e.g. 1-64,96 (default 1-64 and 96,127,128,255,256,1000)");
+  verifyCmd->add_option("--aggregation", aggregation, "PAT blocks per message (default: 1, 8 and n/2)");
+  verifyCmd->add_option("--group", group, "hierarchical: ranks per node (default: largest divisor <= 8)");
+  verifyCmd->add_option("--channels", channels, "split each schedule over this many channels")->check(CLI::Range(1, 64));
+  verifyCmd->add_option("--slices", slices, "passes of each program back to back")->check(CLI::Range(1, 16));
+  verifyCmd->add_flag("--no-inplace", noInPlace, "skip the in-place variants");
+
+  auto* showCmd = app.add_subcommand("show", "print one rank's steps");
+  showCmd->add_option("--algo", algo, "algorithm")->required();
+  showCmd->add_option("--coll", coll, "collective")->required();
+  showCmd->add_option("--ranks", ranks, "number of ranks")->required();
+  showCmd->add_option("--rank", rank, "which rank to print");
+  showCmd->add_option("--root", root, "root of broadcast/reduce");
+  showCmd->add_option("--aggregation", aggregation, "PAT blocks per message");
+  showCmd->add_option("--group", group, "hierarchical: ranks per node");
+  showCmd->add_option("--channels", channels, "channels")->check(CLI::Range(1, 64));
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (app.got_subcommand("list")) {
+    for (const Algorithm* a : algorithms()) {
+      std::string colls;
+      for (Collective c : a->collectives()) colls += (colls.empty() ? "" : ",") + std::string(weft::name(c));
+      std::printf("%-13s %-50s %s\n", a->name().data(), colls.c_str(), a->summary().data());
+    }
+    return 0;
+  }
+  if (app.got_subcommand("verify")) {
+    return runVerify(algo, coll, ranks, aggregation, {group, channels, slices, !noInPlace});
+  }
+  int n = 0;
+  try {
+    std::size_t used = 0;
+    n = std::stoi(ranks, &used);
+    if (used != ranks.size() || n < 1) throw std::invalid_argument(ranks);
+  } catch (const std::exception&) {
+    std::cerr << "weft-plan: --ranks must be a single rank count >= 1 for show\n";
+    return 2;
+  }
+  weft::algo::Params params;
+  params.root = root;
+  params.aggregation = aggregation;
+  params.groupSize = group;
+  params.channels = channels;
+  return runShow(algo, coll, n, rank, params);
+}

@@ -1,0 +1,94 @@
+// Errors as values: Status and Result<T>. Codes are the C ABI's weftResult_t.
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include "weft/types.h"
+
+namespace weft {
+
+enum class Code : int {
+  ok = weftSuccess,
+  invalidArgument = weftInvalidArgument,
+  invalidUsage = weftInvalidUsage,
+  systemError = weftSystemError,
+  internalError = weftInternalError,
+  remoteError = weftRemoteError,
+  timeout = weftTimeout,
+  unsupported = weftUnsupported,
+  inProgress = weftInProgress,
+};
+
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status ok() { return {}; }
+  bool isOk() const { return code_ == Code::ok; }
+  explicit operator bool() const { return isOk(); }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "invalid argument: <message>"
+  std::string toString() const;
+
+ private:
+  Code code_ = Code::ok;
+  std::string message_;
+};
+
+inline Status invalidArgument(std::string m) { return {Code::invalidArgument, std::move(m)}; }
+inline Status unsupported(std::string m) { return {Code::unsupported, std::move(m)}; }
+inline Status internalError(std::string m) { return {Code::internalError, std::move(m)}; }
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status s) : v_(std::move(s)) { assert(!std::get<Status>(v_).isOk()); }  // NOLINT
+
+  bool isOk() const { return std::holds_alternative<T>(v_); }
+  explicit operator bool() const { return isOk(); }
+  const Status& status() const {
+    static const Status kOk;
+    return isOk() ? kOk : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+inline std::string_view name(Code c) {
+  switch (c) {
+    case Code::ok: return "success";
+    case Code::invalidArgument: return "invalid argument";
+    case Code::invalidUsage: return "invalid usage";
+    case Code::systemError: return "system error";
+    case Code::internalError: return "internal error";
+    case Code::remoteError: return "remote error";
+    case Code::timeout: return "timeout";
+    case Code::unsupported: return "unsupported";
+    case Code::inProgress: return "in progress";
+  }
+  return "unknown result";
+}
+
+inline std::string Status::toString() const {
+  std::string out(name(code_));
+  if (!message_.empty()) out += ": " + message_;
+  return out;
+}
+
+}  // namespace weft
