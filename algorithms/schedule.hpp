@@ -132,6 +132,8 @@ class Program {
   std::span<Span> mutableSrc(const Step& s) { return {spans_.data() + s.srcBegin, s.nsrc}; }
   std::span<Span> mutableDst(const Step& s) { return {spans_.data() + s.dstBegin, s.ndst}; }
 
+  std::size_t peerPoolSize() const { return peers_.size(); }
+
   // Number of blocks a step moves (its source's, or its destination's when it has no source).
   std::uint32_t blocks(const Step& s) const;
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <limits>
 #include <sstream>
 #include <unordered_map>
@@ -28,40 +27,42 @@ std::string_view name(Fault f) {
 namespace {
 
 struct Interval {
-  std::uint32_t lo, hi;  // [lo, hi)
+  std::uint64_t lo, hi;  // [lo, hi) of contribution ids
 };
 
-// Contribution sets, interned: a value is a 32-bit id, equal sets have equal ids, and copies are
-// free. Contribution ids are block * nranks + rank, so the partial sums of rings and trees
-// (contiguous rank ranges of one block) stay one or two intervals.
+using Value = std::uint64_t;
+
+// Contribution sets as 64-bit values. A contribution id is block * nranks + rank. The sets that
+// rings, trees and all-pairs schedules build are one cyclic run of ranks within one block; those
+// are encoded inline (tag bit, block, first rank, length), so copies and most unions touch no
+// table. Every other set is interned: equal sets always get equal values, inline sets are never
+// interned, so comparing results is comparing numbers.
 class ValueTable {
  public:
-  static constexpr std::uint32_t kUndefined = 0;
-  static constexpr std::uint32_t kOverlap = std::numeric_limits<std::uint32_t>::max();
+  static constexpr Value kUndefined = 0;
+  static constexpr Value kOverlap = ~Value{0} >> 1;  // never a valid table id or inline value
 
-  ValueTable() { entries_.push_back({0, 0, kNone}); }
+  explicit ValueTable(std::uint32_t nranks) : n_(nranks) { entries_.push_back({0, 0, kNone}); }
 
-  std::uint32_t range(std::uint32_t lo, std::uint32_t hi) {
-    const Interval iv{lo, hi};
-    return intern(&iv, 1);
-  }
+  Value singleton(std::uint64_t block, std::uint32_t rank) { return cyclic(block, rank, 1); }
+  Value wholeBlock(std::uint64_t block) { return cyclic(block, 0, n_); }
 
   // Union of two defined sets, or kOverlap if they share a contribution.
-  std::uint32_t unite(std::uint32_t a, std::uint32_t b) {
-    const std::uint64_t key = a < b ? (std::uint64_t{a} << 32 | b) : (std::uint64_t{b} << 32 | a);
-    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    const auto x = get(a);
-    const auto y = get(b);
+  Value unite(Value a, Value b) {
+    if (isInline(a) && isInline(b) && blockOf(a) == blockOf(b)) {
+      const std::uint32_t s1 = startOf(a), l1 = lenOf(a), s2 = startOf(b), l2 = lenOf(b);
+      const std::uint32_t d12 = (s2 + n_ - s1) % n_, d21 = (s1 + n_ - s2) % n_;
+      if (l1 + l2 > n_ || d12 < l1 || d21 < l2) return kOverlap;
+      if (d12 == l1) return cyclic(blockOf(a), s1, l1 + l2);
+      if (d21 == l2) return cyclic(blockOf(a), s2, l1 + l2);
+    }
+    expand(a, x_);
+    expand(b, y_);
     merged_.clear();
     std::size_t i = 0, j = 0;
     bool overlap = false;
-    while (i < x.size() || j < y.size()) {
-      Interval next;
-      if (j == y.size() || (i < x.size() && x[i].lo < y[j].lo)) {
-        next = x[i++];
-      } else {
-        next = y[j++];
-      }
+    while (i < x_.size() || j < y_.size()) {
+      const Interval next = (j == y_.size() || (i < x_.size() && x_[i].lo < y_[j].lo)) ? x_[i++] : y_[j++];
       if (!merged_.empty() && next.lo < merged_.back().hi) {
         overlap = true;
         break;
@@ -72,18 +73,13 @@ class ValueTable {
         merged_.push_back(next);
       }
     }
-    const std::uint32_t id = overlap ? kOverlap : intern(merged_.data(), merged_.size());
-    memo_.emplace(key, id);
-    return id;
-  }
-
-  std::span<const Interval> get(std::uint32_t id) const {
-    const Entry& e = entries_[id];
-    return {pool_.data() + e.offset, e.length};
+    return overlap ? kOverlap : canonical(merged_);
   }
 
   // "{r0.in1, r2.in1..r5.in1}" with at most a few items.
-  std::string render(std::span<const Interval> set, int nranks) const {
+  std::string render(Value v) {
+    std::vector<Interval> set;
+    expand(v, set);
     std::ostringstream os;
     os << "{";
     std::size_t shown = 0;
@@ -93,50 +89,111 @@ class ValueTable {
         break;
       }
       if (shown > 1) os << ", ";
-      os << label(iv.lo, nranks);
-      if (iv.hi - iv.lo > 1) os << ".." << label(iv.hi - 1, nranks);
+      os << label(iv.lo);
+      if (iv.hi - iv.lo > 1) os << ".." << label(iv.hi - 1);
     }
     os << "}";
     return os.str();
   }
 
-  static std::string label(std::uint32_t c, int nranks) {
-    const auto n = static_cast<std::uint32_t>(nranks);
-    return "r" + std::to_string(c % n) + ".in" + std::to_string(c / n);
-  }
-
  private:
-  static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  static constexpr Value kInline = Value{1} << 63;
+  static constexpr int kLenBits = 21, kStartBits = 21, kBlockBits = 21;
   struct Entry {
-    std::uint32_t offset, length, next;  // next: the following id with the same hash
+    std::uint64_t offset, length;
+    std::uint32_t next;  // the following id with the same hash
   };
 
-  std::uint32_t intern(const Interval* data, std::size_t n) {
+  static bool isInline(Value v) { return (v & kInline) != 0; }
+  static std::uint32_t lenOf(Value v) { return static_cast<std::uint32_t>(v & ((1u << kLenBits) - 1)); }
+  static std::uint32_t startOf(Value v) {
+    return static_cast<std::uint32_t>((v >> kLenBits) & ((1u << kStartBits) - 1));
+  }
+  static std::uint64_t blockOf(Value v) { return (v & ~kInline) >> (kLenBits + kStartBits); }
+
+  std::string label(std::uint64_t c) const {
+    return "r" + std::to_string(c % n_) + ".in" + std::to_string(c / n_);
+  }
+
+  // Ranks start, start+1, ... (len of them, wrapping at n) of one block.
+  Value cyclic(std::uint64_t block, std::uint32_t start, std::uint32_t len) {
+    if (len == n_) start = 0;
+    if (n_ < (1u << kStartBits) && block < (std::uint64_t{1} << kBlockBits)) {
+      return kInline | block << (kLenBits + kStartBits) | Value{start} << kLenBits | len;
+    }
+    std::vector<Interval> set;
+    const std::uint64_t base = block * n_;
+    if (start + len <= n_) {
+      set.push_back({base + start, base + start + len});
+    } else {
+      set.push_back({base, base + (start + len - n_)});
+      set.push_back({base + start, base + n_});
+    }
+    return intern(set);
+  }
+
+  void expand(Value v, std::vector<Interval>& out) const {
+    out.clear();
+    if (isInline(v)) {
+      const std::uint64_t base = blockOf(v) * n_;
+      const std::uint32_t s = startOf(v), l = lenOf(v);
+      if (s + l <= n_) {
+        out.push_back({base + s, base + s + l});
+      } else {
+        out.push_back({base, base + (s + l - n_)});
+        out.push_back({base + s, base + n_});
+      }
+      return;
+    }
+    const Entry& e = entries_[v];
+    out.assign(pool_.begin() + static_cast<std::ptrdiff_t>(e.offset),
+               pool_.begin() + static_cast<std::ptrdiff_t>(e.offset + e.length));
+  }
+
+  // The inline form when the set is one cyclic run inside one block, else the interned id.
+  Value canonical(const std::vector<Interval>& set) {
+    const std::uint64_t block = set.front().lo / n_;
+    const std::uint64_t base = block * n_;
+    const bool oneBlock = set.back().hi <= base + n_;
+    if (oneBlock && set.size() == 1) {
+      return cyclic(block, static_cast<std::uint32_t>(set[0].lo - base),
+                    static_cast<std::uint32_t>(set[0].hi - set[0].lo));
+    }
+    if (oneBlock && set.size() == 2 && set[0].lo == base && set[1].hi == base + n_) {
+      return cyclic(block, static_cast<std::uint32_t>(set[1].lo - base),
+                    static_cast<std::uint32_t>((set[1].hi - set[1].lo) + (set[0].hi - set[0].lo)));
+    }
+    return intern(set);
+  }
+
+  Value intern(const std::vector<Interval>& set) {
     std::uint64_t h = 1469598103934665603ull;
-    for (std::size_t i = 0; i < n; ++i) {
-      h = (h ^ data[i].lo) * 1099511628211ull;
-      h = (h ^ data[i].hi) * 1099511628211ull;
+    for (const Interval& iv : set) {
+      h = (h ^ iv.lo) * 1099511628211ull;
+      h = (h ^ iv.hi) * 1099511628211ull;
     }
     auto [it, inserted] = heads_.try_emplace(h, kNone);
     for (std::uint32_t id = it->second; id != kNone; id = entries_[id].next) {
       const Entry& e = entries_[id];
-      if (e.length == n && std::memcmp(pool_.data() + e.offset, data, n * sizeof(Interval)) == 0) {
+      if (e.length == set.size() &&
+          std::equal(set.begin(), set.end(), pool_.begin() + static_cast<std::ptrdiff_t>(e.offset),
+                     [](const Interval& a, const Interval& b) { return a.lo == b.lo && a.hi == b.hi; })) {
         return id;
       }
     }
     const auto id = static_cast<std::uint32_t>(entries_.size());
-    entries_.push_back({static_cast<std::uint32_t>(pool_.size()), static_cast<std::uint32_t>(n),
-                        it->second});
-    pool_.insert(pool_.end(), data, data + n);
+    entries_.push_back({pool_.size(), set.size(), it->second});
+    pool_.insert(pool_.end(), set.begin(), set.end());
     it->second = id;
     return id;
   }
 
+  std::uint32_t n_;
   std::vector<Interval> pool_;
   std::vector<Entry> entries_;
   std::unordered_map<std::uint64_t, std::uint32_t> heads_;
-  std::unordered_map<std::uint64_t, std::uint32_t> memo_;
-  std::vector<Interval> merged_;
+  std::vector<Interval> x_, y_, merged_;
 };
 
 std::string where(int rank, std::size_t channel, std::size_t step, StepKind kind) {
@@ -198,14 +255,14 @@ class StaticChecker {
   }
 
   std::string checkPeers(std::span<const int> peers, int rank) const {
-    for (std::size_t i = 0; i < peers.size(); ++i) {
-      const int q = peers[i];
+    for (int q : peers) {
       if (q < 0 || q >= s_.nranks) return "peer " + std::to_string(q) + " out of range";
       if (q == rank) return "peer is the rank itself (use copy)";
-      for (std::size_t j = 0; j < i; ++j) {
-        if (peers[j] == q) return "peer " + std::to_string(q) + " listed twice";
-      }
     }
+    sorted_.assign(peers.begin(), peers.end());
+    std::sort(sorted_.begin(), sorted_.end());
+    const auto dup = std::adjacent_find(sorted_.begin(), sorted_.end());
+    if (dup != sorted_.end()) return "peer " + std::to_string(*dup) + " listed twice";
     return {};
   }
 
@@ -230,6 +287,7 @@ class StaticChecker {
   }
 
   const Schedule& s_;
+  mutable std::vector<int> sorted_;
 };
 
 // Runs the programs of one part (the channels that move that part of every block).
@@ -245,12 +303,13 @@ class Simulator {
     for (std::size_t c = 0; c < s.channels.size(); ++c) {
       if (s.channels[c].part != part) continue;
       for (int r = 0; r < s.nranks; ++r) {
-        if (!s.program(c, r).steps().empty()) procs_.push_back({c, r, 0});
+        if (!s.program(c, r).steps().empty()) procs_.push_back({c, r, 0, 0, 0});
       }
     }
+    numberConnections();
     for (std::uint32_t r = 0; r < n_; ++r) {
       for (std::uint32_t b = 0; b < inBlocks_; ++b) {
-        const std::uint32_t v = values_.range(b * n_ + r, b * n_ + r + 1);
+        const Value v = values_.singleton(b, r);
         for (int sl = 0; sl < opt.slices; ++sl) store_[slot(r, Buf::input, b, sl)] = v;
       }
     }
@@ -272,15 +331,33 @@ class Simulator {
     std::size_t channel;
     int rank;
     std::uint64_t pc;  // slice * steps + step
+    // Peers of the current step already seen ready. Only this process takes from its inbound
+    // FIFOs and puts into its outbound ones, so a peer once ready stays ready until the step runs.
+    std::uint32_t recvsReady = 0;
+    std::uint32_t sendsReady = 0;
   };
   struct Message {
     std::size_t senderStep = 0;
-    std::vector<std::uint32_t> values;
+    std::vector<Value> values;
   };
+  // A bounded FIFO whose message buffers are reused, so steady state allocates nothing.
   struct Conn {
-    std::deque<Message> queue;
+    std::uint64_t key = 0;  // (channel * n + from) * n + to
+    std::vector<Message> slots;
+    std::size_t head = 0, count = 0;
     std::size_t recvWaiter = kNobody;
     std::size_t sendWaiter = kNobody;
+
+    bool empty() const { return count == 0; }
+    const Message& front() const { return slots[head]; }
+    void pop() {
+      head = (head + 1) % slots.size();
+      --count;
+    }
+    Message& push() {
+      ++count;
+      return slots[(head + count - 1) % slots.size()];
+    }
   };
   static constexpr std::size_t kNobody = std::numeric_limits<std::size_t>::max();
 
@@ -306,10 +383,48 @@ class Simulator {
     }
   }
 
-  Conn& conn(std::size_t channel, int from, int to) {
-    const std::uint64_t key = (std::uint64_t{channel} * n_ + static_cast<std::uint32_t>(from)) * n_ +
-                              static_cast<std::uint32_t>(to);
-    return conns_[key];
+  std::uint64_t connKey(std::size_t channel, int from, int to) const {
+    return (std::uint64_t{channel} * n_ + static_cast<std::uint32_t>(from)) * n_ +
+           static_cast<std::uint32_t>(to);
+  }
+
+  // Gives every (channel, sender, receiver) pair a dense id once, so running a step indexes
+  // vectors instead of hashing.
+  void numberConnections() {
+    std::unordered_map<std::uint64_t, std::uint32_t> ids;
+    auto idOf = [&](std::uint64_t key) {
+      auto [it, inserted] = ids.try_emplace(key, static_cast<std::uint32_t>(conns_.size()));
+      if (inserted) {
+        conns_.emplace_back();
+        conns_.back().key = key;
+        conns_.back().slots.resize(static_cast<std::size_t>(opt_.capacity));
+      }
+      return it->second;
+    };
+    connIds_.resize(procs_.size());
+    for (std::size_t pid = 0; pid < procs_.size(); ++pid) {
+      const Proc& pr = procs_[pid];
+      const Program& prog = s_.program(pr.channel, pr.rank);
+      std::vector<std::uint32_t>& table = connIds_[pid];
+      table.resize(prog.peerPoolSize());
+      for (const Step& st : prog.steps()) {
+        const auto recvs = prog.recvPeers(st);
+        for (std::size_t k = 0; k < recvs.size(); ++k) {
+          table[st.peerBegin + k] = idOf(connKey(pr.channel, recvs[k], pr.rank));
+        }
+        const auto sends = prog.sendPeers(st);
+        for (std::size_t k = 0; k < sends.size(); ++k) {
+          table[st.peerBegin + st.nrecv + k] = idOf(connKey(pr.channel, pr.rank, sends[k]));
+        }
+      }
+    }
+  }
+
+  Conn& recvConn(std::size_t pid, const Step& st, std::size_t k) {
+    return conns_[connIds_[pid][st.peerBegin + k]];
+  }
+  Conn& sendConn(std::size_t pid, const Step& st, std::size_t k) {
+    return conns_[connIds_[pid][st.peerBegin + st.nrecv + k]];
   }
 
   static void wake(std::size_t& waiter, std::vector<std::size_t>& ready) {
@@ -337,21 +452,22 @@ class Simulator {
       const int slice = static_cast<int>(pr.pc / nsteps);
       const Step& st = prog.steps()[si];
       const StepTraits t = traits(st.kind);
-      for (int q : prog.recvPeers(st)) {
-        Conn& c = conn(pr.channel, q, pr.rank);
-        if (c.queue.empty()) {
+      for (; pr.recvsReady < st.nrecv; ++pr.recvsReady) {
+        Conn& c = recvConn(pid, st, pr.recvsReady);
+        if (c.empty()) {
           c.recvWaiter = pid;
           return true;
         }
       }
-      for (int q : prog.sendPeers(st)) {
-        Conn& c = conn(pr.channel, pr.rank, q);
-        if (c.queue.size() >= static_cast<std::size_t>(opt_.capacity)) {
+      for (; pr.sendsReady < st.nsend; ++pr.sendsReady) {
+        Conn& c = sendConn(pid, st, pr.sendsReady);
+        if (c.count == c.slots.size()) {
           c.sendWaiter = pid;
           return true;
         }
       }
-      const std::string here = where(pr.rank, pr.channel, si, st.kind);
+      pr.recvsReady = pr.sendsReady = 0;
+      auto here = [&] { return where(pr.rank, pr.channel, si, st.kind); };
       const std::uint32_t nb = prog.blocks(st);
       vals_.assign(nb, ValueTable::kUndefined);
       if (t.readsSrc) {
@@ -361,50 +477,51 @@ class Simulator {
             vals_[k] = store_[slot(r, sp.buf, sp.at(i), slice)];
             if (vals_[k] == ValueTable::kUndefined) {
               return fault(report, Fault::undefinedRead,
-                           here + " reads " + std::string(name(sp.buf)) + " block " +
+                           here() + " reads " + std::string(name(sp.buf)) + " block " +
                                std::to_string(sp.at(i)) + " before anything was written there");
             }
           }
         }
       }
-      for (int q : prog.recvPeers(st)) {
-        Conn& c = conn(pr.channel, q, pr.rank);
-        const Message& msg = c.queue.front();
+      for (std::size_t k = 0; k < st.nrecv; ++k) {
+        const int q = prog.recvPeers(st)[k];
+        Conn& c = recvConn(pid, st, k);
+        const Message& msg = c.front();
         if (msg.values.size() != nb) {
           return fault(report, Fault::sizeMismatch,
-                       here + " expects " + std::to_string(nb) + " blocks from rank " +
+                       here() + " expects " + std::to_string(nb) + " blocks from rank " +
                            std::to_string(q) + ", whose step " + std::to_string(msg.senderStep) +
                            " sent " + std::to_string(msg.values.size()));
         }
-        for (std::uint32_t k = 0; k < nb; ++k) {
+        for (std::uint32_t i = 0; i < nb; ++i) {
           if (t.reduces) {
-            vals_[k] = values_.unite(vals_[k], msg.values[k]);
-            if (vals_[k] == ValueTable::kOverlap) {
+            vals_[i] = values_.unite(vals_[i], msg.values[i]);
+            if (vals_[i] == ValueTable::kOverlap) {
               return fault(report, Fault::doubleCount,
-                           here + " reduces data from rank " + std::to_string(q) +
+                           here() + " reduces data from rank " + std::to_string(q) +
                                " that already holds some of the same contributions");
             }
           } else {
-            vals_[k] = msg.values[k];
+            vals_[i] = msg.values[i];
           }
         }
-        c.queue.pop_front();
+        c.pop();
         wake(c.sendWaiter, ready);
       }
       if (st.kind == StepKind::reduceLocal) {
         std::uint32_t k = 0;
         for (const Span& sp : prog.dst(st)) {
           for (std::uint32_t i = 0; i < sp.count; ++i, ++k) {
-            const std::uint32_t d = store_[slot(r, sp.buf, sp.at(i), slice)];
+            const Value d = store_[slot(r, sp.buf, sp.at(i), slice)];
             if (d == ValueTable::kUndefined) {
               return fault(report, Fault::undefinedRead,
-                           here + " accumulates into " + std::string(name(sp.buf)) + " block " +
+                           here() + " accumulates into " + std::string(name(sp.buf)) + " block " +
                                std::to_string(sp.at(i)) + " that was never written");
             }
             vals_[k] = values_.unite(d, vals_[k]);
             if (vals_[k] == ValueTable::kOverlap) {
               return fault(report, Fault::doubleCount,
-                           here + " adds contributions that " + std::string(name(sp.buf)) +
+                           here() + " adds contributions that " + std::string(name(sp.buf)) +
                                " block " + std::to_string(sp.at(i)) + " already holds");
             }
           }
@@ -415,16 +532,18 @@ class Simulator {
         for (const Span& sp : prog.dst(st)) {
           if (s_.coll == Collective::reduce && sp.buf == Buf::output && pr.rank != s_.root) {
             return fault(report, Fault::forbiddenWrite,
-                         here + " writes the output buffer of a non-root rank of reduce");
+                         here() + " writes the output buffer of a non-root rank of reduce");
           }
           for (std::uint32_t i = 0; i < sp.count; ++i, ++k) {
             store_[slot(r, sp.buf, sp.at(i), slice)] = vals_[k];
           }
         }
       }
-      for (int q : prog.sendPeers(st)) {
-        Conn& c = conn(pr.channel, pr.rank, q);
-        c.queue.push_back({si, vals_});
+      for (std::size_t k = 0; k < st.nsend; ++k) {
+        Conn& c = sendConn(pid, st, k);
+        Message& m = c.push();
+        m.senderStep = si;
+        m.values.assign(vals_.begin(), vals_.end());
         wake(c.recvWaiter, ready);
       }
       ++pr.pc;
@@ -434,22 +553,24 @@ class Simulator {
 
   bool finish(VerifyReport& report) {
     std::vector<std::string> blocked;
-    for (const Proc& pr : procs_) {
+    for (std::size_t pid = 0; pid < procs_.size(); ++pid) {
+      const Proc& pr = procs_[pid];
       const Program& prog = s_.program(pr.channel, pr.rank);
       const std::size_t nsteps = prog.steps().size();
       if (pr.pc >= nsteps * static_cast<std::uint32_t>(opt_.slices)) continue;
       const Step& st = prog.steps()[pr.pc % nsteps];
       std::string waits;
-      for (int q : prog.recvPeers(st)) {
-        if (conn(pr.channel, q, pr.rank).queue.empty()) {
-          waits = "waits for a message from rank " + std::to_string(q);
+      for (std::size_t k = 0; k < st.nrecv; ++k) {
+        if (recvConn(pid, st, k).empty()) {
+          waits = "waits for a message from rank " + std::to_string(prog.recvPeers(st)[k]);
           break;
         }
       }
       if (waits.empty()) {
-        for (int q : prog.sendPeers(st)) {
-          if (conn(pr.channel, pr.rank, q).queue.size() >= static_cast<std::size_t>(opt_.capacity)) {
-            waits = "waits for room to send to rank " + std::to_string(q);
+        for (std::size_t k = 0; k < st.nsend; ++k) {
+          const Conn& c = sendConn(pid, st, k);
+          if (c.count == c.slots.size()) {
+            waits = "waits for room to send to rank " + std::to_string(prog.sendPeers(st)[k]);
             break;
           }
         }
@@ -461,41 +582,29 @@ class Simulator {
       for (std::size_t i = 0; i < blocked.size() && i < 3; ++i) msg += (i ? "; " : "") + blocked[i];
       return fault(report, Fault::deadlock, msg);
     }
-    for (auto& [key, c] : conns_) {
-      if (c.queue.empty()) continue;
-      const std::uint64_t to = key % n_, from = (key / n_) % n_, channel = key / n_ / n_;
+    for (const Conn& c : conns_) {
+      if (c.empty()) continue;
+      const std::uint64_t to = c.key % n_, from = (c.key / n_) % n_, channel = c.key / n_ / n_;
       return fault(report, Fault::unmatchedSend,
                    "rank " + std::to_string(from) + " channel " + std::to_string(channel) +
-                       " step " + std::to_string(c.queue.front().senderStep) + " sent a message to rank " +
+                       " step " + std::to_string(c.front().senderStep) + " sent a message to rank " +
                        std::to_string(to) + " that was never received");
     }
     return checkOutputs(report);
   }
 
-  std::uint32_t expected(std::uint32_t r, std::uint32_t j) {
+  Value expected(std::uint32_t r, std::uint32_t j) {
     const std::uint32_t bps = s_.blocksPerSegment;
     const auto root = static_cast<std::uint32_t>(s_.root);
     switch (s_.coll) {
       case Collective::allReduce:
-      case Collective::reduce: return values_.range(j * n_, j * n_ + n_);
-      case Collective::broadcast: return values_.range(j * n_ + root, j * n_ + root + 1);
-      case Collective::allGather: {
-        const std::uint32_t c = (j % bps) * n_ + j / bps;
-        return values_.range(c, c + 1);
-      }
-      case Collective::reduceScatter: {
-        const std::uint32_t b = r * bps + j;
-        return values_.range(b * n_, b * n_ + n_);
-      }
+      case Collective::reduce: return values_.wholeBlock(j);
+      case Collective::broadcast: return values_.singleton(j, root);
+      case Collective::allGather: return values_.singleton(j % bps, j / bps);
+      case Collective::reduceScatter: return values_.wholeBlock(std::uint64_t{r} * bps + j);
       case Collective::allToAll:
-      case Collective::allToAllv: {
-        const std::uint32_t c = (r * bps + j % bps) * n_ + j / bps;
-        return values_.range(c, c + 1);
-      }
-      case Collective::sendRecv: {
-        const std::uint32_t c = j * n_ + (r + n_ - 1) % n_;
-        return values_.range(c, c + 1);
-      }
+      case Collective::allToAllv: return values_.singleton(std::uint64_t{r} * bps + j % bps, j / bps);
+      case Collective::sendRecv: return values_.singleton(j, (r + n_ - 1) % n_);
     }
     return ValueTable::kUndefined;
   }
@@ -504,15 +613,15 @@ class Simulator {
     for (std::uint32_t r = 0; r < n_; ++r) {
       if (s_.coll == Collective::reduce && r != static_cast<std::uint32_t>(s_.root)) continue;
       for (std::uint32_t j = 0; j < outBlocks_; ++j) {
-        const std::uint32_t want = expected(r, j);
+        const Value want = expected(r, j);
         for (int sl = 0; sl < opt_.slices; ++sl) {
-          const std::uint32_t got = store_[slot(r, Buf::output, j, sl)];
+          const Value got = store_[slot(r, Buf::output, j, sl)];
           if (got == want) continue;
           std::ostringstream os;
           os << "rank " << r << " output block " << j << " (pass " << sl << ") holds "
              << (got == ValueTable::kUndefined ? std::string("nothing")
-                                               : values_.render(values_.get(got), s_.nranks))
-             << ", expected " << values_.render(values_.get(want), s_.nranks);
+                                               : values_.render(got))
+             << ", expected " << values_.render(want);
           return fault(report, Fault::wrongResult, os.str());
         }
       }
@@ -525,10 +634,11 @@ class Simulator {
   ValueTable& values_;
   std::uint32_t n_;
   std::uint32_t inBlocks_ = 0, outBlocks_ = 0, perSlice_ = 0, perRank_ = 0;
-  std::vector<std::uint32_t> store_;
+  std::vector<Value> store_;
   std::vector<Proc> procs_;
-  std::unordered_map<std::uint64_t, Conn> conns_;
-  std::vector<std::uint32_t> vals_;
+  std::vector<Conn> conns_;
+  std::vector<std::vector<std::uint32_t>> connIds_;  // per process, parallel to its peer pool
+  std::vector<Value> vals_;
 };
 
 void measure(const Schedule& s, VerifyReport& report) {
@@ -568,7 +678,7 @@ VerifyReport verify(const Schedule& schedule, const VerifyOptions& options) {
   if (!StaticChecker(schedule).check(report)) return report;
   measure(schedule, report);
   for (std::uint32_t part = 0; part < schedule.partsPerBlock; ++part) {
-    ValueTable values;
+    ValueTable values(static_cast<std::uint32_t>(schedule.nranks));
     Simulator sim(schedule, options, part, values);
     if (!sim.run(report)) return report;
   }

@@ -5,12 +5,14 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -172,16 +174,31 @@ int runVerify(const std::string& algoName, const std::string& collName, const st
   }
 
   const auto start = std::chrono::steady_clock::now();
-  std::vector<Row> rows;
+  struct Job {
+    const Variant* variant;
+    Collective coll;
+    const std::vector<int>* ranks;
+  };
+  std::vector<Job> jobs;
   for (const Variant& v : variants) {
     for (Collective c : v.algo->collectives()) {
       if (onlyColl && *onlyColl != c) continue;
-      for (const auto& ranks : ranges) {
-        rows.emplace_back();
-        verifyRange(v, c, ranks, set, rows.back());
-      }
+      for (const auto& ranks : ranges) jobs.push_back({&v, c, &ranks});
     }
   }
+  // Rows are independent: verify them on every core, print them in order.
+  std::vector<Row> rows(jobs.size());
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      verifyRange(*jobs[i].variant, jobs[i].coll, *jobs[i].ranks, set, rows[i]);
+    }
+  };
+  const unsigned threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rows.empty()) {
