@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
+#include <optional>
 
 #include "weft/types.h"
 
@@ -46,28 +46,27 @@ inline Status invalidArgument(std::string m) { return {Code::invalidArgument, st
 inline Status unsupported(std::string m) { return {Code::unsupported, std::move(m)}; }
 inline Status internalError(std::string m) { return {Code::internalError, std::move(m)}; }
 
+// A value or the Status that explains its absence.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status s) : v_(std::move(s)) { assert(!std::get<Status>(v_).isOk()); }  // NOLINT
+  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Status s) : status_(std::move(s)) { assert(!status_.isOk()); }  // NOLINT
 
-  bool isOk() const { return std::holds_alternative<T>(v_); }
+  bool isOk() const { return value_.has_value(); }
   explicit operator bool() const { return isOk(); }
-  const Status& status() const {
-    static const Status kOk;
-    return isOk() ? kOk : std::get<Status>(v_);
-  }
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
+  const Status& status() const { return status_; }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
 
  private:
-  std::variant<T, Status> v_;
+  Status status_;
+  std::optional<T> value_;
 };
 
 inline std::string_view name(Code c) {

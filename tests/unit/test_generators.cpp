@@ -1,0 +1,190 @@
+// Every generator, every collective it implements, verified at every rank count 1..64 and a few
+// larger ones, out of place and in place, at several roots; then each parameter swept.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/patterns.hpp"
+#include "algorithms/verifier.hpp"
+
+namespace weft::algo {
+namespace {
+
+struct Case {
+  std::string algo;
+  Collective coll;
+};
+
+std::vector<Case> allCases() {
+  std::vector<Case> out;
+  for (const Algorithm* a : algorithms()) {
+    for (Collective c : a->collectives()) out.push_back({std::string(a->name()), c});
+  }
+  return out;
+}
+
+std::string caseName(const testing::TestParamInfo<Case>& info) {
+  return info.param.algo + "_" + std::string(name(info.param.coll));
+}
+
+std::vector<int> rankCounts() {
+  std::vector<int> out;
+  for (int n = 1; n <= 64; ++n) out.push_back(n);
+  for (int n : {96, 127, 128}) out.push_back(n);
+  return out;
+}
+
+// Verifies one schedule both ways; returns "" or what failed.
+std::string check(const Algorithm& a, Collective coll, int n, const Params& params,
+                  VerifyOptions opt = {}) {
+  auto s = a.build(coll, n, params);
+  if (!s) return "build: " + s.status().toString();
+  for (bool inPlace : {false, true}) {
+    opt.inPlace = inPlace;
+    const VerifyReport rep = verify(*s, opt);
+    if (!rep.ok()) {
+      return std::string(inPlace ? "in-place " : "") + std::string(name(rep.fault)) + ": " + rep.message;
+    }
+  }
+  return {};
+}
+
+class EveryGenerator : public testing::TestWithParam<Case> {};
+
+TEST_P(EveryGenerator, VerifiesAtEveryRankCount) {
+  const Algorithm& a = *findAlgorithm(GetParam().algo);
+  for (int n : rankCounts()) {
+    std::vector<int> roots{0};
+    if (hasRoot(GetParam().coll)) roots = {0, n / 2, n - 1};
+    for (int root : roots) {
+      Params params;
+      params.root = root;
+      EXPECT_EQ(check(a, GetParam().coll, n, params), "") << "n=" << n << " root=" << root;
+    }
+  }
+}
+
+TEST_P(EveryGenerator, SurvivesChannelSplitsAndRepeatedSlices) {
+  const Algorithm& a = *findAlgorithm(GetParam().algo);
+  for (int n : {1, 2, 3, 7, 8, 13}) {
+    for (int channels : {2, 4}) {
+      Params params;
+      params.channels = channels;
+      EXPECT_EQ(check(a, GetParam().coll, n, params), "") << "n=" << n << " channels=" << channels;
+    }
+    for (int slices : {1, 3}) {
+      VerifyOptions opt;
+      opt.slices = slices;
+      EXPECT_EQ(check(a, GetParam().coll, n, {}, opt), "") << "n=" << n << " slices=" << slices;
+    }
+  }
+}
+
+TEST_P(EveryGenerator, IsDeterministic) {
+  const Algorithm& a = *findAlgorithm(GetParam().algo);
+  const Schedule x = *a.build(GetParam().coll, 11);
+  const Schedule y = *a.build(GetParam().coll, 11);
+  for (int r = 0; r < 11; ++r) EXPECT_EQ(describe(x, r), describe(y, r));
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, EveryGenerator, testing::ValuesIn(allCases()), caseName);
+
+TEST(Pat, EveryAggregationAtEveryRankCount) {
+  for (int n = 2; n <= 48; ++n) {
+    for (int A = 1; A <= n / 2; ++A) {  // non powers of two round down
+      Params params;
+      params.aggregation = A;
+      for (Collective c : {Collective::allGather, Collective::reduceScatter}) {
+        EXPECT_EQ(check(patAlgorithm(), c, n, params), "") << "n=" << n << " A=" << A;
+      }
+    }
+  }
+}
+
+TEST(Pat, MessagesAndScratchAreBoundedByTheAggregation) {
+  for (int n : {5, 16, 33, 64, 100, 255}) {
+    for (int A = 1; A <= n / 2; A *= 2) {
+      Params params;
+      params.aggregation = A;
+      const Schedule rs = *patAlgorithm().build(Collective::reduceScatter, n, params);
+      const VerifyReport rep = verify(rs);
+      ASSERT_TRUE(rep.ok()) << rep.message;
+      EXPECT_LE(rep.maxMessageBlocks, static_cast<std::uint32_t>(A)) << "n=" << n << " A=" << A;
+      // One bundle of partial sums per level of the bundle tree, plus bundle 0's own.
+      const int bundles = (n + A - 1) / A;
+      EXPECT_LE(rs.scratchBlocks, static_cast<std::uint32_t>(A * (ceilLog2(static_cast<std::uint32_t>(bundles)) + 1)))
+          << "n=" << n << " A=" << A;
+      const Schedule ag = *patAlgorithm().build(Collective::allGather, n, params);
+      EXPECT_EQ(ag.scratchBlocks, 0u);
+      EXPECT_LE(verify(ag).maxMessageBlocks, static_cast<std::uint32_t>(A));
+    }
+  }
+}
+
+TEST(Pat, RejectsAggregationOutOfRange) {
+  Params params;
+  params.aggregation = 5;
+  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(), Code::invalidArgument);
+  params.aggregation = -1;
+  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(), Code::invalidArgument);
+}
+
+TEST(Hierarchical, EveryGroupSizeThatDividesTheRanks) {
+  for (int n = 1; n <= 48; ++n) {
+    for (int G = 1; G <= n; ++G) {
+      if (n % G != 0) continue;
+      Params params;
+      params.groupSize = G;
+      EXPECT_EQ(check(hierarchicalAlgorithm(), Collective::allToAll, n, params), "") << "n=" << n << " G=" << G;
+    }
+  }
+}
+
+TEST(Hierarchical, RejectsAGroupSizeThatDoesNotDivide) {
+  Params params;
+  params.groupSize = 3;
+  const auto s = hierarchicalAlgorithm().build(Collective::allToAll, 8, params);
+  EXPECT_EQ(s.status().code(), Code::invalidArgument);
+  EXPECT_NE(s.status().message().find("does not divide"), std::string::npos);
+}
+
+TEST(DoubleBinaryTree, EveryRankIsALeafInExactlyOneTreeWhenNIsEven) {
+  for (int n = 2; n <= 128; n += 2) {
+    const Schedule s = *dbtreeAlgorithm().build(Collective::allReduce, n);
+    for (int r = 0; r < n; ++r) {
+      int leafIn = 0;
+      for (std::size_t t = 0; t < 2; ++t) {
+        const Program& p = s.program(t, r);
+        // A leaf sends its input up and then only receives.
+        if (p.steps().size() == 2 && p.steps()[0].kind == StepKind::send) ++leafIn;
+      }
+      EXPECT_EQ(leafIn, 1) << "n=" << n << " rank " << r;
+    }
+  }
+}
+
+TEST(Registry, BuildRejectsBadRequests) {
+  EXPECT_EQ(ringAlgorithm().build(Collective::allReduce, 0).status().code(), Code::invalidArgument);
+  Params params;
+  params.root = 4;
+  EXPECT_EQ(ringAlgorithm().build(Collective::broadcast, 4, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(bruckAlgorithm().build(Collective::allReduce, 4).status().code(), Code::unsupported);
+  params = {};
+  params.channels = 0;
+  EXPECT_EQ(ringAlgorithm().build(Collective::allReduce, 4, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(findAlgorithm("nosuch"), nullptr);
+  EXPECT_EQ(findAlgorithm("ring"), &ringAlgorithm());
+}
+
+TEST(Registry, EveryCollectiveHasAnAlgorithm) {
+  for (Collective c : kAllCollectives) {
+    bool found = false;
+    for (const Algorithm* a : algorithms()) found = found || a->supports(c);
+    EXPECT_TRUE(found) << name(c);
+  }
+}
+
+}  // namespace
+}  // namespace weft::algo
