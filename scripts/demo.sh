@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job: installs what is missing, builds, and shows what weft does today.
+# Until the runtime lands that is the algorithm layer: every schedule, verified.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+install_dependencies
+dir="${BUILD_DIR:-$WEFT_ROOT/build}"
+configure_and_build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+
+log "the algorithms and the collectives they implement"
+"$dir/weft-plan" list
+
+log "one rank's steps: ring all-reduce, 4 ranks, rank 1"
+"$dir/weft-plan" show --algo ring --coll allreduce --ranks 4 --rank 1
+
+log "PAT reduce-scatter, 12 ranks, aggregation 2, rank 0"
+"$dir/weft-plan" show --algo pat --coll reducescatter --ranks 12 --rank 0 --aggregation 2
+
+log "every schedule verified: 1..64 ranks and 96..1000, in place and out of place"
+"$dir/weft-plan" verify
+
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  log "GPU present: the device kernels' tests"
+  "$dir/tests/weft_gpu_tests" --gtest_brief=1 || true
+fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, runs every test with ctest. What CI runs.
+#   SANITIZE=asan scripts/test.sh   AddressSanitizer + UBSan build in build-asan/
+#   SANITIZE=tsan scripts/test.sh   ThreadSanitizer build in build-tsan/
+#   BUILD_DIR=... CMAKE_ARGS=...    override the build folder / pass options
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+
+install_dependencies
+
+args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_TESTS=ON)
+case "${SANITIZE:-}" in
+  "") dir="${BUILD_DIR:-$WEFT_ROOT/build}" ;;
+  asan) dir="${BUILD_DIR:-$WEFT_ROOT/build-asan}"; args+=(-DWEFT_ASAN=ON) ;;
+  tsan) dir="${BUILD_DIR:-$WEFT_ROOT/build-tsan}"; args+=(-DWEFT_TSAN=ON) ;;
+  *) echo "SANITIZE must be asan or tsan" >&2; exit 2 ;;
+esac
+# shellcheck disable=SC2206
+args+=(${CMAKE_ARGS:-})
+
+configure_and_build "$dir" "${args[@]}"
+
+log "running tests"
+cd "$dir"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+ctest --output-on-failure -j "$JOBS" --timeout 900
