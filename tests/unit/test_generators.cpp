@@ -17,6 +17,8 @@ struct Case {
   Collective coll;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.algo << " " << name(c.coll); }
+
 std::vector<Case> allCases() {
   std::vector<Case> out;
   for (const Algorithm* a : algorithms()) {
