@@ -6,14 +6,16 @@
 namespace weft::algo {
 
 bool Algorithm::supports(Collective c) const {
-  const auto all = collectives();
-  return std::find(all.begin(), all.end(), c) != all.end();
+  return std::find(collectives_.begin(), collectives_.end(), c) != collectives_.end();
 }
 
 Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& params) const {
   const std::string what = std::string(name()) + " " + std::string(weft::name(coll));
-  if (!supports(coll)) return unsupported(std::string(name()) + " does not implement " + std::string(weft::name(coll)));
-  if (nranks < 1) return invalidArgument(what + ": nranks is " + std::to_string(nranks) + ", must be >= 1");
+  if (!supports(coll))
+    return unsupported(std::string(name()) + " does not implement " +
+                       std::string(weft::name(coll)));
+  if (nranks < 1)
+    return invalidArgument(what + ": nranks is " + std::to_string(nranks) + ", must be >= 1");
   if (hasRoot(coll) && (params.root < 0 || params.root >= nranks)) {
     return invalidArgument(what + ": root " + std::to_string(params.root) + " is not a rank of " +
                            std::to_string(nranks));
@@ -28,8 +30,8 @@ Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& par
 
 std::span<const Algorithm* const> algorithms() {
   static const std::array<const Algorithm*, 10> kAll = {
-      &ringAlgorithm(),     &dbtreeAlgorithm(),  &patAlgorithm(),      &rhdAlgorithm(),
-      &oneshotAlgorithm(),  &twoshotAlgorithm(), &pairwiseAlgorithm(), &bruckAlgorithm(),
+      &ringAlgorithm(),         &dbtreeAlgorithm(),  &patAlgorithm(),      &rhdAlgorithm(),
+      &oneshotAlgorithm(),      &twoshotAlgorithm(), &pairwiseAlgorithm(), &bruckAlgorithm(),
       &hierarchicalAlgorithm(), &p2pAlgorithm()};
   return kAll;
 }

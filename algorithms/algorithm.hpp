@@ -12,18 +12,24 @@
 namespace weft::algo {
 
 struct Params {
-  int root = 0;         // broadcast and reduce
-  int aggregation = 0;  // PAT: blocks per message (1..nranks/2, rounded down to a power of two); 0: default
-  int groupSize = 0;    // hierarchical: ranks per node (must divide nranks); 0: largest divisor <= 8
-  int channels = 1;     // split every channel into this many, each moving a part of every block
+  int root = 0;  // broadcast and reduce
+  int aggregation =
+      0;  // PAT: blocks per message (1..nranks/2, rounded down to a power of two); 0: default
+  int groupSize = 0;  // hierarchical: ranks per node (must divide nranks); 0: largest divisor <= 8
+  int channels = 1;   // split every channel into this many, each moving a part of every block
 };
 
 class Algorithm {
  public:
+  Algorithm(std::string_view name, std::string_view summary, std::vector<Collective> collectives)
+      : name_(name), summary_(summary), collectives_(std::move(collectives)) {}
   virtual ~Algorithm() = default;
-  virtual std::string_view name() const = 0;
-  virtual std::string_view summary() const = 0;
-  virtual std::vector<Collective> collectives() const = 0;
+  Algorithm(const Algorithm&) = delete;
+  Algorithm& operator=(const Algorithm&) = delete;
+
+  std::string_view name() const { return name_; }
+  std::string_view summary() const { return summary_; }
+  const std::vector<Collective>& collectives() const { return collectives_; }
   bool supports(Collective c) const;
 
   // The schedule, or an error saying why this algorithm cannot serve the request.
@@ -32,6 +38,11 @@ class Algorithm {
  protected:
   // Called with validated arguments: coll supported, nranks >= 1, root in range.
   virtual Result<Schedule> generate(Collective coll, int nranks, const Params& params) const = 0;
+
+ private:
+  std::string_view name_;
+  std::string_view summary_;
+  std::vector<Collective> collectives_;
 };
 
 // Every algorithm, in a fixed order. The registry is the one piece of global state, and it is

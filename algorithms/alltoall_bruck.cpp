@@ -11,11 +11,10 @@ using enum Buf;
 
 class Bruck final : public Algorithm {
  public:
-  std::string_view name() const override { return "bruck"; }
-  std::string_view summary() const override {
-    return "log2(n) rounds of aggregated blocks via a rotated scratch copy (small blocks)";
-  }
-  std::vector<Collective> collectives() const override { return {Collective::allToAll}; }
+  Bruck()
+      : Algorithm("bruck",
+                  "log2(n) rounds of aggregated blocks via a rotated scratch copy (small blocks)",
+                  {Collective::allToAll}) {}
 
  protected:
   // Scratch slot i of rank r starts as r's block for rank r+i. Round k forwards every slot whose

@@ -11,11 +11,11 @@ using enum Buf;
 
 class Hierarchical final : public Algorithm {
  public:
-  std::string_view name() const override { return "hierarchical"; }
-  std::string_view summary() const override {
-    return "two levels: exchange inside each node of G ranks, then between same-index ranks of nodes";
-  }
-  std::vector<Collective> collectives() const override { return {Collective::allToAll}; }
+  Hierarchical()
+      : Algorithm("hierarchical",
+                  "two levels: exchange inside each node of G ranks, then between same-index ranks "
+                  "of nodes",
+                  {Collective::allToAll}) {}
 
  protected:
   // Rank (a, l) = a*G + l. Phase 1 gathers at (a, m) everything node a sends to local index m
@@ -37,7 +37,8 @@ class Hierarchical final : public Algorithm {
       for (int k = 0; k < G; ++k) {
         const int m = mod(k - l, G);
         BlockList out;
-        for (std::uint32_t b = 0; b < uN; ++b) out.add(input, b * uG + static_cast<std::uint32_t>(m));
+        for (std::uint32_t b = 0; b < uN; ++b)
+          out.add(input, b * uG + static_cast<std::uint32_t>(m));
         const BlockList staged = range(scratch, static_cast<std::uint32_t>(m) * uN, uN);
         if (m == l) {
           p.copy(out, staged);
@@ -49,7 +50,8 @@ class Hierarchical final : public Algorithm {
       for (int k = 0; k < N; ++k) {
         const int c = mod(k - a, N);
         BlockList staged;
-        for (std::uint32_t j = 0; j < uG; ++j) staged.add(scratch, j * uN + static_cast<std::uint32_t>(c));
+        for (std::uint32_t j = 0; j < uG; ++j)
+          staged.add(scratch, j * uN + static_cast<std::uint32_t>(c));
         const BlockList out = range(output, static_cast<std::uint32_t>(c) * uG, uG);
         if (c == a) {
           p.copy(staged, out);

@@ -11,13 +11,9 @@ using enum Buf;
 
 class Pairwise final : public Algorithm {
  public:
-  std::string_view name() const override { return "pairwise"; }
-  std::string_view summary() const override {
-    return "n-1 pairwise exchanges, one block each; serves all-to-all-v";
-  }
-  std::vector<Collective> collectives() const override {
-    return {Collective::allToAll, Collective::allToAllv};
-  }
+  Pairwise()
+      : Algorithm("pairwise", "n-1 pairwise exchanges, one block each; serves all-to-all-v",
+                  {Collective::allToAll, Collective::allToAllv}) {}
 
  protected:
   // Partner (k - r) mod n is an involution for every k, so both sides of a pair agree on the

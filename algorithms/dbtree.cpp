@@ -1,6 +1,7 @@
 // Double binary tree: two complementary binary trees, each carrying half of the data.
 // Steps: 2 per tree (up, then down) on each of 2 channels; depth ~log2(n) hops each way.
-// Bytes on the wire per rank: all-reduce <= 2 (internal in one tree, a leaf in the other), broadcast/reduce <= 2.
+// Bytes on the wire per rank: all-reduce <= 2 (internal in one tree, a leaf in the other),
+// broadcast/reduce <= 2.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
 
@@ -17,7 +18,8 @@ struct PlacedTree {
 
   PlacedTree(int n, const std::vector<int>& positionOfRank)
       : nodes(binaryTree(n)), rankAt(static_cast<std::size_t>(n)), posOf(positionOfRank) {
-    for (int r = 0; r < n; ++r) rankAt[static_cast<std::size_t>(posOf[static_cast<std::size_t>(r)])] = r;
+    for (int r = 0; r < n; ++r)
+      rankAt[static_cast<std::size_t>(posOf[static_cast<std::size_t>(r)])] = r;
   }
   const TreeNode& node(int rank) const {
     return nodes[static_cast<std::size_t>(posOf[static_cast<std::size_t>(rank)])];
@@ -59,13 +61,9 @@ std::vector<int> rootedPositions(int n, int root, int tree) {
 
 class DoubleBinaryTree final : public Algorithm {
  public:
-  std::string_view name() const override { return "dbtree"; }
-  std::string_view summary() const override {
-    return "two complementary binary trees, half the data each; log-depth latency";
-  }
-  std::vector<Collective> collectives() const override {
-    return {Collective::allReduce, Collective::broadcast, Collective::reduce};
-  }
+  DoubleBinaryTree()
+      : Algorithm("dbtree", "two complementary binary trees, half the data each; log-depth latency",
+                  {Collective::allReduce, Collective::broadcast, Collective::reduce}) {}
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
@@ -83,9 +81,15 @@ class DoubleBinaryTree final : public Algorithm {
         const int up = tree.parent(r);
         const Peers kids = tree.children(r);
         switch (coll) {
-          case Collective::allReduce: allReduceSteps(p, b, up, kids); break;
-          case Collective::broadcast: broadcastSteps(p, b, up, kids); break;
-          default: reduceSteps(p, b, up, kids); break;
+          case Collective::allReduce:
+            allReduceSteps(p, b, up, kids);
+            break;
+          case Collective::broadcast:
+            broadcastSteps(p, b, up, kids);
+            break;
+          default:
+            reduceSteps(p, b, up, kids);
+            break;
         }
       }
     }

@@ -11,11 +11,10 @@ using enum Buf;
 
 class OneShot final : public Algorithm {
  public:
-  std::string_view name() const override { return "oneshot"; }
-  std::string_view summary() const override {
-    return "all-pairs, one step: each rank reduces every peer's full input (small messages)";
-  }
-  std::vector<Collective> collectives() const override { return {Collective::allReduce}; }
+  OneShot()
+      : Algorithm("oneshot",
+                  "all-pairs, one step: each rank reduces every peer's full input (small messages)",
+                  {Collective::allReduce}) {}
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params&) const override {

@@ -10,9 +10,7 @@ using enum Buf;
 
 class PointToPoint final : public Algorithm {
  public:
-  std::string_view name() const override { return "p2p"; }
-  std::string_view summary() const override { return "one send and one recv per rank"; }
-  std::vector<Collective> collectives() const override { return {Collective::sendRecv}; }
+  PointToPoint() : Algorithm("p2p", "one send and one recv per rank", {Collective::sendRecv}) {}
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params&) const override {

@@ -1,7 +1,8 @@
 // PAT, parallel aggregated trees: every rank's block travels its own binomial tree (all trees are
 // translates of one), and messages to the same peer are aggregated A blocks at a time.
 // Steps: 2 * ((ceil(n/A) - 1) + log2(A)) send/recv pairs (log2(n) when A = n/2, n-1 when A = 1).
-// Bytes on the wire per rank: exactly n-1 blocks, (n-1)/n of the message; at most A blocks a message.
+// Bytes on the wire per rank: exactly n-1 blocks, (n-1)/n of the message; at most A blocks a
+// message.
 //
 // Relative block i of rank r is block (r + i) mod n. Block i's tree parent is i - highbit(i), one
 // hop of highbit(i) ranks away. Relative blocks are grouped into bundles of A (A a power of two):
@@ -32,8 +33,12 @@ struct BundleTree {
       : A(aggregation), n(nranks), bundles((nranks + aggregation - 1) / aggregation) {}
 
   int size(int q) const { return std::min(A, n - q * A); }
-  int distance(int q) const { return static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A; }
-  int parentOffset(int q) const { return q * A - distance(q); }  // first relative block of the parent's slice
+  int distance(int q) const {
+    return static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A;
+  }
+  int parentOffset(int q) const {
+    return q * A - distance(q);
+  }  // first relative block of the parent's slice
 
   // Children of bundle q: q + 2^k for every power of two 2^k > q.
   std::vector<int> children(int q) const {
@@ -126,18 +131,17 @@ class Accumulators {
 
 class Pat final : public Algorithm {
  public:
-  std::string_view name() const override { return "pat"; }
-  std::string_view summary() const override {
-    return "parallel aggregated binomial trees: log-depth, n-1 blocks per rank, bounded staging";
-  }
-  std::vector<Collective> collectives() const override {
-    return {Collective::allGather, Collective::reduceScatter};
-  }
+  Pat()
+      : Algorithm(
+            "pat",
+            "parallel aggregated binomial trees: log-depth, n-1 blocks per rank, bounded staging",
+            {Collective::allGather, Collective::reduceScatter}) {}
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     const int A = patAggregation(n, params.aggregation);
-    if (params.aggregation < 0 || (params.aggregation > 0 && params.aggregation > std::max(1, n / 2))) {
+    if (params.aggregation < 0 ||
+        (params.aggregation > 0 && params.aggregation > std::max(1, n / 2))) {
       return invalidArgument("pat: aggregation " + std::to_string(params.aggregation) +
                              " outside 1.." + std::to_string(std::max(1, n / 2)) + " for " +
                              std::to_string(n) + " ranks");
@@ -157,7 +161,8 @@ class Pat final : public Algorithm {
  private:
   // Sends relative blocks [first, first + count) to r + dist, then receives the peer r - dist's
   // same blocks into relative [first - dist, ...), reducing into the partial sums there.
-  static void reduceStep(Program& p, Accumulators& acc, int r, int n, int first, int count, int dist) {
+  static void reduceStep(Program& p, Accumulators& acc, int r, int n, int first, int count,
+                         int dist) {
     BlockList out;
     for (int i = first; i < first + count; ++i) acc.source(out, i);
     p.send(out, {mod(r + dist, n)});

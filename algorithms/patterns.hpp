@@ -14,7 +14,9 @@ constexpr int mod(long long a, int n) {
 }
 
 // Largest power of two <= x (x >= 1).
-constexpr std::uint32_t pow2Floor(std::uint32_t x) { return x == 0 ? 0 : std::bit_floor(x); }
+constexpr std::uint32_t pow2Floor(std::uint32_t x) {
+  return x == 0 ? 0 : std::bit_floor(x);
+}
 
 // ceil(log2(x)) for x >= 1.
 constexpr int ceilLog2(std::uint32_t x) {

@@ -11,11 +11,10 @@ using enum Buf;
 
 class HalvingDoubling final : public Algorithm {
  public:
-  std::string_view name() const override { return "rhd"; }
-  std::string_view summary() const override {
-    return "recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner)";
-  }
-  std::vector<Collective> collectives() const override { return {Collective::allReduce}; }
+  HalvingDoubling()
+      : Algorithm("rhd",
+                  "recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner)",
+                  {Collective::allReduce}) {}
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params&) const override {

@@ -1,6 +1,7 @@
 // Ring: rank r sends to r+1 and receives from r-1; broadcast and reduce run as a pipelined chain.
-// Steps: all-reduce 2n-1 (reduce-scatter then all-gather), all-gather and reduce-scatter n, chain 1-2.
-// Bytes on the wire per rank: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n, chain 1.
+// Steps: all-reduce 2n-1 (reduce-scatter then all-gather), all-gather and reduce-scatter n, chain
+// 1-2. Bytes on the wire per rank: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n,
+// chain 1.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
 
@@ -11,24 +12,26 @@ using enum Buf;
 
 class Ring final : public Algorithm {
  public:
-  std::string_view name() const override { return "ring"; }
-  std::string_view summary() const override {
-    return "bandwidth-optimal ring; broadcast/reduce as a pipelined chain";
-  }
-  std::vector<Collective> collectives() const override {
-    return {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
-            Collective::broadcast, Collective::reduce};
-  }
+  Ring()
+      : Algorithm("ring", "bandwidth-optimal ring; broadcast/reduce as a pipelined chain",
+                  {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                   Collective::broadcast, Collective::reduce}) {}
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     switch (coll) {
-      case Collective::allReduce: return allReduce(n);
-      case Collective::allGather: return allGather(n);
-      case Collective::reduceScatter: return reduceScatter(n);
-      case Collective::broadcast: return broadcast(n, params.root);
-      case Collective::reduce: return reduce(n, params.root);
-      default: return unsupported("ring: unexpected collective");
+      case Collective::allReduce:
+        return allReduce(n);
+      case Collective::allGather:
+        return allGather(n);
+      case Collective::reduceScatter:
+        return reduceScatter(n);
+      case Collective::broadcast:
+        return broadcast(n, params.root);
+      case Collective::reduce:
+        return reduce(n, params.root);
+      default:
+        return unsupported("ring: unexpected collective");
     }
   }
 

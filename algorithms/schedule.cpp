@@ -14,7 +14,8 @@ BlockList& BlockList::add(Buf buf, std::uint32_t block) {
         ++size_;
         return *this;
       }
-      if (last.count > 1 && static_cast<std::int64_t>(block) == static_cast<std::int64_t>(last.last()) + last.stride) {
+      if (last.count > 1 && static_cast<std::int64_t>(block) ==
+                                static_cast<std::int64_t>(last.last()) + last.stride) {
         ++last.count;
         ++size_;
         return *this;
@@ -57,23 +58,34 @@ BlockList& BlockList::append(const BlockList& other) {
 
 std::string_view name(StepKind k) {
   switch (k) {
-    case StepKind::send: return "send";
-    case StepKind::recv: return "recv";
-    case StepKind::recvReduceSend: return "recvReduceSend";
-    case StepKind::recvCopySend: return "recvCopySend";
-    case StepKind::recvReduceCopy: return "recvReduceCopy";
-    case StepKind::recvReduceCopySend: return "recvReduceCopySend";
-    case StepKind::copy: return "copy";
-    case StepKind::reduceLocal: return "reduceLocal";
+    case StepKind::send:
+      return "send";
+    case StepKind::recv:
+      return "recv";
+    case StepKind::recvReduceSend:
+      return "recvReduceSend";
+    case StepKind::recvCopySend:
+      return "recvCopySend";
+    case StepKind::recvReduceCopy:
+      return "recvReduceCopy";
+    case StepKind::recvReduceCopySend:
+      return "recvReduceCopySend";
+    case StepKind::copy:
+      return "copy";
+    case StepKind::reduceLocal:
+      return "reduceLocal";
   }
   return "?";
 }
 
 std::string_view name(Buf b) {
   switch (b) {
-    case Buf::input: return "in";
-    case Buf::output: return "out";
-    case Buf::scratch: return "tmp";
+    case Buf::input:
+      return "in";
+    case Buf::output:
+      return "out";
+    case Buf::scratch:
+      return "tmp";
   }
   return "?";
 }
@@ -114,11 +126,15 @@ void Program::duplicateStep(std::size_t i) {
 Segments segments(Collective coll, int nranks) {
   const auto n = static_cast<std::uint32_t>(nranks);
   switch (coll) {
-    case Collective::allGather: return {1, n};
-    case Collective::reduceScatter: return {n, 1};
+    case Collective::allGather:
+      return {1, n};
+    case Collective::reduceScatter:
+      return {n, 1};
     case Collective::allToAll:
-    case Collective::allToAllv: return {n, n};
-    default: return {1, 1};
+    case Collective::allToAllv:
+      return {n, n};
+    default:
+      return {1, 1};
   }
 }
 

@@ -77,8 +77,8 @@ enum class StepKind : std::uint8_t {
 inline constexpr int kNumStepKinds = 8;
 
 struct StepTraits {
-  bool recvs;    // takes one message from each recv peer
-  bool sends;    // puts one message to each send peer
+  bool recvs;  // takes one message from each recv peer
+  bool sends;  // puts one message to each send peer
   bool readsSrc;
   bool writesDst;
   bool reduces;
@@ -86,14 +86,22 @@ struct StepTraits {
 
 constexpr StepTraits traits(StepKind k) {
   switch (k) {
-    case StepKind::send: return {false, true, true, false, false};
-    case StepKind::recv: return {true, false, false, true, false};
-    case StepKind::recvReduceSend: return {true, true, true, false, true};
-    case StepKind::recvCopySend: return {true, true, false, true, false};
-    case StepKind::recvReduceCopy: return {true, false, true, true, true};
-    case StepKind::recvReduceCopySend: return {true, true, true, true, true};
-    case StepKind::copy: return {false, false, true, true, false};
-    case StepKind::reduceLocal: return {false, false, true, true, true};
+    case StepKind::send:
+      return {false, true, true, false, false};
+    case StepKind::recv:
+      return {true, false, false, true, false};
+    case StepKind::recvReduceSend:
+      return {true, true, true, false, true};
+    case StepKind::recvCopySend:
+      return {true, true, false, true, false};
+    case StepKind::recvReduceCopy:
+      return {true, false, true, true, true};
+    case StepKind::recvReduceCopySend:
+      return {true, true, true, true, true};
+    case StepKind::copy:
+      return {false, false, true, true, false};
+    case StepKind::reduceLocal:
+      return {false, false, true, true, true};
   }
   return {};
 }
@@ -120,7 +128,9 @@ class Program {
  public:
   const std::vector<Step>& steps() const { return steps_; }
   std::vector<Step>& mutableSteps() { return steps_; }  // for mutation tests and transforms
-  std::span<const int> recvPeers(const Step& s) const { return {peers_.data() + s.peerBegin, s.nrecv}; }
+  std::span<const int> recvPeers(const Step& s) const {
+    return {peers_.data() + s.peerBegin, s.nrecv};
+  }
   std::span<const int> sendPeers(const Step& s) const {
     return {peers_.data() + s.peerBegin + s.nrecv, s.nsend};
   }
@@ -198,7 +208,9 @@ struct Schedule {
   std::uint32_t inputBlocks() const { return segments(coll, nranks).input * blocksPerSegment; }
   std::uint32_t outputBlocks() const { return segments(coll, nranks).output * blocksPerSegment; }
   // Blocks in one message-size worth of data (the unit of "bytes per rank").
-  std::uint32_t messageBlocks() const { return segments(coll, nranks).message() * blocksPerSegment; }
+  std::uint32_t messageBlocks() const {
+    return segments(coll, nranks).message() * blocksPerSegment;
+  }
   const Program& program(std::size_t channel, int rank) const {
     return channels[channel].ranks[static_cast<std::size_t>(rank)];
   }

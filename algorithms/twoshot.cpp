@@ -11,11 +11,10 @@ using enum Buf;
 
 class TwoShot final : public Algorithm {
  public:
-  std::string_view name() const override { return "twoshot"; }
-  std::string_view summary() const override {
-    return "all-pairs reduce-scatter then all-pairs all-gather (mid-size, tensor parallel)";
-  }
-  std::vector<Collective> collectives() const override { return {Collective::allReduce}; }
+  TwoShot()
+      : Algorithm("twoshot",
+                  "all-pairs reduce-scatter then all-pairs all-gather (mid-size, tensor parallel)",
+                  {Collective::allReduce}) {}
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params&) const override {

@@ -11,15 +11,24 @@ namespace weft::algo {
 
 std::string_view name(Fault f) {
   switch (f) {
-    case Fault::none: return "ok";
-    case Fault::invalidStep: return "invalid step";
-    case Fault::deadlock: return "deadlock";
-    case Fault::unmatchedSend: return "unmatched send";
-    case Fault::sizeMismatch: return "size mismatch";
-    case Fault::undefinedRead: return "undefined read";
-    case Fault::doubleCount: return "double count";
-    case Fault::wrongResult: return "wrong result";
-    case Fault::forbiddenWrite: return "forbidden write";
+    case Fault::none:
+      return "ok";
+    case Fault::invalidStep:
+      return "invalid step";
+    case Fault::deadlock:
+      return "deadlock";
+    case Fault::unmatchedSend:
+      return "unmatched send";
+    case Fault::sizeMismatch:
+      return "size mismatch";
+    case Fault::undefinedRead:
+      return "undefined read";
+    case Fault::doubleCount:
+      return "double count";
+    case Fault::wrongResult:
+      return "wrong result";
+    case Fault::forbiddenWrite:
+      return "forbidden write";
   }
   return "?";
 }
@@ -62,7 +71,8 @@ class ValueTable {
     std::size_t i = 0, j = 0;
     bool overlap = false;
     while (i < x_.size() || j < y_.size()) {
-      const Interval next = (j == y_.size() || (i < x_.size() && x_[i].lo < y_[j].lo)) ? x_[i++] : y_[j++];
+      const Interval next =
+          (j == y_.size() || (i < x_.size() && x_[i].lo < y_[j].lo)) ? x_[i++] : y_[j++];
       if (!merged_.empty() && next.lo < merged_.back().hi) {
         overlap = true;
         break;
@@ -106,7 +116,9 @@ class ValueTable {
   };
 
   static bool isInline(Value v) { return (v & kInline) != 0; }
-  static std::uint32_t lenOf(Value v) { return static_cast<std::uint32_t>(v & ((1u << kLenBits) - 1)); }
+  static std::uint32_t lenOf(Value v) {
+    return static_cast<std::uint32_t>(v & ((1u << kLenBits) - 1));
+  }
   static std::uint32_t startOf(Value v) {
     return static_cast<std::uint32_t>((v >> kLenBits) & ((1u << kStartBits) - 1));
   }
@@ -177,8 +189,9 @@ class ValueTable {
     for (std::uint32_t id = it->second; id != kNone; id = entries_[id].next) {
       const Entry& e = entries_[id];
       if (e.length == set.size() &&
-          std::equal(set.begin(), set.end(), pool_.begin() + static_cast<std::ptrdiff_t>(e.offset),
-                     [](const Interval& a, const Interval& b) { return a.lo == b.lo && a.hi == b.hi; })) {
+          std::equal(
+              set.begin(), set.end(), pool_.begin() + static_cast<std::ptrdiff_t>(e.offset),
+              [](const Interval& a, const Interval& b) { return a.lo == b.lo && a.hi == b.hi; })) {
         return id;
       }
     }
@@ -209,11 +222,13 @@ class StaticChecker {
 
   bool check(VerifyReport& report) {
     if (s_.nranks < 1 || s_.blocksPerSegment < 1 || s_.partsPerBlock < 1) {
-      return fail(report, "schedule has nranks, blocksPerSegment and partsPerBlock that must be >= 1");
+      return fail(report,
+                  "schedule has nranks, blocksPerSegment and partsPerBlock that must be >= 1");
     }
     for (std::size_t c = 0; c < s_.channels.size(); ++c) {
       const ChannelSchedule& ch = s_.channels[c];
-      if (ch.part >= s_.partsPerBlock) return fail(report, "channel " + std::to_string(c) + " part out of range");
+      if (ch.part >= s_.partsPerBlock)
+        return fail(report, "channel " + std::to_string(c) + " part out of range");
       if (ch.ranks.size() != static_cast<std::size_t>(s_.nranks)) {
         return fail(report, "channel " + std::to_string(c) + " does not have one program per rank");
       }
@@ -268,10 +283,15 @@ class StaticChecker {
 
   std::string checkStep(const Program& p, const Step& st, int rank) const {
     const StepTraits t = traits(st.kind);
-    if (t.recvs != (st.nrecv > 0)) return t.recvs ? "no recv peer" : "recv peers on a step that does not receive";
-    if (t.sends != (st.nsend > 0)) return t.sends ? "no send peer" : "send peers on a step that does not send";
-    if (t.readsSrc != (st.nsrc > 0)) return t.readsSrc ? "no source blocks" : "source blocks on a step that reads none";
-    if (t.writesDst != (st.ndst > 0)) return t.writesDst ? "no destination blocks" : "destination blocks on a step that writes none";
+    if (t.recvs != (st.nrecv > 0))
+      return t.recvs ? "no recv peer" : "recv peers on a step that does not receive";
+    if (t.sends != (st.nsend > 0))
+      return t.sends ? "no send peer" : "send peers on a step that does not send";
+    if (t.readsSrc != (st.nsrc > 0))
+      return t.readsSrc ? "no source blocks" : "source blocks on a step that reads none";
+    if (t.writesDst != (st.ndst > 0))
+      return t.writesDst ? "no destination blocks"
+                         : "destination blocks on a step that writes none";
     if (t.recvs && !t.reduces && st.nrecv != 1) return "copies from more than one recv peer";
     if (auto why = checkSpans(p.src(st), false); !why.empty()) return why;
     if (auto why = checkSpans(p.dst(st), true); !why.empty()) return why;
@@ -281,7 +301,8 @@ class StaticChecker {
       std::uint32_t a = 0, b = 0;
       for (const Span& sp : p.src(st)) a += sp.count;
       for (const Span& sp : p.dst(st)) b += sp.count;
-      if (a != b) return "source has " + std::to_string(a) + " blocks, destination " + std::to_string(b);
+      if (a != b)
+        return "source has " + std::to_string(a) + " blocks, destination " + std::to_string(b);
     }
     return {};
   }
@@ -364,11 +385,18 @@ class Simulator {
   std::size_t slot(std::uint32_t r, Buf buf, std::uint32_t b, int slice) const {
     std::uint32_t local = 0;
     switch (buf) {
-      case Buf::input: local = aliasInput(r, b); break;
-      case Buf::output: local = inBlocks_ + b; break;
-      case Buf::scratch: local = inBlocks_ + outBlocks_ + b; break;
+      case Buf::input:
+        local = aliasInput(r, b);
+        break;
+      case Buf::output:
+        local = inBlocks_ + b;
+        break;
+      case Buf::scratch:
+        local = inBlocks_ + outBlocks_ + b;
+        break;
     }
-    return std::size_t{r} * perRank_ + std::size_t{perSlice_} * static_cast<std::uint32_t>(slice) + local;
+    return std::size_t{r} * perRank_ + std::size_t{perSlice_} * static_cast<std::uint32_t>(slice) +
+           local;
   }
 
   // Where input block b lives: in place, inside the output buffer as the collective defines.
@@ -376,10 +404,12 @@ class Simulator {
     if (!opt_.inPlace) return b;
     const std::uint32_t bps = s_.blocksPerSegment;
     switch (s_.coll) {
-      case Collective::allGather: return inBlocks_ + r * bps + b;
+      case Collective::allGather:
+        return inBlocks_ + r * bps + b;
       case Collective::reduceScatter:
         return (b >= r * bps && b < (r + 1) * bps) ? inBlocks_ + (b - r * bps) : b;
-      default: return inBlocks_ + b;
+      default:
+        return inBlocks_ + b;
     }
   }
 
@@ -587,8 +617,9 @@ class Simulator {
       const std::uint64_t to = c.key % n_, from = (c.key / n_) % n_, channel = c.key / n_ / n_;
       return fault(report, Fault::unmatchedSend,
                    "rank " + std::to_string(from) + " channel " + std::to_string(channel) +
-                       " step " + std::to_string(c.front().senderStep) + " sent a message to rank " +
-                       std::to_string(to) + " that was never received");
+                       " step " + std::to_string(c.front().senderStep) +
+                       " sent a message to rank " + std::to_string(to) +
+                       " that was never received");
     }
     return checkOutputs(report);
   }
@@ -598,13 +629,19 @@ class Simulator {
     const auto root = static_cast<std::uint32_t>(s_.root);
     switch (s_.coll) {
       case Collective::allReduce:
-      case Collective::reduce: return values_.wholeBlock(j);
-      case Collective::broadcast: return values_.singleton(j, root);
-      case Collective::allGather: return values_.singleton(j % bps, j / bps);
-      case Collective::reduceScatter: return values_.wholeBlock(std::uint64_t{r} * bps + j);
+      case Collective::reduce:
+        return values_.wholeBlock(j);
+      case Collective::broadcast:
+        return values_.singleton(j, root);
+      case Collective::allGather:
+        return values_.singleton(j % bps, j / bps);
+      case Collective::reduceScatter:
+        return values_.wholeBlock(std::uint64_t{r} * bps + j);
       case Collective::allToAll:
-      case Collective::allToAllv: return values_.singleton(std::uint64_t{r} * bps + j % bps, j / bps);
-      case Collective::sendRecv: return values_.singleton(j, (r + n_ - 1) % n_);
+      case Collective::allToAllv:
+        return values_.singleton(std::uint64_t{r} * bps + j % bps, j / bps);
+      case Collective::sendRecv:
+        return values_.singleton(j, (r + n_ - 1) % n_);
     }
     return ValueTable::kUndefined;
   }
@@ -619,8 +656,7 @@ class Simulator {
           if (got == want) continue;
           std::ostringstream os;
           os << "rank " << r << " output block " << j << " (pass " << sl << ") holds "
-             << (got == ValueTable::kUndefined ? std::string("nothing")
-                                               : values_.render(got))
+             << (got == ValueTable::kUndefined ? std::string("nothing") : values_.render(got))
              << ", expected " << values_.render(want);
           return fault(report, Fault::wrongResult, os.str());
         }

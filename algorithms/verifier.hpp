@@ -4,8 +4,8 @@
 // Reductions take the union and fail on overlap (a double count), copies and messages move sets,
 // and at the end every output block must hold exactly its expected set. Connections are FIFOs of
 // `capacity` messages (default two) per (channel, sender, receiver); a step runs when every recv
-// peer has a message waiting and every send peer has room. The step list is run `slices` times in a row,
-// as the executor does, so a schedule that only works once is caught. Running out of runnable
+// peer has a message waiting and every send peer has room. The step list is run `slices` times in a
+// row, as the executor does, so a schedule that only works once is caught. Running out of runnable
 // steps before every program ends is a deadlock; a message left in a FIFO is an unmatched send.
 //
 // The contract with executors: each connection has room for `capacity` messages of one slice
@@ -46,12 +46,12 @@ struct VerifyReport {
   std::string message;  // names the rank, channel, step and what went wrong
 
   // Costs of one pass (one slice), the largest over ranks.
-  std::uint32_t maxSteps = 0;           // steps on all channels together
-  std::uint32_t maxMessages = 0;        // messages sent
-  double maxBytes = 0;                  // bytes sent, as a multiple of the message size
-  double totalBytes = 0;                // the same summed over ranks
-  std::uint32_t maxMessageBlocks = 0;   // the largest single message, in blocks
-  std::uint64_t totalSteps = 0;         // over ranks and channels
+  std::uint32_t maxSteps = 0;          // steps on all channels together
+  std::uint32_t maxMessages = 0;       // messages sent
+  double maxBytes = 0;                 // bytes sent, as a multiple of the message size
+  double totalBytes = 0;               // the same summed over ranks
+  std::uint32_t maxMessageBlocks = 0;  // the largest single message, in blocks
+  std::uint64_t totalSteps = 0;        // over ranks and channels
 
   bool ok() const { return fault == Fault::none; }
 };

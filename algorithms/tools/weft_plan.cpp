@@ -118,8 +118,10 @@ void verifyRange(const Variant& v, Collective coll, const std::vector<int>& rank
         if (inPlace && !set.inPlace) continue;
         const VerifyReport rep = verify(*schedule, {inPlace, set.slices});
         if (!rep.ok()) {
-          row.failure = "n=" + std::to_string(n) + (weft::hasRoot(coll) ? " root=" + std::to_string(root) : "") +
-                        (inPlace ? " in-place" : "") + ": " + std::string(name(rep.fault)) + ": " + rep.message;
+          row.failure = "n=" + std::to_string(n) +
+                        (weft::hasRoot(coll) ? " root=" + std::to_string(root) : "") +
+                        (inPlace ? " in-place" : "") + ": " + std::string(name(rep.fault)) + ": " +
+                        rep.message;
           return;
         }
         if (root == 0 && !inPlace && n >= row.atRanks) {
@@ -134,8 +136,8 @@ void verifyRange(const Variant& v, Collective coll, const std::vector<int>& rank
   }
 }
 
-int runVerify(const std::string& algoName, const std::string& collName, const std::string& ranksText,
-              int aggregation, const VerifySettings& set) {
+int runVerify(const std::string& algoName, const std::string& collName,
+              const std::string& ranksText, int aggregation, const VerifySettings& set) {
   std::vector<std::vector<int>> ranges;
   if (ranksText.empty()) {
     std::vector<int> small;
@@ -224,8 +226,9 @@ int runVerify(const std::string& algoName, const std::string& collName, const st
   }
   std::printf("\n%ld rank counts verified over %zu rows in %.1f s: %s\n", schedules, rows.size(),
               seconds, failures == 0 ? "all correct" : "FAILURES");
-  std::printf("(steps, msgs and bytes/rank: the largest over ranks, at n = 'at n'; bytes as a "
-              "multiple of the message size; max msg in blocks)\n");
+  std::printf(
+      "(steps, msgs and bytes/rank: the largest over ranks, at n = 'at n'; bytes as a "
+      "multiple of the message size; max msg in blocks)\n");
   return failures == 0 ? 0 : 1;
 }
 
@@ -251,10 +254,11 @@ int runShow(const std::string& algoName, const std::string& collName, int nranks
     return 2;
   }
   const VerifyReport rep = verify(*s);
-  std::printf("%s %s, %d ranks, rank %d: %u block(s) per segment, %u scratch block(s), verifier: %s\n",
-              a->name().data(), std::string(weft::name(*coll)).c_str(), nranks, rank,
-              s->blocksPerSegment, s->scratchBlocks,
-              rep.ok() ? "correct" : (std::string(name(rep.fault)) + ": " + rep.message).c_str());
+  std::printf(
+      "%s %s, %d ranks, rank %d: %u block(s) per segment, %u scratch block(s), verifier: %s\n",
+      a->name().data(), std::string(weft::name(*coll)).c_str(), nranks, rank, s->blocksPerSegment,
+      s->scratchBlocks,
+      rep.ok() ? "correct" : (std::string(name(rep.fault)) + ": " + rep.message).c_str());
   std::cout << describe(*s, rank);
   return rep.ok() ? 0 : 1;
 }
@@ -274,11 +278,16 @@ int main(int argc, char** argv) {
   auto* verifyCmd = app.add_subcommand("verify", "verify schedules and print their costs");
   verifyCmd->add_option("--algo", algo, "only this algorithm");
   verifyCmd->add_option("--coll", coll, "only this collective");
-  verifyCmd->add_option("--ranks", ranks, "rank counts, e.g. 1-64,96 (default 1-64 and 96,127,128,255,256,1000)");
-  verifyCmd->add_option("--aggregation", aggregation, "PAT blocks per message (default: 1, 8 and n/2)");
-  verifyCmd->add_option("--group", group, "hierarchical: ranks per node (default: largest divisor <= 8)");
-  verifyCmd->add_option("--channels", channels, "split each schedule over this many channels")->check(CLI::Range(1, 64));
-  verifyCmd->add_option("--slices", slices, "passes of each program back to back")->check(CLI::Range(1, 16));
+  verifyCmd->add_option("--ranks", ranks,
+                        "rank counts, e.g. 1-64,96 (default 1-64 and 96,127,128,255,256,1000)");
+  verifyCmd->add_option("--aggregation", aggregation,
+                        "PAT blocks per message (default: 1, 8 and n/2)");
+  verifyCmd->add_option("--group", group,
+                        "hierarchical: ranks per node (default: largest divisor <= 8)");
+  verifyCmd->add_option("--channels", channels, "split each schedule over this many channels")
+      ->check(CLI::Range(1, 64));
+  verifyCmd->add_option("--slices", slices, "passes of each program back to back")
+      ->check(CLI::Range(1, 16));
   verifyCmd->add_flag("--no-inplace", noInPlace, "skip the in-place variants");
 
   auto* showCmd = app.add_subcommand("show", "print one rank's steps");
@@ -296,7 +305,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("list")) {
     for (const Algorithm* a : algorithms()) {
       std::string colls;
-      for (Collective c : a->collectives()) colls += (colls.empty() ? "" : ",") + std::string(weft::name(c));
+      for (Collective c : a->collectives())
+        colls += (colls.empty() ? "" : ",") + std::string(weft::name(c));
       std::printf("%-13s %-50s %s\n", a->name().data(), colls.c_str(), a->summary().data());
     }
     return 0;

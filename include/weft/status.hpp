@@ -2,10 +2,10 @@
 #pragma once
 
 #include <cassert>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
-#include <optional>
 
 #include "weft/types.h"
 
@@ -22,7 +22,6 @@ enum class Code : int {
   unsupported = weftUnsupported,
   inProgress = weftInProgress,
 };
-
 
 class [[nodiscard]] Status {
  public:
@@ -42,9 +41,15 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status invalidArgument(std::string m) { return {Code::invalidArgument, std::move(m)}; }
-inline Status unsupported(std::string m) { return {Code::unsupported, std::move(m)}; }
-inline Status internalError(std::string m) { return {Code::internalError, std::move(m)}; }
+inline Status invalidArgument(std::string m) {
+  return {Code::invalidArgument, std::move(m)};
+}
+inline Status unsupported(std::string m) {
+  return {Code::unsupported, std::move(m)};
+}
+inline Status internalError(std::string m) {
+  return {Code::internalError, std::move(m)};
+}
 
 // A value or the Status that explains its absence.
 template <typename T>
@@ -71,15 +76,24 @@ class [[nodiscard]] Result {
 
 inline std::string_view name(Code c) {
   switch (c) {
-    case Code::ok: return "success";
-    case Code::invalidArgument: return "invalid argument";
-    case Code::invalidUsage: return "invalid usage";
-    case Code::systemError: return "system error";
-    case Code::internalError: return "internal error";
-    case Code::remoteError: return "remote error";
-    case Code::timeout: return "timeout";
-    case Code::unsupported: return "unsupported";
-    case Code::inProgress: return "in progress";
+    case Code::ok:
+      return "success";
+    case Code::invalidArgument:
+      return "invalid argument";
+    case Code::invalidUsage:
+      return "invalid usage";
+    case Code::systemError:
+      return "system error";
+    case Code::internalError:
+      return "internal error";
+    case Code::remoteError:
+      return "remote error";
+    case Code::timeout:
+      return "timeout";
+    case Code::unsupported:
+      return "unsupported";
+    case Code::inProgress:
+      return "in progress";
   }
   return "unknown result";
 }

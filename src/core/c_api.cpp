@@ -26,7 +26,9 @@ const char* weftGetErrorString(weftResult_t result) {
   return weft::name(static_cast<weft::Code>(result)).data();
 }
 
-const char* weftGetLastError(void) { return gLastError.c_str(); }
+const char* weftGetLastError(void) {
+  return gLastError.c_str();
+}
 
 size_t weftTypeSize(weftDataType_t type) {
   if (static_cast<int>(type) < 0 || type >= weftNumDataTypes) return 0;

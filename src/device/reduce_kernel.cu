@@ -14,23 +14,50 @@ namespace weft::device {
 namespace {
 
 // Narrow floating types compute in fp32; everything else in its own type.
-template <typename T> struct Compute { using type = T; };
-template <> struct Compute<__half> { using type = float; };
-template <> struct Compute<__nv_bfloat16> { using type = float; };
-template <> struct Compute<__nv_fp8_e4m3> { using type = float; };
-template <> struct Compute<__nv_fp8_e5m2> { using type = float; };
+template <typename T>
+struct Compute {
+  using type = T;
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_fp8_e4m3> {
+  using type = float;
+};
+template <>
+struct Compute<__nv_fp8_e5m2> {
+  using type = float;
+};
 
 struct Sum {
-  template <typename C> __device__ static C apply(C x, C y) { return x + y; }
+  template <typename C>
+  __device__ static C apply(C x, C y) {
+    return x + y;
+  }
 };
 struct Prod {
-  template <typename C> __device__ static C apply(C x, C y) { return x * y; }
+  template <typename C>
+  __device__ static C apply(C x, C y) {
+    return x * y;
+  }
 };
 struct Min {
-  template <typename C> __device__ static C apply(C x, C y) { return y < x ? y : x; }
+  template <typename C>
+  __device__ static C apply(C x, C y) {
+    return y < x ? y : x;
+  }
 };
 struct Max {
-  template <typename C> __device__ static C apply(C x, C y) { return x < y ? y : x; }
+  template <typename C>
+  __device__ static C apply(C x, C y) {
+    return x < y ? y : x;
+  }
 };
 
 template <typename T, typename Op>
@@ -58,10 +85,13 @@ __global__ void reduceKernel(T* dst, const T* a, const T* b, std::size_t count, 
     for (std::size_t k = 0; k < kPerVec; ++k) ed[k] = combine<T, Op>(ea[k], eb[k]);
     reinterpret_cast<uint4*>(dst)[i] = vd;
   }
-  for (std::size_t i = nvec * kPerVec + tid; i < count; i += stride) dst[i] = combine<T, Op>(a[i], b[i]);
+  for (std::size_t i = nvec * kPerVec + tid; i < count; i += stride)
+    dst[i] = combine<T, Op>(a[i], b[i]);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
 
 template <typename T, typename Op>
 Status launch(void* dst, const void* a, const void* b, std::size_t count, cudaStream_t stream) {
@@ -69,12 +99,14 @@ Status launch(void* dst, const void* a, const void* b, std::size_t count, cudaSt
   const bool vectorized = aligned16(dst) && aligned16(a) && aligned16(b);
   const std::size_t work = vectorized ? count / kPerVec + kPerVec : count;
   constexpr unsigned kThreads = 256;
-  const auto blocks = static_cast<unsigned>(std::min<std::size_t>((work + kThreads - 1) / kThreads, 4096));
-  reduceKernel<T, Op><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(a),
-                                                      static_cast<const T*>(b), count, vectorized);
+  const auto blocks =
+      static_cast<unsigned>(std::min<std::size_t>((work + kThreads - 1) / kThreads, 4096));
+  reduceKernel<T, Op><<<blocks, kThreads, 0, stream>>>(
+      static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, vectorized);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) {
-    return {Code::systemError, std::string("reduce kernel launch failed: ") + cudaGetErrorString(err)};
+    return {Code::systemError,
+            std::string("reduce kernel launch failed: ") + cudaGetErrorString(err)};
   }
   return {};
 }
@@ -84,18 +116,30 @@ template <typename Op>
 Status launchFor(DataType type, void* dst, const void* a, const void* b, std::size_t count,
                  cudaStream_t s) {
   switch (type) {
-    case DataType::f64: return launch<double, Op>(dst, a, b, count, s);
-    case DataType::f32: return launch<float, Op>(dst, a, b, count, s);
-    case DataType::f16: return launch<__half, Op>(dst, a, b, count, s);
-    case DataType::bf16: return launch<__nv_bfloat16, Op>(dst, a, b, count, s);
-    case DataType::f8e4m3: return launch<__nv_fp8_e4m3, Op>(dst, a, b, count, s);
-    case DataType::f8e5m2: return launch<__nv_fp8_e5m2, Op>(dst, a, b, count, s);
-    case DataType::i8: return launch<std::int8_t, Op>(dst, a, b, count, s);
-    case DataType::u8: return launch<std::uint8_t, Op>(dst, a, b, count, s);
-    case DataType::i32: return launch<std::int32_t, Op>(dst, a, b, count, s);
-    case DataType::u32: return launch<std::uint32_t, Op>(dst, a, b, count, s);
-    case DataType::i64: return launch<std::int64_t, Op>(dst, a, b, count, s);
-    case DataType::u64: return launch<std::uint64_t, Op>(dst, a, b, count, s);
+    case DataType::f64:
+      return launch<double, Op>(dst, a, b, count, s);
+    case DataType::f32:
+      return launch<float, Op>(dst, a, b, count, s);
+    case DataType::f16:
+      return launch<__half, Op>(dst, a, b, count, s);
+    case DataType::bf16:
+      return launch<__nv_bfloat16, Op>(dst, a, b, count, s);
+    case DataType::f8e4m3:
+      return launch<__nv_fp8_e4m3, Op>(dst, a, b, count, s);
+    case DataType::f8e5m2:
+      return launch<__nv_fp8_e5m2, Op>(dst, a, b, count, s);
+    case DataType::i8:
+      return launch<std::int8_t, Op>(dst, a, b, count, s);
+    case DataType::u8:
+      return launch<std::uint8_t, Op>(dst, a, b, count, s);
+    case DataType::i32:
+      return launch<std::int32_t, Op>(dst, a, b, count, s);
+    case DataType::u32:
+      return launch<std::uint32_t, Op>(dst, a, b, count, s);
+    case DataType::i64:
+      return launch<std::int64_t, Op>(dst, a, b, count, s);
+    case DataType::u64:
+      return launch<std::uint64_t, Op>(dst, a, b, count, s);
   }
   return invalidArgument("reduce: invalid data type " + std::to_string(static_cast<int>(type)));
 }
@@ -110,11 +154,16 @@ Status reduce(void* dst, const void* a, const void* b, std::size_t count, DataTy
   }
   const auto s = static_cast<cudaStream_t>(stream);
   switch (op) {
-    case RedOp::sum: return launchFor<Sum>(type, dst, a, b, count, s);
-    case RedOp::prod: return launchFor<Prod>(type, dst, a, b, count, s);
-    case RedOp::min: return launchFor<Min>(type, dst, a, b, count, s);
-    case RedOp::max: return launchFor<Max>(type, dst, a, b, count, s);
-    case RedOp::avg: break;
+    case RedOp::sum:
+      return launchFor<Sum>(type, dst, a, b, count, s);
+    case RedOp::prod:
+      return launchFor<Prod>(type, dst, a, b, count, s);
+    case RedOp::min:
+      return launchFor<Min>(type, dst, a, b, count, s);
+    case RedOp::max:
+      return launchFor<Max>(type, dst, a, b, count, s);
+    case RedOp::avg:
+      break;
   }
   return invalidArgument("reduce: op " + std::string(name(op)) +
                          " is not element-wise (avg is sum, then a scale by 1/nranks)");

@@ -21,11 +21,26 @@ bool haveGpu() {
 }
 
 // The same arithmetic as the kernel, on the host: narrow floats in fp32, rounded on store.
-template <typename T> struct HostCompute { using type = T; };
-template <> struct HostCompute<__half> { using type = float; };
-template <> struct HostCompute<__nv_bfloat16> { using type = float; };
-template <> struct HostCompute<__nv_fp8_e4m3> { using type = float; };
-template <> struct HostCompute<__nv_fp8_e5m2> { using type = float; };
+template <typename T>
+struct HostCompute {
+  using type = T;
+};
+template <>
+struct HostCompute<__half> {
+  using type = float;
+};
+template <>
+struct HostCompute<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct HostCompute<__nv_fp8_e4m3> {
+  using type = float;
+};
+template <>
+struct HostCompute<__nv_fp8_e5m2> {
+  using type = float;
+};
 
 template <typename T>
 T hostCombine(T x, T y, RedOp op) {
@@ -33,11 +48,20 @@ T hostCombine(T x, T y, RedOp op) {
   const C a = static_cast<C>(x), b = static_cast<C>(y);
   C r{};
   switch (op) {
-    case RedOp::sum: r = static_cast<C>(a + b); break;
-    case RedOp::prod: r = static_cast<C>(a * b); break;
-    case RedOp::min: r = b < a ? b : a; break;
-    case RedOp::max: r = a < b ? b : a; break;
-    case RedOp::avg: break;
+    case RedOp::sum:
+      r = static_cast<C>(a + b);
+      break;
+    case RedOp::prod:
+      r = static_cast<C>(a * b);
+      break;
+    case RedOp::min:
+      r = b < a ? b : a;
+      break;
+    case RedOp::max:
+      r = a < b ? b : a;
+      break;
+    case RedOp::avg:
+      break;
   }
   return static_cast<T>(r);
 }
@@ -70,7 +94,8 @@ void checkType(DataType type) {
     for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
       ASSERT_EQ(cudaMemset(dd, 0xA5, bytes), cudaSuccess);  // poison
       auto* d = static_cast<T*>(dd) + offset;
-      const Status st = reduce(d, static_cast<T*>(da) + offset, static_cast<T*>(db) + offset, count, type, op);
+      const Status st =
+          reduce(d, static_cast<T*>(da) + offset, static_cast<T*>(db) + offset, count, type, op);
       ASSERT_TRUE(st.isOk()) << st.toString();
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       std::vector<T> out(count);
@@ -95,21 +120,46 @@ class ReduceKernel : public testing::Test {
   }
 };
 
-TEST_F(ReduceKernel, Float64) { checkType<double>(DataType::f64); }
-TEST_F(ReduceKernel, Float32) { checkType<float>(DataType::f32); }
-TEST_F(ReduceKernel, Float16) { checkType<__half>(DataType::f16); }
-TEST_F(ReduceKernel, Bfloat16) { checkType<__nv_bfloat16>(DataType::bf16); }
-TEST_F(ReduceKernel, Float8e4m3) { checkType<__nv_fp8_e4m3>(DataType::f8e4m3); }
-TEST_F(ReduceKernel, Float8e5m2) { checkType<__nv_fp8_e5m2>(DataType::f8e5m2); }
-TEST_F(ReduceKernel, Int8) { checkType<std::int8_t>(DataType::i8); }
-TEST_F(ReduceKernel, Uint8) { checkType<std::uint8_t>(DataType::u8); }
-TEST_F(ReduceKernel, Int32) { checkType<std::int32_t>(DataType::i32); }
-TEST_F(ReduceKernel, Uint32) { checkType<std::uint32_t>(DataType::u32); }
-TEST_F(ReduceKernel, Int64) { checkType<std::int64_t>(DataType::i64); }
-TEST_F(ReduceKernel, Uint64) { checkType<std::uint64_t>(DataType::u64); }
+TEST_F(ReduceKernel, Float64) {
+  checkType<double>(DataType::f64);
+}
+TEST_F(ReduceKernel, Float32) {
+  checkType<float>(DataType::f32);
+}
+TEST_F(ReduceKernel, Float16) {
+  checkType<__half>(DataType::f16);
+}
+TEST_F(ReduceKernel, Bfloat16) {
+  checkType<__nv_bfloat16>(DataType::bf16);
+}
+TEST_F(ReduceKernel, Float8e4m3) {
+  checkType<__nv_fp8_e4m3>(DataType::f8e4m3);
+}
+TEST_F(ReduceKernel, Float8e5m2) {
+  checkType<__nv_fp8_e5m2>(DataType::f8e5m2);
+}
+TEST_F(ReduceKernel, Int8) {
+  checkType<std::int8_t>(DataType::i8);
+}
+TEST_F(ReduceKernel, Uint8) {
+  checkType<std::uint8_t>(DataType::u8);
+}
+TEST_F(ReduceKernel, Int32) {
+  checkType<std::int32_t>(DataType::i32);
+}
+TEST_F(ReduceKernel, Uint32) {
+  checkType<std::uint32_t>(DataType::u32);
+}
+TEST_F(ReduceKernel, Int64) {
+  checkType<std::int64_t>(DataType::i64);
+}
+TEST_F(ReduceKernel, Uint64) {
+  checkType<std::uint64_t>(DataType::u64);
+}
 
 TEST_F(ReduceKernel, RejectsAvgAndNullBuffers) {
-  EXPECT_EQ(reduce(nullptr, nullptr, nullptr, 4, DataType::f32, RedOp::sum).code(), Code::invalidArgument);
+  EXPECT_EQ(reduce(nullptr, nullptr, nullptr, 4, DataType::f32, RedOp::sum).code(),
+            Code::invalidArgument);
   void* p = nullptr;
   ASSERT_EQ(cudaMalloc(&p, 64), cudaSuccess);
   EXPECT_EQ(reduce(p, p, p, 4, DataType::f32, RedOp::avg).code(), Code::invalidArgument);

@@ -11,7 +11,8 @@ namespace {
 
 class Parser {
  public:
-  Parser(const std::string& text, const std::map<std::string, double>& vars) : s_(text), vars_(vars) {}
+  Parser(const std::string& text, const std::map<std::string, double>& vars)
+      : s_(text), vars_(vars) {}
 
   double parse() {
     const double v = ternary();
@@ -104,8 +105,8 @@ class Parser {
     if (fn == "floor") return std::floor(x);
     if (fn == "log2") return std::log2(x);
     if (fn == "log2c") return asCount(x) <= 1 ? 0 : std::bit_width(asCount(x) - 1);  // ceil(log2 x)
-    if (fn == "pow2") return std::bit_floor(asCount(x));                              // largest 2^k <= x
-    if (fn == "bitsum") {  // sum of popcount(i) for 0 <= i < x
+    if (fn == "pow2") return std::bit_floor(asCount(x));  // largest 2^k <= x
+    if (fn == "bitsum") {                                 // sum of popcount(i) for 0 <= i < x
       double total = 0;
       for (unsigned i = 0; i < asCount(x); ++i) total += std::popcount(i);
       return total;
@@ -120,14 +121,16 @@ class Parser {
       if (!eat(")")) fail("expected ')'");
       return v;
     }
-    if (pos_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.')) {
+    if (pos_ < s_.size() &&
+        (std::isdigit(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.')) {
       std::size_t used = 0;
       const double v = std::stod(s_.substr(pos_), &used);
       pos_ += used;
       return v;
     }
     std::string id;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_')) {
       id += s_[pos_++];
     }
     if (id.empty()) fail("expected a value at '" + s_.substr(pos_) + "'");

@@ -95,22 +95,24 @@ TEST(AlgorithmsDoc, FormulasMatchTheVerifier) {
         const VerifyReport rep = verify(s, {false, 1});
         ASSERT_TRUE(rep.ok()) << rep.message;
         const int G = hierarchicalGroupSize(n, 0);
-        const std::map<std::string, double> vars{
-            {"n", n}, {"A", A}, {"G", G}, {"N", n / G}};
+        const std::map<std::string, double> vars{{"n", n}, {"A", A}, {"G", G}, {"N", n / G}};
         const std::map<std::string, double> actual{
             {"steps", rep.maxSteps},
             {"messages", rep.maxMessages},
             {"bytes", rep.maxBytes},
-            {"largest message", double(rep.maxMessageBlocks) / (double(s.messageBlocks()) * s.partsPerBlock)}};
+            {"largest message",
+             double(rep.maxMessageBlocks) / (double(s.messageBlocks()) * s.partsPerBlock)}};
         for (const auto& [column, value] : actual) {
           const auto it = row.formula.find(column);
           ASSERT_NE(it, row.formula.end()) << "no column " << column;
           std::string error;
           const auto expected = test::evaluate(it->second, vars, &error);
-          ASSERT_TRUE(expected.has_value()) << "line " << row.line << " " << column << ": " << error;
+          ASSERT_TRUE(expected.has_value())
+              << "line " << row.line << " " << column << ": " << error;
           EXPECT_NEAR(*expected, value, 1e-9)
-              << "docs/algorithms.md line " << row.line << ": " << row.algo << " " << row.coll << " "
-              << column << " `" << it->second << "` at n=" << n << (row.algo == "pat" ? " A=" + std::to_string(A) : "");
+              << "docs/algorithms.md line " << row.line << ": " << row.algo << " " << row.coll
+              << " " << column << " `" << it->second << "` at n=" << n
+              << (row.algo == "pat" ? " A=" + std::to_string(A) : "");
         }
       }
     }

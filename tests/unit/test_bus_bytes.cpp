@@ -47,9 +47,11 @@ TEST(BusBytes, PatMovesExactlyNMinusOneBlocksPerRank) {
         const VerifyReport rep = verify(s);
         ASSERT_TRUE(rep.ok()) << rep.message;
         // One block is 1/n of the message: n-1 blocks per rank, on every rank.
-        expectEveryRank(rep, n, double(n - 1) / n, "n=" + std::to_string(n) + " A=" + std::to_string(A));
+        expectEveryRank(rep, n, double(n - 1) / n,
+                        "n=" + std::to_string(n) + " A=" + std::to_string(A));
         const int bundles = (n + A - 1) / A;
-        EXPECT_EQ(rep.maxMessages, static_cast<std::uint32_t>(bundles - 1 + std::countr_zero(static_cast<unsigned>(A))));
+        EXPECT_EQ(rep.maxMessages, static_cast<std::uint32_t>(
+                                       bundles - 1 + std::countr_zero(static_cast<unsigned>(A))));
       }
     }
   }
@@ -69,17 +71,21 @@ TEST(BusBytes, TwoShotAndRabenseifnerMatchTheRing) {
 TEST(BusBytes, RabenseifnerFoldsPayOneMessageMore) {
   for (int n : {3, 5, 6, 7, 12, 100}) {
     const double p = pow2Floor(static_cast<std::uint32_t>(n));
-    EXPECT_NEAR(costs(rhdAlgorithm(), Collective::allReduce, n).maxBytes, 2 * (p - 1) / p + 1, 1e-12) << n;
+    EXPECT_NEAR(costs(rhdAlgorithm(), Collective::allReduce, n).maxBytes, 2 * (p - 1) / p + 1,
+                1e-12)
+        << n;
   }
 }
 
 TEST(BusBytes, OneShotSendsTheWholeInputToEveryPeer) {
-  for (int n = 2; n <= 32; ++n) expectEveryRank(costs(oneshotAlgorithm(), Collective::allReduce, n), n, n - 1, "");
+  for (int n = 2; n <= 32; ++n)
+    expectEveryRank(costs(oneshotAlgorithm(), Collective::allReduce, n), n, n - 1, "");
 }
 
 TEST(BusBytes, AllToAllVariants) {
   for (int n = 2; n <= 64; ++n) {
-    expectEveryRank(costs(pairwiseAlgorithm(), Collective::allToAll, n), n, double(n - 1) / n, "pairwise");
+    expectEveryRank(costs(pairwiseAlgorithm(), Collective::allToAll, n), n, double(n - 1) / n,
+                    "pairwise");
     // Bruck sends every block once per set bit of its rotated index.
     long bits = 0;
     for (int i = 0; i < n; ++i) bits += std::popcount(static_cast<unsigned>(i));

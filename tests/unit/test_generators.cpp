@@ -17,7 +17,9 @@ struct Case {
   Collective coll;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.algo << " " << name(c.coll); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.algo << " " << name(c.coll);
+}
 
 std::vector<Case> allCases() {
   std::vector<Case> out;
@@ -47,7 +49,8 @@ std::string check(const Algorithm& a, Collective coll, int n, const Params& para
     opt.inPlace = inPlace;
     const VerifyReport rep = verify(*s, opt);
     if (!rep.ok()) {
-      return std::string(inPlace ? "in-place " : "") + std::string(name(rep.fault)) + ": " + rep.message;
+      return std::string(inPlace ? "in-place " : "") + std::string(name(rep.fault)) + ": " +
+             rep.message;
     }
   }
   return {};
@@ -116,7 +119,8 @@ TEST(Pat, MessagesAndScratchAreBoundedByTheAggregation) {
       EXPECT_LE(rep.maxMessageBlocks, static_cast<std::uint32_t>(A)) << "n=" << n << " A=" << A;
       // One bundle of partial sums per level of the bundle tree, plus bundle 0's own.
       const int bundles = (n + A - 1) / A;
-      EXPECT_LE(rs.scratchBlocks, static_cast<std::uint32_t>(A * (ceilLog2(static_cast<std::uint32_t>(bundles)) + 1)))
+      EXPECT_LE(rs.scratchBlocks,
+                static_cast<std::uint32_t>(A * (ceilLog2(static_cast<std::uint32_t>(bundles)) + 1)))
           << "n=" << n << " A=" << A;
       const Schedule ag = *patAlgorithm().build(Collective::allGather, n, params);
       EXPECT_EQ(ag.scratchBlocks, 0u);
@@ -128,9 +132,11 @@ TEST(Pat, MessagesAndScratchAreBoundedByTheAggregation) {
 TEST(Pat, RejectsAggregationOutOfRange) {
   Params params;
   params.aggregation = 5;
-  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(),
+            Code::invalidArgument);
   params.aggregation = -1;
-  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(patAlgorithm().build(Collective::allGather, 8, params).status().code(),
+            Code::invalidArgument);
 }
 
 TEST(Hierarchical, EveryGroupSizeThatDividesTheRanks) {
@@ -139,7 +145,8 @@ TEST(Hierarchical, EveryGroupSizeThatDividesTheRanks) {
       if (n % G != 0) continue;
       Params params;
       params.groupSize = G;
-      EXPECT_EQ(check(hierarchicalAlgorithm(), Collective::allToAll, n, params), "") << "n=" << n << " G=" << G;
+      EXPECT_EQ(check(hierarchicalAlgorithm(), Collective::allToAll, n, params), "")
+          << "n=" << n << " G=" << G;
     }
   }
 }
@@ -171,11 +178,13 @@ TEST(Registry, BuildRejectsBadRequests) {
   EXPECT_EQ(ringAlgorithm().build(Collective::allReduce, 0).status().code(), Code::invalidArgument);
   Params params;
   params.root = 4;
-  EXPECT_EQ(ringAlgorithm().build(Collective::broadcast, 4, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(ringAlgorithm().build(Collective::broadcast, 4, params).status().code(),
+            Code::invalidArgument);
   EXPECT_EQ(bruckAlgorithm().build(Collective::allReduce, 4).status().code(), Code::unsupported);
   params = {};
   params.channels = 0;
-  EXPECT_EQ(ringAlgorithm().build(Collective::allReduce, 4, params).status().code(), Code::invalidArgument);
+  EXPECT_EQ(ringAlgorithm().build(Collective::allReduce, 4, params).status().code(),
+            Code::invalidArgument);
   EXPECT_EQ(findAlgorithm("nosuch"), nullptr);
   EXPECT_EQ(findAlgorithm("ring"), &ringAlgorithm());
 }

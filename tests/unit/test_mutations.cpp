@@ -48,7 +48,8 @@ int forEachMutant(const std::function<bool(Schedule&, int rank, std::size_t step
               ++checked;
               const std::string what = std::string(a->name()) + " " + std::string(name(c)) +
                                        " n=" + std::to_string(n) + " rank " + std::to_string(rank) +
-                                       " channel " + std::to_string(ch) + " step " + std::to_string(i);
+                                       " channel " + std::to_string(ch) + " step " +
+                                       std::to_string(i);
               expect(verify(mutant), what);
             }
           }
@@ -124,9 +125,10 @@ TEST(Mutation, ReorderedSend) {
           if (steps[j].nsend == 0) continue;
           const auto others = p.sendPeers(steps[j]);
           if (std::find(others.begin(), others.end(), peer) == others.end()) continue;
-          const bool sameData = steps[j].kind == steps[i].kind &&
-                                fromSpans(p.src(steps[j])).spans() == fromSpans(p.src(steps[i])).spans() &&
-                                fromSpans(p.dst(steps[j])).spans() == fromSpans(p.dst(steps[i])).spans();
+          const bool sameData =
+              steps[j].kind == steps[i].kind &&
+              fromSpans(p.src(steps[j])).spans() == fromSpans(p.src(steps[i])).spans() &&
+              fromSpans(p.dst(steps[j])).spans() == fromSpans(p.dst(steps[i])).spans();
           if (sameData) return false;
           std::swap(steps[i], steps[j]);
           return true;

@@ -43,7 +43,8 @@ TEST(Program, StoresPeersAndSpansInPools) {
   ASSERT_EQ(p.steps().size(), 2u);
   const Step& s = p.steps()[0];
   EXPECT_EQ(s.kind, StepKind::recvReduceSend);
-  EXPECT_EQ(std::vector<int>(p.recvPeers(s).begin(), p.recvPeers(s).end()), (std::vector<int>{1, 2}));
+  EXPECT_EQ(std::vector<int>(p.recvPeers(s).begin(), p.recvPeers(s).end()),
+            (std::vector<int>{1, 2}));
   EXPECT_EQ(p.sendPeers(s)[0], 3);
   EXPECT_EQ(p.blocks(s), 2u);
   EXPECT_EQ(p.blocks(p.steps()[1]), 1u);
@@ -73,7 +74,8 @@ TEST(Schedule, DescribeListsOneRanksSteps) {
   const Schedule s = *ringAlgorithm().build(Collective::allReduce, 4);
   const std::string text = describe(s, 1);
   EXPECT_NE(text.find("send src in[1] to 2"), std::string::npos) << text;
-  EXPECT_NE(text.find("recvReduceCopySend from 0 src in[2] dst out[2] to 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("recvReduceCopySend from 0 src in[2] dst out[2] to 2"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("7 steps"), std::string::npos) << text;
 }
 
