@@ -1,0 +1,105 @@
+// The machine model of one host: devices (GPUs, CPUs/NUMA nodes, NICs, PCI switches, NVSwitch)
+// and links (NVLink, PCIe, SMP, C2C), each with a bandwidth and a latency, plus the best path
+// between every pair of devices. The XML tree in NCCL's topology-file format is the source of
+// truth: discovery and files both produce one, and the graph is derived from it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/xml.hpp"
+#include "weft/status.hpp"
+
+namespace weft::topo {
+
+enum class NodeKind : std::uint8_t { cpu, pciSwitch, gpu, nic, nvswitch };
+enum class LinkKind : std::uint8_t { nvlink, pcie, smp, c2c };
+
+// How two devices reach each other, best first (NCCL's path types, in its order).
+enum class PathClass : std::uint8_t {
+  loc,  // the same device
+  nvl,  // NVLink, directly or through NVSwitch
+  nvb,  // NVLink through another GPU
+  c2c,  // chip-to-chip (Grace <-> GPU)
+  pix,  // PCIe through one switch
+  pxb,  // PCIe through several switches
+  phb,  // PCIe through a CPU's host bridge
+  sys,  // across the CPUs' SMP interconnect
+  net,  // across the network (between hosts)
+};
+
+std::string_view name(NodeKind k);
+std::string_view name(LinkKind k);
+std::string_view name(PathClass c);
+
+struct Node {
+  NodeKind kind = NodeKind::cpu;
+  int index = 0;        // GPU: CUDA device number; CPU: NUMA id; NIC: net dev; others: order seen
+  std::string busId;    // PCI bus id ("0000:19:00.0") where there is one
+  std::string label;    // "GPU0", "CPU1", "NIC mlx5_0", "PCI 0000:18:00.0", "NVSwitch"
+  int numa = -1;        // the CPU node it hangs under
+  int sm = 0;           // GPU: compute capability * 10 + minor
+  double speedGBs = 0;  // NIC: port speed
+};
+
+// Links are bidirectional; bandwidth is per direction.
+struct Link {
+  int a = 0, b = 0;
+  LinkKind kind = LinkKind::pcie;
+  double bandwidth = 0;  // GB/s
+  double latency = 0;    // us
+  int count = 1;         // NVLink: links bundled
+};
+
+struct Path {
+  double bandwidth = 0;  // the bottleneck, GB/s
+  double latency = 0;    // sum over hops, us
+  int hops = 0;
+  PathClass cls = PathClass::loc;
+};
+
+// Defaults for link bandwidths and latencies, following the shape of NCCL's (docs/algorithms.md
+// cites them). A tuning file can override the latencies later.
+double nvlinkBandwidth(int sm);                               // GB/s per link
+double pcieBandwidth(std::string_view linkSpeed, int width);  // "16.0 GT/s PCIe", 16 -> GB/s
+
+class Topology {
+ public:
+  // Builds the graph from a <system> element; errors name the source line.
+  static Result<Topology> fromXml(XmlElement system, std::string_view source = "topology");
+  static Result<Topology> load(const std::string& path);
+
+  const XmlElement& xml() const { return xml_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<Link>& links() const { return links_; }
+  const std::vector<int>& gpus() const { return gpus_; }  // node ids, by CUDA device number
+  const std::vector<int>& nics() const { return nics_; }  // node ids, by net dev
+  const std::vector<int>& cpus() const { return cpus_; }
+
+  const Path& path(int from, int to) const {
+    return paths_[static_cast<std::size_t>(from) * nodes_.size() + static_cast<std::size_t>(to)];
+  }
+  // The NIC a GPU uses for the network: the closest (highest bandwidth, then lowest latency);
+  // GPUs with the same set of closest NICs take them in turn, so NICs are shared evenly.
+  // -1 when there is no NIC.
+  int nearestNic(int gpuNode) const;
+
+  // "8 GPUs (sm90), 8 NICs (400 Gb/s), 2 CPUs; GPU<->GPU: NVL 360 GB/s"
+  std::string summary() const;
+  // The GPU/NIC/CPU matrix, like `nvidia-smi topo -m`, with each path's class and bandwidth.
+  std::string matrix() const;
+
+ private:
+  void computePaths();
+  void assignNics();
+
+  XmlElement xml_;
+  std::vector<Node> nodes_;
+  std::vector<Link> links_;
+  std::vector<int> gpus_, nics_, cpus_;
+  std::vector<Path> paths_;     // nodes x nodes
+  std::vector<int> nicOfNode_;  // node -> NIC node, for GPUs
+};
+
+}  // namespace weft::topo
