@@ -21,11 +21,21 @@ Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& par
                            std::to_string(nranks));
   }
   if (params.channels < 1) return invalidArgument(what + ": channels must be >= 1");
+  for (int r : params.onlyRanks) {
+    if (r < 0 || r >= nranks) return invalidArgument(what + ": onlyRanks names rank " + std::to_string(r));
+  }
   auto s = generate(coll, nranks, params);
   if (!s) return s;
   if (hasRoot(coll)) s->root = params.root;
   if (params.channels > 1) return splitChannels(*s, static_cast<std::uint32_t>(params.channels));
   return s;
+}
+
+std::vector<int> ranksToBuild(const Params& params, int nranks) {
+  if (!params.onlyRanks.empty()) return params.onlyRanks;
+  std::vector<int> all(static_cast<std::size_t>(nranks));
+  for (int r = 0; r < nranks; ++r) all[static_cast<std::size_t>(r)] = r;
+  return all;
 }
 
 std::span<const Algorithm* const> algorithms() {

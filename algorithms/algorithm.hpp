@@ -17,7 +17,13 @@ struct Params {
       0;  // PAT: blocks per message (1..nranks/2, rounded down to a power of two); 0: default
   int groupSize = 0;  // hierarchical: ranks per node (must divide nranks); 0: largest divisor <= 8
   int channels = 1;   // split every channel into this many, each moving a part of every block
+  // Build only these ranks' programs (the others stay empty): how the simulator replays a few
+  // representative ranks of a very large job. Such a schedule is not for the verifier.
+  std::vector<int> onlyRanks = {};
 };
+
+// The ranks a generator fills: params.onlyRanks, or every rank.
+std::vector<int> ranksToBuild(const Params& params, int nranks);
 
 class Algorithm {
  public:

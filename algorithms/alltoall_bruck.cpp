@@ -20,11 +20,11 @@ class Bruck final : public Algorithm {
   // Scratch slot i of rank r starts as r's block for rank r+i. Round k forwards every slot whose
   // index has bit k set by 2^k ranks; a slot's index is the sum of the hops it makes, so slot i of
   // rank r ends up holding rank (r-i)'s block for r, which the final copy puts in place.
-  Result<Schedule> generate(Collective, int n, const Params&) const override {
+  Result<Schedule> generate(Collective, int n, const Params& params) const override {
     const auto un = static_cast<std::uint32_t>(n);
     Schedule s = Schedule::make(Collective::allToAll, n, "bruck", 1);
     s.scratchBlocks = un;
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       if (n == 1) {
         p.copy({input, 0}, {output, 0});

@@ -31,7 +31,7 @@ class Hierarchical final : public Algorithm {
     const auto uG = static_cast<std::uint32_t>(G), uN = static_cast<std::uint32_t>(N);
     Schedule s = Schedule::make(Collective::allToAll, n, "hierarchical", 1);
     s.scratchBlocks = static_cast<std::uint32_t>(n);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       const int a = r / G, l = r % G;
       for (int k = 0; k < G; ++k) {

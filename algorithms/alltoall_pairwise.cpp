@@ -19,9 +19,9 @@ class Pairwise final : public Algorithm {
   // Partner (k - r) mod n is an involution for every k, so both sides of a pair agree on the
   // step, and each exchange moves the same block index both ways: sending before receiving
   // keeps the in-place form correct.
-  Result<Schedule> generate(Collective coll, int n, const Params&) const override {
+  Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     Schedule s = Schedule::make(coll, n, "pairwise", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       for (int k = 0; k < n; ++k) {
         const int q = mod(k - r, n);

@@ -72,7 +72,7 @@ class DoubleBinaryTree final : public Algorithm {
       const PlacedTree tree(n, coll == Collective::allReduce ? allReducePositions(n, t)
                                                              : rootedPositions(n, params.root, t));
       const auto b = static_cast<std::uint32_t>(t);
-      for (int r = 0; r < n; ++r) {
+      for (int r : ranksToBuild(params, n)) {
         Program& p = s.program(static_cast<std::size_t>(t), r);
         if (n == 1) {
           p.copy({input, b}, {output, b});

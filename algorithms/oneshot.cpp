@@ -17,9 +17,9 @@ class OneShot final : public Algorithm {
                   {Collective::allReduce}) {}
 
  protected:
-  Result<Schedule> generate(Collective, int n, const Params&) const override {
+  Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::allReduce, n, "oneshot", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       if (n == 1) {
         p.copy({input, 0}, {output, 0});

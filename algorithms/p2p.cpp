@@ -13,9 +13,9 @@ class PointToPoint final : public Algorithm {
   PointToPoint() : Algorithm("p2p", "one send and one recv per rank", {Collective::sendRecv}) {}
 
  protected:
-  Result<Schedule> generate(Collective, int n, const Params&) const override {
+  Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::sendRecv, n, "p2p", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       if (n == 1) {
         p.copy({input, 0}, {output, 0});

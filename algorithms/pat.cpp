@@ -148,7 +148,7 @@ class Pat final : public Algorithm {
     }
     const BundleTree tree(n, A);
     Schedule s = Schedule::make(coll, n, "pat", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       if (coll == Collective::reduceScatter) {
         s.scratchBlocks = std::max(s.scratchBlocks, reduceScatter(s.program(0, r), tree, r));
       } else {

@@ -17,13 +17,13 @@ class HalvingDoubling final : public Algorithm {
                   {Collective::allReduce}) {}
 
  protected:
-  Result<Schedule> generate(Collective, int n, const Params&) const override {
+  Result<Schedule> generate(Collective, int n, const Params& params) const override {
     const int p = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     const int extra = n - p;  // ranks 0..2*extra-1 pair up: even ones fold into the odd ones
     const auto blocks = static_cast<std::uint32_t>(p);
     Schedule s = Schedule::make(Collective::allReduce, n, "rhd", blocks);
     auto realRank = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& g = s.program(0, r);
       if (n == 1) {
         g.copy({input, 0}, {output, 0});

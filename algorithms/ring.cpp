@@ -21,15 +21,15 @@ class Ring final : public Algorithm {
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     switch (coll) {
       case Collective::allReduce:
-        return allReduce(n);
+        return allReduce(n, params);
       case Collective::allGather:
-        return allGather(n);
+        return allGather(n, params);
       case Collective::reduceScatter:
-        return reduceScatter(n);
+        return reduceScatter(n, params);
       case Collective::broadcast:
-        return broadcast(n, params.root);
+        return broadcast(n, params);
       case Collective::reduce:
-        return reduce(n, params.root);
+        return reduce(n, params);
       default:
         return unsupported("ring: unexpected collective");
     }
@@ -38,9 +38,9 @@ class Ring final : public Algorithm {
  private:
   // Block (r - k) travels one hop per step: n-1 reduce steps leave rank r with block r+1 fully
   // reduced, n-1 copy steps hand every finished block around.
-  static Schedule allReduce(int n) {
+  static Schedule allReduce(int n, const Params& params) {
     Schedule s = Schedule::make(Collective::allReduce, n, "ring", static_cast<std::uint32_t>(n));
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       if (n == 1) {
         p.copy({input, 0}, {output, 0});
@@ -58,9 +58,9 @@ class Ring final : public Algorithm {
     return s;
   }
 
-  static Schedule allGather(int n) {
+  static Schedule allGather(int n, const Params& params) {
     Schedule s = Schedule::make(Collective::allGather, n, "ring", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       p.copy({input, 0}, {output, static_cast<std::uint32_t>(r)});
       if (n == 1) continue;
@@ -76,9 +76,9 @@ class Ring final : public Algorithm {
   }
 
   // Rank r starts block r-1 so that block r completes at rank r after n-1 hops.
-  static Schedule reduceScatter(int n) {
+  static Schedule reduceScatter(int n, const Params& params) {
     Schedule s = Schedule::make(Collective::reduceScatter, n, "ring", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       const auto own = static_cast<std::uint32_t>(r);
       if (n == 1) {
@@ -97,9 +97,10 @@ class Ring final : public Algorithm {
   }
 
   // Chain root -> root+1 -> ... -> root-1; the executor's slices pipeline it.
-  static Schedule broadcast(int n, int root) {
+  static Schedule broadcast(int n, const Params& params) {
+    const int root = params.root;
     Schedule s = Schedule::make(Collective::broadcast, n, "ring", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       const int pos = mod(r - root, n);
       const Peers next{mod(r + 1, n)};
@@ -117,9 +118,10 @@ class Ring final : public Algorithm {
   }
 
   // Chain root+n-1 -> ... -> root+1 -> root, accumulating on the way.
-  static Schedule reduce(int n, int root) {
+  static Schedule reduce(int n, const Params& params) {
+    const int root = params.root;
     Schedule s = Schedule::make(Collective::reduce, n, "ring", 1);
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       const int pos = mod(r - root, n);
       const int up = mod(r + 1, n);

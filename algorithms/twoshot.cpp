@@ -17,9 +17,9 @@ class TwoShot final : public Algorithm {
                   {Collective::allReduce}) {}
 
  protected:
-  Result<Schedule> generate(Collective, int n, const Params&) const override {
+  Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::allReduce, n, "twoshot", static_cast<std::uint32_t>(n));
-    for (int r = 0; r < n; ++r) {
+    for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
       const auto own = static_cast<std::uint32_t>(r);
       if (n == 1) {

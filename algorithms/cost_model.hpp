@@ -1,0 +1,91 @@
+// The cost model: an alpha-beta estimate of every algorithm on a system, per protocol, in the
+// shape of NCCL's tuning model (time = base latency + hops x per-hop latency + bytes / bandwidth),
+// with NCCL's published constants as defaults (docs/algorithms.md cites them). A JSON tuning file
+// (written by weft-perf --calibrate) replaces any of them.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/system.hpp"
+#include "weft/status.hpp"
+#include "weft/types.hpp"
+
+namespace weft::algo {
+
+enum class Protocol : std::uint8_t { ll, simple };
+inline constexpr std::array<Protocol, 2> kAllProtocols = {Protocol::ll, Protocol::simple};
+std::string_view name(Protocol p);
+std::optional<Protocol> parseProtocol(std::string_view s);
+
+// The path classes the model prices separately.
+enum class LinkClass : std::uint8_t { nvlink, pcie, network };
+inline constexpr int kNumLinkClasses = 3;
+LinkClass linkClassOf(topo::PathClass c);
+
+struct CostConstants {
+  // Per protocol: fixed cost of a collective (launch, setup), us.
+  std::array<double, 2> baseLatency{6.6, 8.4};
+  // Per protocol and link class: cost of one hop (one dependent step), us.
+  std::array<std::array<double, kNumLinkClasses>, 2> hopLatency{{{0.6, 1.0, 2.7}, {3.4, 5.7, 14.0}}};
+  // Per protocol: the fraction of link bandwidth the protocol delivers.
+  std::array<double, 2> bandwidthEfficiency{0.5, 1.0};
+  // Multiplies every bandwidth of a class (1 = the topology's figures).
+  std::array<double, kNumLinkClasses> bandwidthScale{1.0, 1.0, 1.0};
+  // PAT keeps at most this many bytes of one message in flight per connection.
+  double patStagingBytes = 8.0 * 1024 * 1024;
+
+  // Reads a tuning file; keys it lacks keep these defaults. Errors name the file and key.
+  static Result<CostConstants> fromJsonFile(const std::string& path);
+  static Result<CostConstants> fromJson(const std::string& text, const std::string& source);
+  std::string toJson() const;
+};
+
+// What the model needs to know of where the ranks sit.
+struct RankGraph {
+  int nranks = 1;
+  int ranksPerHost = 1;
+  int hosts = 1;
+  topo::PathClass intraClass = topo::PathClass::loc;  // the worst GPU-GPU class inside a host
+  double intraBandwidth = 0;   // GB/s, the narrowest GPU-GPU path inside a host
+  double injection = 0;        // GB/s, what one GPU can push to all its host peers at once
+  double netPerRank = 0;       // GB/s, one GPU to the network
+  double netPerHost = 0;       // GB/s, all of a host's NICs together
+  double fabricLatency = 0;    // us, added to each network hop beyond the NIC software
+
+  static RankGraph fromSystem(const topo::System& system);
+  static RankGraph flat(int nranks, topo::PathClass cls, double bandwidth);  // one host, uniform
+};
+
+struct Estimate {
+  std::string algorithm;
+  Protocol protocol = Protocol::simple;
+  int aggregation = 0;  // PAT's A
+  double timeUs = 0;
+  double latencyUs = 0;    // the part that does not scale with bytes
+  double bandwidthUs = 0;  // the part that does
+};
+
+class CostModel {
+ public:
+  explicit CostModel(CostConstants c = {}) : c_(c) {}
+  const CostConstants& constants() const { return c_; }
+
+  // The estimate of one algorithm; unsupported pairs return an error.
+  Result<Estimate> estimate(std::string_view algorithm, Collective coll, std::size_t bytes,
+                            Protocol proto, const RankGraph& g) const;
+  // PAT's aggregation for a message: the most blocks whose bytes fit the staging budget.
+  int patAggregationFor(std::size_t bytes, int nranks) const;
+
+ private:
+  CostConstants c_;
+};
+
+// nccl-tests' bus bandwidth factor: what a bandwidth-optimal algorithm must move per rank.
+double busBandwidthFactor(Collective coll, int nranks);
+
+}  // namespace weft::algo

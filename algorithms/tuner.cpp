@@ -1,0 +1,113 @@
+#include "algorithms/tuner.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "algorithms/algorithm.hpp"
+
+namespace weft::algo {
+
+namespace {
+
+std::string env(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  const char* f = fallback != nullptr ? std::getenv(fallback) : nullptr;
+  return f != nullptr ? f : "";
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+Result<TunerOptions> TunerOptions::from(const std::string& algo, const std::string& proto,
+                                        const std::string& tuningFile) {
+  TunerOptions o;
+  std::stringstream ss(lower(algo));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    if (findAlgorithm(item) == nullptr) {
+      std::string known;
+      for (const Algorithm* a : weft::algo::algorithms()) known += (known.empty() ? "" : ", ") + std::string(a->name());
+      return invalidArgument("WEFT_ALGO names an unknown algorithm '" + item + "' (known: " + known + ")");
+    }
+    o.algorithms.push_back(item);
+  }
+  if (!proto.empty()) {
+    o.protocol = parseProtocol(lower(proto));
+    if (!o.protocol) return invalidArgument("WEFT_PROTO must be ll or simple, not '" + proto + "'");
+  }
+  if (!tuningFile.empty()) {
+    auto c = CostConstants::fromJsonFile(tuningFile);
+    if (!c) return c.status();
+    o.constants = *c;
+    o.tuningFile = tuningFile;
+  }
+  return o;
+}
+
+Result<TunerOptions> TunerOptions::fromEnvironment() {
+  return from(env("WEFT_ALGO", "NCCL_ALGO"), env("WEFT_PROTO", "NCCL_PROTO"), env("WEFT_TUNING_FILE", nullptr));
+}
+
+Tuner::Tuner(RankGraph graph, TunerOptions options)
+    : graph_(graph), options_(std::move(options)), model_(options_.constants) {}
+
+std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool restricted) const {
+  std::vector<Estimate> out;
+  for (const Algorithm* a : algorithms()) {
+    if (!a->supports(coll)) continue;
+    if (restricted && !options_.algorithms.empty() &&
+        std::find(options_.algorithms.begin(), options_.algorithms.end(), a->name()) == options_.algorithms.end()) {
+      continue;
+    }
+    for (Protocol p : kAllProtocols) {
+      if (restricted && options_.protocol && *options_.protocol != p) continue;
+      if (auto e = model_.estimate(a->name(), coll, bytes, p, graph_)) out.push_back(*e);
+    }
+  }
+  // Stable: equal times keep the registry's order, so every rank picks the same plan.
+  std::stable_sort(out.begin(), out.end(), [](const Estimate& x, const Estimate& y) { return x.timeUs < y.timeUs; });
+  return out;
+}
+
+std::vector<Estimate> Tuner::explain(Collective coll, std::size_t bytes) const { return candidates(coll, bytes, true); }
+
+std::vector<Estimate> Tuner::allCandidates(Collective coll, std::size_t bytes) const {
+  return candidates(coll, bytes, false);
+}
+
+Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
+  std::vector<Estimate> c = candidates(coll, bytes, true);
+  std::string reason;
+  if (c.empty()) {
+    c = candidates(coll, bytes, false);
+    reason = "no algorithm allowed by WEFT_ALGO/WEFT_PROTO implements " + std::string(name(coll)) + "; ";
+  }
+  if (c.empty()) return unsupported("no algorithm implements " + std::string(name(coll)));
+  const Estimate& best = c.front();
+  Plan p;
+  p.algorithm = best.algorithm;
+  p.protocol = best.protocol;
+  p.aggregation = best.aggregation;
+  p.estimateUs = best.timeUs;
+  // Enough channels to keep every link busy, not so many that each moves a sliver.
+  const std::size_t perChannel = best.protocol == Protocol::ll ? 64 * 1024 : 1024 * 1024;
+  const int most = std::clamp(graph_.ranksPerHost, 2, 16);
+  p.channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1, static_cast<std::size_t>(most)));
+  const std::size_t chunk = best.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
+  p.chunkBytes = std::max<std::size_t>(1, std::min(chunk, (bytes + static_cast<std::size_t>(p.channels) - 1) / static_cast<std::size_t>(p.channels)));
+  std::ostringstream why;
+  why << reason << "cheapest of " << c.size() << " candidate(s)";
+  if (!options_.algorithms.empty() || options_.protocol) why << " allowed by WEFT_ALGO/WEFT_PROTO";
+  if (!options_.tuningFile.empty()) why << ", constants from " << options_.tuningFile;
+  p.reason = why.str();
+  return p;
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,59 @@
+// The tuner: for a collective and a message size, every (algorithm, protocol) the registry can run
+// is priced by the cost model and the cheapest is the plan. A pure function of its inputs, so every
+// rank computes the same plan; ties go to the registry's order. WEFT_ALGO and WEFT_PROTO restrict
+// the candidates, a tuning file replaces the model's constants.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.hpp"
+
+namespace weft::algo {
+
+struct TunerOptions {
+  std::vector<std::string> algorithms;  // allowed algorithms (WEFT_ALGO="ring,pat"); empty: all
+  std::optional<Protocol> protocol;     // WEFT_PROTO
+  CostConstants constants;              // WEFT_TUNING_FILE, else the defaults
+  std::string tuningFile;               // where the constants came from, for explanations
+
+  // WEFT_ALGO / WEFT_PROTO / WEFT_TUNING_FILE (and NCCL_ALGO / NCCL_PROTO when the WEFT_ names
+  // are unset). Unknown names are errors that list what is allowed.
+  static Result<TunerOptions> fromEnvironment();
+  static Result<TunerOptions> from(const std::string& algo, const std::string& proto,
+                                   const std::string& tuningFile);
+};
+
+struct Plan {
+  std::string algorithm;
+  Protocol protocol = Protocol::simple;
+  int channels = 1;
+  std::size_t chunkBytes = 0;  // bytes of one slice on one channel
+  int aggregation = 0;         // PAT's A (0 for other algorithms)
+  double estimateUs = 0;
+  std::string reason;  // "cheapest of 6 candidates" / "forced by WEFT_ALGO=ring"
+};
+
+class Tuner {
+ public:
+  Tuner(RankGraph graph, TunerOptions options = {});
+
+  Result<Plan> plan(Collective coll, std::size_t bytes) const;
+  // Every candidate the options allow, cheapest first.
+  std::vector<Estimate> explain(Collective coll, std::size_t bytes) const;
+  // The same without the options' restrictions: what each algorithm would cost.
+  std::vector<Estimate> allCandidates(Collective coll, std::size_t bytes) const;
+
+  const RankGraph& graph() const { return graph_; }
+  const CostModel& model() const { return model_; }
+
+ private:
+  std::vector<Estimate> candidates(Collective coll, std::size_t bytes, bool restricted) const;
+
+  RankGraph graph_;
+  TunerOptions options_;
+  CostModel model_;
+};
+
+}  // namespace weft::algo
