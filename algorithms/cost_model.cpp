@@ -239,9 +239,10 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   }
 
   if (algorithm == "ring") {
-    // NCCL's ring: every step is a hop; the host crossings use all of a host's NICs (one channel
-    // per NIC), the other hops the intra-host path.
-    const double bwRing = multi ? std::min(t.bwIntra, t.bwHost) : t.bwIntra;
+    // Every step is a hop. weft's ring keeps one rank order on every channel, so each host
+    // crossing goes through one GPU's NIC (NCCL rotates its rings per channel to use them all;
+    // weft's rings do not yet).
+    const double bwRing = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
     double steps = 0, crossings = 0, moved = 0;
     switch (coll) {
       case Collective::allReduce: steps = 2.0 * (n - 1); crossings = 2.0 * (N - 1); moved = 2.0 * (n - 1) / n; break;

@@ -82,6 +82,16 @@ std::vector<Estimate> Tuner::allCandidates(Collective coll, std::size_t bytes) c
   return candidates(coll, bytes, false);
 }
 
+void Tuner::shape(const Estimate& e, std::size_t bytes, int& channels, std::size_t& chunkBytes) const {
+  // Enough channels to keep every link busy, not so many that each moves a sliver.
+  const std::size_t perChannel = e.protocol == Protocol::ll ? 64 * 1024 : 1024 * 1024;
+  const int most = std::clamp(graph_.ranksPerHost, 2, 16);
+  channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1, static_cast<std::size_t>(most)));
+  const std::size_t chunk = e.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
+  const auto ch = static_cast<std::size_t>(channels);
+  chunkBytes = std::max<std::size_t>(1, std::min(chunk, (bytes + ch - 1) / ch));
+}
+
 Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
   std::vector<Estimate> c = candidates(coll, bytes, true);
   std::string reason;
@@ -96,12 +106,7 @@ Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
   p.protocol = best.protocol;
   p.aggregation = best.aggregation;
   p.estimateUs = best.timeUs;
-  // Enough channels to keep every link busy, not so many that each moves a sliver.
-  const std::size_t perChannel = best.protocol == Protocol::ll ? 64 * 1024 : 1024 * 1024;
-  const int most = std::clamp(graph_.ranksPerHost, 2, 16);
-  p.channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1, static_cast<std::size_t>(most)));
-  const std::size_t chunk = best.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
-  p.chunkBytes = std::max<std::size_t>(1, std::min(chunk, (bytes + static_cast<std::size_t>(p.channels) - 1) / static_cast<std::size_t>(p.channels)));
+  shape(best, bytes, p.channels, p.chunkBytes);
   std::ostringstream why;
   why << reason << "cheapest of " << c.size() << " candidate(s)";
   if (!options_.algorithms.empty() || options_.protocol) why << " allowed by WEFT_ALGO/WEFT_PROTO";

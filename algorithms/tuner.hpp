@@ -45,6 +45,9 @@ class Tuner {
   // The same without the options' restrictions: what each algorithm would cost.
   std::vector<Estimate> allCandidates(Collective coll, std::size_t bytes) const;
 
+  // The channels and slice size a plan for this candidate would use.
+  void shape(const Estimate& e, std::size_t bytes, int& channels, std::size_t& chunkBytes) const;
+
   const RankGraph& graph() const { return graph_; }
   const CostModel& model() const { return model_; }
 

@@ -335,6 +335,8 @@ Result<Topology> Topology::load(const std::string& path) {
 void Topology::computePaths() {
   const std::size_t n = nodes_.size();
   paths_.assign(n * n, {});
+  routes_.assign(n * n, {});
+  routes_.assign(n * n, {});
   std::vector<std::vector<int>> adj(n);
   std::vector<double> thresholds;
   for (std::size_t l = 0; l < links_.size(); ++l) {
@@ -392,9 +394,12 @@ void Topology::computePaths() {
         Path p{kInf, dist[static_cast<std::size_t>(best)], 0, PathClass::loc};
         bool allNv = true, anySmp = false, anyC2c = false, viaCpu = false, viaGpu = false;
         int switches = 0;
+        std::vector<Hop>& route = routes_[src * n + v];
         for (int s = best; predState[static_cast<std::size_t>(s)] >= 0;
              s = predState[static_cast<std::size_t>(s)]) {
-          const Link& l = links_[static_cast<std::size_t>(predLink[static_cast<std::size_t>(s)])];
+          const int li = predLink[static_cast<std::size_t>(s)];
+          const Link& l = links_[static_cast<std::size_t>(li)];
+          route.insert(route.begin(), Hop{li, l.b == s / 2});
           p.bandwidth = std::min(p.bandwidth, l.bandwidth);
           ++p.hops;
           allNv = allNv && l.kind == LinkKind::nvlink;

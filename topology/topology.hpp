@@ -52,6 +52,12 @@ struct Link {
   int count = 1;         // NVLink: links bundled
 };
 
+// One link of a route and the direction it is crossed in (forward: from link.a to link.b).
+struct Hop {
+  int link = 0;
+  bool forward = true;
+};
+
 struct Path {
   double bandwidth = 0;  // the bottleneck, GB/s
   double latency = 0;    // sum over hops, us
@@ -80,6 +86,11 @@ class Topology {
   const Path& path(int from, int to) const {
     return paths_[static_cast<std::size_t>(from) * nodes_.size() + static_cast<std::size_t>(to)];
   }
+  // The links of path(from, to), in order.
+  const std::vector<Hop>& route(int from, int to) const {
+    return routes_[static_cast<std::size_t>(from) * nodes_.size() + static_cast<std::size_t>(to)];
+  }
+
   // The NIC a GPU uses for the network: the closest (highest bandwidth, then lowest latency);
   // GPUs with the same set of closest NICs take them in turn, so NICs are shared evenly.
   // -1 when there is no NIC.
@@ -98,7 +109,8 @@ class Topology {
   std::vector<Node> nodes_;
   std::vector<Link> links_;
   std::vector<int> gpus_, nics_, cpus_;
-  std::vector<Path> paths_;     // nodes x nodes
+  std::vector<Path> paths_;                // nodes x nodes
+  std::vector<std::vector<Hop>> routes_;  // nodes x nodes
   std::vector<int> nicOfNode_;  // node -> NIC node, for GPUs
 };
 

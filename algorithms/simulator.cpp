@@ -1,0 +1,237 @@
+#include "algorithms/simulator.hpp"
+
+#include "algorithms/patterns.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+
+namespace weft::algo {
+
+namespace {
+
+// Above this many ranks a symmetric schedule is replayed on host 0 alone.
+constexpr int kFullReplayRanks = 1024;
+constexpr double kBytesPerUsPerGBs = 1e3;
+
+LinkClass classOfLink(topo::LinkKind k) {
+  return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink : LinkClass::pcie;
+}
+
+}  // namespace
+
+Simulator::Simulator(const topo::System& system, CostConstants constants) : system_(system), c_(constants) {}
+
+int Simulator::resourcesPerHost() const {
+  return static_cast<int>(2 * system_.host().links().size() + 2 * system_.host().nodes().size());
+}
+
+bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
+  const std::string_view n = a.name();
+  if (n == "ring") return coll == Collective::allReduce || coll == Collective::allGather || coll == Collective::reduceScatter;
+  return n == "pat" || n == "rhd" || n == "oneshot" || n == "twoshot" || n == "pairwise" || n == "bruck" ||
+         n == "hierarchical" || n == "p2p";
+}
+
+Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly) const {
+  const topo::Topology& host = system_.host();
+  const int G = system_.gpusPerHost();
+  const int R = resourcesPerHost();
+  const int linkCount = static_cast<int>(host.links().size());
+  const int ha = hostZeroOnly ? 0 : from / G, hb = hostZeroOnly ? 0 : to / G;
+  const int ga = host.gpus()[static_cast<std::size_t>(from % G)];
+  const int gb = host.gpus()[static_cast<std::size_t>(to % G)];
+  const auto pi = static_cast<std::size_t>(p);
+  Flow f;
+  auto addRoute = [&](int hostIndex, int a, int b) {
+    for (const topo::Hop& h : host.route(a, b)) f.resources.push_back(hostIndex * R + h.link * 2 + (h.forward ? 0 : 1));
+  };
+  if (from / G == to / G) {
+    addRoute(ha, ga, gb);
+    f.alpha = c_.hopLatency[pi][static_cast<std::size_t>(linkClassOf(host.path(ga, gb).cls))];
+    return f;
+  }
+  const int na = host.nearestNic(ga), nb = host.nearestNic(gb);
+  if (na < 0 || nb < 0) {
+    f.alpha = std::numeric_limits<double>::infinity();  // hosts without NICs cannot talk
+    return f;
+  }
+  addRoute(ha, ga, na);
+  f.resources.push_back(ha * R + 2 * linkCount + 2 * na);      // NIC egress
+  f.resources.push_back(hb * R + 2 * linkCount + 2 * nb + 1);  // NIC ingress
+  addRoute(hb, nb, gb);
+  const bool sameRail = na == nb;
+  f.alpha = c_.hopLatency[pi][static_cast<std::size_t>(LinkClass::network)] +
+            (sameRail ? 1 : 3) * system_.fabric().switchLatency;
+  return f;
+}
+
+Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::size_t bytes,
+                                 const SimOptions& opt) const {
+  const int n = system_.ranks();
+  const int G = system_.gpusPerHost();
+  if (n < 1 || G < 1) return invalidArgument("simulator: the system has no GPUs to place ranks on");
+  const topo::Topology& host = system_.host();
+  const auto pi = static_cast<std::size_t>(opt.protocol);
+  const double eff = c_.bandwidthEfficiency[pi];
+  const int R = resourcesPerHost();
+  const int linkCount = static_cast<int>(host.links().size());
+
+  Params params;
+  params.channels = opt.channels;
+  params.groupSize = G;
+  if (algo.name() == "pat") {
+    params.aggregation = opt.aggregation > 0 ? opt.aggregation : CostModel(c_).patAggregationFor(bytes, n);
+  }
+  SimResult res;
+  res.representative = !opt.forceFull && n > kFullReplayRanks && usesSymmetry(algo, coll);
+  if (res.representative) {
+    for (int r = 0; r < G; ++r) params.onlyRanks.push_back(r);
+  }
+  auto built = algo.build(coll, n, params);
+  if (!built) return built.status();
+  const Schedule& s = *built;
+
+  auto capacity = [&](int id) {
+    const int local = id % R;
+    if (local < 2 * linkCount) {
+      const topo::Link& l = host.links()[static_cast<std::size_t>(local / 2)];
+      return l.bandwidth * c_.bandwidthScale[static_cast<std::size_t>(classOfLink(l.kind))] * eff * kBytesPerUsPerGBs;
+    }
+    const topo::Node& nic = host.nodes()[static_cast<std::size_t>((local - 2 * linkCount) / 2)];
+    return nic.speedGBs * c_.bandwidthScale[static_cast<std::size_t>(LinkClass::network)] * eff * kBytesPerUsPerGBs;
+  };
+
+  // Slices: a message of one slice must fit the chunk.
+  const std::vector<int> ranks = ranksToBuild(params, n);
+  std::uint32_t maxBlocks = 1;
+  std::size_t maxSteps = 0;
+  for (std::size_t c = 0; c < s.channels.size(); ++c) {
+    for (int r : ranks) {
+      const Program& p = s.program(c, r);
+      maxSteps = std::max(maxSteps, p.steps().size());
+      for (const Step& st : p.steps()) maxBlocks = std::max(maxBlocks, p.blocks(st));
+    }
+  }
+  const double blockBytes = double(bytes) / (double(s.messageBlocks()) * s.partsPerBlock);
+  res.slices = std::max(1, static_cast<int>(std::ceil(maxBlocks * blockBytes / double(std::max<std::size_t>(1, opt.chunkBytes)))));
+  const double sliceBlock = blockBytes / res.slices;
+
+  // Routes depend only on the pair of ranks: compute each once.
+  std::unordered_map<std::uint64_t, Flow> flows;
+  auto flowOf = [&](int from, int to) -> const Flow& {
+    const std::uint64_t k = static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+    auto it = flows.find(k);
+    if (it == flows.end()) it = flows.emplace(k, flow(from, to, opt.protocol, res.representative)).first;
+    return it->second;
+  };
+  // Flows that share a step index share links: count them per (step, resource).
+  std::unordered_map<std::uint64_t, int> load;
+  auto key = [](std::size_t step, int resource) { return (std::uint64_t{step} << 32) | static_cast<std::uint32_t>(resource); };
+  for (std::size_t c = 0; c < s.channels.size(); ++c) {
+    for (int r : ranks) {
+      const Program& p = s.program(c, r);
+      for (std::size_t k = 0; k < p.steps().size(); ++k) {
+        for (int q : p.sendPeers(p.steps()[k])) {
+          for (int id : flowOf(r, q).resources) ++load[key(k, id)];
+        }
+      }
+    }
+  }
+  // The time of one flow of step k: latency plus bytes at its tightest share.
+  auto transfer = [&](std::size_t k, const Flow& f, double msgBytes, double& seconds) {
+    double rate = std::numeric_limits<double>::infinity();
+    for (int id : f.resources) rate = std::min(rate, capacity(id) / load[key(k, id)]);
+    seconds = std::isinf(rate) ? 0 : msgBytes / rate;
+    return f.alpha + seconds;
+  };
+
+  // A step starts once its rank is free and every message it takes has arrived. A send occupies
+  // its rank for the transfer only; the message lands a hop latency later, so latency is paid only
+  // by ranks that wait.
+  struct Proc {
+    std::size_t channel;
+    int rank;
+    std::size_t pc = 0;
+    double ready = 0, busy = 0;
+  };
+  std::vector<Proc> procs;
+  for (std::size_t c = 0; c < s.channels.size(); ++c) {
+    for (int r : ranks) procs.push_back({c, r});
+  }
+  auto conn = [n](std::size_t c, int from, int to) {
+    return (std::uint64_t{c} * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(from)) *
+               static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+  };
+  // Arrival times per connection, in order. With symmetry only host 0's ranks run: rank q's
+  // timeline is that of host 0's rank q mod G, shifted by whole hosts, so its j-th message to r
+  // is host 0's (q mod G)'s j-th message to r - (q - q mod G), at the same time.
+  std::unordered_map<std::uint64_t, std::vector<double>> sent;
+  std::unordered_map<std::uint64_t, std::size_t> taken;
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> waiting;
+  auto sourceOf = [&](std::size_t c, int q, int r) {
+    if (!res.representative) return conn(c, q, r);
+    const int shift = q - q % G;
+    return conn(c, q % G, mod(r - shift, n));
+  };
+  std::vector<std::size_t> work(procs.size());
+  for (std::size_t i = 0; i < procs.size(); ++i) work[i] = procs.size() - 1 - i;
+  while (!work.empty()) {
+    const std::size_t id = work.back();
+    work.pop_back();
+    Proc& pr = procs[id];
+    const Program& p = s.program(pr.channel, pr.rank);
+    while (pr.pc < p.steps().size()) {
+      const Step& st = p.steps()[pr.pc];
+      bool blocked = false;
+      for (int q : p.recvPeers(st)) {
+        const std::uint64_t src = sourceOf(pr.channel, q, pr.rank);
+        if (sent[src].size() <= taken[conn(pr.channel, q, pr.rank)]) {
+          waiting[src].push_back(id);
+          blocked = true;
+          break;
+        }
+      }
+      if (blocked) break;
+      double start = pr.ready;
+      for (int q : p.recvPeers(st)) {
+        std::size_t& j = taken[conn(pr.channel, q, pr.rank)];
+        start = std::max(start, sent[sourceOf(pr.channel, q, pr.rank)][j++]);
+      }
+      double longest = 0;
+      for (int q : p.sendPeers(st)) {
+        double secs = 0;
+        const double t = transfer(pr.pc, flowOf(pr.rank, q), p.blocks(st) * sliceBlock, secs);
+        const std::uint64_t k = conn(pr.channel, pr.rank, q);
+        sent[k].push_back(start + t);
+        if (auto w = waiting.find(k); w != waiting.end()) {
+          work.insert(work.end(), w->second.begin(), w->second.end());
+          waiting.erase(w);
+        }
+        longest = std::max(longest, secs);
+      }
+      pr.ready = start + longest;
+      pr.busy += longest;
+      ++pr.pc;
+    }
+  }
+  double busyMax = 0;
+  for (const Proc& pr : procs) {
+    if (pr.pc < s.program(pr.channel, pr.rank).steps().size()) {
+      return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " + std::to_string(pr.rank));
+    }
+    res.passUs = std::max(res.passUs, pr.ready);
+    busyMax = std::max(busyMax, pr.busy);
+  }
+  // The last messages still have to land.
+  for (const auto& [k, times] : sent) {
+    for (double t : times) res.passUs = std::max(res.passUs, t);
+  }
+  res.busyUs = busyMax;
+  res.timeUs = c_.baseLatency[pi] + res.passUs + (res.slices - 1) * busyMax;
+  return res;
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,65 @@
+// The simulator: replays a schedule's steps over the system's links with contention, the
+// reference the alpha-beta estimates are checked against.
+//
+// Every message is a flow over the links of its route (GPU -> NVSwitch -> GPU, GPU -> PCIe switch
+// -> NIC -> fabric -> NIC -> GPU, ...). Flows of the same step index share each link they cross
+// equally, so a flow's rate is its tightest share; its time is the hop latency plus bytes / rate.
+// One pass of the step list moves one slice of every block; the executor pipelines the slices, so
+// the total is the first pass (latency included) plus (slices - 1) times the busiest rank's
+// transfer time per pass.
+//
+// Two ways to replay, and the result says which ran:
+//  - full: every rank, steps start when their messages have arrived (trees, chains, small jobs);
+//  - representative: only host 0's ranks, in lockstep, for schedules whose traffic is the same on
+//    every host (rings, PAT, halving-doubling, all-pairs, all-to-all): a host's inbound flows
+//    mirror its outbound ones, so host 0's links see what every host's do. This is how 16,384
+//    ranks replay in seconds: the generator builds host 0's programs only.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/cost_model.hpp"
+#include "topology/system.hpp"
+
+namespace weft::algo {
+
+struct SimOptions {
+  Protocol protocol = Protocol::simple;
+  int channels = 1;
+  std::size_t chunkBytes = 512 * 1024;  // one slice of one message on one channel
+  int aggregation = 0;                  // PAT's A (0: the cost model's choice for the size)
+  bool forceFull = false;               // replay every rank even where symmetry would do
+};
+
+struct SimResult {
+  double timeUs = 0;
+  double passUs = 0;  // one pass of the step list over one slice, latency included
+  double busyUs = 0;  // the busiest rank's transfer time in one pass
+  int slices = 1;
+  bool representative = false;
+};
+
+class Simulator {
+ public:
+  explicit Simulator(const topo::System& system, CostConstants constants = {});
+
+  Result<SimResult> run(const Algorithm& algorithm, Collective coll, std::size_t bytes,
+                        const SimOptions& options = {}) const;
+
+  // Whether run() would replay host 0 only for this algorithm and collective at this size.
+  bool usesSymmetry(const Algorithm& algorithm, Collective coll) const;
+
+ private:
+  struct Flow {
+    std::vector<int> resources;
+    double alpha = 0;
+  };
+  Flow flow(int from, int to, Protocol p, bool hostZeroOnly) const;
+  int resourcesPerHost() const;
+
+  const topo::System& system_;
+  CostConstants c_;
+};
+
+}  // namespace weft::algo
