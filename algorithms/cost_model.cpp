@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -94,6 +95,14 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       s = readTable(*it, where, kClassKeys, c.bandwidthScale);
     } else if (key == "pat_staging_bytes") {
       s = readPositive(*it, where, c.patStagingBytes);
+    } else if (key == "message_overhead_us") {
+      if (!it->is_object()) return invalidArgument(where + " must be an object");
+      for (auto p = it->begin(); p != it->end(); ++p) {
+        const auto proto = parseProtocol(p.key());
+        if (!proto) return invalidArgument(where + " has an unknown protocol '" + p.key() + "'");
+        s = readTable(*p, where + "." + p.key(), kClassKeys, c.messageOverhead[static_cast<std::size_t>(*proto)]);
+        if (!s) return s;
+      }
     } else if (key == "hop_latency_us") {
       if (!it->is_object()) return invalidArgument(where + " must be an object");
       for (auto p = it->begin(); p != it->end(); ++p) {
@@ -106,7 +115,8 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       continue;  // free text for people
     } else {
       return invalidArgument(where + ": unknown key (expected base_latency_us, hop_latency_us, "
-                                     "bandwidth_efficiency, bandwidth_scale, pat_staging_bytes)");
+                                     "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
+                                     "pat_staging_bytes)");
     }
     if (!s) return s;
   }
@@ -126,7 +136,10 @@ std::string CostConstants::toJson() const {
   for (std::size_t p = 0; p < 2; ++p) {
     j["base_latency_us"][kProtoKeys[p]] = baseLatency[p];
     j["bandwidth_efficiency"][kProtoKeys[p]] = bandwidthEfficiency[p];
-    for (std::size_t c = 0; c < kNumLinkClasses; ++c) j["hop_latency_us"][kProtoKeys[p]][kClassKeys[c]] = hopLatency[p][c];
+    for (std::size_t c = 0; c < kNumLinkClasses; ++c) {
+      j["hop_latency_us"][kProtoKeys[p]][kClassKeys[c]] = hopLatency[p][c];
+      j["message_overhead_us"][kProtoKeys[p]][kClassKeys[c]] = messageOverhead[p][c];
+    }
   }
   for (std::size_t c = 0; c < kNumLinkClasses; ++c) j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
   j["pat_staging_bytes"] = patStagingBytes;
@@ -161,12 +174,65 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
   if (host.gpus().empty()) g.injection = 0;
   if (g.ranksPerHost == 1) g.injection = std::min(g.injection, 1e30);
   std::set<int> nics;
+  std::map<int, int> sharers;  // NIC -> GPUs using it
+  for (int gpu : host.gpus()) ++sharers[host.nearestNic(gpu)];
   g.netPerRank = host.gpus().empty() ? 0 : 1e30;
   for (std::size_t i = 0; i < host.gpus().size(); ++i) {
-    g.netPerRank = std::min(g.netPerRank, system.networkBandwidth(static_cast<int>(i)));
     const int nic = host.nearestNic(host.gpus()[i]);
-    if (nic >= 0 && nics.insert(nic).second) g.netPerHost += system.networkBandwidth(static_cast<int>(i));
+    const double own = system.networkBandwidth(static_cast<int>(i));
+    const double share = nic >= 0 ? host.nodes()[static_cast<std::size_t>(nic)].speedGBs / sharers[nic] : 0;
+    g.netPerRank = std::min(g.netPerRank, std::min(own, share));
+    g.netAlone = i == 0 ? own : std::min(g.netAlone, own);
+    if (nic >= 0 && nics.insert(nic).second) g.netPerHost += own;
   }
+  // Traffic patterns inside a host: load every link with the pattern's flows along their routes,
+  // and take the tightest share.
+  const int G = g.ranksPerHost;
+  auto pattern = [&](auto&& peersOf) {
+    std::map<std::pair<int, bool>, int> load;
+    std::vector<std::pair<int, int>> pairs;
+    for (int l = 0; l < G; ++l) {
+      for (int m : peersOf(l)) {
+        if (m == l) continue;
+        pairs.push_back({l, m});
+        for (const topo::Hop& h : host.route(host.gpus()[static_cast<std::size_t>(l)], host.gpus()[static_cast<std::size_t>(m)])) {
+          ++load[{h.link, h.forward}];
+        }
+      }
+    }
+    double bw = 1e30;
+    for (const auto& [key, count] : load) bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
+    return pairs.empty() ? 1e30 : bw;
+  };
+  g.shiftBw.assign(static_cast<std::size_t>(G), 1e30);
+  g.xorBw.assign(static_cast<std::size_t>(G), 1e30);
+  for (int d = 1; d < G; ++d) {
+    g.shiftBw[static_cast<std::size_t>(d)] = pattern([&](int l) { return std::vector<int>{(l + d) % G}; });
+    if ((G & (G - 1)) == 0) g.xorBw[static_cast<std::size_t>(d)] = pattern([&](int l) { return std::vector<int>{l ^ d}; });
+  }
+  g.allPairsBw = pattern([&](int) {
+    std::vector<int> all(static_cast<std::size_t>(G));
+    for (int m = 0; m < G; ++m) all[static_cast<std::size_t>(m)] = m;
+    return all;
+  });
+  {
+    // The two trees of the double binary tree on one host's ranks, every edge both ways.
+    const auto tree = binaryTree(G);
+    g.treeBw = pattern([&](int l) {
+      std::vector<int> peers;
+      for (int t = 0; t < 2; ++t) {
+        const int pos = t == 0 ? l : (G % 2 == 0 ? G - 1 - l : mod(l - 1, G));
+        auto rankAt = [&](int p) { return t == 0 ? p : (G % 2 == 0 ? G - 1 - p : mod(p + 1, G)); };
+        const TreeNode& node = tree[static_cast<std::size_t>(pos)];
+        if (node.parent >= 0) peers.push_back(rankAt(node.parent));
+        for (int c : node.children) peers.push_back(rankAt(c));
+      }
+      return peers;
+    });
+  }
+  double inverse = 0;
+  for (int k = 0; k < G; ++k) inverse += 1.0 / pattern([&](int l) { return std::vector<int>{mod(k - l, G)}; });
+  g.matchingBw = G > 1 ? G / inverse : 1e30;
   g.fabricLatency = 2 * system.fabric().switchLatency;  // between one (same rail) and three hops
   return g;
 }
@@ -176,6 +242,11 @@ RankGraph RankGraph::flat(int nranks, topo::PathClass cls, double bandwidth) {
   g.nranks = g.ranksPerHost = nranks;
   g.intraClass = cls;
   g.intraBandwidth = g.injection = bandwidth;
+  g.shiftBw.assign(static_cast<std::size_t>(nranks), bandwidth);
+  g.treeBw = bandwidth / 4;
+  g.xorBw.assign(static_cast<std::size_t>(nranks), bandwidth);
+  g.allPairsBw = nranks > 1 ? bandwidth / (nranks - 1) : bandwidth;
+  g.matchingBw = bandwidth;
   return g;
 }
 
@@ -194,6 +265,7 @@ namespace {
 // The numbers one estimate works with, for one protocol.
 struct Terms {
   double base, aIntra, aNet;      // us
+  double oIntra, oNet;            // us per message
   double bwIntra, inj, bwNet, bwHost;  // bytes per us
   int n, G, N;
 };
@@ -215,6 +287,8 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   t.base = c_.baseLatency[p];
   t.aIntra = c_.hopLatency[p][nv];
   t.aNet = c_.hopLatency[p][net] + g.fabricLatency;
+  t.oIntra = c_.messageOverhead[p][nv];
+  t.oNet = c_.messageOverhead[p][net];
   t.bwIntra = g.intraBandwidth * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;
   t.inj = g.injection * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;
   t.bwNet = g.netPerRank * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs;
@@ -223,7 +297,14 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   const int n = t.n, G = t.G, N = t.N;
   const bool multi = N > 1;
   // The slowest link a step that involves every rank must cross.
+  // A pattern's per-flow bandwidth inside a host, as bytes per us at this protocol.
+  auto pat = [&](double gbs) { return gbs * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs; };
+  auto shift = [&](int d) {
+    const int local = G > 0 ? d % G : 0;
+    return local == 0 || g.shiftBw.empty() ? 1e300 : pat(g.shiftBw[static_cast<std::size_t>(local)]);
+  };
   const double aStep = multi ? t.aNet : t.aIntra;
+  const double oStep = multi ? t.oNet : t.oIntra;
   const double bwStep = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
 
   Estimate e;
@@ -239,29 +320,48 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   }
 
   if (algorithm == "ring") {
-    // Every step is a hop. weft's ring keeps one rank order on every channel, so each host
-    // crossing goes through one GPU's NIC (NCCL rotates its rings per channel to use them all;
-    // weft's rings do not yet).
-    const double bwRing = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
-    double steps = 0, crossings = 0, moved = 0;
+    double steps = 0, moved = 0;
     switch (coll) {
-      case Collective::allReduce: steps = 2.0 * (n - 1); crossings = 2.0 * (N - 1); moved = 2.0 * (n - 1) / n; break;
+      case Collective::allReduce: steps = 2.0 * (n - 1); moved = 2.0 * (n - 1) / n; break;
       case Collective::allGather:
-      case Collective::reduceScatter: steps = n - 1; crossings = N - 1; moved = double(n - 1) / n; break;
+      case Collective::reduceScatter: steps = n - 1; moved = double(n - 1) / n; break;
       case Collective::broadcast:
-      case Collective::reduce: steps = n - 1; crossings = N - 1; moved = 1; break;
+      case Collective::reduce: steps = n - 1; moved = 1; break;
       default: return unsupportedHere();
     }
-    lat += (steps - crossings) * t.aIntra + crossings * t.aNet;
-    bw = moved * S / bwRing;
+    // Each host's ranks are consecutive: n - N hops inside hosts, N across. weft's ring keeps one
+    // rank order on every channel, so a crossing goes through one GPU's NIC, which no other rank
+    // of the ring is using (NCCL rotates its rings per channel to use every NIC; weft does not yet).
+    const double intraBw = shift(1), netBw = std::min(shift(1), t.bwNet / std::max(1e-300, g.netPerRank) * g.netAlone);
+    const double crossings = multi ? N : 0, inside = n - crossings;
+    if (coll == Collective::broadcast || coll == Collective::reduce) {
+      // A pipelined chain: the first slice crosses every hop, the rest follow at the slowest.
+      lat += inside * (t.aIntra + t.oIntra) + crossings * (t.aNet + t.oNet);
+      bw = moved * S / (multi ? std::min(intraBw, netBw) : intraBw);
+    } else {
+      // Per step every rank forwards one block. The ring runs at the slower of its busiest rank
+      // (back-to-back sends over its link) and its cycle (a block's hop latency and transfer,
+      // averaged over the ring): the latency of a fast hop hides behind a slow one.
+      const double block = moved * S / steps;
+      const double busyIntra = t.oIntra + block / intraBw;
+      const double busyNet = multi ? t.oNet + block / netBw : 0;
+      const double cycle = (inside * (t.aIntra + busyIntra) + crossings * (t.aNet + busyNet)) / n;
+      const double period = std::max({busyIntra, busyNet, cycle});
+      lat += steps * (period - std::max(busyIntra, busyNet));
+      bw = steps * std::max(busyIntra, busyNet);
+    }
   } else if (algorithm == "dbtree") {
     // Depth: the in-order tree climbs log2(G) levels inside a host, then log2(N) across hosts.
-    const double depth = ceilLog2(static_cast<std::uint32_t>(G)) * t.aIntra +
-                         ceilLog2(static_cast<std::uint32_t>(N)) * t.aNet;
-    const double bwTree = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
+    const double depth = ceilLog2(static_cast<std::uint32_t>(G)) * (t.aIntra + t.oIntra) +
+                         ceilLog2(static_cast<std::uint32_t>(N)) * (t.aNet + t.oNet);
+    // Every edge of both trees carries half the data each way; edges share links as the tree
+    // pattern says (four flows per GPU on a switch: up once, down twice, and the other tree's up).
+    const double edge = G > 1 ? pat(g.treeBw) : 1e300;
+    const double bwEdge = multi ? std::min(edge, t.bwNet / 4) : edge;
+    const double bwTree = 4 * bwEdge;
     if (coll == Collective::allReduce) {
       lat += 2 * depth;
-      bw = 2 * S / bwTree;  // a rank inner in one tree and a leaf in the other sends 2x half the data
+      bw = (S / 2) / bwEdge;
     } else if (coll == Collective::broadcast || coll == Collective::reduce) {
       lat += depth;
       bw = S / bwTree;
@@ -277,20 +377,21 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     // Bundle q moves min(A, n - qA) blocks over distance highbit(q)*A; bundle 0's log2(A)
     // rounds move d blocks over distance d. A distance that is a multiple of the host size stays
     // on the same local GPU index (one rail); any other crosses hosts for some ranks.
+    auto over = [&](int dist) { return multi ? std::min(shift(dist), t.bwNet) : shift(dist); };
     for (int q = 1; q < Q; ++q) {
       const int blocks = std::min(A, n - q * A);
-      lat += aStep;
-      bw += blocks * block / bwStep;
+      lat += aStep + oStep;
+      bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
     }
     for (int d = 1; d < A; d *= 2) {
-      lat += aStep;
-      bw += d * block / bwStep;
+      lat += aStep + oStep;
+      bw += d * block / over(d);
     }
   } else if (algorithm == "rhd") {
     if (coll != Collective::allReduce) return unsupportedHere();
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     if (p2 != n) {  // fold in and out: a whole message each way
-      lat += 2 * aStep;
+      lat += 2 * (aStep + oStep);
       bw += 2 * S / bwStep;
     }
     // Exchange with v ^ mask moves mask/p of the message; masks below the (power-of-two) host
@@ -298,8 +399,10 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const bool alignedHosts = (G & (G - 1)) == 0 && p2 == n;
     for (int mask = 1; mask < p2; mask *= 2) {
       const bool inside = !multi || (alignedHosts && mask < G);
-      const double a = inside ? t.aIntra : t.aNet;
-      const double b = inside ? t.bwIntra : std::min(t.bwIntra, t.bwNet);
+      const double a = inside ? t.aIntra + t.oIntra : t.aNet + t.oNet;
+      const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() && g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
+      const double local = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
+      const double b = inside ? local : std::min(t.bwIntra, t.bwNet);
       lat += 2 * a;
       bw += 2 * (double(mask) / p2) * S / b;
     }
@@ -307,31 +410,33 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     if (coll != Collective::allReduce) return unsupportedHere();
     const bool one = algorithm == "oneshot";
     const double per = one ? S : S / n;  // what goes to each peer
-    const double intra = (G - 1) * per / t.inj;
+    const double intra = G > 1 ? per / pat(g.allPairsBw) : 0;  // all G-1 flows at once
     const double inter = multi ? (n - G) * per / t.bwNet : 0;
     const double phase = std::max(intra, inter);
-    lat += (one ? 1 : 2) * aStep;
+    const double posting = (G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0);
+    lat += (one ? 1 : 2) * (aStep + posting);
     bw = (one ? 1 : 2) * phase;
   } else if (algorithm == "pairwise") {
     if (coll != Collective::allToAll && coll != Collective::allToAllv) return unsupportedHere();
-    lat += (n - 1) * aStep;
-    bw = (n - 1) * (S / n) / bwStep;
+    lat += (n - 1) * (aStep + oStep);
+    bw = (n - 1) * (S / n) / (multi ? bwStep : pat(g.matchingBw));
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
     for (int d = 1; d < n; d *= 2) {
       // Blocks whose index has this bit set.
       const double blocks = std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
-      lat += aStep;
-      bw += blocks * (S / n) / bwStep;
+      lat += aStep + oStep;
+      bw += blocks * (S / n) / (multi ? bwStep : shift(d));
     }
   } else if (algorithm == "hierarchical") {
     if (coll != Collective::allToAll) return unsupportedHere();
-    lat += (G - 1) * t.aIntra + (N - 1) * t.aNet;
-    bw = (G - 1) * (S / G) / t.bwIntra + (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
+    lat += (G - 1) * (t.aIntra + t.oIntra) + (N - 1) * (t.aNet + t.oNet);
+    bw = (G > 1 ? (G - 1) * (S / G) / pat(g.matchingBw) : 0) +
+         (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
-    lat += aStep;
-    bw = S / bwStep;
+    lat += aStep + oStep;
+    bw = S / (multi ? bwStep : shift(1));
   } else {
     return unsupported("no estimate for algorithm " + std::string(algorithm));
   }

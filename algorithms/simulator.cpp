@@ -31,8 +31,9 @@ int Simulator::resourcesPerHost() const {
 bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
   const std::string_view n = a.name();
   if (n == "ring") return coll == Collective::allReduce || coll == Collective::allGather || coll == Collective::reduceScatter;
-  return n == "pat" || n == "rhd" || n == "oneshot" || n == "twoshot" || n == "pairwise" || n == "bruck" ||
-         n == "hierarchical" || n == "p2p";
+  // Translation-symmetric: rank r's peers are r plus offsets that do not depend on r. (Pairwise,
+  // halving-doubling and hierarchical pair ranks by reflection or XOR; they replay in full.)
+  return n == "pat" || n == "oneshot" || n == "twoshot" || n == "bruck" || n == "p2p";
 }
 
 Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly) const {
@@ -50,7 +51,9 @@ Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly)
   };
   if (from / G == to / G) {
     addRoute(ha, ga, gb);
-    f.alpha = c_.hopLatency[pi][static_cast<std::size_t>(linkClassOf(host.path(ga, gb).cls))];
+    const auto cls = static_cast<std::size_t>(linkClassOf(host.path(ga, gb).cls));
+    f.alpha = c_.hopLatency[pi][cls];
+    f.overhead = c_.messageOverhead[pi][cls];
     return f;
   }
   const int na = host.nearestNic(ga), nb = host.nearestNic(gb);
@@ -65,6 +68,7 @@ Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly)
   const bool sameRail = na == nb;
   f.alpha = c_.hopLatency[pi][static_cast<std::size_t>(LinkClass::network)] +
             (sameRail ? 1 : 3) * system_.fabric().switchLatency;
+  f.overhead = c_.messageOverhead[pi][static_cast<std::size_t>(LinkClass::network)];
   return f;
 }
 
@@ -127,55 +131,82 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     if (it == flows.end()) it = flows.emplace(k, flow(from, to, opt.protocol, res.representative)).first;
     return it->second;
   };
-  // Flows that share a step index share links: count them per (step, resource).
-  std::unordered_map<std::uint64_t, int> load;
-  auto key = [](std::size_t step, int resource) { return (std::uint64_t{step} << 32) | static_cast<std::uint32_t>(resource); };
-  for (std::size_t c = 0; c < s.channels.size(); ++c) {
-    for (int r : ranks) {
-      const Program& p = s.program(c, r);
-      for (std::size_t k = 0; k < p.steps().size(); ++k) {
-        for (int q : p.sendPeers(p.steps()[k])) {
-          for (int id : flowOf(r, q).resources) ++load[key(k, id)];
-        }
-      }
-    }
-  }
-  // The time of one flow of step k: latency plus bytes at its tightest share.
-  auto transfer = [&](std::size_t k, const Flow& f, double msgBytes, double& seconds) {
-    double rate = std::numeric_limits<double>::infinity();
-    for (int id : f.resources) rate = std::min(rate, capacity(id) / load[key(k, id)]);
-    seconds = std::isinf(rate) ? 0 : msgBytes / rate;
-    return f.alpha + seconds;
-  };
 
-  // A step starts once its rank is free and every message it takes has arrived. A send occupies
-  // its rank for the transfer only; the message lands a hop latency later, so latency is paid only
-  // by ranks that wait.
   struct Proc {
     std::size_t channel;
     int rank;
     std::size_t pc = 0;
     double ready = 0, busy = 0;
+    std::vector<double> seconds = {};      // per peer-pool slot (sends): transfer time at its share
+    std::vector<std::uint32_t> conn = {};  // per peer-pool slot: dense connection id
   };
   std::vector<Proc> procs;
   for (std::size_t c = 0; c < s.channels.size(); ++c) {
     for (int r : ranks) procs.push_back({c, r});
   }
-  auto conn = [n](std::size_t c, int from, int to) {
-    return (std::uint64_t{c} * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(from)) *
-               static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+
+  // Dense ids for connections (channel, from, to). With symmetry only host 0's ranks run: rank
+  // q lives the timeline of host 0's rank q mod G shifted by whole hosts, so its j-th message to
+  // r is host 0's (q mod G)'s j-th message to r - (q - q mod G), sent at the same time.
+  std::unordered_map<std::uint64_t, std::uint32_t> ids;
+  auto idOf = [&](std::size_t c, int from, int to) {
+    const std::uint64_t k = (std::uint64_t{c} * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(from)) *
+                                static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+    return ids.try_emplace(k, static_cast<std::uint32_t>(ids.size())).first->second;
   };
-  // Arrival times per connection, in order. With symmetry only host 0's ranks run: rank q's
-  // timeline is that of host 0's rank q mod G, shifted by whole hosts, so its j-th message to r
-  // is host 0's (q mod G)'s j-th message to r - (q - q mod G), at the same time.
-  std::unordered_map<std::uint64_t, std::vector<double>> sent;
-  std::unordered_map<std::uint64_t, std::size_t> taken;
-  std::unordered_map<std::uint64_t, std::vector<std::size_t>> waiting;
-  auto sourceOf = [&](std::size_t c, int q, int r) {
-    if (!res.representative) return conn(c, q, r);
-    const int shift = q - q % G;
-    return conn(c, q % G, mod(r - shift, n));
-  };
+  for (Proc& pr : procs) {
+    const Program& p = s.program(pr.channel, pr.rank);
+    pr.conn.resize(p.peerPoolSize());
+    pr.seconds.resize(p.peerPoolSize());
+    for (const Step& st : p.steps()) {
+      const auto recvs = p.recvPeers(st);
+      for (std::size_t i = 0; i < recvs.size(); ++i) {
+        const int q = recvs[i];
+        const int shift = res.representative ? q - q % G : 0;
+        pr.conn[st.peerBegin + i] = idOf(pr.channel, q - shift, mod(pr.rank - shift, n));
+      }
+      const auto sends = p.sendPeers(st);
+      for (std::size_t i = 0; i < sends.size(); ++i) pr.conn[st.peerBegin + st.nrecv + i] = idOf(pr.channel, pr.rank, sends[i]);
+    }
+  }
+
+  // Flows of the same step index share links: count them per step in a dense array, then give
+  // each flow its tightest share.
+  {
+    std::vector<int> load(static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) * static_cast<std::size_t>(R), 0);
+    std::vector<int> touched;
+    for (std::size_t k = 0; k < maxSteps; ++k) {
+      for (int pass = 0; pass < 2; ++pass) {
+        for (Proc& pr : procs) {
+          const Program& p = s.program(pr.channel, pr.rank);
+          if (k >= p.steps().size()) continue;
+          const Step& st = p.steps()[k];
+          const auto sends = p.sendPeers(st);
+          for (std::size_t i = 0; i < sends.size(); ++i) {
+            const Flow& f = flowOf(pr.rank, sends[i]);
+            if (pass == 0) {
+              for (int id : f.resources) {
+                if (load[static_cast<std::size_t>(id)]++ == 0) touched.push_back(id);
+              }
+              continue;
+            }
+            double rate = std::numeric_limits<double>::infinity();
+            for (int id : f.resources) rate = std::min(rate, capacity(id) / load[static_cast<std::size_t>(id)]);
+            pr.seconds[st.peerBegin + st.nrecv + i] = std::isinf(rate) ? 0 : p.blocks(st) * sliceBlock / rate;
+          }
+        }
+      }
+      for (int id : touched) load[static_cast<std::size_t>(id)] = 0;
+      touched.clear();
+    }
+  }
+
+  // A step starts once its rank is free and every message it takes has arrived. A send occupies
+  // its rank for the posting and the transfer; the message lands a hop latency later, so latency
+  // is paid only by ranks that wait.
+  std::vector<std::vector<double>> sent(ids.size());
+  std::vector<std::size_t> taken(ids.size(), 0);
+  std::vector<std::vector<std::size_t>> waiting(ids.size());
   std::vector<std::size_t> work(procs.size());
   for (std::size_t i = 0; i < procs.size(); ++i) work[i] = procs.size() - 1 - i;
   while (!work.empty()) {
@@ -186,34 +217,36 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     while (pr.pc < p.steps().size()) {
       const Step& st = p.steps()[pr.pc];
       bool blocked = false;
-      for (int q : p.recvPeers(st)) {
-        const std::uint64_t src = sourceOf(pr.channel, q, pr.rank);
-        if (sent[src].size() <= taken[conn(pr.channel, q, pr.rank)]) {
-          waiting[src].push_back(id);
+      for (std::size_t i = 0; i < st.nrecv; ++i) {
+        const std::uint32_t c = pr.conn[st.peerBegin + i];
+        if (sent[c].size() <= taken[c]) {
+          waiting[c].push_back(id);
           blocked = true;
           break;
         }
       }
       if (blocked) break;
       double start = pr.ready;
-      for (int q : p.recvPeers(st)) {
-        std::size_t& j = taken[conn(pr.channel, q, pr.rank)];
-        start = std::max(start, sent[sourceOf(pr.channel, q, pr.rank)][j++]);
+      for (std::size_t i = 0; i < st.nrecv; ++i) {
+        const std::uint32_t c = pr.conn[st.peerBegin + i];
+        start = std::max(start, sent[c][taken[c]++]);
       }
-      double longest = 0;
-      for (int q : p.sendPeers(st)) {
-        double secs = 0;
-        const double t = transfer(pr.pc, flowOf(pr.rank, q), p.blocks(st) * sliceBlock, secs);
-        const std::uint64_t k = conn(pr.channel, pr.rank, q);
-        sent[k].push_back(start + t);
-        if (auto w = waiting.find(k); w != waiting.end()) {
-          work.insert(work.end(), w->second.begin(), w->second.end());
-          waiting.erase(w);
+      double longest = 0, posted = 0;
+      const auto sends = p.sendPeers(st);
+      for (std::size_t i = 0; i < sends.size(); ++i) {
+        const Flow& f = flowOf(pr.rank, sends[i]);
+        const double secs = pr.seconds[st.peerBegin + st.nrecv + i];
+        posted += f.overhead;  // messages leave one after another
+        const std::uint32_t c = pr.conn[st.peerBegin + st.nrecv + i];
+        sent[c].push_back(start + posted + f.alpha + secs);
+        if (!waiting[c].empty()) {
+          work.insert(work.end(), waiting[c].begin(), waiting[c].end());
+          waiting[c].clear();
         }
         longest = std::max(longest, secs);
       }
-      pr.ready = start + longest;
-      pr.busy += longest;
+      pr.ready = start + posted + longest;
+      pr.busy += posted + longest;
       ++pr.pc;
     }
   }
@@ -226,7 +259,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     busyMax = std::max(busyMax, pr.busy);
   }
   // The last messages still have to land.
-  for (const auto& [k, times] : sent) {
+  for (const auto& times : sent) {
     for (double t : times) res.passUs = std::max(res.passUs, t);
   }
   res.busyUs = busyMax;

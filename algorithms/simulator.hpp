@@ -10,10 +10,14 @@
 //
 // Two ways to replay, and the result says which ran:
 //  - full: every rank, steps start when their messages have arrived (trees, chains, small jobs);
-//  - representative: only host 0's ranks, in lockstep, for schedules whose traffic is the same on
-//    every host (rings, PAT, halving-doubling, all-pairs, all-to-all): a host's inbound flows
-//    mirror its outbound ones, so host 0's links see what every host's do. This is how 16,384
-//    ranks replay in seconds: the generator builds host 0's programs only.
+//  - representative: only host 0's ranks, for translation-symmetric schedules (ring, PAT,
+//    one-shot, two-shot, Bruck, send/recv: a rank's peers are fixed offsets from it). Rank q
+//    then lives the timeline of host 0's rank q mod G shifted by whole hosts, and a host's
+//    inbound flows mirror its outbound ones, so host 0's links see what every host's do. This is
+//    how 16,384 ranks replay in seconds: the generator builds host 0's programs only.
+//    Schedules that pair ranks by reflection or XOR (pairwise, halving-doubling, hierarchical)
+//    replay in full; pairwise and hierarchical all-to-all are O(n) steps per rank, so at
+//    thousands of ranks they are the slow ones.
 #pragma once
 
 #include <cstddef>
@@ -53,7 +57,8 @@ class Simulator {
  private:
   struct Flow {
     std::vector<int> resources;
-    double alpha = 0;
+    double alpha = 0;     // latency after the sender is done
+    double overhead = 0;  // the sender's own cost of the message
   };
   Flow flow(int from, int to, Protocol p, bool hostZeroOnly) const;
   int resourcesPerHost() const;

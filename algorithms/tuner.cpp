@@ -87,9 +87,13 @@ void Tuner::shape(const Estimate& e, std::size_t bytes, int& channels, std::size
   const std::size_t perChannel = e.protocol == Protocol::ll ? 64 * 1024 : 1024 * 1024;
   const int most = std::clamp(graph_.ranksPerHost, 2, 16);
   channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1, static_cast<std::size_t>(most)));
-  const std::size_t chunk = e.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
+  // Slices small enough that a channel's share is cut into at least eight, so trees and chains
+  // pipeline; no larger than a FIFO slot, and no smaller than where each slice's per-message
+  // cost starts to show. LL moves fixed 16 KiB steps.
+  const std::size_t largest = e.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
+  const std::size_t smallest = e.protocol == Protocol::ll ? 16 * 1024 : 64 * 1024;
   const auto ch = static_cast<std::size_t>(channels);
-  chunkBytes = std::max<std::size_t>(1, std::min(chunk, (bytes + ch - 1) / ch));
+  chunkBytes = std::clamp<std::size_t>(bytes / ch / 8, smallest, largest);
 }
 
 Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {

@@ -1,0 +1,348 @@
+// weft-plan tune: the tuner's pick per size next to every candidate's simulated time, and the
+// regret (simulated time of the pick / best simulated time).
+#include "algorithms/tools/plan_tune.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "algorithms/simulator.hpp"
+#include "algorithms/tuner.hpp"
+#include "topology/system.hpp"
+
+namespace weft::algo {
+namespace {
+
+// Replays cost about steps x ranks; beyond this a candidate is reported as not simulated.
+constexpr double kStepBudget = 3e7;
+
+std::optional<std::size_t> parseBytes(std::string s) {
+  if (s.empty()) return std::nullopt;
+  std::size_t mult = 1;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  if (last == 'K' || last == 'M' || last == 'G' || last == 'T') {
+    mult = last == 'K' ? 1ull << 10 : last == 'M' ? 1ull << 20 : last == 'G' ? 1ull << 30 : 1ull << 40;
+    s.pop_back();
+  }
+  try {
+    std::size_t used = 0;
+    const unsigned long long v = std::stoull(s, &used);
+    if (used != s.size()) return std::nullopt;
+    return static_cast<std::size_t>(v) * mult;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string human(std::size_t b) {
+  const char* units[] = {"B", "K", "M", "G", "T"};
+  int u = 0;
+  double v = double(b);
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v == std::floor(v) ? "%.0f%s" : "%.1f%s", v, units[u]);
+  return buf;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+struct Candidate {
+  Estimate estimate;
+  std::optional<SimResult> sim;  // empty: too large to replay
+};
+
+struct SizeRow {
+  std::size_t bytes = 0;
+  Plan plan;
+  std::vector<Candidate> candidates;
+  double pickSim = 0, bestSim = 0;
+  std::string best;
+  std::optional<double> regret;
+};
+
+std::string label(const Estimate& e) { return e.algorithm + "/" + std::string(name(e.protocol)); }
+
+// Prices and replays every candidate at every size for one system and collective.
+std::vector<SizeRow> sweep(const topo::System& system, Collective coll, const std::vector<std::size_t>& sizes,
+                           const TunerOptions& options) {
+  const Tuner tuner(RankGraph::fromSystem(system), options);
+  const Simulator sim(system, options.constants);
+  std::vector<SizeRow> rows;
+  std::map<std::string, double> stepsPerRank;  // algorithm -> steps of rank 0 (size independent but PAT's A)
+  for (std::size_t bytes : sizes) {
+    SizeRow row;
+    row.bytes = bytes;
+    auto plan = tuner.plan(coll, bytes);
+    if (!plan) continue;
+    row.plan = *plan;
+    for (const Estimate& e : tuner.allCandidates(coll, bytes)) {
+      Candidate c{e, std::nullopt};
+      const Algorithm& a = *findAlgorithm(e.algorithm);
+      SimOptions o;
+      o.protocol = e.protocol;
+      o.aggregation = e.aggregation;
+      tuner.shape(e, bytes, o.channels, o.chunkBytes);
+      // Budget: a full replay runs every rank's steps; a symmetric one only host 0's.
+      Params probe;
+      probe.onlyRanks = {0};
+      probe.aggregation = e.aggregation;
+      probe.groupSize = system.gpusPerHost();
+      const std::string key = e.algorithm + "/" + std::to_string(e.aggregation);
+      if (!stepsPerRank.count(key)) {
+        auto s = a.build(coll, system.ranks(), probe);
+        stepsPerRank[key] = s ? double(s->program(0, 0).steps().size() + 1) : 0;
+      }
+      const double replayed = (system.ranks() > 1024 && sim.usesSymmetry(a, coll)) ? system.gpusPerHost() : system.ranks();
+      if (stepsPerRank[key] * replayed * o.channels <= kStepBudget) {
+        if (auto r = sim.run(a, coll, bytes, o)) c.sim = *r;
+      }
+      row.candidates.push_back(c);
+    }
+    row.bestSim = 0;
+    for (const Candidate& c : row.candidates) {
+      if (!c.sim) continue;
+      if (row.best.empty() || c.sim->timeUs < row.bestSim) {
+        row.bestSim = c.sim->timeUs;
+        row.best = label(c.estimate);
+      }
+      if (c.estimate.algorithm == row.plan.algorithm && c.estimate.protocol == row.plan.protocol) row.pickSim = c.sim->timeUs;
+    }
+    if (row.pickSim > 0 && row.bestSim > 0) row.regret = row.pickSim / row.bestSim;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double busbw(Collective coll, int n, std::size_t bytes, double us) {
+  return us > 0 ? double(bytes) * busBandwidthFactor(coll, n) / (us * 1e3) : 0;
+}
+
+// Busbw vs size, one line per algorithm (its better protocol), the picks as dots.
+void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collective coll, int n,
+              const std::string& title) {
+  std::map<std::string, std::vector<std::pair<double, double>>> lines;
+  std::vector<std::pair<double, double>> picks;
+  double ymax = 1;
+  for (const SizeRow& r : rows) {
+    std::map<std::string, double> best;
+    for (const Candidate& c : r.candidates) {
+      if (!c.sim) continue;
+      const double bw = busbw(coll, n, r.bytes, c.sim->timeUs);
+      best[c.estimate.algorithm] = std::max(best[c.estimate.algorithm], bw);
+      ymax = std::max(ymax, bw);
+    }
+    for (const auto& [a, bw] : best) lines[a].push_back({std::log2(double(r.bytes)), bw});
+    picks.push_back({std::log2(double(r.bytes)), busbw(coll, n, r.bytes, r.pickSim)});
+  }
+  const double W = 900, H = 500, L = 70, B = 50, T = 40, Rm = 150;
+  const double xmin = std::log2(double(rows.front().bytes)), xmax = std::max(xmin + 1, std::log2(double(rows.back().bytes)));
+  auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - Rm); };
+  auto Y = [&](double y) { return H - B - y / ymax * (H - B - T); };
+  std::ofstream out(path);
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='12'>\n"
+      << "<rect width='100%' height='100%' fill='white'/>\n"
+      << "<text x='" << L << "' y='20' font-size='14'>" << title << "</text>\n"
+      << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - Rm << "' y2='" << H - B << "' stroke='black'/>\n"
+      << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='black'/>\n"
+      << "<text x='10' y='" << T - 10 << "'>busbw GB/s</text>\n";
+  for (int i = 0; i <= 4; ++i) {
+    const double y = ymax * i / 4;
+    out << "<text x='" << L - 5 << "' y='" << Y(y) + 4 << "' text-anchor='end'>" << static_cast<int>(y) << "</text>\n";
+  }
+  for (double x = std::ceil(xmin); x <= xmax; x += 4) {
+    out << "<text x='" << X(x) << "' y='" << H - B + 18 << "' text-anchor='middle'>" << human(static_cast<std::size_t>(std::exp2(x))) << "</text>\n";
+  }
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
+  int ci = 0, li = 0;
+  for (const auto& [a, pts] : lines) {
+    const char* col = colors[ci++ % 7];
+    out << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='";
+    for (const auto& [x, y] : pts) out << X(x) << "," << Y(y) << " ";
+    out << "'/>\n<text x='" << W - Rm + 10 << "' y='" << T + 18 * li++ << "' fill='" << col << "'>" << a << "</text>\n";
+  }
+  for (const auto& [x, y] : picks) out << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='4' fill='black'/>\n";
+  out << "<text x='" << W - Rm + 10 << "' y='" << T + 18 * li << "'>&#9679; tuner's pick</text>\n</svg>\n";
+}
+
+}  // namespace
+
+int runTune(const TuneArgs& args) {
+  const auto sizeParts = [&] {
+    std::vector<std::string> p;
+    std::stringstream ss(args.sizes);
+    std::string item;
+    while (std::getline(ss, item, ':')) p.push_back(item);
+    return p;
+  }();
+  const auto lo = sizeParts.size() >= 1 ? parseBytes(sizeParts[0]) : std::nullopt;
+  const auto hi = sizeParts.size() >= 2 ? parseBytes(sizeParts[1]) : lo;
+  const int factor = sizeParts.size() >= 3 ? std::atoi(sizeParts[2].c_str()) : 2;
+  if (!lo || !hi || *lo < 1 || *hi < *lo || factor < 2) {
+    std::cerr << "weft-plan: --sizes must read MIN:MAX[:FACTOR], e.g. 8:4G or 8:4G:4\n";
+    return 2;
+  }
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = *lo; b <= *hi; b *= static_cast<std::size_t>(factor)) sizes.push_back(b);
+
+  auto options = TunerOptions::fromEnvironment();
+  if (!options) {
+    std::cerr << "weft-plan: " << options.status().toString() << "\n";
+    return 2;
+  }
+  if (!args.tuningFile.empty()) {
+    auto c = CostConstants::fromJsonFile(args.tuningFile);
+    if (!c) {
+      std::cerr << "weft-plan: " << c.status().toString() << "\n";
+      return 2;
+    }
+    options->constants = *c;
+    options->tuningFile = args.tuningFile;
+  }
+  std::vector<topo::Topology> hosts;
+  std::vector<std::string> hostNames;
+  for (const std::string& f : split(args.topo)) {
+    auto t = topo::Topology::load(f);
+    if (!t) {
+      std::cerr << "weft-plan: " << t.status().toString() << "\n";
+      return 2;
+    }
+    hosts.push_back(std::move(*t));
+    hostNames.push_back(f.substr(f.find_last_of('/') + 1));
+  }
+  std::vector<int> nodes;
+  for (const std::string& s : split(args.nodes)) nodes.push_back(std::max(1, std::atoi(s.c_str())));
+  std::vector<Collective> colls;
+  for (const std::string& s : split(args.colls)) {
+    auto c = parseCollective(s);
+    if (!c) {
+      std::cerr << "weft-plan: unknown collective '" << s << "'\n";
+      return 2;
+    }
+    colls.push_back(*c);
+  }
+  if (hosts.empty() || nodes.empty() || colls.empty()) {
+    std::cerr << "weft-plan: tune needs --topo, --nodes and --coll\n";
+    return 2;
+  }
+
+  const bool detailed = hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;
+  if (detailed) {
+    const topo::System system(hosts[0], nodes[0]);
+    const Collective coll = colls[0];
+    const auto rows = sweep(system, coll, sizes, *options);
+    std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(), std::string(name(coll)).c_str());
+    std::set<std::string> algos;
+    for (const auto& r : rows) {
+      for (const auto& c : r.candidates) algos.insert(c.estimate.algorithm);
+    }
+    std::printf("%8s  %-16s %10s %10s %-16s %7s", "size", "pick", "est us", "sim us", "best (sim)", "regret");
+    for (const auto& a : algos) std::printf(" %12s", (a + " bw").c_str());
+    std::printf("\n");
+    for (const SizeRow& r : rows) {
+      std::printf("%8s  %-16s %10.1f %10.1f %-16s %7s", human(r.bytes).c_str(),
+                  (r.plan.algorithm + "/" + std::string(name(r.plan.protocol))).c_str(), r.plan.estimateUs, r.pickSim,
+                  r.best.c_str(), r.regret ? (std::to_string(*r.regret).substr(0, 5)).c_str() : "n/a");
+      for (const auto& a : algos) {
+        double best = 0;
+        bool any = false, simulated = false;
+        for (const auto& c : r.candidates) {
+          if (c.estimate.algorithm != a) continue;
+          any = true;
+          if (c.sim) {
+            simulated = true;
+            best = std::max(best, busbw(coll, system.ranks(), r.bytes, c.sim->timeUs));
+          }
+        }
+        if (!any) {
+          std::printf(" %12s", "");
+        } else if (!simulated) {
+          std::printf(" %12s", "not sim.");
+        } else {
+          std::printf(" %12.2f", best);
+        }
+      }
+      std::printf("\n");
+    }
+    std::printf("(busbw in GB/s from the simulated time, each algorithm at its better protocol; "
+                "regret = simulated time of the pick / best simulated time)\n");
+    if (!args.svg.empty()) {
+      writeSvg(args.svg, rows, coll, system.ranks(), hostNames[0] + " x" + std::to_string(nodes[0]) + ": " + std::string(name(coll)));
+      std::printf("wrote %s\n", args.svg.c_str());
+    }
+    return 0;
+  }
+
+  // Summary over the grid: the worst regret of each (fixture, nodes, collective), in parallel.
+  struct Job {
+    std::size_t host;
+    int nodes;
+    Collective coll;
+    double worst = 0;
+    std::size_t worstBytes = 0;
+    std::string worstPick = {}, worstBest = {};
+    int unsimulated = 0;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t h = 0; h < hosts.size(); ++h) {
+    for (int nn : nodes) {
+      for (Collective c : colls) jobs.push_back({h, nn, c});
+    }
+  }
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+      Job& j = jobs[i];
+      const topo::System system(hosts[j.host], j.nodes);
+      for (const SizeRow& r : sweep(system, j.coll, sizes, *options)) {
+        if (!r.regret) {
+          ++j.unsimulated;
+          continue;
+        }
+        if (*r.regret > j.worst) {
+          j.worst = *r.regret;
+          j.worstBytes = r.bytes;
+          j.worstPick = r.plan.algorithm + "/" + std::string(name(r.plan.protocol));
+          j.worstBest = r.best;
+        }
+      }
+    }
+  };
+  const unsigned threads = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  std::printf("%-24s %6s %7s %-14s %8s %8s %-16s %-16s %s\n", "fixture", "nodes", "ranks", "collective", "regret", "at", "pick there", "best there", "sizes not simulated");
+  double overall = 0;
+  for (const Job& j : jobs) {
+    overall = std::max(overall, j.worst);
+    std::printf("%-24s %6d %7d %-14s %8.3f %8s %-16s %-16s %d\n", hostNames[j.host].c_str(), j.nodes,
+                j.nodes * static_cast<int>(hosts[j.host].gpus().size()), std::string(name(j.coll)).c_str(), j.worst,
+                human(j.worstBytes).c_str(), j.worstPick.c_str(), j.worstBest.c_str(), j.unsimulated);
+  }
+  std::printf("worst regret over %zu sizes (%s..%s, x%d): %.3f\n", sizes.size(), human(sizes.front()).c_str(),
+              human(sizes.back()).c_str(), factor, overall);
+  return 0;
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,20 @@
+// weft-plan tune: picks, estimates, simulated times and regret.
+#pragma once
+
+#include <string>
+
+namespace weft::algo {
+
+struct TuneArgs {
+  std::string topo;        // comma-separated topology files
+  std::string nodes = "1"; // comma-separated host counts
+  std::string colls;       // comma-separated collectives
+  std::string sizes = "8:4G";
+  std::string svg;
+  std::string tuningFile;
+  bool summary = false;  // the worst regret per combination instead of the per-size table
+};
+
+int runTune(const TuneArgs& args);
+
+}  // namespace weft::algo
