@@ -22,7 +22,8 @@ Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& par
   }
   if (params.channels < 1) return invalidArgument(what + ": channels must be >= 1");
   for (int r : params.onlyRanks) {
-    if (r < 0 || r >= nranks) return invalidArgument(what + ": onlyRanks names rank " + std::to_string(r));
+    if (r < 0 || r >= nranks)
+      return invalidArgument(what + ": onlyRanks names rank " + std::to_string(r));
   }
   auto s = generate(coll, nranks, params);
   if (!s) return s;

@@ -13,7 +13,9 @@
 
 namespace weft::algo {
 
-std::string_view name(Protocol p) { return p == Protocol::ll ? "ll" : "simple"; }
+std::string_view name(Protocol p) {
+  return p == Protocol::ll ? "ll" : "simple";
+}
 
 std::optional<Protocol> parseProtocol(std::string_view s) {
   if (s == "ll" || s == "LL") return Protocol::ll;
@@ -26,20 +28,26 @@ LinkClass linkClassOf(topo::PathClass c) {
     case topo::PathClass::loc:
     case topo::PathClass::nvl:
     case topo::PathClass::nvb:
-    case topo::PathClass::c2c: return LinkClass::nvlink;
-    case topo::PathClass::net: return LinkClass::network;
-    default: return LinkClass::pcie;
+    case topo::PathClass::c2c:
+      return LinkClass::nvlink;
+    case topo::PathClass::net:
+      return LinkClass::network;
+    default:
+      return LinkClass::pcie;
   }
 }
 
 double busBandwidthFactor(Collective coll, int n) {
   switch (coll) {
-    case Collective::allReduce: return 2.0 * (n - 1) / n;
+    case Collective::allReduce:
+      return 2.0 * (n - 1) / n;
     case Collective::allGather:
     case Collective::reduceScatter:
     case Collective::allToAll:
-    case Collective::allToAllv: return double(n - 1) / n;
-    default: return 1.0;
+    case Collective::allToAllv:
+      return double(n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 
@@ -53,7 +61,8 @@ const char* kProtoKeys[] = {"ll", "simple"};
 const char* kClassKeys[] = {"nvlink", "pcie", "network"};
 
 Status readPositive(const json& j, const std::string& where, double& out) {
-  if (!j.is_number() || j.get<double>() <= 0) return invalidArgument(where + " must be a positive number");
+  if (!j.is_number() || j.get<double>() <= 0)
+    return invalidArgument(where + " must be a positive number");
   out = j.get<double>();
   return {};
 }
@@ -63,9 +72,13 @@ Status readTable(const json& j, const std::string& where, const char* const (&ke
                  std::array<double, N>& out) {
   if (!j.is_object()) return invalidArgument(where + " must be an object");
   for (auto it = j.begin(); it != j.end(); ++it) {
-    const auto k = std::find_if(std::begin(keys), std::end(keys), [&](const char* x) { return it.key() == x; });
-    if (k == std::end(keys)) return invalidArgument(where + " has an unknown key '" + it.key() + "'");
-    if (Status s = readPositive(*it, where + "." + it.key(), out[static_cast<std::size_t>(k - std::begin(keys))]); !s) {
+    const auto k = std::find_if(std::begin(keys), std::end(keys),
+                                [&](const char* x) { return it.key() == x; });
+    if (k == std::end(keys))
+      return invalidArgument(where + " has an unknown key '" + it.key() + "'");
+    if (Status s = readPositive(*it, where + "." + it.key(),
+                                out[static_cast<std::size_t>(k - std::begin(keys))]);
+        !s) {
       return s;
     }
   }
@@ -100,7 +113,8 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       for (auto p = it->begin(); p != it->end(); ++p) {
         const auto proto = parseProtocol(p.key());
         if (!proto) return invalidArgument(where + " has an unknown protocol '" + p.key() + "'");
-        s = readTable(*p, where + "." + p.key(), kClassKeys, c.messageOverhead[static_cast<std::size_t>(*proto)]);
+        s = readTable(*p, where + "." + p.key(), kClassKeys,
+                      c.messageOverhead[static_cast<std::size_t>(*proto)]);
         if (!s) return s;
       }
     } else if (key == "hop_latency_us") {
@@ -108,15 +122,17 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       for (auto p = it->begin(); p != it->end(); ++p) {
         const auto proto = parseProtocol(p.key());
         if (!proto) return invalidArgument(where + " has an unknown protocol '" + p.key() + "'");
-        s = readTable(*p, where + "." + p.key(), kClassKeys, c.hopLatency[static_cast<std::size_t>(*proto)]);
+        s = readTable(*p, where + "." + p.key(), kClassKeys,
+                      c.hopLatency[static_cast<std::size_t>(*proto)]);
         if (!s) return s;
       }
     } else if (key == "comment" || key == "measured_on") {
       continue;  // free text for people
     } else {
-      return invalidArgument(where + ": unknown key (expected base_latency_us, hop_latency_us, "
-                                     "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
-                                     "pat_staging_bytes)");
+      return invalidArgument(where +
+                             ": unknown key (expected base_latency_us, hop_latency_us, "
+                             "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
+                             "pat_staging_bytes)");
     }
     if (!s) return s;
   }
@@ -141,7 +157,8 @@ std::string CostConstants::toJson() const {
       j["message_overhead_us"][kProtoKeys[p]][kClassKeys[c]] = messageOverhead[p][c];
     }
   }
-  for (std::size_t c = 0; c < kNumLinkClasses; ++c) j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
+  for (std::size_t c = 0; c < kNumLinkClasses; ++c)
+    j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
   j["pat_staging_bytes"] = patStagingBytes;
   return j.dump(2);
 }
@@ -180,7 +197,8 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
   for (std::size_t i = 0; i < host.gpus().size(); ++i) {
     const int nic = host.nearestNic(host.gpus()[i]);
     const double own = system.networkBandwidth(static_cast<int>(i));
-    const double share = nic >= 0 ? host.nodes()[static_cast<std::size_t>(nic)].speedGBs / sharers[nic] : 0;
+    const double share =
+        nic >= 0 ? host.nodes()[static_cast<std::size_t>(nic)].speedGBs / sharers[nic] : 0;
     g.netPerRank = std::min(g.netPerRank, std::min(own, share));
     g.netAlone = i == 0 ? own : std::min(g.netAlone, own);
     if (nic >= 0 && nics.insert(nic).second) g.netPerHost += own;
@@ -195,20 +213,25 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       for (int m : peersOf(l)) {
         if (m == l) continue;
         pairs.push_back({l, m});
-        for (const topo::Hop& h : host.route(host.gpus()[static_cast<std::size_t>(l)], host.gpus()[static_cast<std::size_t>(m)])) {
+        for (const topo::Hop& h : host.route(host.gpus()[static_cast<std::size_t>(l)],
+                                             host.gpus()[static_cast<std::size_t>(m)])) {
           ++load[{h.link, h.forward}];
         }
       }
     }
     double bw = 1e30;
-    for (const auto& [key, count] : load) bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
+    for (const auto& [key, count] : load)
+      bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
     return pairs.empty() ? 1e30 : bw;
   };
   g.shiftBw.assign(static_cast<std::size_t>(G), 1e30);
   g.xorBw.assign(static_cast<std::size_t>(G), 1e30);
   for (int d = 1; d < G; ++d) {
-    g.shiftBw[static_cast<std::size_t>(d)] = pattern([&](int l) { return std::vector<int>{(l + d) % G}; });
-    if ((G & (G - 1)) == 0) g.xorBw[static_cast<std::size_t>(d)] = pattern([&](int l) { return std::vector<int>{l ^ d}; });
+    g.shiftBw[static_cast<std::size_t>(d)] =
+        pattern([&](int l) { return std::vector<int>{(l + d) % G}; });
+    if ((G & (G - 1)) == 0)
+      g.xorBw[static_cast<std::size_t>(d)] =
+          pattern([&](int l) { return std::vector<int>{l ^ d}; });
   }
   g.allPairsBw = pattern([&](int) {
     std::vector<int> all(static_cast<std::size_t>(G));
@@ -230,8 +253,27 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       return peers;
     });
   }
+  if (!host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0) {
+    // Node-level pattern: GPU chain plus the two NIC hops, with each NIC's own speed.
+    std::map<std::pair<int, bool>, int> load;
+    auto addRoute = [&](int a, int b) {
+      for (const topo::Hop& h : host.route(a, b)) ++load[{h.link, h.forward}];
+    };
+    const auto& gpus = host.gpus();
+    for (int l = 0; l + 1 < G; ++l)
+      addRoute(gpus[static_cast<std::size_t>(l)], gpus[static_cast<std::size_t>(l + 1)]);
+    const int out = host.nearestNic(gpus.back()), in = host.nearestNic(gpus.front());
+    addRoute(gpus.back(), out);
+    addRoute(in, gpus.front());
+    double bw = std::min(host.nodes()[static_cast<std::size_t>(out)].speedGBs,
+                         host.nodes()[static_cast<std::size_t>(in)].speedGBs);
+    for (const auto& [key, count] : load)
+      bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
+    g.ringCrossBw = bw;
+  }
   double inverse = 0;
-  for (int k = 0; k < G; ++k) inverse += 1.0 / pattern([&](int l) { return std::vector<int>{mod(k - l, G)}; });
+  for (int k = 0; k < G; ++k)
+    inverse += 1.0 / pattern([&](int l) { return std::vector<int>{mod(k - l, G)}; });
   g.matchingBw = G > 1 ? G / inverse : 1e30;
   g.fabricLatency = 2 * system.fabric().switchLatency;  // between one (same rail) and three hops
   return g;
@@ -260,12 +302,28 @@ int CostModel::patAggregationFor(std::size_t bytes, int nranks) const {
   return static_cast<int>(pow2Floor(static_cast<std::uint32_t>(a)));
 }
 
+void CostModel::shape(Protocol proto, std::size_t bytes, int ranksPerHost, int& channels,
+                      std::size_t& chunkBytes) {
+  // Enough channels to keep every link busy, not so many that each moves a sliver.
+  const std::size_t perChannel = proto == Protocol::ll ? 64 * 1024 : 1024 * 1024;
+  const int most = std::clamp(ranksPerHost, 2, 16);
+  channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1,
+                                                      static_cast<std::size_t>(most)));
+  // Slices small enough that a channel's share is cut into at least eight, so trees and chains
+  // pipeline; no larger than a FIFO slot, and no smaller than where each slice's per-message
+  // cost starts to show. LL moves fixed 16 KiB steps.
+  const std::size_t largest = proto == Protocol::ll ? 16 * 1024 : 512 * 1024;
+  const std::size_t smallest = proto == Protocol::ll ? 16 * 1024 : 64 * 1024;
+  const auto ch = static_cast<std::size_t>(channels);
+  chunkBytes = std::clamp<std::size_t>(bytes / ch / 8, smallest, largest);
+}
+
 namespace {
 
 // The numbers one estimate works with, for one protocol.
 struct Terms {
-  double base, aIntra, aNet;      // us
-  double oIntra, oNet;            // us per message
+  double base, aIntra, aNet;           // us
+  double oIntra, oNet;                 // us per message
   double bwIntra, inj, bwNet, bwHost;  // bytes per us
   int n, G, N;
 };
@@ -301,9 +359,17 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   auto pat = [&](double gbs) { return gbs * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs; };
   auto shift = [&](int d) {
     const int local = G > 0 ? d % G : 0;
-    return local == 0 || g.shiftBw.empty() ? 1e300 : pat(g.shiftBw[static_cast<std::size_t>(local)]);
+    return local == 0 || g.shiftBw.empty() ? 1e300
+                                           : pat(g.shiftBw[static_cast<std::size_t>(local)]);
   };
   const double aStep = multi ? t.aNet : t.aIntra;
+  int channels = 1;
+  std::size_t chunk = 1;
+  shape(proto, bytes, G, channels, chunk);
+  // Every slice of a message is a message of its own: its posting cost repeats.
+  auto slices = [&](double msgBytes) {
+    return std::max(1.0, std::ceil(msgBytes / channels / double(chunk)));
+  };
   const double oStep = multi ? t.oNet : t.oIntra;
   const double bwStep = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
 
@@ -322,29 +388,42 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   if (algorithm == "ring") {
     double steps = 0, moved = 0;
     switch (coll) {
-      case Collective::allReduce: steps = 2.0 * (n - 1); moved = 2.0 * (n - 1) / n; break;
+      case Collective::allReduce:
+        steps = 2.0 * (n - 1);
+        moved = 2.0 * (n - 1) / n;
+        break;
       case Collective::allGather:
-      case Collective::reduceScatter: steps = n - 1; moved = double(n - 1) / n; break;
+      case Collective::reduceScatter:
+        steps = n - 1;
+        moved = double(n - 1) / n;
+        break;
       case Collective::broadcast:
-      case Collective::reduce: steps = n - 1; moved = 1; break;
-      default: return unsupportedHere();
+      case Collective::reduce:
+        steps = n - 1;
+        moved = 1;
+        break;
+      default:
+        return unsupportedHere();
     }
     // Each host's ranks are consecutive: n - N hops inside hosts, N across. weft's ring keeps one
     // rank order on every channel, so a crossing goes through one GPU's NIC, which no other rank
-    // of the ring is using (NCCL rotates its rings per channel to use every NIC; weft does not yet).
-    const double intraBw = shift(1), netBw = std::min(shift(1), t.bwNet / std::max(1e-300, g.netPerRank) * g.netAlone);
+    // of the ring is using (NCCL rotates its rings per channel to use every NIC; weft does not
+    // yet).
+    const double intraBw = multi ? pat(g.ringCrossBw) : shift(1);
+    const double netBw =
+        multi ? g.ringCrossBw * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs : intraBw;
     const double crossings = multi ? N : 0, inside = n - crossings;
     if (coll == Collective::broadcast || coll == Collective::reduce) {
       // A pipelined chain: the first slice crosses every hop, the rest follow at the slowest.
       lat += inside * (t.aIntra + t.oIntra) + crossings * (t.aNet + t.oNet);
-      bw = moved * S / (multi ? std::min(intraBw, netBw) : intraBw);
+      bw = moved * S / (multi ? std::min(intraBw, netBw) : intraBw) + (slices(S) - 1) * oStep;
     } else {
       // Per step every rank forwards one block. The ring runs at the slower of its busiest rank
       // (back-to-back sends over its link) and its cycle (a block's hop latency and transfer,
       // averaged over the ring): the latency of a fast hop hides behind a slow one.
       const double block = moved * S / steps;
-      const double busyIntra = t.oIntra + block / intraBw;
-      const double busyNet = multi ? t.oNet + block / netBw : 0;
+      const double busyIntra = slices(block) * t.oIntra + block / intraBw;
+      const double busyNet = multi ? slices(block) * t.oNet + block / netBw : 0;
       const double cycle = (inside * (t.aIntra + busyIntra) + crossings * (t.aNet + busyNet)) / n;
       const double period = std::max({busyIntra, busyNet, cycle});
       lat += steps * (period - std::max(busyIntra, busyNet));
@@ -359,17 +438,19 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double edge = G > 1 ? pat(g.treeBw) : 1e300;
     const double bwEdge = multi ? std::min(edge, t.bwNet / 4) : edge;
     const double bwTree = 4 * bwEdge;
+    const double posting = (slices(S / 2) - 1) * 4 * oStep;  // four messages per slice per rank
     if (coll == Collective::allReduce) {
       lat += 2 * depth;
-      bw = (S / 2) / bwEdge;
+      bw = (S / 2) / bwEdge + posting;
     } else if (coll == Collective::broadcast || coll == Collective::reduce) {
       lat += depth;
-      bw = S / bwTree;
+      bw = S / bwTree + posting / 2;
     } else {
       return unsupportedHere();
     }
   } else if (algorithm == "pat") {
-    if (coll != Collective::allGather && coll != Collective::reduceScatter) return unsupportedHere();
+    if (coll != Collective::allGather && coll != Collective::reduceScatter)
+      return unsupportedHere();
     const int A = patAggregationFor(bytes, n);
     e.aggregation = A;
     const int Q = (n + A - 1) / A;
@@ -380,18 +461,18 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     auto over = [&](int dist) { return multi ? std::min(shift(dist), t.bwNet) : shift(dist); };
     for (int q = 1; q < Q; ++q) {
       const int blocks = std::min(A, n - q * A);
-      lat += aStep + oStep;
+      lat += aStep + slices(blocks * block) * oStep;
       bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
     }
     for (int d = 1; d < A; d *= 2) {
-      lat += aStep + oStep;
+      lat += aStep + slices(d * block) * oStep;
       bw += d * block / over(d);
     }
   } else if (algorithm == "rhd") {
     if (coll != Collective::allReduce) return unsupportedHere();
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     if (p2 != n) {  // fold in and out: a whole message each way
-      lat += 2 * (aStep + oStep);
+      lat += 2 * (aStep + slices(S) * oStep);
       bw += 2 * S / bwStep;
     }
     // Exchange with v ^ mask moves mask/p of the message; masks below the (power-of-two) host
@@ -399,8 +480,10 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const bool alignedHosts = (G & (G - 1)) == 0 && p2 == n;
     for (int mask = 1; mask < p2; mask *= 2) {
       const bool inside = !multi || (alignedHosts && mask < G);
-      const double a = inside ? t.aIntra + t.oIntra : t.aNet + t.oNet;
-      const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() && g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
+      const double a = inside ? t.aIntra + slices(double(mask) / p2 * S) * t.oIntra
+                              : t.aNet + slices(double(mask) / p2 * S) * t.oNet;
+      const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
+                            g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
       const double local = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
       const double b = inside ? local : std::min(t.bwIntra, t.bwNet);
       lat += 2 * a;
@@ -409,33 +492,39 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   } else if (algorithm == "oneshot" || algorithm == "twoshot") {
     if (coll != Collective::allReduce) return unsupportedHere();
     const bool one = algorithm == "oneshot";
-    const double per = one ? S : S / n;  // what goes to each peer
+    const double per = one ? S : S / n;                        // what goes to each peer
     const double intra = G > 1 ? per / pat(g.allPairsBw) : 0;  // all G-1 flows at once
     const double inter = multi ? (n - G) * per / t.bwNet : 0;
     const double phase = std::max(intra, inter);
-    const double posting = (G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0);
+    const double posting = slices(per) * ((G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0));
     lat += (one ? 1 : 2) * (aStep + posting);
     bw = (one ? 1 : 2) * phase;
   } else if (algorithm == "pairwise") {
     if (coll != Collective::allToAll && coll != Collective::allToAllv) return unsupportedHere();
-    lat += (n - 1) * (aStep + oStep);
-    bw = (n - 1) * (S / n) / (multi ? bwStep : pat(g.matchingBw));
+    // Nothing synchronises the exchanges: a rank pays its G-1 host peers at host speed and the
+    // n-G others at network speed.
+    lat += (G - 1) * (t.aIntra + slices(S / n) * t.oIntra) +
+           (n - G) * (t.aNet + slices(S / n) * t.oNet);
+    bw = (G - 1) * (S / n) / pat(g.matchingBw) +
+         (multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
     for (int d = 1; d < n; d *= 2) {
       // Blocks whose index has this bit set.
-      const double blocks = std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
-      lat += aStep + oStep;
+      const double blocks =
+          std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
+      lat += aStep + slices(blocks * S / n) * oStep;
       bw += blocks * (S / n) / (multi ? bwStep : shift(d));
     }
   } else if (algorithm == "hierarchical") {
     if (coll != Collective::allToAll) return unsupportedHere();
-    lat += (G - 1) * (t.aIntra + t.oIntra) + (N - 1) * (t.aNet + t.oNet);
+    lat += (G - 1) * (t.aIntra + slices(S / G) * t.oIntra) +
+           (N - 1) * (t.aNet + slices(S / N) * t.oNet);
     bw = (G > 1 ? (G - 1) * (S / G) / pat(g.matchingBw) : 0) +
          (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
-    lat += aStep + oStep;
+    lat += aStep + slices(S) * oStep;
     bw = S / (multi ? bwStep : shift(1));
   } else {
     return unsupported("no estimate for algorithm " + std::string(algorithm));

@@ -31,10 +31,12 @@ struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
   // Per protocol and link class: cost of one hop (one dependent step), us.
-  std::array<std::array<double, kNumLinkClasses>, 2> hopLatency{{{0.6, 1.0, 2.7}, {3.4, 5.7, 14.0}}};
+  std::array<std::array<double, kNumLinkClasses>, 2> hopLatency{
+      {{0.6, 1.0, 2.7}, {3.4, 5.7, 14.0}}};
   // Per protocol and link class: what the sender spends on each message beyond its bytes (LogGP's
   // o: posting, flags, the NIC's doorbell), us. It is why thousands of tiny messages are not free.
-  std::array<std::array<double, kNumLinkClasses>, 2> messageOverhead{{{0.05, 0.1, 0.5}, {0.2, 0.3, 1.0}}};
+  std::array<std::array<double, kNumLinkClasses>, 2> messageOverhead{
+      {{0.05, 0.1, 0.5}, {0.2, 0.3, 1.0}}};
   // Per protocol: the fraction of link bandwidth the protocol delivers.
   std::array<double, 2> bandwidthEfficiency{0.5, 1.0};
   // Multiplies every bandwidth of a class (1 = the topology's figures).
@@ -54,12 +56,12 @@ struct RankGraph {
   int ranksPerHost = 1;
   int hosts = 1;
   topo::PathClass intraClass = topo::PathClass::loc;  // the worst GPU-GPU class inside a host
-  double intraBandwidth = 0;   // GB/s, the narrowest GPU-GPU path inside a host
-  double injection = 0;        // GB/s, what one GPU can push to all its host peers at once
-  double netPerRank = 0;       // GB/s, one GPU to the network when every GPU sends (NICs shared)
-  double netPerHost = 0;       // GB/s, all of a host's NICs together
-  double netAlone = 0;         // GB/s, one GPU to the network while the others are quiet
-  double fabricLatency = 0;    // us, added to each network hop beyond the NIC software
+  double intraBandwidth = 0;  // GB/s, the narrowest GPU-GPU path inside a host
+  double injection = 0;       // GB/s, what one GPU can push to all its host peers at once
+  double netPerRank = 0;      // GB/s, one GPU to the network when every GPU sends (NICs shared)
+  double netPerHost = 0;      // GB/s, all of a host's NICs together
+  double netAlone = 0;        // GB/s, one GPU to the network while the others are quiet
+  double fabricLatency = 0;   // us, added to each network hop beyond the NIC software
 
   // Per-flow bandwidth (GB/s) of traffic patterns inside a host, every GPU sending at once, with
   // the flows that share a link sharing it: what contention-aware estimates are made of.
@@ -68,6 +70,8 @@ struct RankGraph {
   double allPairsBw = 0;        // every GPU to every other
   double matchingBw = 0;        // l <-> (k - l) mod G, the pairwise exchange, averaged over k
   double treeBw = 0;            // every edge of both double-binary trees, both directions
+  double ringCrossBw = 0;       // a ring through the host: l -> l+1, the last GPU out through its
+                                // NIC, the first in through its NIC (the NICs' speed included)
 
   static RankGraph fromSystem(const topo::System& system);
   static RankGraph flat(int nranks, topo::PathClass cls, double bandwidth);  // one host, uniform
@@ -92,6 +96,11 @@ class CostModel {
                             Protocol proto, const RankGraph& g) const;
   // PAT's aggregation for a message: the most blocks whose bytes fit the staging budget.
   int patAggregationFor(std::size_t bytes, int nranks) const;
+
+  // How a protocol cuts a message: channels and the bytes of one slice on one channel. The
+  // executor and the simulator use the same numbers; every slice is a message.
+  static void shape(Protocol proto, std::size_t bytes, int ranksPerHost, int& channels,
+                    std::size_t& chunkBytes);
 
  private:
   CostConstants c_;

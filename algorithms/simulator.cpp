@@ -17,12 +17,14 @@ constexpr int kFullReplayRanks = 1024;
 constexpr double kBytesPerUsPerGBs = 1e3;
 
 LinkClass classOfLink(topo::LinkKind k) {
-  return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink : LinkClass::pcie;
+  return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
+                                                                   : LinkClass::pcie;
 }
 
 }  // namespace
 
-Simulator::Simulator(const topo::System& system, CostConstants constants) : system_(system), c_(constants) {}
+Simulator::Simulator(topo::System system, CostConstants constants)
+    : system_(std::move(system)), c_(constants) {}
 
 int Simulator::resourcesPerHost() const {
   return static_cast<int>(2 * system_.host().links().size() + 2 * system_.host().nodes().size());
@@ -30,7 +32,9 @@ int Simulator::resourcesPerHost() const {
 
 bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
   const std::string_view n = a.name();
-  if (n == "ring") return coll == Collective::allReduce || coll == Collective::allGather || coll == Collective::reduceScatter;
+  if (n == "ring")
+    return coll == Collective::allReduce || coll == Collective::allGather ||
+           coll == Collective::reduceScatter;
   // Translation-symmetric: rank r's peers are r plus offsets that do not depend on r. (Pairwise,
   // halving-doubling and hierarchical pair ranks by reflection or XOR; they replay in full.)
   return n == "pat" || n == "oneshot" || n == "twoshot" || n == "bruck" || n == "p2p";
@@ -47,7 +51,8 @@ Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly)
   const auto pi = static_cast<std::size_t>(p);
   Flow f;
   auto addRoute = [&](int hostIndex, int a, int b) {
-    for (const topo::Hop& h : host.route(a, b)) f.resources.push_back(hostIndex * R + h.link * 2 + (h.forward ? 0 : 1));
+    for (const topo::Hop& h : host.route(a, b))
+      f.resources.push_back(hostIndex * R + h.link * 2 + (h.forward ? 0 : 1));
   };
   if (from / G == to / G) {
     addRoute(ha, ga, gb);
@@ -87,10 +92,17 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   params.channels = opt.channels;
   params.groupSize = G;
   if (algo.name() == "pat") {
-    params.aggregation = opt.aggregation > 0 ? opt.aggregation : CostModel(c_).patAggregationFor(bytes, n);
+    params.aggregation =
+        opt.aggregation > 0 ? opt.aggregation : CostModel(c_).patAggregationFor(bytes, n);
   }
   SimResult res;
-  res.representative = !opt.forceFull && n > kFullReplayRanks && usesSymmetry(algo, coll);
+  if (opt.forceRepresentative && !usesSymmetry(algo, coll)) {
+    return invalidArgument("simulator: " + std::string(algo.name()) + " " +
+                           std::string(name(coll)) +
+                           " is not translation-symmetric; it can only be replayed in full");
+  }
+  res.representative = opt.forceRepresentative ||
+                       (!opt.forceFull && n > kFullReplayRanks && usesSymmetry(algo, coll));
   if (res.representative) {
     for (int r = 0; r < G; ++r) params.onlyRanks.push_back(r);
   }
@@ -102,10 +114,12 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     const int local = id % R;
     if (local < 2 * linkCount) {
       const topo::Link& l = host.links()[static_cast<std::size_t>(local / 2)];
-      return l.bandwidth * c_.bandwidthScale[static_cast<std::size_t>(classOfLink(l.kind))] * eff * kBytesPerUsPerGBs;
+      return l.bandwidth * c_.bandwidthScale[static_cast<std::size_t>(classOfLink(l.kind))] * eff *
+             kBytesPerUsPerGBs;
     }
     const topo::Node& nic = host.nodes()[static_cast<std::size_t>((local - 2 * linkCount) / 2)];
-    return nic.speedGBs * c_.bandwidthScale[static_cast<std::size_t>(LinkClass::network)] * eff * kBytesPerUsPerGBs;
+    return nic.speedGBs * c_.bandwidthScale[static_cast<std::size_t>(LinkClass::network)] * eff *
+           kBytesPerUsPerGBs;
   };
 
   // Slices: a message of one slice must fit the chunk.
@@ -120,15 +134,19 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     }
   }
   const double blockBytes = double(bytes) / (double(s.messageBlocks()) * s.partsPerBlock);
-  res.slices = std::max(1, static_cast<int>(std::ceil(maxBlocks * blockBytes / double(std::max<std::size_t>(1, opt.chunkBytes)))));
+  res.slices =
+      std::max(1, static_cast<int>(std::ceil(maxBlocks * blockBytes /
+                                             double(std::max<std::size_t>(1, opt.chunkBytes)))));
   const double sliceBlock = blockBytes / res.slices;
 
   // Routes depend only on the pair of ranks: compute each once.
   std::unordered_map<std::uint64_t, Flow> flows;
   auto flowOf = [&](int from, int to) -> const Flow& {
-    const std::uint64_t k = static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+    const std::uint64_t k = static_cast<std::uint64_t>(from) * static_cast<std::uint64_t>(n) +
+                            static_cast<std::uint64_t>(to);
     auto it = flows.find(k);
-    if (it == flows.end()) it = flows.emplace(k, flow(from, to, opt.protocol, res.representative)).first;
+    if (it == flows.end())
+      it = flows.emplace(k, flow(from, to, opt.protocol, res.representative)).first;
     return it->second;
   };
 
@@ -150,8 +168,10 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   // r is host 0's (q mod G)'s j-th message to r - (q - q mod G), sent at the same time.
   std::unordered_map<std::uint64_t, std::uint32_t> ids;
   auto idOf = [&](std::size_t c, int from, int to) {
-    const std::uint64_t k = (std::uint64_t{c} * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(from)) *
-                                static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(to);
+    const std::uint64_t k =
+        (std::uint64_t{c} * static_cast<std::uint64_t>(n) + static_cast<std::uint64_t>(from)) *
+            static_cast<std::uint64_t>(n) +
+        static_cast<std::uint64_t>(to);
     return ids.try_emplace(k, static_cast<std::uint32_t>(ids.size())).first->second;
   };
   for (Proc& pr : procs) {
@@ -166,14 +186,17 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
         pr.conn[st.peerBegin + i] = idOf(pr.channel, q - shift, mod(pr.rank - shift, n));
       }
       const auto sends = p.sendPeers(st);
-      for (std::size_t i = 0; i < sends.size(); ++i) pr.conn[st.peerBegin + st.nrecv + i] = idOf(pr.channel, pr.rank, sends[i]);
+      for (std::size_t i = 0; i < sends.size(); ++i)
+        pr.conn[st.peerBegin + st.nrecv + i] = idOf(pr.channel, pr.rank, sends[i]);
     }
   }
 
   // Flows of the same step index share links: count them per step in a dense array, then give
   // each flow its tightest share.
   {
-    std::vector<int> load(static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) * static_cast<std::size_t>(R), 0);
+    std::vector<int> load(static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) *
+                              static_cast<std::size_t>(R),
+                          0);
     std::vector<int> touched;
     for (std::size_t k = 0; k < maxSteps; ++k) {
       for (int pass = 0; pass < 2; ++pass) {
@@ -191,8 +214,10 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
               continue;
             }
             double rate = std::numeric_limits<double>::infinity();
-            for (int id : f.resources) rate = std::min(rate, capacity(id) / load[static_cast<std::size_t>(id)]);
-            pr.seconds[st.peerBegin + st.nrecv + i] = std::isinf(rate) ? 0 : p.blocks(st) * sliceBlock / rate;
+            for (int id : f.resources)
+              rate = std::min(rate, capacity(id) / load[static_cast<std::size_t>(id)]);
+            pr.seconds[st.peerBegin + st.nrecv + i] =
+                std::isinf(rate) ? 0 : p.blocks(st) * sliceBlock / rate;
           }
         }
       }
@@ -253,7 +278,8 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   double busyMax = 0;
   for (const Proc& pr : procs) {
     if (pr.pc < s.program(pr.channel, pr.rank).steps().size()) {
-      return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " + std::to_string(pr.rank));
+      return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " +
+                           std::to_string(pr.rank));
     }
     res.passUs = std::max(res.passUs, pr.ready);
     busyMax = std::max(busyMax, pr.busy);

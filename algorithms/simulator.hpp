@@ -34,6 +34,7 @@ struct SimOptions {
   std::size_t chunkBytes = 512 * 1024;  // one slice of one message on one channel
   int aggregation = 0;                  // PAT's A (0: the cost model's choice for the size)
   bool forceFull = false;               // replay every rank even where symmetry would do
+  bool forceRepresentative = false;     // replay host 0 only even where the job is small
 };
 
 struct SimResult {
@@ -46,7 +47,7 @@ struct SimResult {
 
 class Simulator {
  public:
-  explicit Simulator(const topo::System& system, CostConstants constants = {});
+  explicit Simulator(topo::System system, CostConstants constants = {});
 
   Result<SimResult> run(const Algorithm& algorithm, Collective coll, std::size_t bytes,
                         const SimOptions& options = {}) const;
@@ -63,7 +64,7 @@ class Simulator {
   Flow flow(int from, int to, Protocol p, bool hostZeroOnly) const;
   int resourcesPerHost() const;
 
-  const topo::System& system_;
+  topo::System system_;
   CostConstants c_;
 };
 

@@ -18,7 +18,8 @@ std::string env(const char* name, const char* fallback) {
 }
 
 std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
 
@@ -33,8 +34,10 @@ Result<TunerOptions> TunerOptions::from(const std::string& algo, const std::stri
     if (item.empty()) continue;
     if (findAlgorithm(item) == nullptr) {
       std::string known;
-      for (const Algorithm* a : weft::algo::algorithms()) known += (known.empty() ? "" : ", ") + std::string(a->name());
-      return invalidArgument("WEFT_ALGO names an unknown algorithm '" + item + "' (known: " + known + ")");
+      for (const Algorithm* a : weft::algo::algorithms())
+        known += (known.empty() ? "" : ", ") + std::string(a->name());
+      return invalidArgument("WEFT_ALGO names an unknown algorithm '" + item +
+                             "' (known: " + known + ")");
     }
     o.algorithms.push_back(item);
   }
@@ -52,7 +55,8 @@ Result<TunerOptions> TunerOptions::from(const std::string& algo, const std::stri
 }
 
 Result<TunerOptions> TunerOptions::fromEnvironment() {
-  return from(env("WEFT_ALGO", "NCCL_ALGO"), env("WEFT_PROTO", "NCCL_PROTO"), env("WEFT_TUNING_FILE", nullptr));
+  return from(env("WEFT_ALGO", "NCCL_ALGO"), env("WEFT_PROTO", "NCCL_PROTO"),
+              env("WEFT_TUNING_FILE", nullptr));
 }
 
 Tuner::Tuner(RankGraph graph, TunerOptions options)
@@ -63,7 +67,8 @@ std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool
   for (const Algorithm* a : algorithms()) {
     if (!a->supports(coll)) continue;
     if (restricted && !options_.algorithms.empty() &&
-        std::find(options_.algorithms.begin(), options_.algorithms.end(), a->name()) == options_.algorithms.end()) {
+        std::find(options_.algorithms.begin(), options_.algorithms.end(), a->name()) ==
+            options_.algorithms.end()) {
       continue;
     }
     for (Protocol p : kAllProtocols) {
@@ -72,28 +77,22 @@ std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool
     }
   }
   // Stable: equal times keep the registry's order, so every rank picks the same plan.
-  std::stable_sort(out.begin(), out.end(), [](const Estimate& x, const Estimate& y) { return x.timeUs < y.timeUs; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Estimate& x, const Estimate& y) { return x.timeUs < y.timeUs; });
   return out;
 }
 
-std::vector<Estimate> Tuner::explain(Collective coll, std::size_t bytes) const { return candidates(coll, bytes, true); }
+std::vector<Estimate> Tuner::explain(Collective coll, std::size_t bytes) const {
+  return candidates(coll, bytes, true);
+}
 
 std::vector<Estimate> Tuner::allCandidates(Collective coll, std::size_t bytes) const {
   return candidates(coll, bytes, false);
 }
 
-void Tuner::shape(const Estimate& e, std::size_t bytes, int& channels, std::size_t& chunkBytes) const {
-  // Enough channels to keep every link busy, not so many that each moves a sliver.
-  const std::size_t perChannel = e.protocol == Protocol::ll ? 64 * 1024 : 1024 * 1024;
-  const int most = std::clamp(graph_.ranksPerHost, 2, 16);
-  channels = static_cast<int>(std::clamp<std::size_t>((bytes + perChannel - 1) / perChannel, 1, static_cast<std::size_t>(most)));
-  // Slices small enough that a channel's share is cut into at least eight, so trees and chains
-  // pipeline; no larger than a FIFO slot, and no smaller than where each slice's per-message
-  // cost starts to show. LL moves fixed 16 KiB steps.
-  const std::size_t largest = e.protocol == Protocol::ll ? 16 * 1024 : 512 * 1024;
-  const std::size_t smallest = e.protocol == Protocol::ll ? 16 * 1024 : 64 * 1024;
-  const auto ch = static_cast<std::size_t>(channels);
-  chunkBytes = std::clamp<std::size_t>(bytes / ch / 8, smallest, largest);
+void Tuner::shape(const Estimate& e, std::size_t bytes, int& channels,
+                  std::size_t& chunkBytes) const {
+  CostModel::shape(e.protocol, bytes, graph_.ranksPerHost, channels, chunkBytes);
 }
 
 Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
@@ -101,7 +100,8 @@ Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
   std::string reason;
   if (c.empty()) {
     c = candidates(coll, bytes, false);
-    reason = "no algorithm allowed by WEFT_ALGO/WEFT_PROTO implements " + std::string(name(coll)) + "; ";
+    reason =
+        "no algorithm allowed by WEFT_ALGO/WEFT_PROTO implements " + std::string(name(coll)) + "; ";
   }
   if (c.empty()) return unsupported("no algorithm implements " + std::string(name(coll)));
   const Estimate& best = c.front();

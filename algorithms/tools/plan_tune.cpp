@@ -30,7 +30,10 @@ std::optional<std::size_t> parseBytes(std::string s) {
   std::size_t mult = 1;
   const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
   if (last == 'K' || last == 'M' || last == 'G' || last == 'T') {
-    mult = last == 'K' ? 1ull << 10 : last == 'M' ? 1ull << 20 : last == 'G' ? 1ull << 30 : 1ull << 40;
+    mult = last == 'K'   ? 1ull << 10
+           : last == 'M' ? 1ull << 20
+           : last == 'G' ? 1ull << 30
+                         : 1ull << 40;
     s.pop_back();
   }
   try {
@@ -80,15 +83,18 @@ struct SizeRow {
   std::optional<double> regret;
 };
 
-std::string label(const Estimate& e) { return e.algorithm + "/" + std::string(name(e.protocol)); }
+std::string label(const Estimate& e) {
+  return e.algorithm + "/" + std::string(name(e.protocol));
+}
 
 // Prices and replays every candidate at every size for one system and collective.
-std::vector<SizeRow> sweep(const topo::System& system, Collective coll, const std::vector<std::size_t>& sizes,
-                           const TunerOptions& options) {
+std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
+                           const std::vector<std::size_t>& sizes, const TunerOptions& options) {
   const Tuner tuner(RankGraph::fromSystem(system), options);
   const Simulator sim(system, options.constants);
   std::vector<SizeRow> rows;
-  std::map<std::string, double> stepsPerRank;  // algorithm -> steps of rank 0 (size independent but PAT's A)
+  std::map<std::string, double>
+      stepsPerRank;  // algorithm -> steps of rank 0 (size independent but PAT's A)
   for (std::size_t bytes : sizes) {
     SizeRow row;
     row.bytes = bytes;
@@ -112,7 +118,9 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll, const st
         auto s = a.build(coll, system.ranks(), probe);
         stepsPerRank[key] = s ? double(s->program(0, 0).steps().size() + 1) : 0;
       }
-      const double replayed = (system.ranks() > 1024 && sim.usesSymmetry(a, coll)) ? system.gpusPerHost() : system.ranks();
+      const double replayed = (system.ranks() > 1024 && sim.usesSymmetry(a, coll))
+                                  ? system.gpusPerHost()
+                                  : system.ranks();
       if (stepsPerRank[key] * replayed * o.channels <= kStepBudget) {
         if (auto r = sim.run(a, coll, bytes, o)) c.sim = *r;
       }
@@ -125,7 +133,8 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll, const st
         row.bestSim = c.sim->timeUs;
         row.best = label(c.estimate);
       }
-      if (c.estimate.algorithm == row.plan.algorithm && c.estimate.protocol == row.plan.protocol) row.pickSim = c.sim->timeUs;
+      if (c.estimate.algorithm == row.plan.algorithm && c.estimate.protocol == row.plan.protocol)
+        row.pickSim = c.sim->timeUs;
     }
     if (row.pickSim > 0 && row.bestSim > 0) row.regret = row.pickSim / row.bestSim;
     rows.push_back(std::move(row));
@@ -155,33 +164,43 @@ void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collect
     picks.push_back({std::log2(double(r.bytes)), busbw(coll, n, r.bytes, r.pickSim)});
   }
   const double W = 900, H = 500, L = 70, B = 50, T = 40, Rm = 150;
-  const double xmin = std::log2(double(rows.front().bytes)), xmax = std::max(xmin + 1, std::log2(double(rows.back().bytes)));
+  const double xmin = std::log2(double(rows.front().bytes)),
+               xmax = std::max(xmin + 1, std::log2(double(rows.back().bytes)));
   auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - Rm); };
   auto Y = [&](double y) { return H - B - y / ymax * (H - B - T); };
   std::ofstream out(path);
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H << "' font-family='sans-serif' font-size='12'>\n"
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+      << "' font-family='sans-serif' font-size='12'>\n"
       << "<rect width='100%' height='100%' fill='white'/>\n"
       << "<text x='" << L << "' y='20' font-size='14'>" << title << "</text>\n"
-      << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - Rm << "' y2='" << H - B << "' stroke='black'/>\n"
-      << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B << "' stroke='black'/>\n"
+      << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - Rm << "' y2='" << H - B
+      << "' stroke='black'/>\n"
+      << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
+      << "' stroke='black'/>\n"
       << "<text x='10' y='" << T - 10 << "'>busbw GB/s</text>\n";
   for (int i = 0; i <= 4; ++i) {
     const double y = ymax * i / 4;
-    out << "<text x='" << L - 5 << "' y='" << Y(y) + 4 << "' text-anchor='end'>" << static_cast<int>(y) << "</text>\n";
+    out << "<text x='" << L - 5 << "' y='" << Y(y) + 4 << "' text-anchor='end'>"
+        << static_cast<int>(y) << "</text>\n";
   }
   for (double x = std::ceil(xmin); x <= xmax; x += 4) {
-    out << "<text x='" << X(x) << "' y='" << H - B + 18 << "' text-anchor='middle'>" << human(static_cast<std::size_t>(std::exp2(x))) << "</text>\n";
+    out << "<text x='" << X(x) << "' y='" << H - B + 18 << "' text-anchor='middle'>"
+        << human(static_cast<std::size_t>(std::exp2(x))) << "</text>\n";
   }
-  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"};
+  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                          "#9467bd", "#8c564b", "#e377c2"};
   int ci = 0, li = 0;
   for (const auto& [a, pts] : lines) {
     const char* col = colors[ci++ % 7];
     out << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='";
     for (const auto& [x, y] : pts) out << X(x) << "," << Y(y) << " ";
-    out << "'/>\n<text x='" << W - Rm + 10 << "' y='" << T + 18 * li++ << "' fill='" << col << "'>" << a << "</text>\n";
+    out << "'/>\n<text x='" << W - Rm + 10 << "' y='" << T + 18 * li++ << "' fill='" << col << "'>"
+        << a << "</text>\n";
   }
-  for (const auto& [x, y] : picks) out << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='4' fill='black'/>\n";
-  out << "<text x='" << W - Rm + 10 << "' y='" << T + 18 * li << "'>&#9679; tuner's pick</text>\n</svg>\n";
+  for (const auto& [x, y] : picks)
+    out << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='4' fill='black'/>\n";
+  out << "<text x='" << W - Rm + 10 << "' y='" << T + 18 * li
+      << "'>&#9679; tuner's pick</text>\n</svg>\n";
 }
 
 }  // namespace
@@ -245,23 +264,27 @@ int runTune(const TuneArgs& args) {
     return 2;
   }
 
-  const bool detailed = hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;
+  const bool detailed =
+      hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;
   if (detailed) {
     const topo::System system(hosts[0], nodes[0]);
     const Collective coll = colls[0];
     const auto rows = sweep(system, coll, sizes, *options);
-    std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(), std::string(name(coll)).c_str());
+    std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
+                std::string(name(coll)).c_str());
     std::set<std::string> algos;
     for (const auto& r : rows) {
       for (const auto& c : r.candidates) algos.insert(c.estimate.algorithm);
     }
-    std::printf("%8s  %-16s %10s %10s %-16s %7s", "size", "pick", "est us", "sim us", "best (sim)", "regret");
+    std::printf("%8s  %-16s %10s %10s %-16s %7s", "size", "pick", "est us", "sim us", "best (sim)",
+                "regret");
     for (const auto& a : algos) std::printf(" %12s", (a + " bw").c_str());
     std::printf("\n");
     for (const SizeRow& r : rows) {
       std::printf("%8s  %-16s %10.1f %10.1f %-16s %7s", human(r.bytes).c_str(),
-                  (r.plan.algorithm + "/" + std::string(name(r.plan.protocol))).c_str(), r.plan.estimateUs, r.pickSim,
-                  r.best.c_str(), r.regret ? (std::to_string(*r.regret).substr(0, 5)).c_str() : "n/a");
+                  (r.plan.algorithm + "/" + std::string(name(r.plan.protocol))).c_str(),
+                  r.plan.estimateUs, r.pickSim, r.best.c_str(),
+                  r.regret ? (std::to_string(*r.regret).substr(0, 5)).c_str() : "n/a");
       for (const auto& a : algos) {
         double best = 0;
         bool any = false, simulated = false;
@@ -283,10 +306,12 @@ int runTune(const TuneArgs& args) {
       }
       std::printf("\n");
     }
-    std::printf("(busbw in GB/s from the simulated time, each algorithm at its better protocol; "
-                "regret = simulated time of the pick / best simulated time)\n");
+    std::printf(
+        "(busbw in GB/s from the simulated time, each algorithm at its better protocol; "
+        "regret = simulated time of the pick / best simulated time)\n");
     if (!args.svg.empty()) {
-      writeSvg(args.svg, rows, coll, system.ranks(), hostNames[0] + " x" + std::to_string(nodes[0]) + ": " + std::string(name(coll)));
+      writeSvg(args.svg, rows, coll, system.ranks(),
+               hostNames[0] + " x" + std::to_string(nodes[0]) + ": " + std::string(name(coll)));
       std::printf("wrote %s\n", args.svg.c_str());
     }
     return 0;
@@ -332,16 +357,18 @@ int runTune(const TuneArgs& args) {
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
-  std::printf("%-24s %6s %7s %-14s %8s %8s %-16s %-16s %s\n", "fixture", "nodes", "ranks", "collective", "regret", "at", "pick there", "best there", "sizes not simulated");
+  std::printf("%-24s %6s %7s %-14s %8s %8s %-16s %-16s %s\n", "fixture", "nodes", "ranks",
+              "collective", "regret", "at", "pick there", "best there", "sizes not simulated");
   double overall = 0;
   for (const Job& j : jobs) {
     overall = std::max(overall, j.worst);
-    std::printf("%-24s %6d %7d %-14s %8.3f %8s %-16s %-16s %d\n", hostNames[j.host].c_str(), j.nodes,
-                j.nodes * static_cast<int>(hosts[j.host].gpus().size()), std::string(name(j.coll)).c_str(), j.worst,
-                human(j.worstBytes).c_str(), j.worstPick.c_str(), j.worstBest.c_str(), j.unsimulated);
+    std::printf("%-24s %6d %7d %-14s %8.3f %8s %-16s %-16s %d\n", hostNames[j.host].c_str(),
+                j.nodes, j.nodes * static_cast<int>(hosts[j.host].gpus().size()),
+                std::string(name(j.coll)).c_str(), j.worst, human(j.worstBytes).c_str(),
+                j.worstPick.c_str(), j.worstBest.c_str(), j.unsimulated);
   }
-  std::printf("worst regret over %zu sizes (%s..%s, x%d): %.3f\n", sizes.size(), human(sizes.front()).c_str(),
-              human(sizes.back()).c_str(), factor, overall);
+  std::printf("worst regret over %zu sizes (%s..%s, x%d): %.3f\n", sizes.size(),
+              human(sizes.front()).c_str(), human(sizes.back()).c_str(), factor, overall);
   return 0;
 }
 

@@ -6,9 +6,9 @@
 namespace weft::algo {
 
 struct TuneArgs {
-  std::string topo;        // comma-separated topology files
-  std::string nodes = "1"; // comma-separated host counts
-  std::string colls;       // comma-separated collectives
+  std::string topo;         // comma-separated topology files
+  std::string nodes = "1";  // comma-separated host counts
+  std::string colls;        // comma-separated collectives
   std::string sizes = "8:4G";
   std::string svg;
   std::string tuningFile;

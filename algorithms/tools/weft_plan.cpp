@@ -302,13 +302,17 @@ int main(int argc, char** argv) {
   showCmd->add_option("--channels", channels, "channels")->check(CLI::Range(1, 64));
 
   weft::algo::TuneArgs tune;
-  auto* tuneCmd = app.add_subcommand("tune", "the tuner's pick per size, every candidate simulated, and the regret");
+  auto* tuneCmd = app.add_subcommand(
+      "tune", "the tuner's pick per size, every candidate simulated, and the regret");
   tuneCmd->add_option("--topo", tune.topo, "topology file(s), comma-separated")->required();
-  tuneCmd->add_option("--nodes", tune.nodes, "hosts of that kind on a rail-optimized fabric, comma-separated");
+  tuneCmd->add_option("--nodes", tune.nodes,
+                      "hosts of that kind on a rail-optimized fabric, comma-separated");
   tuneCmd->add_option("--coll", tune.colls, "collective(s), comma-separated")->required();
-  tuneCmd->add_option("--sizes", tune.sizes, "MIN:MAX[:FACTOR] in bytes, K/M/G suffixes (default 8:4G)");
+  tuneCmd->add_option("--sizes", tune.sizes,
+                      "MIN:MAX[:FACTOR] in bytes, K/M/G suffixes (default 8:4G)");
   tuneCmd->add_option("--svg", tune.svg, "write busbw vs size per algorithm, picks marked");
-  tuneCmd->add_option("--tuning", tune.tuningFile, "JSON tuning file (else WEFT_TUNING_FILE, else defaults)");
+  tuneCmd->add_option("--tuning", tune.tuningFile,
+                      "JSON tuning file (else WEFT_TUNING_FILE, else defaults)");
   tuneCmd->add_flag("--summary", tune.summary, "only the worst regret of each combination");
 
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,251 @@
+// The cost model, the tuner and the simulator: determinism, overrides, tuning files, sane picks,
+// and the simulator agreeing with itself and with the model where both are exact.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "algorithms/simulator.hpp"
+#include "algorithms/tuner.hpp"
+#include "topology/system.hpp"
+
+namespace weft::algo {
+namespace {
+
+topo::Topology fixture(const std::string& name) {
+  auto t = topo::Topology::load(std::string(WEFT_SOURCE_DIR) + "/topology/fixtures/" + name);
+  EXPECT_TRUE(t.isOk()) << t.status().toString();
+  return std::move(*t);
+}
+
+Tuner tunerFor(const std::string& name, int hosts, TunerOptions opt = {}) {
+  return Tuner(RankGraph::fromSystem(topo::System(fixture(name), hosts)), std::move(opt));
+}
+
+std::string tempFile(const std::string& text) {
+  char path[] = "/tmp/weft-tuning-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  FILE* f = fdopen(fd, "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(RankGraph, PatternBandwidthsFollowTheLinks) {
+  const RankGraph h100 = RankGraph::fromSystem(topo::System(fixture("hgx_h100.xml"), 1));
+  EXPECT_EQ(h100.ranksPerHost, 8);
+  EXPECT_NEAR(h100.shiftBw[1], 370.8, 1e-6);      // one flow per NVSwitch port
+  EXPECT_NEAR(h100.allPairsBw, 370.8 / 7, 1e-6);  // seven flows share each port
+  const RankGraph pcie = RankGraph::fromSystem(topo::System(fixture("pcie_8gpu_2socket.xml"), 1));
+  // Shifting by four sends every GPU across the sockets: four flows each way on the 24 GB/s link.
+  EXPECT_NEAR(pcie.shiftBw[4], 24.0 / 4, 1e-6);
+  EXPECT_LT(pcie.allPairsBw, pcie.shiftBw[1]);
+  // Two NICs for eight GPUs: 200 Gb/s shared four ways when every GPU sends.
+  const RankGraph pcie2 = RankGraph::fromSystem(topo::System(fixture("pcie_8gpu_2socket.xml"), 2));
+  EXPECT_NEAR(pcie2.netPerRank, 25.0 / 4, 1e-6);
+  EXPECT_NEAR(pcie2.netAlone, 24.0, 1e-6);  // alone, a GPU is held back by its PCIe Gen4 path
+}
+
+TEST(Tuner, IsDeterministic) {
+  const Tuner a = tunerFor("hgx_h100.xml", 8), b = tunerFor("hgx_h100.xml", 8);
+  for (Collective c : {Collective::allReduce, Collective::allGather, Collective::allToAll}) {
+    for (std::size_t bytes = 8; bytes <= (1ull << 32); bytes *= 8) {
+      const Plan x = *a.plan(c, bytes), y = *b.plan(c, bytes), z = *a.plan(c, bytes);
+      EXPECT_EQ(x.algorithm, y.algorithm);
+      EXPECT_EQ(x.protocol, y.protocol);
+      EXPECT_EQ(x.channels, y.channels);
+      EXPECT_EQ(x.chunkBytes, y.chunkBytes);
+      EXPECT_EQ(x.estimateUs, z.estimateUs);
+    }
+  }
+}
+
+TEST(Tuner, ExplainRanksEveryCandidateAndThePlanIsTheFirst) {
+  const Tuner t = tunerFor("hgx_h100.xml", 1);
+  const auto ranked = t.explain(Collective::allReduce, 1 << 20);
+  ASSERT_GE(ranked.size(), 10u);  // five algorithms x two protocols
+  for (std::size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].timeUs, ranked[i].timeUs);
+  const Plan p = *t.plan(Collective::allReduce, 1 << 20);
+  EXPECT_EQ(p.algorithm, ranked[0].algorithm);
+  EXPECT_EQ(p.protocol, ranked[0].protocol);
+  EXPECT_NE(p.reason.find("cheapest of 10"), std::string::npos) << p.reason;
+}
+
+TEST(Tuner, LargeAllReduceOnOneNvswitchNodeIsBandwidthOptimal) {
+  const Tuner t = tunerFor("hgx_h100.xml", 1);
+  for (std::size_t bytes : {256ull << 20, 1ull << 30, 4ull << 30}) {
+    const Plan p = *t.plan(Collective::allReduce, bytes);
+    // Ring, two-shot and (at a power of two) halving-doubling move 2(n-1)/n per rank.
+    EXPECT_TRUE(p.algorithm == "ring" || p.algorithm == "twoshot" || p.algorithm == "rhd")
+        << p.algorithm;
+    EXPECT_EQ(p.protocol, Protocol::simple);
+  }
+  const Plan tiny = *t.plan(Collective::allReduce, 8);
+  EXPECT_EQ(tiny.algorithm, "oneshot");
+  EXPECT_EQ(tiny.protocol, Protocol::ll);
+}
+
+TEST(Tuner, SmallAllReduceAt512NodesIsLogDepth) {
+  const Tuner t = tunerFor("hgx_h100.xml", 512);
+  for (std::size_t bytes : {8ull, 1024ull, 16384ull}) {
+    const Plan p = *t.plan(Collective::allReduce, bytes);
+    EXPECT_TRUE(p.algorithm == "dbtree" || p.algorithm == "rhd") << bytes << ": " << p.algorithm;
+  }
+}
+
+TEST(Tuner, MidSizeAllGatherAndReduceScatterAt512SingleGpuNodesArePat) {
+  const Tuner t = tunerFor("h100_1gpu_node.xml", 512);
+  for (Collective c : {Collective::allGather, Collective::reduceScatter}) {
+    for (std::size_t bytes : {64ull << 10, 1ull << 20, 16ull << 20}) {
+      EXPECT_EQ(t.plan(c, bytes)->algorithm, "pat") << name(c) << " " << bytes;
+    }
+  }
+}
+
+TEST(TunerOptions, AlgorithmAndProtocolOverrides) {
+  auto opt = TunerOptions::from("ring", "simple", "");
+  ASSERT_TRUE(opt.isOk());
+  const Tuner t = tunerFor("hgx_h100.xml", 1, *opt);
+  const Plan p = *t.plan(Collective::allReduce, 8);
+  EXPECT_EQ(p.algorithm, "ring");
+  EXPECT_EQ(p.protocol, Protocol::simple);
+  EXPECT_NE(p.reason.find("WEFT_ALGO"), std::string::npos);
+  // A list restricts to its members; one that cannot serve the collective is skipped.
+  const Tuner u = tunerFor("hgx_h100.xml", 1, *TunerOptions::from("bruck,pat", "", ""));
+  EXPECT_EQ(u.plan(Collective::allGather, 1 << 20)->algorithm, "pat");
+  // None can: fall back to every algorithm, and say so.
+  const Plan q = *u.plan(Collective::allReduce, 1 << 20);
+  EXPECT_NE(q.reason.find("no algorithm allowed"), std::string::npos) << q.reason;
+}
+
+TEST(TunerOptions, BadNamesAreClearErrors) {
+  auto a = TunerOptions::from("rings", "", "");
+  EXPECT_EQ(a.status().code(), Code::invalidArgument);
+  EXPECT_NE(a.status().message().find("unknown algorithm 'rings'"), std::string::npos);
+  EXPECT_NE(a.status().message().find("ring, dbtree"), std::string::npos);
+  EXPECT_EQ(TunerOptions::from("", "LL128", "").status().code(), Code::invalidArgument);
+  EXPECT_EQ(TunerOptions::from("", "", "/nonexistent.json").status().code(), Code::invalidArgument);
+}
+
+TEST(TunerOptions, FromTheEnvironment) {
+  setenv("WEFT_ALGO", "dbtree", 1);
+  setenv("WEFT_PROTO", "ll", 1);
+  auto opt = TunerOptions::fromEnvironment();
+  unsetenv("WEFT_ALGO");
+  unsetenv("WEFT_PROTO");
+  ASSERT_TRUE(opt.isOk());
+  ASSERT_EQ(opt->algorithms.size(), 1u);
+  EXPECT_EQ(opt->algorithms[0], "dbtree");
+  EXPECT_EQ(opt->protocol, Protocol::ll);
+  setenv("NCCL_ALGO", "ring", 1);  // honoured when the WEFT_ name is unset
+  auto nccl = TunerOptions::fromEnvironment();
+  unsetenv("NCCL_ALGO");
+  ASSERT_TRUE(nccl.isOk());
+  EXPECT_EQ(nccl->algorithms, std::vector<std::string>{"ring"});
+}
+
+TEST(TuningFile, OverridesTheConstants) {
+  const std::string path = tempFile(R"({"comment": "measured", "base_latency_us": {"ll": 1.5},
+      "hop_latency_us": {"simple": {"network": 20}}, "bandwidth_scale": {"nvlink": 0.5}})");
+  auto c = CostConstants::fromJsonFile(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->baseLatency[0], 1.5);
+  EXPECT_EQ(c->baseLatency[1], 8.4);  // untouched keys keep the defaults
+  EXPECT_EQ(c->hopLatency[1][2], 20.0);
+  EXPECT_EQ(c->bandwidthScale[0], 0.5);
+  // Halving NVLink bandwidth slows a bandwidth-bound estimate about twofold.
+  const RankGraph g = RankGraph::fromSystem(topo::System(fixture("hgx_h100.xml"), 1));
+  const double slow = CostModel(*c)
+                          .estimate("ring", Collective::allReduce, 1ull << 30, Protocol::simple, g)
+                          ->timeUs;
+  const double fast =
+      CostModel().estimate("ring", Collective::allReduce, 1ull << 30, Protocol::simple, g)->timeUs;
+  EXPECT_NEAR(slow / fast, 2.0, 0.05);
+  // And the file round-trips.
+  auto again = CostConstants::fromJson(c->toJson(), "dump");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->toJson(), c->toJson());
+}
+
+TEST(TuningFile, MalformedFilesNameTheProblem) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{", "not JSON"},
+      {"[1]", "must be a JSON object"},
+      {R"({"base_latency": {"ll": 1}})", "unknown key"},
+      {R"({"base_latency_us": {"ll": -1}})", "must be a positive number"},
+      {R"({"hop_latency_us": {"ll": {"infiniband": 1}}})", "unknown key 'infiniband'"},
+      {R"({"hop_latency_us": {"ll128": {}}})", "unknown protocol 'll128'"},
+  };
+  for (const auto& [text, says] : cases) {
+    auto c = CostConstants::fromJson(text, "tune.json");
+    EXPECT_EQ(c.status().code(), Code::invalidArgument) << text;
+    EXPECT_NE(c.status().message().find("tune.json"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  }
+}
+
+TEST(Simulator, MatchesTheModelWhereBothAreExact) {
+  // One NVSwitch host: every ring hop is the same, so the ring's closed form is exact.
+  const topo::System sys(fixture("hgx_h100.xml"), 1);
+  const Tuner t(RankGraph::fromSystem(sys));
+  const Simulator sim(sys);
+  for (std::size_t bytes : {8ull, 1ull << 20, 1ull << 30}) {
+    for (const Estimate& e : t.allCandidates(Collective::allReduce, bytes)) {
+      if (e.algorithm != "ring") continue;
+      SimOptions o;
+      o.protocol = e.protocol;
+      t.shape(e, bytes, o.channels, o.chunkBytes);
+      const SimResult r = *sim.run(ringAlgorithm(), Collective::allReduce, bytes, o);
+      EXPECT_NEAR(r.timeUs / e.timeUs, 1.0, 0.05) << bytes << " " << name(e.protocol);
+    }
+  }
+}
+
+TEST(Simulator, SymmetricReplayAgreesWithTheFullOne) {
+  // 16 hosts, 128 ranks: small enough to replay in full, so host 0's replay can be checked.
+  const topo::System sys(fixture("hgx_h100.xml"), 16);
+  const Simulator sim(sys);
+  for (const Algorithm* a : {&ringAlgorithm(), &patAlgorithm(), &twoshotAlgorithm()}) {
+    for (Collective c : a->collectives()) {
+      if (!sim.usesSymmetry(*a, c)) continue;
+      SimOptions full, host0;
+      full.forceFull = true;
+      host0.forceRepresentative = true;
+      const SimResult x = *sim.run(*a, c, 4 << 20, full);
+      const SimResult y = *sim.run(*a, c, 4 << 20, host0);
+      EXPECT_FALSE(x.representative);
+      EXPECT_TRUE(y.representative);
+      EXPECT_NEAR(y.timeUs / x.timeUs, 1.0, 0.02) << a->name() << " " << name(c);
+    }
+  }
+}
+
+TEST(Simulator, ReplaysSixteenThousandRanks) {
+  const topo::System sys(fixture("hgx_h100.xml"), 2048);
+  ASSERT_EQ(sys.ranks(), 16384);
+  const Simulator sim(sys);
+  SimOptions o;
+  o.channels = 8;
+  const SimResult ring = *sim.run(ringAlgorithm(), Collective::allGather, 1 << 20, o);
+  EXPECT_TRUE(ring.representative);
+  EXPECT_GT(ring.timeUs, 0);
+  const SimResult tree = *sim.run(dbtreeAlgorithm(), Collective::allReduce, 1 << 20, o);
+  EXPECT_FALSE(tree.representative);
+  EXPECT_LT(tree.timeUs, ring.timeUs);  // log depth against 16,383 hops
+}
+
+TEST(Simulator, ContentionSlowsSharedLinks) {
+  // The same all-pairs exchange through one PCIe switch pair and through NVSwitch.
+  const Simulator pcie(topo::System(fixture("pcie_8gpu_2socket.xml"), 1));
+  const Simulator nvs(topo::System(fixture("hgx_h100.xml"), 1));
+  SimOptions o;
+  const double slow = pcie.run(pairwiseAlgorithm(), Collective::allToAll, 64 << 20, o)->timeUs;
+  const double fast = nvs.run(pairwiseAlgorithm(), Collective::allToAll, 64 << 20, o)->timeUs;
+  EXPECT_GT(slow, 10 * fast);
+}
+
+}  // namespace
+}  // namespace weft::algo
