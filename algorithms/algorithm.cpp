@@ -28,7 +28,9 @@ Result<Schedule> Algorithm::build(Collective coll, int nranks, const Params& par
   auto s = generate(coll, nranks, params);
   if (!s) return s;
   if (hasRoot(coll)) s->root = params.root;
-  if (params.channels > 1) return splitChannels(*s, static_cast<std::uint32_t>(params.channels));
+  // Generators that lay out their own channels (rotated rings) return them already in parts.
+  if (params.channels > 1 && s->partsPerBlock == 1)
+    return splitChannels(*s, static_cast<std::uint32_t>(params.channels));
   return s;
 }
 

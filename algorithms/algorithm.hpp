@@ -15,7 +15,8 @@ struct Params {
   int root = 0;  // broadcast and reduce
   int aggregation =
       0;  // PAT: blocks per message (1..nranks/2, rounded down to a power of two); 0: default
-  int groupSize = 0;  // hierarchical: ranks per node (must divide nranks); 0: largest divisor <= 8
+  int groupSize = 0;  // ranks per host. hierarchical: must divide nranks (0: the largest divisor
+                      // <= 8). ring with channels > 1: each channel's ring rotates within hosts
   int channels = 1;   // split every channel into this many, each moving a part of every block
   // Build only these ranks' programs (the others stay empty): how the simulator replays a few
   // representative ranks of a very large job. Such a schedule is not for the verifier.

@@ -253,23 +253,47 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       return peers;
     });
   }
-  if (!host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0) {
-    // Node-level pattern: GPU chain plus the two NIC hops, with each NIC's own speed.
-    std::map<std::pair<int, bool>, int> load;
-    auto addRoute = [&](int a, int b) {
-      for (const topo::Hop& h : host.route(a, b)) ++load[{h.link, h.forward}];
-    };
+  const bool hasNic = !host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0;
+  for (int C = 1; C <= std::max(1, std::min(G, 16)); ++C) {
+    // Load in units of "one block": each channel's flows carry 1/C of it.
+    std::map<std::pair<int, bool>, double> load;
+    std::map<int, std::pair<double, double>> nicLoad;  // NIC -> (out, in)
+    std::vector<std::vector<topo::Hop>> chain, cross;
     const auto& gpus = host.gpus();
-    for (int l = 0; l + 1 < G; ++l)
-      addRoute(gpus[static_cast<std::size_t>(l)], gpus[static_cast<std::size_t>(l + 1)]);
-    const int out = host.nearestNic(gpus.back()), in = host.nearestNic(gpus.front());
-    addRoute(gpus.back(), out);
-    addRoute(in, gpus.front());
-    double bw = std::min(host.nodes()[static_cast<std::size_t>(out)].speedGBs,
-                         host.nodes()[static_cast<std::size_t>(in)].speedGBs);
-    for (const auto& [key, count] : load)
-      bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
-    g.ringCrossBw = bw;
+    auto gpu = [&](int l) { return gpus[static_cast<std::size_t>(mod(l, G))]; };
+    for (int c = 0; c < C; ++c) {
+      for (int k = 0; k + 1 < G; ++k) chain.push_back(host.route(gpu(c + k), gpu(c + k + 1)));
+      if (hasNic) {
+        const int out = host.nearestNic(gpu(c - 1)), in = host.nearestNic(gpu(c));
+        cross.push_back(host.route(gpu(c - 1), out));
+        cross.push_back(host.route(in, gpu(c)));
+        nicLoad[out].first += 1.0 / C;
+        nicLoad[in].second += 1.0 / C;
+      }
+    }
+    for (const auto* part : {&chain, &cross}) {
+      for (const auto& route : *part) {
+        for (const topo::Hop& h : route) load[{h.link, h.forward}] += 1.0 / C;
+      }
+    }
+    auto timePerUnit = [&](const std::vector<std::vector<topo::Hop>>& routes) {
+      double worst = 0;
+      for (const auto& route : routes) {
+        for (const topo::Hop& h : route) {
+          worst = std::max(worst, load[{h.link, h.forward}] /
+                                      host.links()[static_cast<std::size_t>(h.link)].bandwidth);
+        }
+      }
+      return worst;
+    };
+    const double intra = timePerUnit(chain);
+    g.ringIntraBw.push_back(intra > 0 ? 1 / intra : 1e30);
+    double crossing = timePerUnit(cross);
+    for (const auto& [nic, io] : nicLoad) {
+      crossing = std::max(crossing, std::max(io.first, io.second) /
+                                        host.nodes()[static_cast<std::size_t>(nic)].speedGBs);
+    }
+    g.ringCrossBw.push_back(hasNic && crossing > 0 ? 1 / crossing : 0);
   }
   double inverse = 0;
   for (int k = 0; k < G; ++k)
@@ -286,6 +310,8 @@ RankGraph RankGraph::flat(int nranks, topo::PathClass cls, double bandwidth) {
   g.intraBandwidth = g.injection = bandwidth;
   g.shiftBw.assign(static_cast<std::size_t>(nranks), bandwidth);
   g.treeBw = bandwidth / 4;
+  g.ringIntraBw = {bandwidth};
+  g.ringCrossBw = {0};
   g.xorBw.assign(static_cast<std::size_t>(nranks), bandwidth);
   g.allPairsBw = nranks > 1 ? bandwidth / (nranks - 1) : bandwidth;
   g.matchingBw = bandwidth;
@@ -405,13 +431,14 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       default:
         return unsupportedHere();
     }
-    // Each host's ranks are consecutive: n - N hops inside hosts, N across. weft's ring keeps one
-    // rank order on every channel, so a crossing goes through one GPU's NIC, which no other rank
-    // of the ring is using (NCCL rotates its rings per channel to use every NIC; weft does not
-    // yet).
-    const double intraBw = multi ? pat(g.ringCrossBw) : shift(1);
+    // Each host's ranks are consecutive in every ring: n - N hops inside hosts, N across. Each
+    // channel's ring leaves a host through a different GPU (rotated rings), so the crossings use
+    // min(channels, G) GPUs' NICs, up to all of the host's.
+    const std::size_t ci = static_cast<std::size_t>(
+        std::clamp(channels, 1, static_cast<int>(g.ringIntraBw.size())) - 1);
+    const double intraBw = multi ? pat(g.ringIntraBw[ci]) : shift(1);
     const double netBw =
-        multi ? g.ringCrossBw * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs : intraBw;
+        multi ? g.ringCrossBw[ci] * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs : intraBw;
     const double crossings = multi ? N : 0, inside = n - crossings;
     if (coll == Collective::broadcast || coll == Collective::reduce) {
       // A pipelined chain: the first slice crosses every hop, the rest follow at the slowest.

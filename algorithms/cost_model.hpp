@@ -70,8 +70,11 @@ struct RankGraph {
   double allPairsBw = 0;        // every GPU to every other
   double matchingBw = 0;        // l <-> (k - l) mod G, the pairwise exchange, averaged over k
   double treeBw = 0;            // every edge of both double-binary trees, both directions
-  double ringCrossBw = 0;       // a ring through the host: l -> l+1, the last GPU out through its
-                                // NIC, the first in through its NIC (the NICs' speed included)
+  // Rings through a host with C channels (index C-1), each channel's ring rotated to enter at
+  // local C and leave at local C-1 through those GPUs' NICs, every channel carrying 1/C of the
+  // data: the bandwidth at which a whole block passes the GPU-to-GPU hops, and the host crossing.
+  std::vector<double> ringIntraBw;
+  std::vector<double> ringCrossBw;
 
   static RankGraph fromSystem(const topo::System& system);
   static RankGraph flat(int nranks, topo::PathClass cls, double bandwidth);  // one host, uniform

@@ -1,4 +1,6 @@
-// Ring: rank r sends to r+1 and receives from r-1; broadcast and reduce run as a pipelined chain.
+// Ring: each rank sends to the next in the ring and receives from the one before; broadcast and
+// reduce run as a pipelined chain. With ranks grouped in hosts, each channel's ring enters and
+// leaves the hosts through different GPUs.
 // Steps: all-reduce 2n-1 (reduce-scatter then all-gather), all-gather and reduce-scatter n, chain
 // 1-2. Bytes on the wire per rank: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n,
 // chain 1.
@@ -36,64 +38,99 @@ class Ring final : public Algorithm {
   }
 
  private:
-  // Block (r - k) travels one hop per step: n-1 reduce steps leave rank r with block r+1 fully
-  // reduced, n-1 copy steps hand every finished block around.
+  // The rank order of one channel. With G ranks per host and several channels, channel c visits
+  // each host's ranks starting at local index c, so every channel leaves a host through a
+  // different GPU and NIC (NCCL builds its rings per channel the same way); otherwise 0..n-1.
+  struct Order {
+    std::vector<int> rankAt, posOf;
+    Order(int n, int G, int c)
+        : rankAt(static_cast<std::size_t>(n)), posOf(static_cast<std::size_t>(n)) {
+      for (int r = 0; r < n; ++r) {
+        const int pos = G > 1 ? (r / G) * G + mod(r % G - c, G) : r;
+        rankAt[static_cast<std::size_t>(pos)] = r;
+        posOf[static_cast<std::size_t>(r)] = pos;
+      }
+    }
+    int at(int pos) const {
+      return rankAt[static_cast<std::size_t>(mod(pos, static_cast<int>(rankAt.size())))];
+    }
+  };
+
+  // How many channels the generator lays out itself: rotated rings need hosts to rotate within.
+  static int ownChannels(int n, const Params& params) {
+    const int G = params.groupSize;
+    return (params.channels > 1 && G > 1 && n > G && n % G == 0) ? params.channels : 1;
+  }
+
+  template <typename Fill>
+  static Schedule rings(Collective coll, int n, std::uint32_t blocksPerSegment,
+                        const Params& params, Fill fill) {
+    const int channels = ownChannels(n, params);
+    Schedule s =
+        Schedule::make(coll, n, "ring", blocksPerSegment, static_cast<std::uint32_t>(channels));
+    s.partsPerBlock = static_cast<std::uint32_t>(channels);
+    for (int c = 0; c < channels; ++c) {
+      s.channels[static_cast<std::size_t>(c)].part = static_cast<std::uint32_t>(c);
+      const Order order(n, channels > 1 ? params.groupSize : 1, c);
+      for (int r : ranksToBuild(params, n))
+        fill(s.program(static_cast<std::size_t>(c), r), order, r);
+    }
+    return s;
+  }
+
+  // Block (p - k) travels one hop per step, p the rank's position: n-1 reduce steps leave the
+  // rank with block p+1 fully reduced, n-1 copy steps hand every finished block around.
   static Schedule allReduce(int n, const Params& params) {
-    Schedule s = Schedule::make(Collective::allReduce, n, "ring", static_cast<std::uint32_t>(n));
-    for (int r : ranksToBuild(params, n)) {
-      Program& p = s.program(0, r);
-      if (n == 1) {
-        p.copy({input, 0}, {output, 0});
-        continue;
-      }
-      const Peers next{mod(r + 1, n)};
-      const int prev = mod(r - 1, n);
-      auto blk = [&](int k) { return static_cast<std::uint32_t>(mod(r - k, n)); };
-      p.send({input, blk(0)}, next);
-      for (int k = 1; k <= n - 2; ++k) p.recvReduceSend({prev}, {input, blk(k)}, next);
-      p.recvReduceCopySend({prev}, {input, blk(n - 1)}, {output, blk(n - 1)}, next);
-      for (int k = 0; k <= n - 3; ++k) p.recvCopySend(prev, {output, blk(k)}, next);
-      p.recv(prev, {output, blk(n - 2)});
-    }
-    return s;
+    return rings(Collective::allReduce, n, static_cast<std::uint32_t>(n), params,
+                 [n](Program& p, const Order& o, int r) {
+                   if (n == 1) {
+                     p.copy({input, 0}, {output, 0});
+                     return;
+                   }
+                   const int pos = o.posOf[static_cast<std::size_t>(r)];
+                   const Peers next{o.at(pos + 1)};
+                   const int prev = o.at(pos - 1);
+                   auto blk = [&](int k) { return static_cast<std::uint32_t>(mod(pos - k, n)); };
+                   p.send({input, blk(0)}, next);
+                   for (int k = 1; k <= n - 2; ++k) p.recvReduceSend({prev}, {input, blk(k)}, next);
+                   p.recvReduceCopySend({prev}, {input, blk(n - 1)}, {output, blk(n - 1)}, next);
+                   for (int k = 0; k <= n - 3; ++k) p.recvCopySend(prev, {output, blk(k)}, next);
+                   p.recv(prev, {output, blk(n - 2)});
+                 });
   }
 
+  // Position p receives, at step k, the block of the rank k places before it.
   static Schedule allGather(int n, const Params& params) {
-    Schedule s = Schedule::make(Collective::allGather, n, "ring", 1);
-    for (int r : ranksToBuild(params, n)) {
-      Program& p = s.program(0, r);
+    return rings(Collective::allGather, n, 1, params, [n](Program& p, const Order& o, int r) {
       p.copy({input, 0}, {output, static_cast<std::uint32_t>(r)});
-      if (n == 1) continue;
-      const Peers next{mod(r + 1, n)};
-      const int prev = mod(r - 1, n);
+      if (n == 1) return;
+      const int pos = o.posOf[static_cast<std::size_t>(r)];
+      const Peers next{o.at(pos + 1)};
+      const int prev = o.at(pos - 1);
       p.send({input, 0}, next);
-      for (int k = 1; k <= n - 2; ++k) {
-        p.recvCopySend(prev, {output, static_cast<std::uint32_t>(mod(r - k, n))}, next);
-      }
-      p.recv(prev, {output, static_cast<std::uint32_t>(mod(r - (n - 1), n))});
-    }
-    return s;
+      for (int k = 1; k <= n - 2; ++k)
+        p.recvCopySend(prev, {output, static_cast<std::uint32_t>(o.at(pos - k))}, next);
+      p.recv(prev, {output, static_cast<std::uint32_t>(o.at(pos - (n - 1)))});
+    });
   }
 
-  // Rank r starts block r-1 so that block r completes at rank r after n-1 hops.
+  // Position p starts the block of the rank before it, so each block completes at its owner
+  // after n-1 hops.
   static Schedule reduceScatter(int n, const Params& params) {
-    Schedule s = Schedule::make(Collective::reduceScatter, n, "ring", 1);
-    for (int r : ranksToBuild(params, n)) {
-      Program& p = s.program(0, r);
+    return rings(Collective::reduceScatter, n, 1, params, [n](Program& p, const Order& o, int r) {
       const auto own = static_cast<std::uint32_t>(r);
       if (n == 1) {
         p.copy({input, own}, {output, 0});
-        continue;
+        return;
       }
-      const Peers next{mod(r + 1, n)};
-      const int prev = mod(r - 1, n);
-      p.send({input, static_cast<std::uint32_t>(mod(r - 1, n))}, next);
-      for (int k = 1; k <= n - 2; ++k) {
-        p.recvReduceSend({prev}, {input, static_cast<std::uint32_t>(mod(r - 1 - k, n))}, next);
-      }
+      const int pos = o.posOf[static_cast<std::size_t>(r)];
+      const Peers next{o.at(pos + 1)};
+      const int prev = o.at(pos - 1);
+      p.send({input, static_cast<std::uint32_t>(o.at(pos - 1))}, next);
+      for (int k = 1; k <= n - 2; ++k)
+        p.recvReduceSend({prev}, {input, static_cast<std::uint32_t>(o.at(pos - 1 - k))}, next);
       p.recvReduceCopy({prev}, {input, own}, {output, 0});
-    }
-    return s;
+    });
   }
 
   // Chain root -> root+1 -> ... -> root-1; the executor's slices pipeline it.

@@ -8,6 +8,15 @@ install_dependencies
 dir="${BUILD_DIR:-$WEFT_ROOT/build}"
 configure_and_build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 
+log "this machine, as weft's discovery sees it"
+"$dir/weft-topo" show
+
+log "an 8x H100 HGX node (fixture), four of them on a rail-optimized fabric"
+"$dir/weft-topo" show --file "$WEFT_ROOT/topology/fixtures/hgx_h100.xml" --nodes 4 | head -3
+
+log "the tuner on 8 such nodes: all-reduce from 8 B to 1 GiB, every candidate simulated"
+"$dir/weft-plan" tune --topo "$WEFT_ROOT/topology/fixtures/hgx_h100.xml" --nodes 8 --coll allreduce --sizes 8:1G:8
+
 log "the algorithms and the collectives they implement"
 "$dir/weft-plan" list
 

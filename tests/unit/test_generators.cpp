@@ -2,6 +2,7 @@
 // larger ones, out of place and in place, at several roots; then each parameter swept.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,40 @@ TEST(Hierarchical, RejectsAGroupSizeThatDoesNotDivide) {
   const auto s = hierarchicalAlgorithm().build(Collective::allToAll, 8, params);
   EXPECT_EQ(s.status().code(), Code::invalidArgument);
   EXPECT_NE(s.status().message().find("does not divide"), std::string::npos);
+}
+
+TEST(Ring, RotatedChannelsLeaveEachHostThroughDifferentRanks) {
+  for (int G : {2, 4, 8}) {
+    for (int hosts : {1, 2, 3, 8}) {
+      const int n = G * hosts;
+      for (int channels : {2, 3, 8}) {
+        Params params;
+        params.groupSize = G;
+        params.channels = channels;
+        for (Collective c :
+             {Collective::allReduce, Collective::allGather, Collective::reduceScatter}) {
+          EXPECT_EQ(check(ringAlgorithm(), c, n, params), "")
+              << "G=" << G << " hosts=" << hosts << " channels=" << channels;
+        }
+        if (hosts < 2) continue;
+        // Which rank of host 0 sends to host 1 on each channel.
+        const Schedule s = *ringAlgorithm().build(Collective::allGather, n, params);
+        std::set<int> exits;
+        for (std::size_t ch = 0; ch < s.channels.size(); ++ch) {
+          for (int r = 0; r < G; ++r) {
+            const Program& p = s.program(ch, r);
+            for (const Step& st : p.steps()) {
+              for (int q : p.sendPeers(st)) {
+                if (q >= G) exits.insert(r);
+              }
+            }
+          }
+        }
+        EXPECT_EQ(exits.size(), static_cast<std::size_t>(std::min(channels, G)))
+            << "G=" << G << " channels=" << channels;
+      }
+    }
+  }
 }
 
 TEST(DoubleBinaryTree, EveryRankIsALeafInExactlyOneTreeWhenNIsEven) {
