@@ -4,6 +4,7 @@
 // (written by weft-perf --calibrate) replaces any of them.
 #pragma once
 
+#include <cstdint>
 #include <array>
 #include <cstddef>
 #include <optional>

@@ -179,9 +179,21 @@ XmlElement* findPci(XmlElement& e, const std::string& busId) {
 
 // NVML numbers the GPUs and knows their NVLinks. A GPU hwloc did not see (a container hiding
 // the PCI tree) is placed under the first CPU.
+// Removes the <pci> elements of GPUs NVML does not report: once NVML answers, it is authoritative.
+void dropUnknownGpus(XmlElement& e, const std::set<std::string>& known) {
+  auto unknownGpu = [&](const XmlElement& c) {
+    if (c.name != "pci") return false;
+    const bool isGpu = std::any_of(c.children.begin(), c.children.end(), [](const XmlElement& x) { return x.name == "gpu"; });
+    return isGpu && known.count(c.attrOr("busid", "")) == 0;
+  };
+  e.children.erase(std::remove_if(e.children.begin(), e.children.end(), unknownGpu), e.children.end());
+  for (XmlElement& c : e.children) dropUnknownGpus(c, known);
+}
+
 void applyNvml(XmlElement& system, const std::vector<NvmlGpu>& gpus) {
   std::set<std::string> gpuBuses;
   for (const NvmlGpu& g : gpus) gpuBuses.insert(g.busId);
+  dropUnknownGpus(system, gpuBuses);
   for (const NvmlGpu& g : gpus) {
     XmlElement* pci = findPci(system, g.busId);
     if (pci == nullptr) {

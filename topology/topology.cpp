@@ -446,7 +446,7 @@ void Topology::assignNics() {
       const Path& a = path(g, nic);
       const Path& b = path(g, best.front());
       if (a.bandwidth > b.bandwidth || (a.bandwidth == b.bandwidth && a.latency < b.latency)) {
-        best = {nic};
+        best.assign(1, nic);
       } else if (a.bandwidth == b.bandwidth && a.latency == b.latency) {
         best.push_back(nic);
       }

@@ -4,6 +4,7 @@
 // truth: discovery and files both produce one, and the graph is derived from it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>

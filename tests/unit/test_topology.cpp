@@ -132,6 +132,7 @@ TEST(Discovery, MissingNvmlDegradesGracefully) {
 TEST(Discovery, FakeNvmlDescribesAnNvswitchMachine) {
   DiscoveryOptions opt;
   opt.nvmlLibrary = WEFT_FAKE_NVML;
+  opt.useHwlocPci = false;  // on a machine with real GPUs, hwloc would add them
   auto gpus = queryNvml(opt.nvmlLibrary);
   ASSERT_TRUE(gpus.isOk()) << gpus.status().toString();
   ASSERT_EQ(gpus->size(), 8u);
@@ -147,6 +148,15 @@ TEST(Discovery, FakeNvmlDescribesAnNvswitchMachine) {
     EXPECT_NEAR(t->path(t->gpus()[0], b).bandwidth, 18 * 20.6, 1e-9);
   }
   EXPECT_NE(writeXml(t->xml()).find("tclass=\"0x068000\""), std::string::npos);
+}
+
+TEST(Discovery, NvmlIsAuthoritativeAboutGpus) {
+  // hwloc's PCI tree (whatever this machine has) plus the fake's eight GPUs: only NVML's remain.
+  DiscoveryOptions opt;
+  opt.nvmlLibrary = WEFT_FAKE_NVML;
+  auto t = discover(opt);
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  EXPECT_EQ(t->gpus().size(), 8u);
 }
 
 TEST(Discovery, TopoFileFromTheEnvironment) {
