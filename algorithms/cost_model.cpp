@@ -188,8 +188,11 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       g.intraClass = std::max(g.intraClass, p.cls);
     }
   }
-  if (host.gpus().empty()) g.injection = 0;
-  if (g.ranksPerHost == 1) g.injection = std::min(g.injection, 1e30);
+  if (g.ranksPerHost <= 1) {
+    // No host peers: nothing inside a host limits anything.
+    g.intraBandwidth = 1e30;
+    g.injection = 1e30;
+  }
   std::set<int> nics;
   std::map<int, int> sharers;  // NIC -> GPUs using it
   for (int gpu : host.gpus()) ++sharers[host.nearestNic(gpu)];
@@ -253,6 +256,33 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       return peers;
     });
   }
+  {
+    const int n = g.nranks;
+    const auto tree = binaryTree(n);
+    for (int t = 0; t < 2; ++t) {
+      // Position -> rank as the all-reduce trees place them (dbtree.cpp).
+      auto rankAt = [&](int p) { return t == 0 ? p : (n % 2 == 0 ? n - 1 - p : mod(p + 1, n)); };
+      // Children come after parents in no fixed order, so walk from the root.
+      std::vector<std::pair<int, int>> hops(static_cast<std::size_t>(n), {0, 0});
+      std::vector<int> stack{0};
+      while (!stack.empty()) {
+        const int p = stack.back();
+        stack.pop_back();
+        for (int c : tree[static_cast<std::size_t>(p)].children) {
+          auto h = hops[static_cast<std::size_t>(p)];
+          (rankAt(c) / G == rankAt(p) / G ? h.second : h.first) += 1;
+          hops[static_cast<std::size_t>(c)] = h;
+          stack.push_back(c);
+        }
+      }
+      for (const auto& [across, inside] : hops) {
+        if (std::make_pair(across, inside) > std::make_pair(g.treeHopsAcross, g.treeHopsInside)) {
+          g.treeHopsAcross = across;
+          g.treeHopsInside = inside;
+        }
+      }
+    }
+  }
   const bool hasNic = !host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0;
   for (int C = 1; C <= std::max(1, std::min(G, 16)); ++C) {
     // Load in units of "one block": each channel's flows carry 1/C of it.
@@ -310,6 +340,7 @@ RankGraph RankGraph::flat(int nranks, topo::PathClass cls, double bandwidth) {
   g.intraBandwidth = g.injection = bandwidth;
   g.shiftBw.assign(static_cast<std::size_t>(nranks), bandwidth);
   g.treeBw = bandwidth / 4;
+  g.treeHopsInside = ceilLog2(static_cast<std::uint32_t>(nranks));
   g.ringIntraBw = {bandwidth};
   g.ringCrossBw = {0};
   g.xorBw.assign(static_cast<std::size_t>(nranks), bandwidth);
@@ -458,8 +489,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     }
   } else if (algorithm == "dbtree") {
     // Depth: the in-order tree climbs log2(G) levels inside a host, then log2(N) across hosts.
-    const double depth = ceilLog2(static_cast<std::uint32_t>(G)) * (t.aIntra + t.oIntra) +
-                         ceilLog2(static_cast<std::uint32_t>(N)) * (t.aNet + t.oNet);
+    const double depth = g.treeHopsInside * (t.aIntra + t.oIntra) + g.treeHopsAcross * (t.aNet + t.oNet);
     // Every edge of both trees carries half the data each way; edges share links as the tree
     // pattern says (four flows per GPU on a switch: up once, down twice, and the other tree's up).
     const double edge = G > 1 ? pat(g.treeBw) : 1e300;

@@ -74,6 +74,10 @@ struct RankGraph {
   // Rings through a host with C channels (index C-1), each channel's ring rotated to enter at
   // local C and leave at local C-1 through those GPUs' NICs, every channel carrying 1/C of the
   // data: the bandwidth at which a whole block passes the GPU-to-GPU hops, and the host crossing.
+  // The worst root-to-leaf path of the double binary tree's two trees on this placement: hops
+  // that cross hosts, then hops that stay inside one (hosts cut subtrees unless G is a power of 2).
+  int treeHopsAcross = 0;
+  int treeHopsInside = 0;
   std::vector<double> ringIntraBw;
   std::vector<double> ringCrossBw;
 
