@@ -489,18 +489,25 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     }
   } else if (algorithm == "dbtree") {
     // Depth: the in-order tree climbs log2(G) levels inside a host, then log2(N) across hosts.
-    const double depth = g.treeHopsInside * (t.aIntra + t.oIntra) + g.treeHopsAcross * (t.aNet + t.oNet);
+    const double depth =
+        g.treeHopsInside * (t.aIntra + t.oIntra) + g.treeHopsAcross * (t.aNet + t.oNet);
     // Every edge of both trees carries half the data each way; edges share links as the tree
     // pattern says (four flows per GPU on a switch: up once, down twice, and the other tree's up).
     const double edge = G > 1 ? pat(g.treeBw) : 1e300;
     const double bwEdge = multi ? std::min(edge, t.bwNet / 4) : edge;
     const double bwTree = 4 * bwEdge;
     const double posting = (slices(S / 2) - 1) * 4 * oStep;  // four messages per slice per rank
+    // The first slice fills the pipeline hop by hop, and on every hop it travels with the same
+    // slice of the tree's other channels.
+    const double fillHop = double(chunk) * channels;
+    const double fill =
+        g.treeHopsAcross * fillHop / (multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra) +
+        g.treeHopsInside * fillHop / (G > 1 ? shift(1) : 1e300);
     if (coll == Collective::allReduce) {
-      lat += 2 * depth;
+      lat += 2 * (depth + fill);
       bw = (S / 2) / bwEdge + posting;
     } else if (coll == Collective::broadcast || coll == Collective::reduce) {
-      lat += depth;
+      lat += depth + fill;
       bw = S / bwTree + posting / 2;
     } else {
       return unsupportedHere();
@@ -512,24 +519,28 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     e.aggregation = A;
     const int Q = (n + A - 1) / A;
     const double block = S / n;
+    // The executor slices globally: every step runs once per pass, and the largest message (a
+    // full bundle) sets how many passes there are.
+    const double passes = slices(std::min(A, n) * block);
     // Bundle q moves min(A, n - qA) blocks over distance highbit(q)*A; bundle 0's log2(A)
     // rounds move d blocks over distance d. A distance that is a multiple of the host size stays
     // on the same local GPU index (one rail); any other crosses hosts for some ranks.
     auto over = [&](int dist) { return multi ? std::min(shift(dist), t.bwNet) : shift(dist); };
     for (int q = 1; q < Q; ++q) {
       const int blocks = std::min(A, n - q * A);
-      lat += aStep + slices(blocks * block) * oStep;
+      lat += aStep + passes * oStep;
       bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
     }
     for (int d = 1; d < A; d *= 2) {
-      lat += aStep + slices(d * block) * oStep;
+      lat += aStep + passes * oStep;
       bw += d * block / over(d);
     }
   } else if (algorithm == "rhd") {
     if (coll != Collective::allReduce) return unsupportedHere();
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
-    if (p2 != n) {  // fold in and out: a whole message each way
-      lat += 2 * (aStep + slices(S) * oStep);
+    const double passes = slices(p2 != n ? S : S / 2);  // the largest message sets the passes
+    if (p2 != n) {                                      // fold in and out: a whole message each way
+      lat += 2 * (aStep + passes * oStep);
       bw += 2 * S / bwStep;
     }
     // Exchange with v ^ mask moves mask/p of the message; masks below the (power-of-two) host
@@ -537,8 +548,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const bool alignedHosts = (G & (G - 1)) == 0 && p2 == n;
     for (int mask = 1; mask < p2; mask *= 2) {
       const bool inside = !multi || (alignedHosts && mask < G);
-      const double a = inside ? t.aIntra + slices(double(mask) / p2 * S) * t.oIntra
-                              : t.aNet + slices(double(mask) / p2 * S) * t.oNet;
+      const double a = inside ? t.aIntra + passes * t.oIntra : t.aNet + passes * t.oNet;
       const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
                             g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
       const double local = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
@@ -570,7 +580,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // Blocks whose index has this bit set.
       const double blocks =
           std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
-      lat += aStep + slices(blocks * S / n) * oStep;
+      lat += aStep + slices(std::floor(n / 2.0) * S / n) * oStep;
       bw += blocks * (S / n) / (multi ? bwStep : shift(d));
     }
   } else if (algorithm == "hierarchical") {
