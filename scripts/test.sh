@@ -23,5 +23,6 @@ configure_and_build "$dir" "${args[@]}"
 log "running tests"
 cd "$dir"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$WEFT_ROOT/tests/lsan.supp}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 ctest --output-on-failure -j "$JOBS" --timeout 900
