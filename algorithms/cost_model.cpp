@@ -539,22 +539,61 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     if (coll != Collective::allReduce) return unsupportedHere();
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     const double passes = slices(p2 != n ? S : S / 2);  // the largest message sets the passes
-    if (p2 != n) {                                      // fold in and out: a whole message each way
+    if (p2 != n && !multi) {                            // fold in and out: a whole message each way
       lat += 2 * (aStep + passes * oStep);
       bw += 2 * S / bwStep;
     }
-    // Exchange with v ^ mask moves mask/p of the message; masks below the (power-of-two) host
-    // size stay inside a host.
-    const bool alignedHosts = (G & (G - 1)) == 0 && p2 == n;
-    for (int mask = 1; mask < p2; mask *= 2) {
-      const bool inside = !multi || (alignedHosts && mask < G);
-      const double a = inside ? t.aIntra + passes * t.oIntra : t.aNet + passes * t.oNet;
-      const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
-                            g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
-      const double local = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
-      const double b = inside ? local : std::min(t.bwIntra, t.bwNet);
-      lat += 2 * a;
-      bw += 2 * (double(mask) / p2) * S / b;
+    if (!multi) {
+      // One host: every exchange is inside it, at the XOR pattern's share where known.
+      for (int mask = 1; mask < p2; mask *= 2) {
+        const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
+                              g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
+        const double b = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
+        lat += 2 * (t.aIntra + passes * t.oIntra);
+        bw += 2 * (double(mask) / p2) * S / b;
+      }
+    } else {
+      // Across hosts, whether an exchange stays inside a host depends on the placement (hosts of
+      // 72 cut the hypercube's subcubes). Nothing synchronises the exchanges, so walk the
+      // hypercube's critical path: a rank finishes an exchange after itself and its partner are
+      // ready, plus its own pair's latency and transfer.
+      const int extra = n - p2;
+      auto real = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+      auto pairCost = [&](int a, int b, double moved, bool withBytes) {
+        const bool inside = a / G == b / G;
+        return (inside ? t.aIntra + passes * t.oIntra : t.aNet + passes * t.oNet) +
+               (withBytes ? moved / (inside ? t.bwIntra : std::min(t.bwIntra, t.bwNet)) : 0);
+      };
+      auto criticalPath = [&](bool withBytes) {
+        std::vector<double> ready(static_cast<std::size_t>(p2), 0), next(ready.size());
+        if (p2 != n) {
+          for (int v = 0; v < extra; ++v)
+            ready[static_cast<std::size_t>(v)] = pairCost(2 * v, 2 * v + 1, S, withBytes);
+        }
+        std::vector<int> masks;
+        for (int m = p2 / 2; m >= 1; m /= 2) masks.push_back(m);  // halving
+        for (int m = 1; m < p2; m *= 2) masks.push_back(m);       // doubling
+        for (int m : masks) {
+          for (int v = 0; v < p2; ++v) {
+            const int w = v ^ m;
+            next[static_cast<std::size_t>(v)] =
+                std::max(ready[static_cast<std::size_t>(v)], ready[static_cast<std::size_t>(w)]) +
+                pairCost(real(v), real(w), double(m) / p2 * S, withBytes);
+          }
+          std::swap(ready, next);
+        }
+        double worst = 0;
+        for (int v = 0; v < p2; ++v) {
+          const double fold = v < extra ? pairCost(2 * v, 2 * v + 1, S, withBytes) : 0;
+          worst = std::max(worst, ready[static_cast<std::size_t>(v)] + fold);
+        }
+        return worst;
+      };
+      lat = t.base;
+      bw = 0;
+      const double latencyOnly = criticalPath(false);
+      lat += latencyOnly;
+      bw = criticalPath(true) - latencyOnly;
     }
   } else if (algorithm == "oneshot" || algorithm == "twoshot") {
     if (coll != Collective::allReduce) return unsupportedHere();
