@@ -39,6 +39,10 @@ class Algorithm {
   const std::vector<Collective>& collectives() const { return collectives_; }
   bool supports(Collective c) const;
 
+  // Whether every rank's peers are fixed offsets from it (rank r + G behaves as rank r shifted
+  // by G), so a simulator may replay one host's ranks and shift their timelines.
+  virtual bool translationSymmetric(Collective) const { return false; }
+
   // The schedule, or an error saying why this algorithm cannot serve the request.
   Result<Schedule> build(Collective coll, int nranks, const Params& params = {}) const;
 

@@ -16,6 +16,8 @@ class Bruck final : public Algorithm {
                   "log2(n) rounds of aggregated blocks via a rotated scratch copy (small blocks)",
                   {Collective::allToAll}) {}
 
+  bool translationSymmetric(Collective) const override { return true; }
+
  protected:
   // Scratch slot i of rank r starts as r's block for rank r+i. Round k forwards every slot whose
   // index has bit k set by 2^k ranks; a slot's index is the sum of the hops it makes, so slot i of

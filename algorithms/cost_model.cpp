@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "algorithms/patterns.hpp"
@@ -171,16 +170,8 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
   g.ranksPerHost = std::max(1, system.gpusPerHost());
   g.hosts = system.hosts();
   g.nranks = g.ranksPerHost * g.hosts;
-  g.intraBandwidth = g.ranksPerHost > 1 ? 1e30 : 0;
-  g.injection = 1e30;
+  g.intraBandwidth = 1e30;  // no host peers: nothing inside a host limits anything
   for (int a : host.gpus()) {
-    double nvlinks = 0, pcie = 0;
-    for (const topo::Link& l : host.links()) {
-      if (l.a != a && l.b != a) continue;
-      if (l.kind == topo::LinkKind::nvlink) nvlinks += l.bandwidth;
-      if (l.kind == topo::LinkKind::pcie) pcie = std::max(pcie, l.bandwidth);
-    }
-    g.injection = std::min(g.injection, std::max(nvlinks, pcie));
     for (int b : host.gpus()) {
       if (a == b) continue;
       const topo::Path& p = host.path(a, b);
@@ -188,12 +179,6 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
       g.intraClass = std::max(g.intraClass, p.cls);
     }
   }
-  if (g.ranksPerHost <= 1) {
-    // No host peers: nothing inside a host limits anything.
-    g.intraBandwidth = 1e30;
-    g.injection = 1e30;
-  }
-  std::set<int> nics;
   std::map<int, int> sharers;  // NIC -> GPUs using it
   for (int gpu : host.gpus()) ++sharers[host.nearestNic(gpu)];
   g.netPerRank = host.gpus().empty() ? 0 : 1e30;
@@ -204,7 +189,6 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
         nic >= 0 ? host.nodes()[static_cast<std::size_t>(nic)].speedGBs / sharers[nic] : 0;
     g.netPerRank = std::min(g.netPerRank, std::min(own, share));
     g.netAlone = i == 0 ? own : std::min(g.netAlone, own);
-    if (nic >= 0 && nics.insert(nic).second) g.netPerHost += own;
   }
   // Traffic patterns inside a host: load every link with the pattern's flows along their routes,
   // and take the tightest share.
@@ -333,22 +317,6 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
   return g;
 }
 
-RankGraph RankGraph::flat(int nranks, topo::PathClass cls, double bandwidth) {
-  RankGraph g;
-  g.nranks = g.ranksPerHost = nranks;
-  g.intraClass = cls;
-  g.intraBandwidth = g.injection = bandwidth;
-  g.shiftBw.assign(static_cast<std::size_t>(nranks), bandwidth);
-  g.treeBw = bandwidth / 4;
-  g.treeHopsInside = ceilLog2(static_cast<std::uint32_t>(nranks));
-  g.ringIntraBw = {bandwidth};
-  g.ringCrossBw = {0};
-  g.xorBw.assign(static_cast<std::size_t>(nranks), bandwidth);
-  g.allPairsBw = nranks > 1 ? bandwidth / (nranks - 1) : bandwidth;
-  g.matchingBw = bandwidth;
-  return g;
-}
-
 // ---- estimates -------------------------------------------------------------------------------
 
 int CostModel::patAggregationFor(std::size_t bytes, int nranks) const {
@@ -379,9 +347,9 @@ namespace {
 
 // The numbers one estimate works with, for one protocol.
 struct Terms {
-  double base, aIntra, aNet;           // us
-  double oIntra, oNet;                 // us per message
-  double bwIntra, inj, bwNet, bwHost;  // bytes per us
+  double base, aIntra, aNet;  // us
+  double oIntra, oNet;        // us per message
+  double bwIntra, bwNet;      // bytes per us
   int n, G, N;
 };
 
@@ -405,9 +373,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   t.oIntra = c_.messageOverhead[p][nv];
   t.oNet = c_.messageOverhead[p][net];
   t.bwIntra = g.intraBandwidth * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;
-  t.inj = g.injection * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;
   t.bwNet = g.netPerRank * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs;
-  t.bwHost = g.netPerHost * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs;
   const double S = double(bytes);
   const int n = t.n, G = t.G, N = t.N;
   const bool multi = N > 1;

@@ -4,9 +4,9 @@
 // (written by weft-perf --calibrate) replaces any of them.
 #pragma once
 
-#include <cstdint>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,9 +58,7 @@ struct RankGraph {
   int hosts = 1;
   topo::PathClass intraClass = topo::PathClass::loc;  // the worst GPU-GPU class inside a host
   double intraBandwidth = 0;  // GB/s, the narrowest GPU-GPU path inside a host
-  double injection = 0;       // GB/s, what one GPU can push to all its host peers at once
   double netPerRank = 0;      // GB/s, one GPU to the network when every GPU sends (NICs shared)
-  double netPerHost = 0;      // GB/s, all of a host's NICs together
   double netAlone = 0;        // GB/s, one GPU to the network while the others are quiet
   double fabricLatency = 0;   // us, added to each network hop beyond the NIC software
 
@@ -82,7 +80,6 @@ struct RankGraph {
   std::vector<double> ringCrossBw;
 
   static RankGraph fromSystem(const topo::System& system);
-  static RankGraph flat(int nranks, topo::PathClass cls, double bandwidth);  // one host, uniform
 };
 
 struct Estimate {

@@ -16,6 +16,8 @@ class OneShot final : public Algorithm {
                   "all-pairs, one step: each rank reduces every peer's full input (small messages)",
                   {Collective::allReduce}) {}
 
+  bool translationSymmetric(Collective) const override { return true; }
+
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::allReduce, n, "oneshot", 1);

@@ -12,6 +12,8 @@ class PointToPoint final : public Algorithm {
  public:
   PointToPoint() : Algorithm("p2p", "one send and one recv per rank", {Collective::sendRecv}) {}
 
+  bool translationSymmetric(Collective) const override { return true; }
+
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::sendRecv, n, "p2p", 1);

@@ -137,6 +137,8 @@ class Pat final : public Algorithm {
             "parallel aggregated binomial trees: log-depth, n-1 blocks per rank, bounded staging",
             {Collective::allGather, Collective::reduceScatter}) {}
 
+  bool translationSymmetric(Collective) const override { return true; }
+
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     const int A = patAggregation(n, params.aggregation);

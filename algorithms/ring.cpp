@@ -19,6 +19,12 @@ class Ring final : public Algorithm {
                   {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
                    Collective::broadcast, Collective::reduce}) {}
 
+  // The rotated rings keep the same order on every host (chains are rooted: not symmetric).
+  bool translationSymmetric(Collective c) const override {
+    return c == Collective::allReduce || c == Collective::allGather ||
+           c == Collective::reduceScatter;
+  }
+
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
     switch (coll) {

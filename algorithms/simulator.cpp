@@ -30,14 +30,14 @@ int Simulator::resourcesPerHost() const {
   return static_cast<int>(2 * system_.host().links().size() + 2 * system_.host().nodes().size());
 }
 
+// Pairwise, halving-doubling and hierarchical pair ranks by reflection or XOR, trees and chains
+// are rooted: they replay in full. The generators say which of theirs are translation-symmetric.
 bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
-  const std::string_view n = a.name();
-  if (n == "ring")
-    return coll == Collective::allReduce || coll == Collective::allGather ||
-           coll == Collective::reduceScatter;
-  // Translation-symmetric: rank r's peers are r plus offsets that do not depend on r. (Pairwise,
-  // halving-doubling and hierarchical pair ranks by reflection or XOR; they replay in full.)
-  return n == "pat" || n == "oneshot" || n == "twoshot" || n == "bruck" || n == "p2p";
+  return a.translationSymmetric(coll);
+}
+
+bool Simulator::replaysHostZero(const Algorithm& a, Collective coll) const {
+  return system_.ranks() > kFullReplayRanks && usesSymmetry(a, coll);
 }
 
 Simulator::Flow Simulator::flow(int from, int to, Protocol p, bool hostZeroOnly) const {
@@ -101,8 +101,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
                            std::string(name(coll)) +
                            " is not translation-symmetric; it can only be replayed in full");
   }
-  res.representative = opt.forceRepresentative ||
-                       (!opt.forceFull && n > kFullReplayRanks && usesSymmetry(algo, coll));
+  res.representative = opt.forceRepresentative || (!opt.forceFull && replaysHostZero(algo, coll));
   if (res.representative) {
     for (int r = 0; r < G; ++r) params.onlyRanks.push_back(r);
   }

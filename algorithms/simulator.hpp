@@ -52,8 +52,10 @@ class Simulator {
   Result<SimResult> run(const Algorithm& algorithm, Collective coll, std::size_t bytes,
                         const SimOptions& options = {}) const;
 
-  // Whether run() would replay host 0 only for this algorithm and collective at this size.
+  // Whether the schedule may be replayed on host 0 alone (Algorithm::translationSymmetric).
   bool usesSymmetry(const Algorithm& algorithm, Collective coll) const;
+  // Whether run() does so by default on this system (symmetric, and past the full-replay size).
+  bool replaysHostZero(const Algorithm& algorithm, Collective coll) const;
 
  private:
   struct Flow {

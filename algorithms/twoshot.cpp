@@ -16,6 +16,8 @@ class TwoShot final : public Algorithm {
                   "all-pairs reduce-scatter then all-pairs all-gather (mid-size, tensor parallel)",
                   {Collective::allReduce}) {}
 
+  bool translationSymmetric(Collective) const override { return true; }
+
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {
     Schedule s = Schedule::make(Collective::allReduce, n, "twoshot", static_cast<std::uint32_t>(n));

@@ -698,7 +698,6 @@ void measure(const Schedule& s, VerifyReport& report) {
     report.maxMessages = std::max(report.maxMessages, messages);
     report.maxBytes = std::max(report.maxBytes, bytes);
     report.totalBytes += bytes;
-    report.totalSteps += steps;
   }
 }
 

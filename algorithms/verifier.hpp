@@ -51,7 +51,6 @@ struct VerifyReport {
   double maxBytes = 0;                 // bytes sent, as a multiple of the message size
   double totalBytes = 0;               // the same summed over ranks
   std::uint32_t maxMessageBlocks = 0;  // the largest single message, in blocks
-  std::uint64_t totalSteps = 0;        // over ranks and channels
 
   bool ok() const { return fault == Fault::none; }
 };

@@ -118,9 +118,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
         auto s = a.build(coll, system.ranks(), probe);
         stepsPerRank[key] = s ? double(s->program(0, 0).steps().size() + 1) : 0;
       }
-      const double replayed = (system.ranks() > 1024 && sim.usesSymmetry(a, coll))
-                                  ? system.gpusPerHost()
-                                  : system.ranks();
+      const double replayed = sim.replaysHostZero(a, coll) ? system.gpusPerHost() : system.ranks();
       if (stepsPerRank[key] * replayed * o.channels <= kStepBudget) {
         if (auto r = sim.run(a, coll, bytes, o)) c.sim = *r;
       }

@@ -142,9 +142,9 @@ TEST(Verifier, InPlaceCatchesReadingOverwrittenInput) {
   EXPECT_EQ(verify(s, {true, 2}).fault, Fault::wrongResult);
 }
 
-TEST(Verifier, SecondPassCatchesStateLeftByTheFirst) {
-  // Accumulating into the output without initialising it works once only if the output happens
-  // to start empty; the verifier treats it as an undefined read on every pass.
+TEST(Verifier, ScratchAndReduceLocalHoldOverRepeatedPasses) {
+  // Each pass (slice) has its own state: a message received into scratch and accumulated into
+  // the output stays correct on every one of three passes.
   Schedule s = twoRanks();
   for (int r = 0; r < 2; ++r) {
     s.program(0, r).copy({input, 0}, {output, 0});
