@@ -1,6 +1,6 @@
-// Pairwise all-to-all: n-1 exchanges, one block each way, with partner (k - r) mod n at step k.
-// Steps: 2(n-1) + 1 (send and recv per exchange, one local copy). Messages n-1 per rank.
-// Bytes on the wire per rank: (n-1)/n. Serves all-to-all-v: each block goes straight to its owner.
+// Pairwise all-to-all: the local copy, then rounds of exchanges, one block each way, in which
+// every rank's partner is of the same kind (all inside hosts, or all across). Steps: 2(n-1) + 1.
+// Messages n-1 per rank. Bytes on the wire per rank: (n-1)/n. Serves all-to-all-v.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
 
@@ -9,6 +9,26 @@ namespace {
 
 using enum Buf;
 
+// The rounds of a round-robin tournament on m players, identity first. Round 0 pairs everyone
+// with themselves. With m even, rounds 1..m-1 are the circle method's perfect matchings
+// (reflection on m-1 players, the one it fixes meeting player m-1); with m odd, rounds 1..m are
+// reflections, each fixing one player, who sits the round out. Every round is an involution, and
+// each pair of distinct players meets in exactly one round.
+int roundsOf(int m) { return m % 2 == 0 ? m : m + 1; }
+
+// The partner of x in round k, or -1 where x sits the round out.
+int opponent(int x, int k, int m) {
+  if (k == 0) return x;
+  if (m % 2 == 1) {
+    const int q = mod(k - 1 - x, m);
+    return q == x ? -1 : q;
+  }
+  const int last = m - 1;
+  if (x == last) return k - 1;
+  const int q = mod(2 * (k - 1) - x, last);
+  return q == x ? last : q;
+}
+
 class Pairwise final : public Algorithm {
  public:
   Pairwise()
@@ -16,21 +36,32 @@ class Pairwise final : public Algorithm {
                   {Collective::allToAll, Collective::allToAllv}) {}
 
  protected:
-  // Partner (k - r) mod n is an involution for every k, so both sides of a pair agree on the
-  // step, and each exchange moves the same block index both ways: sending before receiving
-  // keeps the in-place form correct.
+  // Ranks are (host a, local l) with G = the group size. A round is a pair of tournament rounds,
+  // one over hosts and one over local indices, the hosts' identity round first: the exchanges
+  // inside hosts, then those across, and within a round every flow crosses the same kind of
+  // link, so no rank finishes a round early and runs into its next partner's current one. A
+  // pair of involutions is an involution, so both sides of a pair agree on the round, and each
+  // exchange moves the same block index both ways: sending before receiving keeps the in-place
+  // form correct.
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
+    const int G = params.groupSize > 1 && n % params.groupSize == 0 ? params.groupSize : 1;
+    const int N = n / G;
     Schedule s = Schedule::make(coll, n, "pairwise", 1);
     for (int r : ranksToBuild(params, n)) {
       Program& p = s.program(0, r);
-      for (int k = 0; k < n; ++k) {
-        const int q = mod(k - r, n);
-        const auto b = static_cast<std::uint32_t>(q);
-        if (q == r) {
-          p.copy({input, b}, {output, b});
-        } else {
-          p.send({input, b}, {q});
-          p.recv(q, {output, b});
+      const int a = r / G, l = r % G;
+      const auto own = static_cast<std::uint32_t>(r);
+      p.copy({input, own}, {output, own});
+      for (int j = 0; j < roundsOf(N); ++j) {
+        const int b = opponent(a, j, N);
+        if (b < 0) continue;
+        for (int k = 0; k < roundsOf(G); ++k) {
+          const int m = opponent(l, k, G);
+          if (m < 0 || (j == 0 && k == 0)) continue;
+          const int q = b * G + m;
+          const auto blk = static_cast<std::uint32_t>(q);
+          p.send({input, blk}, {q});
+          p.recv(q, {output, blk});
         }
       }
     }

@@ -390,8 +390,12 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   std::size_t chunk = 1;
   shape(proto, bytes, G, channels, chunk);
   // Every slice of a message is a message of its own: its posting cost repeats.
+  // The most slices any message is cut into: how many passes the pipeline runs.
+  double passCount = 1;
   auto slices = [&](double msgBytes) {
-    return std::max(1.0, std::ceil(msgBytes / channels / double(chunk)));
+    const double m = std::max(1.0, std::ceil(msgBytes / channels / double(chunk)));
+    passCount = std::max(passCount, m);
+    return m;
   };
   const double oStep = multi ? t.oNet : t.oIntra;
   const double bwStep = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
@@ -399,7 +403,8 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   Estimate e;
   e.algorithm = std::string(algorithm);
   e.protocol = proto;
-  double lat = t.base, bw = 0;
+  // Hop latencies, each channel's postings of its messages, and the bytes over the links.
+  double lat = t.base, post = 0, bw = 0;
   auto unsupportedHere = [&] {
     return unsupported(std::string(algorithm) + " has no estimate for " + std::string(name(coll)));
   };
@@ -440,14 +445,20 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     if (coll == Collective::broadcast || coll == Collective::reduce) {
       // A pipelined chain: the first slice crosses every hop, the rest follow at the slowest.
       lat += inside * (t.aIntra + t.oIntra) + crossings * (t.aNet + t.oNet);
-      bw = moved * S / (multi ? std::min(intraBw, netBw) : intraBw) + (slices(S) - 1) * oStep;
+      bw = moved * S / (multi ? std::min(intraBw, netBw) : intraBw);
+      post = (slices(S) - 1) * oStep;
     } else {
       // Per step every rank forwards one block. The ring runs at the slower of its busiest rank
       // (back-to-back sends over its link) and its cycle (a block's hop latency and transfer,
       // averaged over the ring): the latency of a fast hop hides behind a slow one.
+      // Channels share a rank's link but post their messages independently: while one posts,
+      // the others keep the link busy, so a step takes the longer of one channel's postings and
+      // transfer alone on the link, and the whole block over it.
       const double block = moved * S / steps;
-      const double busyIntra = slices(block) * t.oIntra + block / intraBw;
-      const double busyNet = multi ? slices(block) * t.oNet + block / netBw : 0;
+      const double C = channels;
+      const double busyIntra = std::max(slices(block) * t.oIntra + block / C / intraBw, block / intraBw);
+      const double busyNet =
+          multi ? std::max(slices(block) * t.oNet + block / C / netBw, block / netBw) : 0;
       const double cycle = (inside * (t.aIntra + busyIntra) + crossings * (t.aNet + busyNet)) / n;
       const double period = std::max({busyIntra, busyNet, cycle});
       lat += steps * (period - std::max(busyIntra, busyNet));
@@ -471,10 +482,12 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
         g.treeHopsInside * fillHop / (G > 1 ? shift(1) : 1e300);
     if (coll == Collective::allReduce) {
       lat += 2 * (depth + fill);
-      bw = (S / 2) / bwEdge + posting;
+      bw = (S / 2) / bwEdge;
+      post = posting;
     } else if (coll == Collective::broadcast || coll == Collective::reduce) {
       lat += depth + fill;
-      bw = S / bwTree + posting / 2;
+      bw = S / bwTree;
+      post = posting / 2;
     } else {
       return unsupportedHere();
     }
@@ -494,11 +507,13 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     auto over = [&](int dist) { return multi ? std::min(shift(dist), t.bwNet) : shift(dist); };
     for (int q = 1; q < Q; ++q) {
       const int blocks = std::min(A, n - q * A);
-      lat += aStep + passes * oStep;
+      lat += aStep;
+      post += passes * oStep;
       bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
     }
     for (int d = 1; d < A; d *= 2) {
-      lat += aStep + passes * oStep;
+      lat += aStep;
+      post += passes * oStep;
       bw += d * block / over(d);
     }
   } else if (algorithm == "rhd") {
@@ -506,7 +521,8 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     const double passes = slices(p2 != n ? S : S / 2);  // the largest message sets the passes
     if (p2 != n && !multi) {                            // fold in and out: a whole message each way
-      lat += 2 * (aStep + passes * oStep);
+      lat += 2 * aStep;
+      post += 2 * passes * oStep;
       bw += 2 * S / bwStep;
     }
     if (!multi) {
@@ -515,7 +531,8 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
         const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
                               g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
         const double b = xorKnown ? pat(g.xorBw[static_cast<std::size_t>(mask)]) : t.bwIntra;
-        lat += 2 * (t.aIntra + passes * t.oIntra);
+        lat += 2 * t.aIntra;
+        post += 2 * passes * t.oIntra;
         bw += 2 * (double(mask) / p2) * S / b;
       }
     } else {
@@ -525,16 +542,18 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // ready, plus its own pair's latency and transfer.
       const int extra = n - p2;
       auto real = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-      auto pairCost = [&](int a, int b, double moved, bool withBytes) {
+      auto pairCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
         const bool inside = a / G == b / G;
-        return (inside ? t.aIntra + passes * t.oIntra : t.aNet + passes * t.oNet) +
+        return (inside ? t.aIntra : t.aNet) +
+               (withPosts ? passes * (inside ? t.oIntra : t.oNet) : 0) +
                (withBytes ? moved / (inside ? t.bwIntra : std::min(t.bwIntra, t.bwNet)) : 0);
       };
-      auto criticalPath = [&](bool withBytes) {
+      auto criticalPath = [&](bool withPosts, bool withBytes) {
         std::vector<double> ready(static_cast<std::size_t>(p2), 0), next(ready.size());
         if (p2 != n) {
           for (int v = 0; v < extra; ++v)
-            ready[static_cast<std::size_t>(v)] = pairCost(2 * v, 2 * v + 1, S, withBytes);
+            ready[static_cast<std::size_t>(v)] =
+                pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes);
         }
         std::vector<int> masks;
         for (int m = p2 / 2; m >= 1; m /= 2) masks.push_back(m);  // halving
@@ -544,22 +563,22 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
             const int w = v ^ m;
             next[static_cast<std::size_t>(v)] =
                 std::max(ready[static_cast<std::size_t>(v)], ready[static_cast<std::size_t>(w)]) +
-                pairCost(real(v), real(w), double(m) / p2 * S, withBytes);
+                pairCost(real(v), real(w), double(m) / p2 * S, withPosts, withBytes);
           }
           std::swap(ready, next);
         }
         double worst = 0;
         for (int v = 0; v < p2; ++v) {
-          const double fold = v < extra ? pairCost(2 * v, 2 * v + 1, S, withBytes) : 0;
+          const double fold =
+              v < extra ? pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes) : 0;
           worst = std::max(worst, ready[static_cast<std::size_t>(v)] + fold);
         }
         return worst;
       };
-      lat = t.base;
-      bw = 0;
-      const double latencyOnly = criticalPath(false);
-      lat += latencyOnly;
-      bw = criticalPath(true) - latencyOnly;
+      const double hops = criticalPath(false, false), posted = criticalPath(true, false);
+      lat = t.base + hops;
+      post = posted - hops;
+      bw = criticalPath(true, true) - posted;
     }
   } else if (algorithm == "oneshot" || algorithm == "twoshot") {
     if (coll != Collective::allReduce) return unsupportedHere();
@@ -569,14 +588,15 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double inter = multi ? (n - G) * per / t.bwNet : 0;
     const double phase = std::max(intra, inter);
     const double posting = slices(per) * ((G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0));
-    lat += (one ? 1 : 2) * (aStep + posting);
+    lat += (one ? 1 : 2) * aStep;
+    post = (one ? 1 : 2) * posting;
     bw = (one ? 1 : 2) * phase;
   } else if (algorithm == "pairwise") {
     if (coll != Collective::allToAll && coll != Collective::allToAllv) return unsupportedHere();
     // Nothing synchronises the exchanges: a rank pays its G-1 host peers at host speed and the
     // n-G others at network speed.
-    lat += (G - 1) * (t.aIntra + slices(S / n) * t.oIntra) +
-           (n - G) * (t.aNet + slices(S / n) * t.oNet);
+    lat += (G - 1) * t.aIntra + (n - G) * t.aNet;
+    post = (G - 1) * slices(S / n) * t.oIntra + (n - G) * slices(S / n) * t.oNet;
     bw = (G - 1) * (S / n) / pat(g.matchingBw) +
          (multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "bruck") {
@@ -585,25 +605,37 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // Blocks whose index has this bit set.
       const double blocks =
           std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
-      lat += aStep + slices(std::floor(n / 2.0) * S / n) * oStep;
+      lat += aStep;
+      post += slices(std::floor(n / 2.0) * S / n) * oStep;
       bw += blocks * (S / n) / (multi ? bwStep : shift(d));
     }
   } else if (algorithm == "hierarchical") {
     if (coll != Collective::allToAll) return unsupportedHere();
-    lat += (G - 1) * (t.aIntra + slices(S / G) * t.oIntra) +
-           (N - 1) * (t.aNet + slices(S / N) * t.oNet);
+    // The executor slices globally: every step runs once per pass, and the largest step (a
+    // message or the staging copy of max(G, N) blocks) sets how many passes there are.
+    const double passes = slices(std::max(G, N) * S / n);
+    lat += (G - 1) * t.aIntra + (N - 1) * t.aNet;
+    post = passes * ((G - 1) * t.oIntra + (N - 1) * t.oNet);
     bw = (G > 1 ? (G - 1) * (S / G) / pat(g.matchingBw) : 0) +
          (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
-    lat += aStep + slices(S) * oStep;
+    lat += aStep;
+    post = slices(S) * oStep;
     bw = S / (multi ? bwStep : shift(1));
   } else {
     return unsupported("no estimate for algorithm " + std::string(algorithm));
   }
-  e.latencyUs = lat;
+  // The first pass pays postings and bytes in full. In the pipelined passes after it, channels
+  // post their messages independently: while one posts, the others keep the links busy, so the
+  // postings cost only where one channel's postings and its share of the bytes outlast
+  // everyone's bytes.
+  const double C = channels, m = passCount;
+  const double steady = C > 1 ? std::max(post + bw / C, bw) : post + bw;
+  const double moving = (post + bw) / m + (m - 1) / m * steady;
   e.bandwidthUs = bw;
-  e.timeUs = lat + bw;
+  e.latencyUs = lat + moving - bw;
+  e.timeUs = lat + moving;
   return e;
 }
 

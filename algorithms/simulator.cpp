@@ -3,6 +3,7 @@
 #include "algorithms/patterns.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -15,6 +16,10 @@ namespace {
 // Above this many ranks a symmetric schedule is replayed on host 0 alone.
 constexpr int kFullReplayRanks = 1024;
 constexpr double kBytesPerUsPerGBs = 1e3;
+// Time-based link sharing sorts every (send, link) pair of a pass; above this many the first
+// guess (flows of one step index share) stands, and SimResult::timeShared says so.
+constexpr std::size_t kTimeSharingIncidences = 8'000'000;
+static const int kTimeSharingIterations = std::getenv("SIMIT") ? std::atoi(std::getenv("SIMIT")) : 3;
 
 LinkClass classOfLink(topo::LinkKind k) {
   return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
@@ -153,9 +158,11 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     std::size_t channel;
     int rank;
     std::size_t pc = 0;
-    double ready = 0, busy = 0;
+    double ready = 0;
     std::vector<double> seconds = {};      // per peer-pool slot (sends): transfer time at its share
     std::vector<std::uint32_t> conn = {};  // per peer-pool slot: dense connection id
+    std::vector<double> begin = {};        // per peer-pool slot (sends): when its transfer began
+    std::vector<const Flow*> flow = {};    // per peer-pool slot (sends): its route
   };
   std::vector<Proc> procs;
   for (std::size_t c = 0; c < s.channels.size(); ++c) {
@@ -177,6 +184,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     const Program& p = s.program(pr.channel, pr.rank);
     pr.conn.resize(p.peerPoolSize());
     pr.seconds.resize(p.peerPoolSize());
+    pr.flow.resize(p.peerPoolSize());
     for (const Step& st : p.steps()) {
       const auto recvs = p.recvPeers(st);
       for (std::size_t i = 0; i < recvs.size(); ++i) {
@@ -185,17 +193,32 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
         pr.conn[st.peerBegin + i] = idOf(pr.channel, q - shift, mod(pr.rank - shift, n));
       }
       const auto sends = p.sendPeers(st);
-      for (std::size_t i = 0; i < sends.size(); ++i)
+      for (std::size_t i = 0; i < sends.size(); ++i) {
         pr.conn[st.peerBegin + st.nrecv + i] = idOf(pr.channel, pr.rank, sends[i]);
+        pr.flow[st.peerBegin + st.nrecv + i] = &flowOf(pr.rank, sends[i]);
+      }
     }
   }
 
-  // Flows of the same step index share links: count them per step in a dense array, then give
-  // each flow its tightest share.
+  // Send slots (peer-pool indices past the recvs) of every process, in step order.
+  auto forEachSend = [&](auto&& fn) {
+    for (std::size_t pi2 = 0; pi2 < procs.size(); ++pi2) {
+      Proc& pr = procs[pi2];
+      const Program& p = s.program(pr.channel, pr.rank);
+      for (const Step& st : p.steps()) {
+        const auto sends = p.sendPeers(st);
+        for (std::size_t i = 0; i < sends.size(); ++i)
+          fn(pi2, pr, p, st, st.peerBegin + st.nrecv + i, *pr.flow[st.peerBegin + st.nrecv + i]);
+      }
+    }
+  };
+  const std::size_t resourceCount =
+      static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) *
+      static_cast<std::size_t>(R);
+
+  // First guess at what runs together: flows of the same step index share each link they cross.
   {
-    std::vector<int> load(static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) *
-                              static_cast<std::size_t>(R),
-                          0);
+    std::vector<int> load(resourceCount, 0);
     std::vector<int> touched;
     for (std::size_t k = 0; k < maxSteps; ++k) {
       for (int pass = 0; pass < 2; ++pass) {
@@ -205,7 +228,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
           const Step& st = p.steps()[k];
           const auto sends = p.sendPeers(st);
           for (std::size_t i = 0; i < sends.size(); ++i) {
-            const Flow& f = flowOf(pr.rank, sends[i]);
+            const Flow& f = *pr.flow[st.peerBegin + st.nrecv + i];
             if (pass == 0) {
               for (int id : f.resources) {
                 if (load[static_cast<std::size_t>(id)]++ == 0) touched.push_back(id);
@@ -225,70 +248,193 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     }
   }
 
-  // A step starts once its rank is free and every message it takes has arrived. A send occupies
-  // its rank for the posting and the transfer; the message lands a hop latency later, so latency
-  // is paid only by ranks that wait.
-  std::vector<std::vector<double>> sent(ids.size());
-  std::vector<std::size_t> taken(ids.size(), 0);
-  std::vector<std::vector<std::size_t>> waiting(ids.size());
-  std::vector<std::size_t> work(procs.size());
-  for (std::size_t i = 0; i < procs.size(); ++i) work[i] = procs.size() - 1 - i;
-  while (!work.empty()) {
-    const std::size_t id = work.back();
-    work.pop_back();
-    Proc& pr = procs[id];
+  // One pass: a step starts once its rank is free and every message it takes has arrived. A send
+  // occupies its rank for the posting and the transfer; the message lands a hop latency later, so
+  // latency is paid only by ranks that wait. Records each send's transfer interval.
+  for (Proc& pr : procs) {
+    pr.begin.assign(pr.seconds.size(), 0);
+  }
+  auto replay = [&]() -> Status {
+    for (Proc& pr : procs) pr.pc = 0, pr.ready = 0;
+    std::vector<std::vector<double>> sent(ids.size());
+    std::vector<std::size_t> taken(ids.size(), 0);
+    std::vector<std::vector<std::size_t>> waiting(ids.size());
+    std::vector<std::size_t> work(procs.size());
+    for (std::size_t i = 0; i < procs.size(); ++i) work[i] = procs.size() - 1 - i;
+    while (!work.empty()) {
+      const std::size_t id = work.back();
+      work.pop_back();
+      Proc& pr = procs[id];
+      const Program& p = s.program(pr.channel, pr.rank);
+      while (pr.pc < p.steps().size()) {
+        const Step& st = p.steps()[pr.pc];
+        bool blocked = false;
+        for (std::size_t i = 0; i < st.nrecv; ++i) {
+          const std::uint32_t c = pr.conn[st.peerBegin + i];
+          if (sent[c].size() <= taken[c]) {
+            waiting[c].push_back(id);
+            blocked = true;
+            break;
+          }
+        }
+        if (blocked) break;
+        double start = pr.ready;
+        for (std::size_t i = 0; i < st.nrecv; ++i) {
+          const std::uint32_t c = pr.conn[st.peerBegin + i];
+          start = std::max(start, sent[c][taken[c]++]);
+        }
+        double longest = 0, posted = 0;
+        const auto sends = p.sendPeers(st);
+        for (std::size_t i = 0; i < sends.size(); ++i) {
+          const std::size_t slot = st.peerBegin + st.nrecv + i;
+          const Flow& f = *pr.flow[slot];
+          posted += f.overhead;  // messages leave one after another
+          pr.begin[slot] = start + posted;
+          const std::uint32_t c = pr.conn[slot];
+          sent[c].push_back(start + posted + f.alpha + pr.seconds[slot]);
+          if (!waiting[c].empty()) {
+            work.insert(work.end(), waiting[c].begin(), waiting[c].end());
+            waiting[c].clear();
+          }
+          longest = std::max(longest, pr.seconds[slot]);
+        }
+        pr.ready = start + posted + longest;
+        ++pr.pc;
+      }
+    }
+    res.passUs = 0;
+    for (const Proc& pr : procs) {
+      if (pr.pc < s.program(pr.channel, pr.rank).steps().size()) {
+        return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " +
+                             std::to_string(pr.rank));
+      }
+      res.passUs = std::max(res.passUs, pr.ready);
+    }
+    for (const auto& times : sent) {  // the last messages still have to land
+      for (double t : times) res.passUs = std::max(res.passUs, t);
+    }
+    return {};
+  };
+  if (Status st = replay(); !st.ok()) return st;
+
+  // Then what really ran together: each flow shares a link with the flows whose transfers overlap
+  // its own, weighted by how long they overlap (the time-average of the link's flow count over its
+  // interval). Replayed again with those rates until the pass settles; damped, because slowing a
+  // flow lengthens its overlaps.
+  std::size_t incidences = 0;
+  forEachSend([&](std::size_t, Proc&, const Program&, const Step&, std::size_t, const Flow& f) {
+    incidences += f.resources.size();
+  });
+  res.timeShared = incidences <= kTimeSharingIncidences;
+  for (int iteration = 0; res.timeShared && iteration < kTimeSharingIterations; ++iteration) {
+    // Events bucketed by resource (a counting sort), then each bucket sorted by time.
+    struct Event {
+      double t;
+      int delta;
+    };
+    std::vector<std::size_t> first(resourceCount + 1, 0);
+    forEachSend([&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot,
+                    const Flow& f) {
+      if (pr.seconds[slot] <= 0) return;
+      for (int id : f.resources) first[static_cast<std::size_t>(id) + 1] += 2;
+    });
+    for (std::size_t r = 0; r < resourceCount; ++r) first[r + 1] += first[r];
+    std::vector<Event> events(first[resourceCount]);
+    std::vector<std::size_t> fill(first.begin(), first.end() - 1);
+    forEachSend([&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot,
+                    const Flow& f) {
+      const double t0 = pr.begin[slot], t1 = t0 + pr.seconds[slot];
+      if (pr.seconds[slot] <= 0) return;
+      for (int id : f.resources) {
+        events[fill[static_cast<std::size_t>(id)]++] = {t0, +1};
+        events[fill[static_cast<std::size_t>(id)]++] = {t1, -1};
+      }
+    });
+    // Per resource: the flow count after each event and the integral of the count up to it.
+    std::vector<double> count(events.size()), area(events.size());
+    for (std::size_t r = 0; r < resourceCount; ++r) {
+      const auto b = static_cast<std::ptrdiff_t>(first[r]);
+      const auto e = static_cast<std::ptrdiff_t>(first[r + 1]);
+      std::sort(events.begin() + b, events.begin() + e,
+                [](const Event& x, const Event& y) { return x.t < y.t; });
+      for (std::size_t k = first[r]; k < first[r + 1]; ++k) {
+        const bool fresh = k == first[r];
+        area[k] = fresh ? 0 : area[k - 1] + count[k - 1] * (events[k].t - events[k - 1].t);
+        count[k] = (fresh ? 0 : count[k - 1]) + events[k].delta;
+      }
+    }
+    auto integral = [&](std::size_t r, double t) {
+      const auto b = events.begin() + static_cast<std::ptrdiff_t>(first[r]);
+      const auto e = events.begin() + static_cast<std::ptrdiff_t>(first[r + 1]);
+      const auto it = std::upper_bound(b, e, t, [](double x, const Event& ev) { return x < ev.t; });
+      if (it == b) return 0.0;
+      const auto k = static_cast<std::size_t>(it - events.begin()) - 1;
+      return area[k] + count[k] * (t - events[k].t);
+    };
+    forEachSend([&](std::size_t, Proc& pr, const Program& p, const Step& st, std::size_t slot,
+                    const Flow& f) {
+      const double t0 = pr.begin[slot], t1 = t0 + pr.seconds[slot];
+      if (pr.seconds[slot] <= 0) return;
+      double rate = std::numeric_limits<double>::infinity();
+      for (int id : f.resources) {
+        const auto r = static_cast<std::size_t>(id);
+        const double sharers = std::max(1.0, (integral(r, t1) - integral(r, t0)) / (t1 - t0));
+        rate = std::min(rate, capacity(id) / sharers);
+      }
+      const double secs = p.blocks(st) * sliceBlock / rate;
+      pr.seconds[slot] = 0.5 * (pr.seconds[slot] + secs);
+    });
+    if (Status st = replay(); !st.ok()) return st;
+  }
+
+  // The pipelined steady state: every step of the pass is busy at once on different slices, so a
+  // slice period is bounded by the busiest rank (its postings and transfers, its own messages of a
+  // step sharing its links) and by the busiest link (every byte that crosses it in one pass).
+  std::vector<double> carried(resourceCount, 0);
+  forEachSend([&](std::size_t, Proc&, const Program& p, const Step& st, std::size_t,
+                  const Flow& f) {
+    for (int id : f.resources) carried[static_cast<std::size_t>(id)] += p.blocks(st) * sliceBlock;
+  });
+  double period = 0;
+  for (std::size_t id = 0; id < resourceCount; ++id) {
+    if (carried[id] > 0) period = std::max(period, carried[id] / capacity(static_cast<int>(id)));
+  }
+  std::vector<std::pair<int, int>> own;  // (resource, this step's flows on it)
+  for (Proc& pr : procs) {
     const Program& p = s.program(pr.channel, pr.rank);
-    while (pr.pc < p.steps().size()) {
-      const Step& st = p.steps()[pr.pc];
-      bool blocked = false;
-      for (std::size_t i = 0; i < st.nrecv; ++i) {
-        const std::uint32_t c = pr.conn[st.peerBegin + i];
-        if (sent[c].size() <= taken[c]) {
-          waiting[c].push_back(id);
-          blocked = true;
-          break;
+    double busy = 0;
+    for (const Step& st : p.steps()) {
+      const std::size_t firstSend = st.peerBegin + st.nrecv;
+      const std::size_t sendCount = p.sendPeers(st).size();
+      own.clear();
+      for (std::size_t i = 0; i < sendCount; ++i) {
+        for (int id : pr.flow[firstSend + i]->resources) {
+          auto it = std::find_if(own.begin(), own.end(), [&](auto& o) { return o.first == id; });
+          if (it == own.end()) {
+            own.emplace_back(id, 1);
+          } else {
+            ++it->second;
+          }
         }
       }
-      if (blocked) break;
-      double start = pr.ready;
-      for (std::size_t i = 0; i < st.nrecv; ++i) {
-        const std::uint32_t c = pr.conn[st.peerBegin + i];
-        start = std::max(start, sent[c][taken[c]++]);
-      }
-      double longest = 0, posted = 0;
-      const auto sends = p.sendPeers(st);
-      for (std::size_t i = 0; i < sends.size(); ++i) {
-        const Flow& f = flowOf(pr.rank, sends[i]);
-        const double secs = pr.seconds[st.peerBegin + st.nrecv + i];
-        posted += f.overhead;  // messages leave one after another
-        const std::uint32_t c = pr.conn[st.peerBegin + st.nrecv + i];
-        sent[c].push_back(start + posted + f.alpha + secs);
-        if (!waiting[c].empty()) {
-          work.insert(work.end(), waiting[c].begin(), waiting[c].end());
-          waiting[c].clear();
+      double longest = 0;
+      for (std::size_t i = 0; i < sendCount; ++i) {
+        const Flow& f = *pr.flow[firstSend + i];
+        busy += f.overhead;
+        double rate = std::numeric_limits<double>::infinity();
+        for (int id : f.resources) {
+          const int k =
+              std::find_if(own.begin(), own.end(), [&](auto& o) { return o.first == id; })->second;
+          rate = std::min(rate, capacity(id) / k);
         }
-        longest = std::max(longest, secs);
+        if (!std::isinf(rate)) longest = std::max(longest, p.blocks(st) * sliceBlock / rate);
       }
-      pr.ready = start + posted + longest;
-      pr.busy += posted + longest;
-      ++pr.pc;
+      busy += longest;
     }
+    period = std::max(period, busy);
   }
-  double busyMax = 0;
-  for (const Proc& pr : procs) {
-    if (pr.pc < s.program(pr.channel, pr.rank).steps().size()) {
-      return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " +
-                           std::to_string(pr.rank));
-    }
-    res.passUs = std::max(res.passUs, pr.ready);
-    busyMax = std::max(busyMax, pr.busy);
-  }
-  // The last messages still have to land.
-  for (const auto& times : sent) {
-    for (double t : times) res.passUs = std::max(res.passUs, t);
-  }
-  res.busyUs = busyMax;
-  res.timeUs = c_.baseLatency[pi] + res.passUs + (res.slices - 1) * busyMax;
+  res.busyUs = period;
+  res.timeUs = c_.baseLatency[pi] + res.passUs + (res.slices - 1) * period;
   return res;
 }
 

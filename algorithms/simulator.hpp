@@ -2,11 +2,14 @@
 // reference the alpha-beta estimates are checked against.
 //
 // Every message is a flow over the links of its route (GPU -> NVSwitch -> GPU, GPU -> PCIe switch
-// -> NIC -> fabric -> NIC -> GPU, ...). Flows of the same step index share each link they cross
-// equally, so a flow's rate is its tightest share; its time is the hop latency plus bytes / rate.
-// One pass of the step list moves one slice of every block; the executor pipelines the slices, so
-// the total is the first pass (latency included) plus (slices - 1) times the busiest rank's
-// transfer time per pass.
+// -> NIC -> fabric -> NIC -> GPU, ...). A flow's rate is its tightest share of the links it
+// crosses; its time is its posting cost plus bytes / rate, and it lands a hop latency later.
+// One pass of the step list moves one slice of every block. The pass is replayed with the flows
+// of one step index sharing links as a first guess, then again with each flow sharing a link with
+// the flows whose transfers overlap its own in time (weighted by the overlap), until it settles.
+// The executor pipelines the slices, so the total is that pass plus (slices - 1) slice periods;
+// in the steady state every step is busy on some slice, so a period is the larger of the busiest
+// rank's serial work and the busiest link's bytes per pass over its bandwidth.
 //
 // Two ways to replay, and the result says which ran:
 //  - full: every rank, steps start when their messages have arrived (trees, chains, small jobs);
@@ -40,7 +43,8 @@ struct SimOptions {
 struct SimResult {
   double timeUs = 0;
   double passUs = 0;  // one pass of the step list over one slice, latency included
-  double busyUs = 0;  // the busiest rank's transfer time in one pass
+  double busyUs = 0;  // one slice period of the pipelined steady state
+  bool timeShared = false;  // links shared by overlapping time (false: by step index, too big)
   int slices = 1;
   bool representative = false;
 };

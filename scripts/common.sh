@@ -42,11 +42,12 @@ configure_and_build() {
   shift
   add_cuda_to_path
   log "configuring $dir"
-  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja "$@" >"$dir.configure.log" 2>&1 || {
-    cat "$dir.configure.log" >&2
+  mkdir -p "$dir"
+  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja "$@" >"$dir/configure.log" 2>&1 || {
+    cat "$dir/configure.log" >&2
     return 1
   }
-  grep -E "^-- weft:" "$dir.configure.log" || true
+  grep -E "^-- weft:" "$dir/configure.log" || true
   log "building $dir with $JOBS jobs"
   cmake --build "$dir" -j "$JOBS"
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <set>
 
+#include "topology/cuda_loader.hpp"
 #include "topology/nvml_loader.hpp"
 
 namespace weft::topo {
@@ -223,6 +224,43 @@ void applyNvml(XmlElement& system, const std::vector<NvmlGpu>& gpus) {
   }
 }
 
+// Records each GPU's peers as dev numbers on its <gpu>, matching CUDA's devices to the XML's by
+// PCI bus id (CUDA's numbering need not be NVML's).
+void applyCuda(XmlElement& e, const CudaP2p& cuda, const std::map<std::string, int>& devOf) {
+  if (e.name == "pci") {
+    const std::string bus = e.attrOr("busid", "");
+    for (XmlElement& c : e.children) {
+      if (c.name != "gpu") continue;
+      const auto self = std::find(cuda.busIds.begin(), cuda.busIds.end(), bus);
+      if (self == cuda.busIds.end()) continue;
+      const auto a = static_cast<std::size_t>(self - cuda.busIds.begin());
+      std::set<int> peers, atomics;  // dev numbers, listed in order
+      for (std::size_t b = 0; b < cuda.busIds.size(); ++b) {
+        auto dev = devOf.find(cuda.busIds[b]);
+        if (b == a || dev == devOf.end()) continue;
+        if (cuda.at(a, b).access) peers.insert(dev->second);
+        if (cuda.at(a, b).atomics) atomics.insert(dev->second);
+      }
+      auto join = [](const std::set<int>& devs) {
+        std::string out;
+        for (int d : devs) out += (out.empty() ? "" : ",") + std::to_string(d);
+        return out;
+      };
+      c.set("p2p_peers", join(peers)).set("p2p_atomics", join(atomics));
+    }
+  }
+  for (XmlElement& c : e.children) applyCuda(c, cuda, devOf);
+}
+
+void gpuDevs(const XmlElement& e, std::map<std::string, int>& devOf) {
+  if (e.name == "pci") {
+    for (const XmlElement& c : e.children) {
+      if (c.name == "gpu") devOf[e.attrOr("busid", "")] = std::atoi(c.attrOr("dev", "-1").c_str());
+    }
+  }
+  for (const XmlElement& c : e.children) gpuDevs(c, devOf);
+}
+
 }  // namespace
 
 Result<XmlElement> discoverXml(const DiscoveryOptions& options) {
@@ -237,6 +275,13 @@ Result<XmlElement> discoverXml(const DiscoveryOptions& options) {
   HwlocWalker(t, system, options).run();
   if (options.useNvml) {
     if (auto gpus = queryNvml(options.nvmlLibrary); gpus) applyNvml(system, *gpus);
+  }
+  if (options.useCuda) {
+    if (auto cuda = queryCudaP2p(options.cudaLibrary); cuda) {
+      std::map<std::string, int> devOf;
+      gpuDevs(system, devOf);
+      applyCuda(system, *cuda, devOf);
+    }
   }
   return system;
 }

@@ -1,6 +1,8 @@
 // Discovery: the host's topology as NCCL-format XML, from hwloc (CPUs, NUMA nodes, the PCI tree,
-// NICs, GPUs' PCI positions) and NVML (GPU numbering, compute capability, NVLinks). Each source is
-// optional: without NVML there are no NVLinks; without visible PCI devices there are only CPUs.
+// NICs, GPUs' PCI positions), NVML (GPU numbering, compute capability, NVLinks) and the CUDA
+// driver (which GPU pairs have peer access and native atomics). Each source is optional: without
+// NVML there are no NVLinks; without the driver peer access is unknown; without visible PCI
+// devices there are only CPUs.
 #pragma once
 
 #include <string>
@@ -11,7 +13,9 @@ namespace weft::topo {
 
 struct DiscoveryOptions {
   std::string nvmlLibrary = "libnvidia-ml.so.1";
+  std::string cudaLibrary = "libcuda.so.1";
   bool useNvml = true;
+  bool useCuda = true;
   bool useHwlocPci = true;
 };
 

@@ -133,8 +133,9 @@ int toInt(const XmlElement& e, std::string_view key, int fallback) {
 
 class Builder {
  public:
-  Builder(std::vector<Node>& nodes, std::vector<Link>& links, std::string_view source)
-      : nodes_(nodes), links_(links), source_(source) {}
+  Builder(std::vector<Node>& nodes, std::vector<Link>& links, std::vector<PeerAccess>& peers,
+          std::string_view source)
+      : nodes_(nodes), links_(links), peers_(peers), source_(source) {}
 
   Status build(const XmlElement& system) {
     if (system.name != "system")
@@ -157,7 +158,8 @@ class Builder {
         links_.push_back({cpuXml_[i].first, cpuXml_[j].first, LinkKind::smp, bw, kSmpLatency, 1});
       }
     }
-    return resolveNvlinks();
+    if (Status s = resolveNvlinks(); !s) return s;
+    return resolvePeerAccess();
   }
 
  private:
@@ -280,8 +282,47 @@ class Builder {
     return {};
   }
 
+  // p2p_peers / p2p_atomics on a <gpu>: the dev numbers it reaches with CUDA peer access and with
+  // native atomics. A GPU carrying them is known; every other pair stays unknown.
+  Status resolvePeerAccess() {
+    std::map<int, int> gpuByDev;
+    for (int g : gpuNodes_) gpuByDev[nodes_[static_cast<std::size_t>(g)].index] = g;
+    const std::size_t n = nodes_.size();
+    for (const auto& [g, xml] : gpuXml_) {
+      const std::string* peers = xml->attr("p2p_peers");
+      if (peers == nullptr) continue;
+      if (peers_.empty()) peers_.assign(n * n, PeerAccess{});
+      for (int other : gpuNodes_) {
+        if (other == g) continue;
+        PeerAccess& pa = peers_[static_cast<std::size_t>(g) * n + static_cast<std::size_t>(other)];
+        pa.known = true;
+        pa.access = false;
+      }
+      for (const char* key : {"p2p_peers", "p2p_atomics"}) {
+        const std::string list = xml->attrOr(key, "");
+        std::size_t at = 0;
+        while (at < list.size()) {
+          const std::size_t comma = std::min(list.find(',', at), list.size());
+          const std::string item = list.substr(at, comma - at);
+          at = comma + 1;
+          char* end = nullptr;
+          const long dev = std::strtol(item.c_str(), &end, 10);
+          auto it = gpuByDev.find(static_cast<int>(dev));
+          if (item.empty() || *end != '\0' || it == gpuByDev.end() || it->second == g) {
+            return err(*xml, std::string(key) + " lists '" + item + "', which is not another GPU's dev");
+          }
+          PeerAccess& pa =
+              peers_[static_cast<std::size_t>(g) * n + static_cast<std::size_t>(it->second)];
+          (std::string_view(key) == "p2p_peers" ? pa.access : pa.atomics) = true;
+        }
+      }
+    }
+    return {};
+  }
+
   std::vector<Node>& nodes_;
   std::vector<Link>& links_;
+  std::vector<PeerAccess>& peers_;
   std::string_view source_;
   std::vector<std::pair<int, const XmlElement*>> cpuXml_, gpuXml_;
   std::vector<int> gpuNodes_;
@@ -293,7 +334,7 @@ class Builder {
 Result<Topology> Topology::fromXml(XmlElement system, std::string_view source) {
   Topology t;
   t.xml_ = std::move(system);
-  if (Status s = Builder(t.nodes_, t.links_, source).build(t.xml_); !s) return s;
+  if (Status s = Builder(t.nodes_, t.links_, t.peers_, source).build(t.xml_); !s) return s;
   for (std::size_t i = 0; i < t.nodes_.size(); ++i) {
     const auto id = static_cast<int>(i);
     switch (t.nodes_[i].kind) {
@@ -423,10 +464,18 @@ void Topology::computePaths() {
         } else {
           p.cls = switches <= 1 ? PathClass::pix : PathClass::pxb;
         }
+        const PeerAccess& pa = peerAccess(static_cast<int>(src), static_cast<int>(v));
+        if (pa.known && !pa.access && p.cls < PathClass::phb) p.cls = PathClass::phb;
         paths_[src * n + v] = p;
       }
     }
   }
+}
+
+const PeerAccess& Topology::peerAccess(int fromGpu, int toGpu) const {
+  static const PeerAccess kUnknown;
+  if (peers_.empty()) return kUnknown;
+  return peers_[static_cast<std::size_t>(fromGpu) * nodes_.size() + static_cast<std::size_t>(toGpu)];
 }
 
 int Topology::nearestNic(int gpuNode) const {
@@ -518,7 +567,9 @@ std::string Topology::matrix() const {
       if (r == c) {
         std::snprintf(cell, sizeof cell, "%-10s", "X");
       } else {
-        std::snprintf(cell, sizeof cell, "%s %-6.0f", std::string(name(p.cls)).c_str(),
+        const PeerAccess& pa = peerAccess(r, c);
+        std::snprintf(cell, sizeof cell, "%s%s %-*.0f", std::string(name(p.cls)).c_str(),
+                      pa.known && !pa.access ? "*" : "", pa.known && !pa.access ? 5 : 6,
                       p.bandwidth);
       }
       os << cell;
@@ -528,7 +579,7 @@ std::string Topology::matrix() const {
   }
   os << "\ncells: path class and bottleneck bandwidth in GB/s per direction "
         "(NVL NVLink, NVB NVLink via a GPU, C2C chip-to-chip, PIX one PCIe switch, PXB several, "
-        "PHB via a CPU, SYS across CPUs)\n";
+        "PHB via a CPU, SYS across CPUs; * no CUDA peer access: through host memory)\n";
   return os.str();
 }
 

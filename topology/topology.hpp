@@ -66,6 +66,15 @@ struct Path {
   PathClass cls = PathClass::loc;
 };
 
+// What the CUDA driver says about one ordered GPU pair (discovery records it in the XML as the
+// <gpu> attributes p2p_peers and p2p_atomics, lists of dev numbers; files without them leave it
+// unknown).
+struct PeerAccess {
+  bool known = false;
+  bool access = true;  // cuDeviceGetP2PAttribute ACCESS_SUPPORTED
+  bool atomics = false;
+};
+
 // Defaults for link bandwidths and latencies, following the shape of NCCL's (docs/algorithms.md
 // cites them). A tuning file can override the latencies later.
 double nvlinkBandwidth(int sm);                               // GB/s per link
@@ -92,6 +101,10 @@ class Topology {
     return routes_[static_cast<std::size_t>(from) * nodes_.size() + static_cast<std::size_t>(to)];
   }
 
+  // CUDA peer access from one GPU node to another. A pair known to lack it communicates through
+  // host memory, so its path class is at best PHB (as NCCL's P2P transport would refuse it).
+  const PeerAccess& peerAccess(int fromGpu, int toGpu) const;
+
   // The NIC a GPU uses for the network: the closest (highest bandwidth, then lowest latency);
   // GPUs with the same set of closest NICs take them in turn, so NICs are shared evenly.
   // -1 when there is no NIC.
@@ -113,6 +126,7 @@ class Topology {
   std::vector<Path> paths_;                // nodes x nodes
   std::vector<std::vector<Hop>> routes_;  // nodes x nodes
   std::vector<int> nicOfNode_;  // node -> NIC node, for GPUs
+  std::vector<PeerAccess> peers_;  // nodes x nodes, empty when nothing is known
 };
 
 }  // namespace weft::topo

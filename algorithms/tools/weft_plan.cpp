@@ -284,7 +284,8 @@ int main(int argc, char** argv) {
   verifyCmd->add_option("--aggregation", aggregation,
                         "PAT blocks per message (default: 1, 8 and n/2)");
   verifyCmd->add_option("--group", group,
-                        "hierarchical: ranks per node (default: largest divisor <= 8)");
+                        "hierarchical and pairwise: ranks per node (default: hierarchical the\n"
+                        "largest divisor <= 8, pairwise none)");
   verifyCmd->add_option("--channels", channels, "split each schedule over this many channels")
       ->check(CLI::Range(1, 64));
   verifyCmd->add_option("--slices", slices, "passes of each program back to back")
@@ -298,7 +299,7 @@ int main(int argc, char** argv) {
   showCmd->add_option("--rank", rank, "which rank to print");
   showCmd->add_option("--root", root, "root of broadcast/reduce");
   showCmd->add_option("--aggregation", aggregation, "PAT blocks per message");
-  showCmd->add_option("--group", group, "hierarchical: ranks per node");
+  showCmd->add_option("--group", group, "hierarchical and pairwise: ranks per node");
   showCmd->add_option("--channels", channels, "channels")->check(CLI::Range(1, 64));
 
   weft::algo::TuneArgs tune;

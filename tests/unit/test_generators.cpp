@@ -160,6 +160,38 @@ TEST(Hierarchical, RejectsAGroupSizeThatDoesNotDivide) {
   EXPECT_NE(s.status().message().find("does not divide"), std::string::npos);
 }
 
+TEST(Pairwise, EveryGroupSizeWithRoundsOfOneKind) {
+  for (int n = 1; n <= 40; ++n) {
+    for (int G = 1; G <= n; ++G) {
+      if (n % G != 0) continue;
+      Params params;
+      params.groupSize = G;
+      for (Collective c : {Collective::allToAll, Collective::allToAllv}) {
+        EXPECT_EQ(check(pairwiseAlgorithm(), c, n, params), "") << "n=" << n << " G=" << G;
+      }
+      // With hosts and host sizes even, every exchange of a round is inside hosts or every one
+      // is across: the i-th exchange of all ranks is of the same kind, and no rank idles.
+      if (n / G % 2 != 0 || G % 2 != 0) continue;
+      const Schedule s = *pairwiseAlgorithm().build(Collective::allToAll, n, params);
+      std::vector<std::vector<int>> partners(static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        const Program& p = s.program(0, r);
+        for (const Step& st : p.steps()) {
+          for (int q : p.sendPeers(st)) partners[static_cast<std::size_t>(r)].push_back(q);
+        }
+        ASSERT_EQ(partners[static_cast<std::size_t>(r)].size(), static_cast<std::size_t>(n - 1));
+      }
+      for (int i = 0; i < n - 1; ++i) {
+        std::set<bool> kinds;
+        for (int r = 0; r < n; ++r)
+          kinds.insert(partners[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] / G ==
+                       r / G);
+        EXPECT_EQ(kinds.size(), 1u) << "n=" << n << " G=" << G << " exchange " << i;
+      }
+    }
+  }
+}
+
 TEST(Ring, RotatedChannelsLeaveEachHostThroughDifferentRanks) {
   for (int G : {2, 4, 8}) {
     for (int hosts : {1, 2, 3, 8}) {

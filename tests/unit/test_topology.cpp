@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 
+#include "topology/cuda_loader.hpp"
 #include "topology/discovery.hpp"
 #include "topology/nvml_loader.hpp"
 #include "topology/system.hpp"
@@ -132,6 +133,7 @@ TEST(Discovery, MissingNvmlDegradesGracefully) {
 TEST(Discovery, FakeNvmlDescribesAnNvswitchMachine) {
   DiscoveryOptions opt;
   opt.nvmlLibrary = WEFT_FAKE_NVML;
+  opt.useCuda = false;
   opt.useHwlocPci = false;  // on a machine with real GPUs, hwloc would add them
   auto gpus = queryNvml(opt.nvmlLibrary);
   ASSERT_TRUE(gpus.isOk()) << gpus.status().toString();
@@ -154,9 +156,69 @@ TEST(Discovery, NvmlIsAuthoritativeAboutGpus) {
   // hwloc's PCI tree (whatever this machine has) plus the fake's eight GPUs: only NVML's remain.
   DiscoveryOptions opt;
   opt.nvmlLibrary = WEFT_FAKE_NVML;
+  opt.useCuda = false;
   auto t = discover(opt);
   ASSERT_TRUE(t.isOk()) << t.status().toString();
   EXPECT_EQ(t->gpus().size(), 8u);
+}
+
+TEST(Discovery, MissingCudaDriverDegradesGracefully) {
+  EXPECT_EQ(queryCudaP2p("/nonexistent/libcuda.so.1").status().code(), Code::unsupported);
+  DiscoveryOptions opt;
+  opt.nvmlLibrary = WEFT_FAKE_NVML;
+  opt.cudaLibrary = "/nonexistent/libcuda.so.1";
+  opt.useHwlocPci = false;
+  auto t = discover(opt);
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  EXPECT_FALSE(t->peerAccess(t->gpus()[0], t->gpus()[1]).known);
+  EXPECT_EQ(writeXml(t->xml()).find("p2p_peers"), std::string::npos);
+}
+
+TEST(Discovery, FakeCudaDriverGivesPeerAccess) {
+  // The fake numbers its devices in reverse of NVML: matching is by bus id.
+  auto cuda = queryCudaP2p(WEFT_FAKE_CUDA);
+  ASSERT_TRUE(cuda.isOk()) << cuda.status().toString();
+  ASSERT_EQ(cuda->busIds.size(), 8u);
+  EXPECT_EQ(cuda->busIds[0], "0000:dc:00.0");
+  DiscoveryOptions opt;
+  opt.nvmlLibrary = WEFT_FAKE_NVML;
+  opt.cudaLibrary = WEFT_FAKE_CUDA;
+  opt.useHwlocPci = false;
+  auto t = discover(opt);
+  ASSERT_TRUE(t.isOk()) << t.status().toString();
+  const std::string xml = writeXml(t->xml());
+  EXPECT_NE(xml.find("p2p_peers=\"1,2,3\""), std::string::npos) << xml;
+  EXPECT_NE(xml.find("p2p_atomics=\"1\""), std::string::npos) << xml;
+  const auto& g = t->gpus();
+  for (int b = 1; b < 8; ++b) {
+    const PeerAccess& pa = t->peerAccess(g[0], g[static_cast<std::size_t>(b)]);
+    EXPECT_TRUE(pa.known);
+    EXPECT_EQ(pa.access, b < 4) << b;
+    EXPECT_EQ(pa.atomics, b == 1) << b;
+    // NVSwitch joins every pair, but a pair without peer access goes through host memory.
+    EXPECT_EQ(t->path(g[0], g[static_cast<std::size_t>(b)]).cls,
+              b < 4 ? PathClass::nvl : PathClass::phb)
+        << b;
+  }
+  EXPECT_NE(t->matrix().find("PHB*"), std::string::npos);
+  // What discovery wrote loads back the same.
+  auto again = Topology::fromXml(t->xml());
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(writeXml(again->xml()), xml);
+  EXPECT_FALSE(again->peerAccess(g[0], g[5]).access);
+}
+
+TEST(Topology, MalformedPeerListNamesTheLine) {
+  auto sys = loadXmlFile(fixture("hgx_h100.xml"));
+  ASSERT_TRUE(sys.isOk());
+  std::string text = writeXml(*sys);
+  const std::size_t at = text.find("<gpu ");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + 5, "p2p_peers=\"1,9\" ");
+  auto t = Topology::fromXml(*parseXml(text, "bad.xml"), "bad.xml");
+  ASSERT_FALSE(t.isOk());
+  EXPECT_NE(t.status().message().find("bad.xml:"), std::string::npos) << t.status().message();
+  EXPECT_NE(t.status().message().find("'9'"), std::string::npos) << t.status().message();
 }
 
 TEST(Discovery, TopoFileFromTheEnvironment) {
