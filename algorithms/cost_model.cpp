@@ -400,6 +400,17 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   const double oStep = multi ? t.oNet : t.oIntra;
   const double bwStep = multi ? std::min(t.bwIntra, t.bwNet) : t.bwIntra;
 
+  // A pairwise exchange inside a host, `block` bytes to each of the G-1 others. One pass runs
+  // the rounds one after another, each as slow as its most contended link (the matching
+  // pattern); once several passes are in flight every round is busy at once, which is the
+  // all-pairs pattern, bound by the busiest link alone.
+  auto exchange = [&](double block, double passes) {
+    if (G < 2) return 0.0;
+    const double rounds = (G - 1) * block / pat(g.matchingBw);
+    const double together = block / pat(g.allPairsBw);
+    return rounds / passes + (passes - 1) / passes * std::min(rounds, together);
+  };
+
   Estimate e;
   e.algorithm = std::string(algorithm);
   e.protocol = proto;
@@ -595,10 +606,10 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     if (coll != Collective::allToAll && coll != Collective::allToAllv) return unsupportedHere();
     // Nothing synchronises the exchanges: a rank pays its G-1 host peers at host speed and the
     // n-G others at network speed.
+    const double passes = slices(S / n);
     lat += (G - 1) * t.aIntra + (n - G) * t.aNet;
-    post = (G - 1) * slices(S / n) * t.oIntra + (n - G) * slices(S / n) * t.oNet;
-    bw = (G - 1) * (S / n) / pat(g.matchingBw) +
-         (multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0);
+    post = passes * ((G - 1) * t.oIntra + (n - G) * t.oNet);
+    bw = exchange(S / n, passes) + (multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
     for (int d = 1; d < n; d *= 2) {
@@ -616,8 +627,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double passes = slices(std::max(G, N) * S / n);
     lat += (G - 1) * t.aIntra + (N - 1) * t.aNet;
     post = passes * ((G - 1) * t.oIntra + (N - 1) * t.oNet);
-    bw = (G > 1 ? (G - 1) * (S / G) / pat(g.matchingBw) : 0) +
-         (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
+    bw = exchange(S / G, passes) + (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
     lat += aStep;
