@@ -1,11 +1,17 @@
-/* weft C ABI. Every function returns a weftResult_t; no exception crosses this boundary.
- * The communicator and collective entry points join this header with the host runtime. */
+/* weft C ABI. Every function returns a weftResult_t (weftGetLastError() says why a call
+ * failed); no exception crosses this boundary. A call that fails on bad input changes nothing. */
 #ifndef WEFT_WEFT_H_
 #define WEFT_WEFT_H_
 
 #include <stddef.h>
 
 #include "weft/types.h"
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -18,16 +24,81 @@ extern "C" {
   (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
 
 /* The library's version as MAJOR*10000 + MINOR*100 + PATCH. */
-weftResult_t weftGetVersion(int* version);
+WEFT_API weftResult_t weftGetVersion(int* version);
 
 /* A static, human-readable name for a result code ("invalid argument"). Never NULL. */
-const char* weftGetErrorString(weftResult_t result);
+WEFT_API const char* weftGetErrorString(weftResult_t result);
 
 /* The message of the last failed call on this thread ("" if none). */
-const char* weftGetLastError(void);
+WEFT_API const char* weftGetLastError(void);
 
 /* Bytes of one element of the type; 0 for an invalid type. */
-size_t weftTypeSize(weftDataType_t type);
+WEFT_API size_t weftTypeSize(weftDataType_t type);
+
+/* ---- communicators ----------------------------------------------------------------------- */
+
+/* What ranks share to find each other: the root's address and port and a random secret. Make
+ * it on one rank with weftGetUniqueId and hand it to the others (MPI_Bcast, a file, ...). */
+#define WEFT_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weftUniqueId;
+
+typedef struct weftComm* weftComm_t;
+
+/* Makes an id and starts, in this process, the listener the ranks rendezvous at. With
+ * WEFT_COMM_ID=host:port set, the id names that address instead and rank 0 listens there. */
+WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId);
+
+/* Joins communicator `uniqueId` as `rank` of `nranks`. Blocks until every rank has joined (or
+ * WEFT_TIMEOUT_S passes). */
+WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank);
+
+/* Creates all `nranks` ranks of a communicator in this process, comms[i] being rank i. Each
+ * rank's calls must then come from its own thread (collectives block until all ranks call). */
+WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int nranks);
+
+/* Frees the communicator once no call is in flight on it. Any rank may destroy at any time after
+ * its last call; an aborted communicator is destroyed the same way. */
+WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
+
+/* From any thread: ends every current and later call on every rank of the communicator with an
+ * error. The communicator must still be destroyed. */
+WEFT_API weftResult_t weftCommAbort(weftComm_t comm);
+
+WEFT_API weftResult_t weftCommCount(weftComm_t comm, int* count);
+WEFT_API weftResult_t weftCommUserRank(weftComm_t comm, int* rank);
+/* The CUDA device the communicator uses; -1 for host memory. */
+WEFT_API weftResult_t weftCommDevice(weftComm_t comm, int* device);
+/* One line describing the communicator: ranks, memory, transport, channels. Valid until the
+ * communicator is destroyed. */
+WEFT_API const char* weftCommSummary(weftComm_t comm);
+
+/* ---- collectives on host buffers ----------------------------------------------------------- *
+ * Every call blocks until this rank's part is done. `stream` must be NULL for host buffers.
+ * Counts are in elements: all-gather's `sendcount` is what each rank contributes,
+ * reduce-scatter's `recvcount` what each receives, all-to-all's `count` what goes to each peer.
+ * In place: recvbuff == sendbuff (all-gather: sendbuff == recvbuff + rank * sendcount;
+ * reduce-scatter: recvbuff == sendbuff + rank * recvcount). */
+WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           weftDataType_t datatype, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                               void* stream);
+WEFT_API weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           weftDataType_t datatype, int root, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                        void* stream);
+WEFT_API weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          weftDataType_t datatype, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
 
 #ifdef __cplusplus
 }

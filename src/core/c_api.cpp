@@ -1,13 +1,99 @@
-// The C ABI entry points that exist before the runtime: version, error strings, type sizes.
+// The C ABI: validates handles, turns Status into codes and the last-error message, and never
+// lets an exception out.
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/core/communicator.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 #include "weft/weft.h"
 
+struct weftComm {
+  std::unique_ptr<weft::Communicator> impl;
+  std::string summary;
+};
+
 namespace {
 thread_local std::string gLastError;  // per-thread, like errno: no locking, no sharing
+
+// The communicators alive now, so a destroyed or bogus handle is an error, not a crash. This and
+// the algorithm registry are weft's only global state.
+std::mutex gLiveMutex;
+std::set<const weftComm*> gLive;
+
+weftResult_t report(const weft::Status& s) {
+  if (!s.isOk()) gLastError = s.message();
+  return static_cast<weftResult_t>(s.code());
 }
+
+weftResult_t invalid(std::string message) {
+  gLastError = std::move(message);
+  return weftInvalidArgument;
+}
+
+// Runs `fn` on a live communicator; unknown handles and exceptions become errors.
+template <typename Fn>
+weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn) {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMutex);
+    if (comm == nullptr || gLive.count(comm) == 0) {
+      return invalid(std::string(what) +
+                     ": comm is not a live communicator (NULL, never created, or destroyed)");
+    }
+  }
+  try {
+    return report(fn(*comm->impl));
+  } catch (const std::exception& e) {
+    return report({weft::Code::internalError, std::string(what) + ": " + e.what()});
+  }
+}
+
+weftResult_t checkStream(void* stream, const char* what) {
+  if (stream != nullptr) {
+    gLastError = std::string(what) +
+                 ": stream must be NULL: this build runs collectives on host memory only";
+    return weftInvalidUsage;
+  }
+  return weftSuccess;
+}
+
+bool validType(weftDataType_t t) { return static_cast<int>(t) >= 0 && t < weftNumDataTypes; }
+bool validOp(weftRedOp_t op) { return static_cast<int>(op) >= 0 && op < weftNumRedOps; }
+
+// Type, op and stream, checked before the communicator is touched.
+weftResult_t checkArgs(const char* what, weftDataType_t type, weftRedOp_t op, void* stream) {
+  if (!validType(type))
+    return invalid(std::string(what) + ": invalid datatype " + std::to_string(static_cast<int>(type)));
+  if (!validOp(op))
+    return invalid(std::string(what) + ": invalid op " + std::to_string(static_cast<int>(op)));
+  return checkStream(stream, what);
+}
+
+weft::Result<weft::Config> config() { return weft::Config::fromEnvironment(); }
+
+weft::boot::BootstrapOptions bootOptions(const weft::Config& c) {
+  weft::boot::BootstrapOptions o;
+  o.timeoutSeconds = static_cast<double>(c.timeout.count()) / 1000.0;
+  o.ifname = c.socketIfname;
+  return o;
+}
+
+weftComm_t adopt(std::unique_ptr<weft::Communicator> impl) {
+  auto* c = new weftComm{std::move(impl), {}};
+  c->summary = c->impl->summary();
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  gLive.insert(c);
+  return c;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -33,6 +119,197 @@ const char* weftGetLastError(void) {
 size_t weftTypeSize(weftDataType_t type) {
   if (static_cast<int>(type) < 0 || type >= weftNumDataTypes) return 0;
   return weft::sizeOf(static_cast<weft::DataType>(type));
+}
+
+weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return invalid("weftGetUniqueId: uniqueId is NULL");
+  auto cfg = config();
+  if (!cfg) return report(cfg.status());
+  auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
+                                : weft::boot::uniqueIdFromAddress(cfg->commId);
+  if (!id) return report(id.status());
+  static_assert(sizeof(weftUniqueId) == sizeof(weft::boot::UniqueId));
+  std::memcpy(uniqueId->internal, id->bytes, sizeof id->bytes);
+  return weftSuccess;
+}
+
+weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank) {
+  if (comm == nullptr) return invalid("weftCommInitRank: comm is NULL");
+  if (nranks < 1) return invalid("weftCommInitRank: nranks " + std::to_string(nranks) + " < 1");
+  if (rank < 0 || rank >= nranks)
+    return invalid("weftCommInitRank: rank " + std::to_string(rank) + " is outside [0, " +
+                   std::to_string(nranks) + ")");
+  try {
+    auto cfg = config();
+    if (!cfg) return report(cfg.status());
+    weft::boot::UniqueId id;
+    std::memcpy(id.bytes, uniqueId.internal, sizeof id.bytes);
+    auto boot = weft::boot::connectTcp(id, rank, nranks, bootOptions(*cfg),
+                                       weft::boot::rankStartsRoot(id, rank));
+    if (!boot) return report(boot.status());
+    auto impl = weft::Communicator::create(std::move(*boot), *cfg);
+    if (!impl) return report(impl.status());
+    *comm = adopt(std::move(*impl));
+    return weftSuccess;
+  } catch (const std::exception& e) {
+    return report({weft::Code::internalError, std::string("weftCommInitRank: ") + e.what()});
+  }
+}
+
+weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
+  if (comms == nullptr) return invalid("weftCommInitAll: comms is NULL");
+  if (nranks < 1) return invalid("weftCommInitAll: nranks " + std::to_string(nranks) + " < 1");
+  try {
+    auto cfg = config();
+    if (!cfg) return report(cfg.status());
+    auto boots = weft::boot::makeInProcess(nranks, bootOptions(*cfg));
+    if (!boots) return report(boots.status());
+    // Creation is collective: one thread per rank.
+    std::vector<std::unique_ptr<weft::Communicator>> made(static_cast<std::size_t>(nranks));
+    std::vector<weft::Status> status(made.size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < nranks; ++r) {
+      threads.emplace_back([&, r] {
+        const auto R = static_cast<std::size_t>(r);
+        auto c = weft::Communicator::create(std::move((*boots)[R]), *cfg);
+        if (c) {
+          made[R] = std::move(*c);
+        } else {
+          status[R] = c.status();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const weft::Status& s : status) {
+      if (!s.isOk()) return report(s);
+    }
+    for (int r = 0; r < nranks; ++r) comms[r] = adopt(std::move(made[static_cast<std::size_t>(r)]));
+    return weftSuccess;
+  } catch (const std::exception& e) {
+    return report({weft::Code::internalError, std::string("weftCommInitAll: ") + e.what()});
+  }
+}
+
+weftResult_t weftCommDestroy(weftComm_t comm) {
+  {
+    std::lock_guard<std::mutex> lock(gLiveMutex);
+    if (comm == nullptr || gLive.erase(comm) == 0)
+      return invalid("weftCommDestroy: comm is not a live communicator");
+  }
+  delete comm;
+  return weftSuccess;
+}
+
+weftResult_t weftCommAbort(weftComm_t comm) {
+  return withComm(comm, "weftCommAbort", [](weft::Communicator& c) {
+    c.abort("weftCommAbort was called");
+    return weft::Status{};
+  });
+}
+
+weftResult_t weftCommCount(weftComm_t comm, int* count) {
+  if (count == nullptr) return invalid("weftCommCount: count is NULL");
+  return withComm(comm, "weftCommCount", [&](weft::Communicator& c) {
+    *count = c.size();
+    return weft::Status{};
+  });
+}
+
+weftResult_t weftCommUserRank(weftComm_t comm, int* rank) {
+  if (rank == nullptr) return invalid("weftCommUserRank: rank is NULL");
+  return withComm(comm, "weftCommUserRank", [&](weft::Communicator& c) {
+    *rank = c.rank();
+    return weft::Status{};
+  });
+}
+
+weftResult_t weftCommDevice(weftComm_t comm, int* device) {
+  if (device == nullptr) return invalid("weftCommDevice: device is NULL");
+  return withComm(comm, "weftCommDevice", [&](weft::Communicator&) {
+    *device = -1;
+    return weft::Status{};
+  });
+}
+
+const char* weftCommSummary(weftComm_t comm) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  if (comm == nullptr || gLive.count(comm) == 0) return "";
+  return comm->summary.c_str();
+}
+
+
+weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftAllReduce", datatype, op, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftAllReduce", [&](weft::Communicator& c) {
+    return c.allReduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
+                       static_cast<weft::RedOp>(op));
+  });
+}
+
+weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           weftDataType_t datatype, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftAllGather", [&](weft::Communicator& c) {
+    return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype));
+  });
+}
+
+weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                               void* stream) {
+  if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftReduceScatter", [&](weft::Communicator& c) {
+    return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
+                           static_cast<weft::RedOp>(op));
+  });
+}
+
+weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           weftDataType_t datatype, int root, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftBroadcast", [&](weft::Communicator& c) {
+    return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root);
+  });
+}
+
+weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                        void* stream) {
+  if (weftResult_t r = checkArgs("weftReduce", datatype, op, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftReduce", [&](weft::Communicator& c) {
+    return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
+                    static_cast<weft::RedOp>(op), root);
+  });
+}
+
+weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          weftDataType_t datatype, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftAllToAll", [&](weft::Communicator& c) {
+    return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype));
+  });
+}
+
+weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftSend", datatype, weftSum, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftSend", [&](weft::Communicator& c) {
+    return c.send(sendbuff, count, static_cast<weft::DataType>(datatype), peer);
+  });
+}
+
+weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
+                      weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftRecv", datatype, weftSum, stream); r != weftSuccess) return r;
+  return withComm(comm, "weftRecv", [&](weft::Communicator& c) {
+    return c.recv(recvbuff, count, static_cast<weft::DataType>(datatype), peer);
+  });
+}
+
+weftResult_t weftBarrier(weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkStream(stream, "weftBarrier"); r != weftSuccess) return r;
+  return withComm(comm, "weftBarrier", [](weft::Communicator& c) { return c.barrier(); });
 }
 
 }  // extern "C"

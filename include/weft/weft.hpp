@@ -1,0 +1,137 @@
+// The C++ API: a communicator that owns its handle, typed collectives, and errors as Status.
+// A thin layer over weft.h, so C and C++ users run the same code.
+//
+//   auto id = weft::UniqueId::make();                 // on one rank, then share it
+//   auto comm = weft::Comm::initRank(nranks, *id, rank);
+//   comm->allReduce(in.data(), out.data(), in.size(), weft::RedOp::sum);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "weft/status.hpp"
+#include "weft/types.hpp"
+#include "weft/weft.h"
+
+namespace weft {
+
+// The C++ type of each DataType (half types as their bit patterns).
+template <typename T>
+constexpr DataType dataTypeOf() {
+  if constexpr (std::is_same_v<T, double>) return DataType::f64;
+  else if constexpr (std::is_same_v<T, float>) return DataType::f32;
+  else if constexpr (std::is_same_v<T, std::int8_t>) return DataType::i8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return DataType::u8;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::i32;
+  else if constexpr (std::is_same_v<T, std::uint32_t>) return DataType::u32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return DataType::u64;
+  else static_assert(sizeof(T) == 0, "no weft DataType for this C++ type; pass the DataType");
+}
+
+namespace detail {
+inline Status status(weftResult_t r) {
+  return r == weftSuccess ? Status{} : Status(static_cast<Code>(r), weftGetLastError());
+}
+inline weftDataType_t c(DataType t) { return static_cast<weftDataType_t>(t); }
+inline weftRedOp_t c(RedOp op) { return static_cast<weftRedOp_t>(op); }
+}  // namespace detail
+
+struct UniqueId {
+  weftUniqueId id{};
+  static Result<UniqueId> make() {
+    UniqueId u;
+    if (Status s = detail::status(weftGetUniqueId(&u.id)); !s) return s;
+    return u;
+  }
+};
+
+class Comm {
+ public:
+  static Result<Comm> initRank(int nranks, const UniqueId& id, int rank) {
+    weftComm_t h = nullptr;
+    if (Status s = detail::status(weftCommInitRank(&h, nranks, id.id, rank)); !s) return s;
+    return Comm(h);
+  }
+  // Every rank in this process; then drive each from its own thread.
+  static Result<std::vector<Comm>> initAll(int nranks) {
+    std::vector<weftComm_t> h(static_cast<std::size_t>(nranks > 0 ? nranks : 0));
+    if (Status s = detail::status(weftCommInitAll(h.data(), nranks)); !s) return s;
+    std::vector<Comm> out;
+    for (weftComm_t c : h) out.push_back(Comm(c));
+    return out;
+  }
+
+  Comm(Comm&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Comm& operator=(Comm&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm() { reset(); }
+
+  weftComm_t handle() const { return h_; }
+  int rank() const {
+    int r = -1;
+    (void)weftCommUserRank(h_, &r);
+    return r;
+  }
+  int size() const {
+    int n = 0;
+    (void)weftCommCount(h_, &n);
+    return n;
+  }
+  std::string summary() const { return weftCommSummary(h_); }
+  Status abort() { return detail::status(weftCommAbort(h_)); }
+
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op) {
+    return detail::status(weftAllReduce(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
+  }
+  Status allGather(const void* send, void* recv, std::size_t count, DataType t) {
+    return detail::status(weftAllGather(send, recv, count, detail::c(t), h_, nullptr));
+  }
+  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType t, RedOp op) {
+    return detail::status(
+        weftReduceScatter(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
+  }
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType t, int root) {
+    return detail::status(weftBroadcast(send, recv, count, detail::c(t), root, h_, nullptr));
+  }
+  Status reduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op, int root) {
+    return detail::status(
+        weftReduce(send, recv, count, detail::c(t), detail::c(op), root, h_, nullptr));
+  }
+  Status allToAll(const void* send, void* recv, std::size_t count, DataType t) {
+    return detail::status(weftAllToAll(send, recv, count, detail::c(t), h_, nullptr));
+  }
+  Status send(const void* buf, std::size_t count, DataType t, int peer) {
+    return detail::status(weftSend(buf, count, detail::c(t), peer, h_, nullptr));
+  }
+  Status recv(void* buf, std::size_t count, DataType t, int peer) {
+    return detail::status(weftRecv(buf, count, detail::c(t), peer, h_, nullptr));
+  }
+  Status barrier() { return detail::status(weftBarrier(h_, nullptr)); }
+
+  // Typed forms: the DataType follows from T.
+  template <typename T>
+  Status allReduce(const T* send, T* recv, std::size_t count, RedOp op) {
+    return allReduce(send, recv, count, dataTypeOf<T>(), op);
+  }
+
+ private:
+  explicit Comm(weftComm_t h) : h_(h) {}
+  void reset() {
+    if (h_ != nullptr) (void)weftCommDestroy(h_);
+    h_ = nullptr;
+  }
+  weftComm_t h_ = nullptr;
+};
+
+}  // namespace weft

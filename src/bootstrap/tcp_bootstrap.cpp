@@ -1,0 +1,414 @@
+// The TCP bootstrap: ids, the rank's side of the rendezvous, and a ring of TCP connections.
+// allGather is a ring all-gather: a 16-byte call header, then n-1 steps, each rank passing on the
+// record it received last; bytes on the wire per rank: 16 + (n-1) * record. barrier is a 1-byte
+// allGather.
+#include <fcntl.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/bootstrap/rendezvous.hpp"
+#include "src/bootstrap/socket.hpp"
+#include "src/bootstrap/wire.hpp"
+
+namespace weft::boot {
+namespace {
+
+using detail::Hello;
+using detail::HelloKind;
+using detail::IdContents;
+using detail::RootMode;
+using detail::Secret;
+
+// Each allGather starts with this header to the ring successor: call number and record size, so
+// that ranks making different calls are caught instead of silently exchanging the wrong bytes.
+constexpr std::size_t kCallHeaderBytes = 16;
+
+Status withPrefix(const Status& s, const std::string& prefix, const std::string& suffix = "") {
+  return {s.code(), prefix + s.message() + suffix};
+}
+
+Status checkTimeout(double seconds) {
+  if (std::isnan(seconds) || seconds <= 0) {
+    return invalidArgument("bootstrap: timeoutSeconds is " + std::to_string(seconds) +
+                           "; it must be > 0 (WEFT_TIMEOUT_S)");
+  }
+  return Status::ok();
+}
+
+Result<Secret> randomSecret() {
+  Secret secret{};
+  std::size_t got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = ::getrandom(secret.data() + got, secret.size() - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      break;  // ENOSYS on old kernels: fall back to the device
+    }
+  }
+  if (got == secret.size()) return secret;
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status(Code::systemError,
+                  "bootstrap: no randomness for the id's secret: " + errnoText(errno));
+  }
+  got = 0;
+  while (got < secret.size()) {
+    const ssize_t n = ::read(fd, secret.data() + got, secret.size() - got);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fd);
+  if (got != secret.size()) {
+    return Status(Code::systemError, "bootstrap: could not read /dev/urandom for the id's secret");
+  }
+  return secret;
+}
+
+// Every process given the same WEFT_COMM_ID must compute the same secret, so it can only be a
+// function of the address: it keeps out strays and stale jobs on a reused port, not attackers
+// who know the address. The resolved address (not the text) is hashed, so "localhost:29500" and
+// "127.0.0.1:29500" agree.
+Secret secretFromAddress(const SocketAddress& address) {
+  unsigned char bytes[SocketAddress::kWireBytes];
+  address.encode(bytes);
+  std::uint64_t lanes[2] = {0xcbf29ce484222325ULL, 0x84222325cbf29ce4ULL};  // FNV-1a, two seeds
+  for (std::uint64_t& h : lanes) {
+    for (const unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ULL;
+    // splitmix64 finalizer: spread every input bit over the output
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+  }
+  Secret secret{};
+  wire::put64(secret.data(), lanes[0]);
+  wire::put64(secret.data() + 8, lanes[1]);
+  return secret;
+}
+
+class TcpBootstrap final : public Bootstrap {
+ public:
+  TcpBootstrap(int rank, int nranks, double timeoutSeconds, Socket next, std::string nextName,
+               Socket prev, std::string prevName, std::unique_ptr<AbortSignal> abort)
+      : rank_(rank),
+        nranks_(nranks),
+        timeoutSeconds_(timeoutSeconds),
+        prefix_("bootstrap: rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": "),
+        next_(std::move(next)),
+        nextName_(std::move(nextName)),
+        prev_(std::move(prev)),
+        prevName_(std::move(prevName)),
+        abort_(std::move(abort)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return nranks_; }
+
+  Status allGather(void* buf, std::size_t bytes) override;
+
+  Status barrier() override {
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(nranks_), 0);
+    return allGather(bytes.data(), 1);
+  }
+
+  void abort() override {
+    abort_->trigger();
+    // Wakes this rank's waits and shows the neighbours the connection end, so they fail with
+    // remoteError at once instead of at their timeout.
+    next_.shutdown();
+    prev_.shutdown();
+  }
+
+ private:
+  // Breaks the bootstrap for good and closes the ring, so the neighbours fail at once
+  // (remoteError naming this rank) instead of waiting out their timeout.
+  Status fail(Status s) {
+    broken_ = s;
+    next_.shutdown();
+    prev_.shutdown();
+    return s;
+  }
+
+  const int rank_;
+  const int nranks_;
+  const double timeoutSeconds_;
+  const std::string prefix_;
+  Socket next_;  // to rank+1: this rank only sends on it
+  std::string nextName_;
+  Socket prev_;  // from rank-1: this rank only receives on it
+  std::string prevName_;
+  std::unique_ptr<AbortSignal> abort_;
+  std::uint64_t calls_ = 0;
+  std::optional<Status> broken_;
+};
+
+Status TcpBootstrap::allGather(void* buf, std::size_t bytes) {
+  if (broken_) return *broken_;
+  if (abort_->triggered()) return {Code::remoteError, prefix_ + "the bootstrap was aborted"};
+  if (buf == nullptr && bytes > 0) {
+    return invalidArgument(prefix_ + "allGather: buf is null with bytes=" + std::to_string(bytes));
+  }
+  const std::uint64_t call = calls_++;
+  if (nranks_ == 1) return Status::ok();
+  const std::string what = prefix_ + "allGather #" + std::to_string(call) + ": ";
+  const Deadline deadline = Deadline::after(timeoutSeconds_);
+
+  // Neighbours first agree on the call: if every pair agrees, the whole ring does.
+  unsigned char mine[kCallHeaderBytes];
+  unsigned char theirs[kCallHeaderBytes];
+  wire::put64(mine, call);
+  wire::put64(mine + 8, bytes);
+  if (Status st = sendRecvAll(next_, mine, nextName_, prev_, theirs, prevName_, sizeof mine,
+                              deadline, abort_.get());
+      !st.isOk()) {
+    return fail(withPrefix(st, what));
+  }
+  const std::uint64_t theirCall = wire::get64(theirs);
+  const std::uint64_t theirBytes = wire::get64(theirs + 8);
+  if (theirCall != call || theirBytes != bytes) {
+    return fail({Code::invalidUsage,
+                 what + prevName_ + " is in bootstrap call #" + std::to_string(theirCall) +
+                     " with " + std::to_string(theirBytes) + " bytes per rank, but this rank " +
+                     "passed " + std::to_string(bytes) +
+                     "; every rank must make the same bootstrap calls in the same order"});
+  }
+
+  auto* base = static_cast<unsigned char*>(buf);
+  const auto n = static_cast<std::size_t>(nranks_);
+  const auto me = static_cast<std::size_t>(rank_);
+  for (std::size_t step = 0; step + 1 < n && bytes > 0; ++step) {
+    // Step s: pass on the record of rank (me - s), receive the one of rank (me - s - 1).
+    const std::size_t sendSlot = (me + n - step) % n;
+    const std::size_t recvSlot = (me + n - step - 1) % n;
+    Status st = sendRecvAll(next_, base + sendSlot * bytes, nextName_, prev_,
+                            base + recvSlot * bytes, prevName_, bytes, deadline, abort_.get());
+    if (!st.isOk()) {
+      return fail(withPrefix(
+          st, what + "step " + std::to_string(step + 1) + " of " + std::to_string(n - 1) + ": "));
+    }
+  }
+  return Status::ok();
+}
+
+std::string rankName(int rank, const SocketAddress& address) {
+  return "rank " + std::to_string(rank) + " (" + address.toString() + ")";
+}
+
+}  // namespace
+
+Result<UniqueId> createUniqueId(const BootstrapOptions& options) {
+  if (Status st = checkTimeout(options.timeoutSeconds); !st.isOk()) return st;
+  auto address = interfaceAddress(options.ifname);
+  if (!address) return withPrefix(address.status(), "bootstrap: ");
+  auto listener = Socket::listen(*address, false);
+  if (!listener) return withPrefix(listener.status(), "bootstrap: could not start the root: ");
+  auto bound = listener->localAddress();
+  if (!bound) return withPrefix(bound.status(), "bootstrap: ");
+  auto secret = randomSecret();
+  if (!secret) return secret.status();
+
+  IdContents id;
+  id.mode = RootMode::ownThread;
+  id.secret = *secret;
+  id.root = *bound;
+  if (Status st = detail::startRootThread(std::move(*listener), *secret, options.timeoutSeconds);
+      !st.isOk()) {
+    return withPrefix(st, "bootstrap: ");
+  }
+  return detail::encodeId(id);
+}
+
+Result<UniqueId> uniqueIdFromAddress(const std::string& hostPort) {
+  auto address = SocketAddress::parse(hostPort);
+  if (!address) return withPrefix(address.status(), "bootstrap: WEFT_COMM_ID: ");
+  IdContents id;
+  id.mode = RootMode::fixedAddress;
+  id.secret = secretFromAddress(*address);
+  id.root = *address;
+  id.rootName = hostPort;
+  return detail::encodeId(id);
+}
+
+bool rankStartsRoot(const UniqueId& id, int rank) {
+  auto contents = detail::decodeId(id);
+  return contents && contents->mode == RootMode::fixedAddress && rank == 0;
+}
+
+Result<std::string> rootAddress(const UniqueId& id) {
+  auto contents = detail::decodeId(id);
+  if (!contents) return withPrefix(contents.status(), "bootstrap: ");
+  return contents->root.toString();
+}
+
+Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int nranks,
+                                              const BootstrapOptions& options, bool startRoot) {
+  if (nranks < 1) {
+    return invalidArgument("bootstrap: nranks is " + std::to_string(nranks) +
+                           "; it must be at least 1");
+  }
+  if (rank < 0 || rank >= nranks) {
+    return invalidArgument("bootstrap: rank " + std::to_string(rank) + " is out of range for " +
+                           "nranks=" + std::to_string(nranks) + "; ranks are 0.." +
+                           std::to_string(nranks - 1));
+  }
+  if (Status st = checkTimeout(options.timeoutSeconds); !st.isOk()) return st;
+  const std::string who =
+      "bootstrap: rank " + std::to_string(rank) + " of " + std::to_string(nranks) + ": ";
+  auto contents = detail::decodeId(id);
+  if (!contents) return withPrefix(contents.status(), who);
+  const SocketAddress& rootAddr = contents->root;
+  const std::string rootText = rootAddr.toString();
+  const std::string rootPeer = contents->rootName.empty() || contents->rootName == rootText
+                                   ? std::string("the root")
+                                   : "the root (" + contents->rootName + ")";
+  const Secret& secret = contents->secret;
+
+  if (startRoot) {
+    if (contents->mode != RootMode::fixedAddress) {
+      return Status(Code::invalidUsage,
+                    who +
+                        "startRoot is set, but this id comes from createUniqueId, whose "
+                        "process already runs the root; pass rankStartsRoot(id, rank)");
+    }
+    auto listener = Socket::listen(rootAddr, true);
+    if (!listener) {
+      return withPrefix(listener.status(), who + "could not start the root: ",
+                        "; WEFT_COMM_ID must name an address of rank 0's host and a free port");
+    }
+    if (Status st = detail::startRootThread(std::move(*listener), secret, options.timeoutSeconds);
+        !st.isOk()) {
+      return withPrefix(st, who);
+    }
+  }
+
+  const Deadline deadline = Deadline::after(options.timeoutSeconds);
+  auto ownAddress = interfaceAddress(options.ifname);
+  if (!ownAddress) return withPrefix(ownAddress.status(), who);
+  auto listenerSocket = Socket::listen(*ownAddress, false);
+  if (!listenerSocket) return withPrefix(listenerSocket.status(), who);
+  auto listenAddress = listenerSocket->localAddress();
+  if (!listenAddress) return withPrefix(listenAddress.status(), who);
+
+  // 1. Join at the root: hello with this rank's address; receive the table of all addresses.
+  std::vector<SocketAddress> table(static_cast<std::size_t>(nranks));
+  {
+    const std::string hint = "; check WEFT_COMM_ID / WEFT_SOCKET_IFNAME and firewalls";
+    auto root = Socket::connect(rootAddr, rootPeer, deadline, nullptr);
+    if (!root) return withPrefix(root.status(), who, hint);
+    unsigned char hello[detail::kHelloBytes];
+    detail::encodeHello(Hello{HelloKind::toRoot, secret, rank, nranks, *listenAddress}, hello);
+    const std::string rootWhere = rootPeer + " at " + rootText;
+    if (Status st = root->sendAll(hello, sizeof hello, rootWhere, deadline, nullptr); !st.isOk()) {
+      return withPrefix(st, who, hint);
+    }
+    unsigned char header[detail::kReplyHeaderBytes];
+    if (Status st = root->recvAll(header, sizeof header, rootWhere, deadline, nullptr);
+        !st.isOk()) {
+      std::string why;
+      if (st.code() == Code::timeout) {
+        why =
+            " (the root is still waiting for other ranks: every rank must join with the same "
+            "id and nranks=" +
+            std::to_string(nranks) + ")";
+      } else if (st.code() == Code::remoteError) {
+        // The root closes connections that present a wrong secret without a word.
+        why = "; the root drops ranks whose id has the wrong secret: is this id from this run?";
+      }
+      return withPrefix(st, who + "joining the rendezvous: ", why);
+    }
+    if (!detail::replyHeaderValid(header, secret)) {
+      return Status(Code::remoteError, who + rootWhere +
+                                           " answered with a bad reply (wrong magic or secret); "
+                                           "is another program listening on that port?");
+    }
+    const auto code = static_cast<Code>(wire::get32(header + 24));
+    const std::uint32_t replyRanks = wire::get32(header + 28);
+    const std::uint32_t messageBytes = wire::get32(header + 32);
+    if (messageBytes > detail::kMaxReplyMessage) {
+      return Status(Code::remoteError, who + rootWhere + " sent a malformed reply");
+    }
+    std::string message(messageBytes, '\0');
+    if (Status st = root->recvAll(message.data(), message.size(), rootWhere, deadline, nullptr);
+        !st.isOk()) {
+      return withPrefix(st, who);
+    }
+    if (code != Code::ok) return Status(code, who + "the root refused the rendezvous: " + message);
+    if (replyRanks != static_cast<std::uint32_t>(nranks)) {
+      return Status(Code::remoteError, who + rootWhere + " sent a table of " +
+                                           std::to_string(replyRanks) + " ranks, expected " +
+                                           std::to_string(nranks));
+    }
+    std::vector<unsigned char> wireTable(table.size() * SocketAddress::kWireBytes);
+    if (Status st = root->recvAll(wireTable.data(), wireTable.size(), rootWhere, deadline, nullptr);
+        !st.isOk()) {
+      return withPrefix(st, who);
+    }
+    for (std::size_t r = 0; r < table.size(); ++r) {
+      table[r] = SocketAddress::decode(wireTable.data() + r * SocketAddress::kWireBytes);
+      if (!table[r].valid()) {
+        return Status(Code::remoteError,
+                      who + "the root sent no address for rank " + std::to_string(r));
+      }
+    }
+  }
+
+  auto abort = AbortSignal::create();
+  if (!abort) return withPrefix(abort.status(), who);
+  if (nranks == 1) {
+    return std::unique_ptr<Bootstrap>(new TcpBootstrap(
+        rank, nranks, options.timeoutSeconds, Socket(), "", Socket(), "", std::move(*abort)));
+  }
+
+  // 2. Form the ring: connect to rank+1's listener; accept rank-1 on ours.
+  const int next = (rank + 1) % nranks;
+  const int prev = (rank + nranks - 1) % nranks;
+  std::string nextName = rankName(next, table[static_cast<std::size_t>(next)]);
+  std::string prevName = rankName(prev, table[static_cast<std::size_t>(prev)]);
+  auto nextSocket = Socket::connect(table[static_cast<std::size_t>(next)],
+                                    "rank " + std::to_string(next), deadline, nullptr);
+  if (!nextSocket) return withPrefix(nextSocket.status(), who + "forming the ring: ");
+  unsigned char hello[detail::kHelloBytes];
+  detail::encodeHello(Hello{HelloKind::ring, secret, rank, nranks, *listenAddress}, hello);
+  if (Status st = nextSocket->sendAll(hello, sizeof hello, nextName, deadline, nullptr);
+      !st.isOk()) {
+    return withPrefix(st, who + "forming the ring: ");
+  }
+
+  detail::HelloListener listener(std::move(*listenerSocket), secret);
+  Socket prevSocket;
+  while (!prevSocket.valid()) {
+    auto arrival = listener.next(deadline, nullptr);
+    if (!arrival) {
+      if (arrival.status().code() == Code::timeout) {
+        return Status(Code::timeout, who + "timed out after " + deadline.describe() +
+                                         " waiting for " + prevName + " to connect to the ring");
+      }
+      return withPrefix(arrival.status(), who + "forming the ring: ");
+    }
+    if (arrival->hello.kind != HelloKind::ring) continue;
+    if (arrival->hello.rank != prev || arrival->hello.nranks != nranks) {
+      return Status(Code::invalidUsage, who + "rank " + std::to_string(arrival->hello.rank) +
+                                            " of " + std::to_string(arrival->hello.nranks) +
+                                            " connected as ring predecessor, "
+                                            "expected rank " +
+                                            std::to_string(prev) + " of " + std::to_string(nranks) +
+                                            "; is one id used by two communicators?");
+    }
+    prevSocket = std::move(arrival->socket);
+  }
+  listener.close();  // nobody else may join
+
+  return std::unique_ptr<Bootstrap>(new TcpBootstrap(
+      rank, nranks, options.timeoutSeconds, std::move(*nextSocket), std::move(nextName),
+      std::move(prevSocket), std::move(prevName), std::move(*abort)));
+}
+
+}  // namespace weft::boot

@@ -1,0 +1,390 @@
+#include "src/core/communicator.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "algorithms/algorithm.hpp"
+#include "src/exec/host_reduce.hpp"
+
+namespace weft {
+namespace {
+
+// What each rank tells the others about itself at init.
+struct PeerRecord {
+  char inbox[96];
+  std::int32_t pid;
+  std::int32_t channels;
+  std::uint64_t inboxBytes;
+};
+
+bool processAlive(int pid) { return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH; }
+
+}  // namespace
+
+algo::RankGraph sharedMemoryRankGraph(int nranks) {
+  // Shared memory is one copy in and one copy out through the caches: every pattern gets the
+  // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table.
+  constexpr double kCopyGBs = 8.0;
+  algo::RankGraph g;
+  g.nranks = nranks;
+  g.ranksPerHost = nranks;
+  g.hosts = 1;
+  g.intraClass = topo::PathClass::phb;
+  g.intraBandwidth = kCopyGBs;
+  g.netPerRank = g.netAlone = kCopyGBs;
+  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, kCopyGBs);
+  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, kCopyGBs);
+  g.allPairsBw = kCopyGBs / std::max(1, nranks - 1);
+  g.matchingBw = kCopyGBs;
+  g.treeBw = kCopyGBs / 2;
+  g.ringIntraBw.assign(16, kCopyGBs);
+  g.ringCrossBw.assign(16, kCopyGBs);
+  int depth = 0;
+  for (int m = 1; m < nranks; m *= 2) ++depth;
+  g.treeHopsInside = depth;
+  return g;
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(
+    std::unique_ptr<boot::Bootstrap> bootstrap, const Config& config) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->config_ = config;
+  c->rank_ = bootstrap->rank();
+  c->size_ = bootstrap->size();
+  c->bootstrap_ = std::move(bootstrap);
+  const int n = c->size_, me = c->rank_;
+
+  c->geometry_.nranks = n;
+  c->geometry_.channels = std::clamp(config.maxChannels, 2, 16);  // the double binary tree needs 2
+  c->geometry_.slots = std::clamp(config.fifoSlots, 2, 64);
+  c->geometry_.slotBytes = config.fifoSlotBytes;
+  auto inbox = transport::ShmSegment::create(c->geometry_.inboxBytes());
+  if (!inbox) return inbox.status();
+  c->inbox_ = std::move(*inbox);
+  transport::initInbox(c->inbox_.data(), c->geometry_);
+  c->abortFlag_ = &transport::controlOf(c->inbox_.data())->aborted;
+
+  std::vector<PeerRecord> records(static_cast<std::size_t>(n));
+  PeerRecord& mine = records[static_cast<std::size_t>(me)];
+  std::snprintf(mine.inbox, sizeof mine.inbox, "%s", c->inbox_.name().c_str());
+  mine.pid = getpid();
+  mine.channels = c->geometry_.channels;
+  mine.inboxBytes = c->geometry_.inboxBytes();
+  if (Status s = c->bootstrap_->allGather(records.data(), sizeof(PeerRecord)); !s) return s;
+  c->peerInboxes_.resize(static_cast<std::size_t>(n));
+  c->pids_.resize(static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    const PeerRecord& r = records[static_cast<std::size_t>(q)];
+    c->pids_[static_cast<std::size_t>(q)] = r.pid;
+    if (r.channels != mine.channels || r.inboxBytes != mine.inboxBytes) {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(me) + ": rank " + std::to_string(q) +
+                        " uses a different FIFO geometry (WEFT_MAX_CHANNELS / WEFT_SLOT_BYTES "
+                        "must be the same on every rank)");
+    }
+    if (q == me) continue;
+    auto seg = transport::ShmSegment::open(r.inbox, r.inboxBytes);
+    if (!seg) return seg.status();
+    c->peerInboxes_[static_cast<std::size_t>(q)] = std::move(*seg);
+  }
+  // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
+  if (Status s = c->bootstrap_->barrier(); !s) return s;
+  c->inbox_.unlink();
+
+  c->links_.resize(static_cast<std::size_t>(c->geometry_.channels));
+  for (int ch = 0; ch < c->geometry_.channels; ++ch) {
+    exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
+    l.to.assign(static_cast<std::size_t>(n), nullptr);
+    l.from.assign(static_cast<std::size_t>(n), nullptr);
+    for (int q = 0; q < n; ++q) {
+      if (q == me) continue;
+      std::byte* peerInbox = c->peerInboxes_[static_cast<std::size_t>(q)].data();
+      c->connections_.push_back(std::make_unique<transport::ShmConnection>(
+          peerInbox + c->geometry_.offset(ch, me), c->geometry_, q));
+      l.to[static_cast<std::size_t>(q)] = c->connections_.back().get();
+      c->connections_.push_back(std::make_unique<transport::ShmConnection>(
+          c->inbox_.data() + c->geometry_.offset(ch, q), c->geometry_, q));
+      l.from[static_cast<std::size_t>(q)] = c->connections_.back().get();
+    }
+  }
+  std::vector<int> pids = c->pids_;
+  c->waiter_ = std::make_unique<transport::Waiter>(
+      c->abortFlag_,
+      [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); },
+      config.timeout, me);
+  c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
+  return c;
+}
+
+Communicator::~Communicator() = default;
+
+std::string Communicator::summary() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         ", host memory, shm transport, " + std::to_string(geometry_.channels) + " channel(s), " +
+         std::to_string(geometry_.slots) + " x " + std::to_string(geometry_.slotBytes / 1024) +
+         " KiB FIFO slots";
+}
+
+void Communicator::abort(const std::string& why) {
+  // Tell every rank: their waits watch their own inbox's flag.
+  for (int q = 0; q < size_; ++q) {
+    std::byte* inbox = q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
+    if (inbox == nullptr) continue;
+    transport::ShmControl* c = transport::controlOf(inbox);
+    int expected = 0;
+    if (c->aborted.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      std::snprintf(c->reason, sizeof c->reason, "rank %d: %s", rank_, why.c_str());
+    }
+  }
+  if (bootstrap_) bootstrap_->abort();
+}
+
+bool Communicator::aborted() const {
+  return abortFlag_ != nullptr && abortFlag_->load(std::memory_order_acquire) != 0;
+}
+
+Status Communicator::checkUsable(const char* what) const {
+  if (aborted()) {
+    return {Code::invalidUsage, std::string(what) + ": the communicator was aborted (" +
+                                    transport::controlOf(inbox_.data())->reason +
+                                    "); destroy it and create a new one"};
+  }
+  return {};
+}
+
+Status Communicator::fail(Status s) {
+  // A rank that saw a peer fail or time out stops the others instead of leaving them to time out.
+  if (!s.isOk() && s.code() != Code::invalidArgument) abort(s.message());
+  return s;
+}
+
+Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) const {
+  return tuner_->plan(coll, bytes);
+}
+
+Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
+                                                               const algo::Plan& plan, int root) {
+  const auto key = std::make_tuple(static_cast<int>(coll), plan.algorithm, plan.channels,
+                                   plan.aggregation, root);
+  auto it = schedules_.find(key);
+  if (it != schedules_.end()) return it->second.get();
+  const algo::Algorithm* a = algo::findAlgorithm(plan.algorithm);
+  if (a == nullptr) return internalError("the tuner picked an unknown algorithm " + plan.algorithm);
+  algo::Params params;
+  params.root = root;
+  params.aggregation = plan.aggregation;
+  params.groupSize = size_;
+  params.channels = 1;
+  auto built = a->build(coll, size_, params);
+  if (!built) return built.status();
+  // Every schedule channel needs its own connections. Some generators already make several (the
+  // double binary tree: one per tree), so the plan's count is cut to what the FIFOs provide.
+  const int base = static_cast<int>(built->channels.size());
+  if (base > geometry_.channels) {
+    return Status(Code::invalidUsage, plan.algorithm + " needs " + std::to_string(base) +
+                                          " channels; WEFT_MAX_CHANNELS allows " +
+                                          std::to_string(geometry_.channels));
+  }
+  const int channels = std::clamp(plan.channels, 1, geometry_.channels / base);
+  if (channels > 1) {
+    params.channels = channels;
+    built = a->build(coll, size_, params);
+    if (!built) return built.status();
+  }
+  auto cached = std::make_unique<Cached>();
+  cached->maxBlocks = exec::maxStepBlocks(*built);
+  cached->schedule = std::move(*built);
+  const Cached* out = cached.get();
+  schedules_.emplace(key, std::move(cached));
+  return out;
+}
+
+Status Communicator::run(Collective coll, const void* input, void* output, std::size_t count,
+                         DataType type, RedOp op, int root) {
+  if (Status s = checkUsable(std::string(name(coll)).c_str()); !s) return s;
+  if (count == 0) return {};
+  const algo::Segments seg = algo::segments(coll, size_);
+  const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
+  auto plan = tuner_->plan(coll, bytes);
+  if (!plan) return plan.status();
+  if (config_.debug == "INFO" || config_.debug == "TRACE") {
+    if (rank_ == 0) {
+      std::fprintf(stderr, "weft INFO %s %zu bytes: %s/%s, %d channel(s), %zu-byte slices (%s)\n",
+                   std::string(name(coll)).c_str(), bytes, plan->algorithm.c_str(),
+                   std::string(algo::name(plan->protocol)).c_str(), plan->channels,
+                   plan->chunkBytes, plan->reason.c_str());
+    }
+  }
+  auto cached = scheduleFor(coll, *plan, root);
+  if (!cached) return cached.status();
+  const algo::Schedule& s = (*cached)->schedule;
+  const std::size_t message = std::min(geometry_.slotBytes, std::max<std::size_t>(plan->chunkBytes, 4096));
+  const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
+  if (scratch_.size() < g.scratchElems * sizeOf(type)) scratch_.resize(g.scratchElems * sizeOf(type));
+  exec::Buffers b{input, output, scratch_.data(), count, type, op};
+  const std::size_t channels = s.channels.size();
+  std::vector<Status> results(channels);
+  std::vector<std::thread> workers;
+  for (std::size_t ch = 1; ch < channels; ++ch) {
+    workers.emplace_back([&, ch] {
+      results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);
+      if (!results[ch].isOk()) (void)fail(results[ch]);
+    });
+  }
+  results[0] = exec::runChannel(s, 0, rank_, g, b, links_[0], *waiter_);
+  if (!results[0].isOk()) (void)fail(results[0]);
+  for (std::thread& t : workers) t.join();
+  for (const Status& r : results) {
+    if (!r.isOk()) return r;
+  }
+  if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
+    exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
+  }
+  return {};
+}
+
+namespace {
+
+Status checkBuffers(const char* what, const void* send, const void* recv, std::size_t count,
+                    DataType type, bool needSend, bool needRecv) {
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= kNumDataTypes)
+    return invalidArgument(std::string(what) + ": invalid data type " +
+                           std::to_string(static_cast<int>(type)));
+  if (count > 0 && needSend && send == nullptr)
+    return invalidArgument(std::string(what) + ": sendbuff is NULL with count " +
+                           std::to_string(count));
+  if (count > 0 && needRecv && recv == nullptr)
+    return invalidArgument(std::string(what) + ": recvbuff is NULL with count " +
+                           std::to_string(count));
+  return {};
+}
+
+Status checkOp(const char* what, RedOp op) {
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumRedOps)
+    return invalidArgument(std::string(what) + ": invalid reduction op " +
+                           std::to_string(static_cast<int>(op)));
+  return {};
+}
+
+Status checkCount(const char* what, std::size_t count, std::size_t segments, DataType type) {
+  const std::size_t limit = SIZE_MAX / (segments * std::max<std::size_t>(1, sizeOf(type)));
+  if (count > limit)
+    return invalidArgument(std::string(what) + ": count " + std::to_string(count) +
+                           " overflows the byte size of the buffers");
+  return {};
+}
+
+}  // namespace
+
+Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,
+                               RedOp op) {
+  if (Status s = checkBuffers("allReduce", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkOp("allReduce", op); !s) return s;
+  if (Status s = checkCount("allReduce", count, 1, type); !s) return s;
+  return run(Collective::allReduce, send, recv, count, type, op, 0);
+}
+
+Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type) {
+  if (Status s = checkBuffers("allGather", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s) return s;
+  return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0);
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, std::size_t count, DataType type,
+                                   RedOp op) {
+  if (Status s = checkBuffers("reduceScatter", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkOp("reduceScatter", op); !s) return s;
+  if (Status s = checkCount("reduceScatter", count, static_cast<std::size_t>(size_), type); !s)
+    return s;
+  return run(Collective::reduceScatter, send, recv, count, type, op, 0);
+}
+
+Status Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type,
+                               int root) {
+  if (root < 0 || root >= size_)
+    return invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of this " +
+                           std::to_string(size_) + "-rank communicator");
+  if (Status s = checkBuffers("broadcast", send, recv, count, type, rank_ == root, true); !s)
+    return s;
+  if (Status s = checkCount("broadcast", count, 1, type); !s) return s;
+  return run(Collective::broadcast, send, recv, count, type, RedOp::sum, root);
+}
+
+Status Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
+                            RedOp op, int root) {
+  if (root < 0 || root >= size_)
+    return invalidArgument("reduce: root " + std::to_string(root) + " is not a rank of this " +
+                           std::to_string(size_) + "-rank communicator");
+  if (Status s = checkBuffers("reduce", send, recv, count, type, true, rank_ == root); !s)
+    return s;
+  if (Status s = checkOp("reduce", op); !s) return s;
+  if (Status s = checkCount("reduce", count, 1, type); !s) return s;
+  return run(Collective::reduce, send, recv, count, type, op, root);
+}
+
+Status Communicator::allToAll(const void* send, void* recv, std::size_t count, DataType type) {
+  if (Status s = checkBuffers("allToAll", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkCount("allToAll", count, static_cast<std::size_t>(size_), type); !s) return s;
+  return run(Collective::allToAll, send, recv, count, type, RedOp::sum, 0);
+}
+
+Status Communicator::barrier() {
+  if (Status s = checkUsable("barrier"); !s) return s;
+  // One byte all-reduced: every rank has entered before any leaves.
+  std::uint8_t in = 0, out = 0;
+  return run(Collective::allReduce, &in, &out, 1, DataType::u8, RedOp::max, 0);
+}
+
+// Point-to-point streams through channel 0's FIFO in slot-sized messages; both sides know the
+// count, so they agree on the slicing.
+Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    return invalidArgument("send: peer " + std::to_string(peer) + " is not another rank of this " +
+                           std::to_string(size_) + "-rank communicator");
+  if (Status s = checkBuffers("send", buf, nullptr, count, type, true, false); !s) return s;
+  if (Status s = checkCount("send", count, 1, type); !s) return s;
+  if (Status s = checkUsable("send"); !s) return s;
+  const std::size_t bytes = count * sizeOf(type);
+  transport::Connection* c = links_[0].to[static_cast<std::size_t>(peer)];
+  for (std::size_t at = 0; at < bytes; at += geometry_.slotBytes) {
+    auto slot = c->acquire(*waiter_);
+    if (!slot) return fail(slot.status());
+    const std::size_t n = std::min(geometry_.slotBytes, bytes - at);
+    std::memcpy(*slot, static_cast<const std::byte*>(buf) + at, n);
+    c->post(n);
+  }
+  return {};
+}
+
+Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    return invalidArgument("recv: peer " + std::to_string(peer) + " is not another rank of this " +
+                           std::to_string(size_) + "-rank communicator");
+  if (Status s = checkBuffers("recv", nullptr, buf, count, type, false, true); !s) return s;
+  if (Status s = checkCount("recv", count, 1, type); !s) return s;
+  if (Status s = checkUsable("recv"); !s) return s;
+  const std::size_t bytes = count * sizeOf(type);
+  transport::Connection* c = links_[0].from[static_cast<std::size_t>(peer)];
+  for (std::size_t at = 0; at < bytes; at += geometry_.slotBytes) {
+    auto m = c->receive(*waiter_);
+    if (!m) return fail(m.status());
+    const std::size_t n = std::min(geometry_.slotBytes, bytes - at);
+    if (m->size() != n) {
+      c->release();
+      return fail({Code::invalidUsage, "recv from rank " + std::to_string(peer) + ": expected " +
+                                           std::to_string(bytes) +
+                                           " bytes, the matching send has a different size"});
+    }
+    std::memcpy(static_cast<std::byte*>(buf) + at, m->data(), n);
+    c->release();
+  }
+  return {};
+}
+
+}  // namespace weft

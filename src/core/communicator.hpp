@@ -1,0 +1,89 @@
+// A communicator: the ranks that found each other through the bootstrap, the connections
+// between them, the tuner that picks each call's algorithm, and the cache of schedules.
+// Every collective validates its arguments, asks the tuner for a plan, and runs the plan's
+// schedule on the CpuExecutor; nothing is hard-wired to one algorithm.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "algorithms/tuner.hpp"
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/core/config.hpp"
+#include "src/exec/cpu_executor.hpp"
+#include "src/transport/shm.hpp"
+
+namespace weft {
+
+class Communicator {
+ public:
+  // Collective over the bootstrap's ranks: every rank calls it. Builds the shared-memory inboxes
+  // and connects every pair.
+  static Result<std::unique_ptr<Communicator>> create(std::unique_ptr<boot::Bootstrap> bootstrap,
+                                                      const Config& config);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const Config& config() const { return config_; }
+  std::string summary() const;
+
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op);
+  // count: elements each rank contributes.
+  Status allGather(const void* send, void* recv, std::size_t count, DataType type);
+  // count: elements each rank receives.
+  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType type, RedOp op);
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Status reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op,
+                int root);
+  // count: elements to each peer.
+  Status allToAll(const void* send, void* recv, std::size_t count, DataType type);
+  Status send(const void* buf, std::size_t count, DataType type, int peer);
+  Status recv(void* buf, std::size_t count, DataType type, int peer);
+  Status barrier();
+
+  // From any thread: every rank's current and later waits end with an error.
+  void abort(const std::string& why);
+  bool aborted() const;
+
+  // The plan the tuner makes for a call (what WEFT_DEBUG=INFO prints).
+  Result<algo::Plan> planFor(Collective coll, std::size_t bytes) const;
+
+ private:
+  Communicator() = default;
+  Status run(Collective coll, const void* input, void* output, std::size_t count, DataType type,
+             RedOp op, int root);
+  struct Cached {
+    algo::Schedule schedule;
+    std::uint32_t maxBlocks = 1;
+  };
+  Result<const Cached*> scheduleFor(Collective coll, const algo::Plan& plan, int root);
+  Status checkUsable(const char* what) const;
+  Status fail(Status s);
+
+  int rank_ = 0, size_ = 1;
+  Config config_;
+  std::unique_ptr<boot::Bootstrap> bootstrap_;
+  transport::ShmGeometry geometry_;
+  transport::ShmSegment inbox_;
+  std::vector<transport::ShmSegment> peerInboxes_;  // by rank (own slot empty)
+  std::vector<int> pids_;
+  std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
+  std::vector<exec::ChannelLinks> links_;  // by channel
+  std::unique_ptr<algo::Tuner> tuner_;
+  std::map<std::tuple<int, std::string, int, int, int>, std::unique_ptr<Cached>> schedules_;
+  std::vector<std::byte> scratch_;
+  std::atomic<int>* abortFlag_ = nullptr;            // in this rank's inbox
+  std::unique_ptr<transport::Waiter> waiter_;
+};
+
+// The cost model's view of n ranks on one host talking through shared memory.
+algo::RankGraph sharedMemoryRankGraph(int nranks);
+
+}  // namespace weft

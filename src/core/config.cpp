@@ -1,0 +1,60 @@
+#include "src/core/config.hpp"
+
+#include <cstdlib>
+
+namespace weft {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+Result<double> number(const char* name, double lo, double hi) {
+  const char* v = env(name);
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(x >= lo && x <= hi)) {
+    return invalidArgument(std::string(name) + "=" + v + ": expected a number from " +
+                           std::to_string(lo) + " to " + std::to_string(hi));
+  }
+  return x;
+}
+
+}  // namespace
+
+Result<Config> Config::fromEnvironment() {
+  Config c;
+  if (env("WEFT_TIMEOUT_S") != nullptr) {
+    auto s = number("WEFT_TIMEOUT_S", 0.001, 1e6);
+    if (!s) return s.status();
+    c.timeout = std::chrono::milliseconds(static_cast<long long>(*s * 1000));
+  }
+  if (const char* v = env("WEFT_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = env("WEFT_COMM_ID")) c.commId = v;
+  if (const char* v = env("NCCL_COMM_ID"); v != nullptr && c.commId.empty()) c.commId = v;
+  if (const char* v = env("WEFT_TRANSPORT")) {
+    c.transport = v;
+    if (c.transport != "shm") {
+      return invalidArgument("WEFT_TRANSPORT=" + c.transport +
+                             ": this build has the shm transport only (ucx needs libucx-dev)");
+    }
+  }
+  if (env("WEFT_MAX_CHANNELS") != nullptr) {
+    auto x = number("WEFT_MAX_CHANNELS", 2, 16);
+    if (!x) return x.status();
+    c.maxChannels = static_cast<int>(*x);
+  }
+  if (env("WEFT_SLOT_BYTES") != nullptr) {
+    auto x = number("WEFT_SLOT_BYTES", 4096, 64.0 * 1024 * 1024);
+    if (!x) return x.status();
+    c.fifoSlotBytes = static_cast<std::size_t>(*x) / 64 * 64;
+  }
+  if (const char* v = env("WEFT_DEBUG")) c.debug = v;
+  auto tuner = algo::TunerOptions::fromEnvironment();
+  if (!tuner) return tuner.status();
+  c.tuner = std::move(*tuner);
+  return c;
+}
+
+}  // namespace weft

@@ -1,0 +1,29 @@
+// Everything the runtime reads from the environment, read once per communicator and passed
+// down: no code below this reads getenv.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "algorithms/tuner.hpp"
+#include "weft/status.hpp"
+
+namespace weft {
+
+struct Config {
+  std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
+  std::string socketIfname;                    // WEFT_SOCKET_IFNAME
+  std::string commId;                          // WEFT_COMM_ID=host:port
+  std::string transport = "shm";               // WEFT_TRANSPORT (shm; ucx where built)
+  int maxChannels = 2;                         // WEFT_MAX_CHANNELS (2-16): host threads per rank
+  int fifoSlots = 4;                           // slots per connection
+  std::size_t fifoSlotBytes = 128 * 1024;      // WEFT_SLOT_BYTES
+  std::string debug;                           // WEFT_DEBUG (WARN|INFO|TRACE)
+  algo::TunerOptions tuner;                    // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
+
+  // Unknown values are errors naming the variable and what it accepts.
+  static Result<Config> fromEnvironment();
+};
+
+}  // namespace weft

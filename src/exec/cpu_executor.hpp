@@ -1,0 +1,58 @@
+// The CpuExecutor runs a schedule on host memory: each channel walks its rank's step list once
+// per slice, moving every step's blocks through the connections, so data pipelines around rings
+// and down trees; channels run in parallel on their own threads.
+//
+// Geometry. A buffer is segments of `count` elements (docs/algorithms.md: one per rank on the
+// gathered or scattered side). A segment is blocksPerSegment blocks of L = ceil(count / B)
+// elements (the last ones shorter or empty), a block is partsPerBlock parts of ceil(L / P)
+// elements (one per channel copy), and a part is cut into slices of S elements. A message
+// carries each of its blocks' slice at a fixed stride of S elements, so sender and receiver agree
+// on where every block sits whatever their blocks' true lengths; each side reads or writes only
+// the elements its own block has. Scratch blocks are L elements long.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "src/transport/connection.hpp"
+#include "weft/types.hpp"
+
+namespace weft::exec {
+
+struct Buffers {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::byte* scratch = nullptr;  // scratchBlocks * L elements
+  std::size_t count = 0;         // elements per segment
+  DataType type = DataType::f32;
+  RedOp op = RedOp::sum;  // avg reduces as sum; the caller divides
+};
+
+// Where one channel's messages go: to(peer) for this rank's sends, from(peer) for its receives.
+struct ChannelLinks {
+  std::vector<transport::Connection*> to;    // by peer
+  std::vector<transport::Connection*> from;  // by peer
+};
+
+struct Geometry {
+  std::size_t blockElems = 0;  // L
+  std::size_t partElems = 0;   // ceil(L / P)
+  std::size_t sliceElems = 0;  // S
+  std::size_t passes = 0;      // slices per part
+  std::size_t scratchElems = 0;
+
+  // `maxBlocks` is the most blocks any step of the schedule moves; a message of that many
+  // slices must fit `messageBytes` (a FIFO slot, or the plan's chunk if smaller).
+  static Geometry of(const algo::Schedule& s, std::size_t count, DataType type,
+                     std::uint32_t maxBlocks, std::size_t messageBytes);
+};
+
+// The most blocks one step of the schedule moves (over every channel and rank).
+std::uint32_t maxStepBlocks(const algo::Schedule& s);
+
+// Runs channel `channel` of `rank`'s program to completion.
+Status runChannel(const algo::Schedule& s, std::size_t channel, int rank, const Geometry& g,
+                  const Buffers& b, const ChannelLinks& links, const transport::Waiter& w);
+
+}  // namespace weft::exec

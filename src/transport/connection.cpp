@@ -1,0 +1,44 @@
+#include "src/transport/connection.hpp"
+
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace weft::transport {
+
+void Waiter::relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+void Waiter::nap(int microseconds) {
+  std::this_thread::sleep_for(std::chrono::microseconds(microseconds));
+}
+
+Status Waiter::check(const char* what, int peer, Clock::time_point start, int round) const {
+  if (aborted_ != nullptr && aborted_->load(std::memory_order_acquire) != 0) {
+    return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
+                                   std::to_string(peer) +
+                                   " stopped: the communicator was aborted (by a call to abort, or "
+                                   "because a rank saw a peer fail)"};
+  }
+  // Asking the kernel about the peer costs a system call: every 64th nap (~10 ms) is enough.
+  if (peerAlive_ && round % 64 == 63 && !peerAlive_(peer)) {
+    return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
+                                   std::to_string(peer) + ": that rank's process has exited"};
+  }
+  if (Clock::now() - start > timeout_) {
+    return {Code::timeout,
+            "rank " + std::to_string(rank_) + ": " + what + " rank " + std::to_string(peer) +
+                ": no progress for " + std::to_string(static_cast<double>(timeout_.count()) / 1000.0).substr(0, 5) +
+                " s (WEFT_TIMEOUT_S); the peer is stuck or far behind"};
+  }
+  return {};
+}
+
+}  // namespace weft::transport

@@ -1,0 +1,81 @@
+// A Connection is a one-way channel between two ranks: a bounded FIFO of message slots. The
+// sender fills the slot at its head and posts it; the receiver reads the slot at its tail and
+// releases it. The schedule contract (docs/algorithms.md) needs room for two messages; the
+// transports give more, which never adds a deadlock.
+//
+// Waiting is where faults surface, so every wait goes through a Waiter: it spins, then sleeps,
+// and between naps asks whether the communicator was aborted, whether the peer is still alive,
+// and whether the wait has gone on past the timeout without progress.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "weft/status.hpp"
+
+namespace weft::transport {
+
+class Waiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `aborted` is the communicator's flag (set by abort(), or by a rank that saw a peer fail);
+  // `peerAlive(q)` says whether rank q's process still exists.
+  Waiter(const std::atomic<int>* aborted, std::function<bool(int)> peerAlive,
+         std::chrono::milliseconds timeout, int rank)
+      : aborted_(aborted), peerAlive_(std::move(peerAlive)), timeout_(timeout), rank_(rank) {}
+
+  // Returns once ready() holds, or the error that ended the wait. `what` and `peer` name it.
+  template <typename Ready>
+  Status wait(Ready&& ready, const char* what, int peer) const {
+    for (int spin = 0; spin < kSpins; ++spin) {
+      if (ready()) return {};
+      relax();
+    }
+    const Clock::time_point start = Clock::now();
+    int napUs = 1;
+    for (int round = 0;; ++round) {
+      if (ready()) return {};
+      if (Status s = check(what, peer, start, round); !s) return s;
+      nap(napUs);
+      napUs = napUs < kMaxNapUs ? napUs * 2 : kMaxNapUs;
+    }
+  }
+
+  int rank() const { return rank_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ private:
+  static constexpr int kSpins = 4000;
+  static constexpr int kMaxNapUs = 200;
+  static void relax();
+  static void nap(int microseconds);
+  Status check(const char* what, int peer, Clock::time_point start, int round) const;
+
+  const std::atomic<int>* aborted_;
+  std::function<bool(int)> peerAlive_;
+  std::chrono::milliseconds timeout_;
+  int rank_;
+};
+
+// One direction between two ranks. Both ends see the same object shape; a rank only ever uses
+// the sender half of its outgoing connections and the receiver half of its incoming ones.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Largest message a slot holds.
+  virtual std::size_t slotBytes() const = 0;
+  // Sender: waits for a free slot and returns it; post() publishes `bytes` of it.
+  virtual Result<std::byte*> acquire(const Waiter& w) = 0;
+  virtual void post(std::size_t bytes) = 0;
+  // Receiver: waits for the next message; release() hands its slot back.
+  virtual Result<std::span<const std::byte>> receive(const Waiter& w) = 0;
+  virtual void release() = 0;
+};
+
+}  // namespace weft::transport

@@ -1,0 +1,173 @@
+#include "src/transport/shm.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+namespace weft::transport {
+namespace {
+
+constexpr std::size_t kCacheLine = 64;
+constexpr std::size_t kControlBytes = 4096;
+
+std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+Status sysError(const std::string& what) {
+  return {Code::systemError, what + ": " + std::strerror(errno)};
+}
+
+}  // namespace
+
+struct ShmConnection::Header {
+  alignas(kCacheLine) std::atomic<std::uint64_t> head;  // sender's; release on post
+  alignas(kCacheLine) std::atomic<std::uint64_t> tail;  // receiver's; release on release()
+  alignas(kCacheLine) std::uint64_t sizes[64];          // bytes of the message in each slot
+};
+
+std::size_t ShmGeometry::connectionBytes() const {
+  return roundUp(sizeof(ShmConnection::Header) + static_cast<std::size_t>(slots) * slotBytes,
+                 kCacheLine);
+}
+
+std::size_t ShmGeometry::inboxBytes() const {
+  return kControlBytes + static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) *
+                             connectionBytes();
+}
+
+std::size_t ShmGeometry::offset(int channel, int from) const {
+  return kControlBytes +
+         (static_cast<std::size_t>(channel) * static_cast<std::size_t>(nranks) +
+          static_cast<std::size_t>(from)) *
+             connectionBytes();
+}
+
+Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
+  unsigned char random[8];
+  if (getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    return sysError("shm: getrandom");
+  char name[64];
+  std::snprintf(name, sizeof name, "/weft-%d-%02x%02x%02x%02x%02x%02x%02x%02x", getpid(), random[0],
+                random[1], random[2], random[3], random[4], random[5], random[6], random[7]);
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, S_IRUSR | S_IWUSR);
+  if (fd < 0) return sysError(std::string("shm: shm_open(") + name + ")");
+  ShmSegment s;
+  s.name_ = name;
+  s.linked_ = true;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const Status err = sysError("shm: ftruncate " + s.name_ + " to " + std::to_string(bytes) +
+                                " bytes (is /dev/shm large enough?)");
+    close(fd);
+    return err;  // s unlinks the name
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return sysError("shm: mmap " + s.name_);
+  s.data_ = static_cast<std::byte*>(p);
+  s.size_ = bytes;
+  return s;
+}
+
+Result<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes) {
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return sysError("shm: shm_open(" + name + ") of a peer's inbox");
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
+    close(fd);
+    return Status(Code::internalError, "shm: " + name + " is not the size this rank expects (" +
+                                           std::to_string(bytes) +
+                                           " bytes): ranks disagree on the geometry");
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return sysError("shm: mmap " + name);
+  ShmSegment s;
+  s.data_ = static_cast<std::byte*>(p);
+  s.size_ = bytes;
+  s.name_ = name;
+  return s;
+}
+
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+
+ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
+  if (this != &o) {
+    this->~ShmSegment();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    name_ = std::move(o.name_);
+    linked_ = std::exchange(o.linked_, false);
+  }
+  return *this;
+}
+
+ShmSegment::~ShmSegment() {
+  unlink();
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+}
+
+void ShmSegment::unlink() {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+void initInbox(std::byte* inbox, const ShmGeometry& g) {
+  ShmControl* c = new (inbox) ShmControl{};
+  c->aborted.store(0, std::memory_order_relaxed);
+  c->pid = getpid();
+  for (int ch = 0; ch < g.channels; ++ch) {
+    for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+ShmControl* controlOf(std::byte* inbox) {
+  return std::launder(reinterpret_cast<ShmControl*>(inbox));
+}
+
+ShmConnection::ShmConnection(std::byte* base, const ShmGeometry& g, int peer)
+    : header_(std::launder(reinterpret_cast<Header*>(base))),
+      slots_(base + sizeof(Header)),
+      nslots_(g.slots),
+      slotBytes_(g.slotBytes),
+      peer_(peer) {}
+
+Result<std::byte*> ShmConnection::acquire(const Waiter& w) {
+  // acquire: the receiver's reads of the slot happen before this rank overwrites it.
+  auto room = [&] {
+    return next_ - header_->tail.load(std::memory_order_acquire) <
+           static_cast<std::uint64_t>(nslots_);
+  };
+  if (Status s = w.wait(room, "sending to", peer_); !s) return s;
+  return slots_ + (next_ % static_cast<std::uint64_t>(nslots_)) * slotBytes_;
+}
+
+void ShmConnection::post(std::size_t bytes) {
+  header_->sizes[next_ % static_cast<std::uint64_t>(nslots_)] = bytes;
+  ++next_;
+  // release: the slot's bytes and size are visible to the receiver's acquire of head.
+  header_->head.store(next_, std::memory_order_release);
+}
+
+Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {
+  // acquire: pairs with post()'s release, so the slot's bytes are complete.
+  auto ready = [&] { return header_->head.load(std::memory_order_acquire) > next_; };
+  if (Status s = w.wait(ready, "receiving from", peer_); !s) return s;
+  const std::uint64_t slot = next_ % static_cast<std::uint64_t>(nslots_);
+  return std::span<const std::byte>(slots_ + slot * slotBytes_, header_->sizes[slot]);
+}
+
+void ShmConnection::release() {
+  ++next_;
+  // release: this rank's reads of the slot complete before the sender may reuse it.
+  header_->tail.store(next_, std::memory_order_release);
+}
+
+}  // namespace weft::transport

@@ -1,0 +1,99 @@
+// Shared-memory transport between the ranks of one host, processes or threads alike.
+//
+// Every rank owns an inbox: one POSIX shared-memory segment holding a control page and the FIFOs
+// of every connection into it (one per channel and sender). The segment is created mode 0600
+// under an unguessable name, its name goes to the peers through the bootstrap, every peer maps
+// it, and after a barrier its owner unlinks it: from then on nothing is left in /dev/shm, even if
+// a process crashes.
+//
+// A FIFO is a head counter (messages posted, written by the sender), a tail counter (messages
+// consumed, written by the receiver), each on its own cache line, and kSlots slots. The sender
+// writes a slot, then publishes it with a release store of head; the receiver's acquire load of
+// head makes the slot's bytes visible. The receiver hands the slot back with a release store of
+// tail; the sender's acquire load of tail orders its next write after the receiver's reads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/transport/connection.hpp"
+
+namespace weft::transport {
+
+// The first page of every inbox.
+struct ShmControl {
+  std::atomic<int> aborted;  // any rank may set it in any inbox: the owner stops waiting
+  std::int32_t pid;
+  char reason[256];  // why, for the message of the owner's error
+};
+
+struct ShmGeometry {
+  int nranks = 1;
+  int channels = 1;
+  int slots = 4;
+  std::size_t slotBytes = 64 * 1024;
+
+  std::size_t connectionBytes() const;
+  std::size_t inboxBytes() const;
+  // Offset of the FIFO from `from` on `channel` inside the receiver's inbox.
+  std::size_t offset(int channel, int from) const;
+};
+
+// One mapping of a segment; unmaps (and, for the owner until released, unlinks) on destruction.
+class ShmSegment {
+ public:
+  // Creates a fresh segment of `bytes` (zero-filled), mode 0600, under a random name.
+  static Result<ShmSegment> create(std::size_t bytes);
+  // Maps a peer's segment by name.
+  static Result<ShmSegment> open(const std::string& name, std::size_t bytes);
+
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  // Removes the name (the mapping stays). Idempotent.
+  void unlink();
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::string name_;
+  bool linked_ = false;
+};
+
+// The FIFO at `base` (inside some rank's inbox), used from one side.
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(std::byte* base, const ShmGeometry& g, int peer);
+  std::size_t slotBytes() const override { return slotBytes_; }
+  Result<std::byte*> acquire(const Waiter& w) override;
+  void post(std::size_t bytes) override;
+  Result<std::span<const std::byte>> receive(const Waiter& w) override;
+  void release() override;
+
+  struct Header;  // in shared memory; laid out in shm.cpp
+
+ private:
+  Header* header_;
+  std::byte* slots_;
+  int nslots_;
+  std::size_t slotBytes_;
+  int peer_;
+  std::uint64_t next_ = 0;  // sender: messages posted so far; receiver: consumed so far
+};
+
+// Zeroes a fresh inbox's FIFOs and writes its control page.
+void initInbox(std::byte* inbox, const ShmGeometry& g);
+ShmControl* controlOf(std::byte* inbox);
+
+}  // namespace weft::transport

@@ -1,0 +1,345 @@
+// Every collective on host memory, as threads in one process: each dtype and op, sizes from 0 to
+// beyond a FIFO slot, in place and out of place, 1 to 8 ranks, against a double-precision
+// reference on fresh random data with outputs poisoned beforehand. Then every algorithm forced in
+// turn with WEFT_ALGO, and the argument checks.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "algorithms/algorithm.hpp"
+#include "tests/runtime/harness.hpp"
+
+namespace weft::test {
+namespace {
+
+struct Case {
+  Collective coll;
+  DataType type;
+  RedOp op;
+  std::size_t count;
+  bool inPlace;
+  int root;
+};
+
+std::string describe(const Case& c, int n) {
+  return std::string(name(c.coll)) + " " + std::string(name(c.type)) + " " +
+         std::string(name(c.op)) + " count=" + std::to_string(c.count) +
+         (c.inPlace ? " in-place" : " out-of-place") + " root=" + std::to_string(c.root) +
+         " ranks=" + std::to_string(n);
+}
+
+// Input and output element counts of one rank.
+std::pair<std::size_t, std::size_t> sizes(Collective coll, std::size_t count, int n) {
+  const auto N = static_cast<std::size_t>(n);
+  switch (coll) {
+    case Collective::allGather: return {count, N * count};
+    case Collective::reduceScatter: return {N * count, count};
+    case Collective::allToAll: return {N * count, N * count};
+    default: return {count, count};
+  }
+}
+
+// Runs one case on every rank and checks every output element; returns "" or the first failure.
+std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed) {
+  const int n = static_cast<int>(comms.size());
+  const std::size_t es = sizeOf(c.type);
+  const auto [inCount, outCount] = sizes(c.coll, c.count, n);
+  std::vector<std::vector<std::byte>> in(static_cast<std::size_t>(n)), out(in.size());
+  for (int r = 0; r < n; ++r) {
+    std::mt19937_64 rng(seed * 1315423911u + static_cast<std::uint64_t>(r));
+    in[static_cast<std::size_t>(r)] = randomBuffer(inCount, c.type, c.op, rng);
+    out[static_cast<std::size_t>(r)] = poisoned(outCount * es);
+  }
+  const std::vector<std::vector<std::byte>> original = in;
+  // In place: the input lives inside the output, where the collective says.
+  std::vector<std::byte*> sendPtr(static_cast<std::size_t>(n)), recvPtr(sendPtr.size());
+  for (int r = 0; r < n; ++r) {
+    auto& I = in[static_cast<std::size_t>(r)];
+    auto& O = out[static_cast<std::size_t>(r)];
+    sendPtr[static_cast<std::size_t>(r)] = I.data();
+    recvPtr[static_cast<std::size_t>(r)] = O.data();
+    if (!c.inPlace) continue;
+    const std::size_t rc = static_cast<std::size_t>(r) * c.count * es;
+    switch (c.coll) {
+      case Collective::allGather:
+        std::memcpy(O.data() + rc, I.data(), c.count * es);
+        sendPtr[static_cast<std::size_t>(r)] = O.data() + rc;
+        break;
+      case Collective::reduceScatter:
+        recvPtr[static_cast<std::size_t>(r)] = I.data() + rc;
+        break;
+      case Collective::reduce:
+        if (r != c.root) break;
+        [[fallthrough]];
+      default:
+        O = I;
+        sendPtr[static_cast<std::size_t>(r)] = O.data();
+        break;
+    }
+  }
+  std::vector<Status> st(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    Comm& comm = comms[static_cast<std::size_t>(r)];
+    const void* s = sendPtr[static_cast<std::size_t>(r)];
+    void* d = recvPtr[static_cast<std::size_t>(r)];
+    Status& x = st[static_cast<std::size_t>(r)];
+    switch (c.coll) {
+      case Collective::allReduce: x = comm.allReduce(s, d, c.count, c.type, c.op); break;
+      case Collective::allGather: x = comm.allGather(s, d, c.count, c.type); break;
+      case Collective::reduceScatter: x = comm.reduceScatter(s, d, c.count, c.type, c.op); break;
+      case Collective::broadcast: x = comm.broadcast(s, d, c.count, c.type, c.root); break;
+      case Collective::reduce: x = comm.reduce(s, d, c.count, c.type, c.op, c.root); break;
+      case Collective::allToAll: x = comm.allToAll(s, d, c.count, c.type); break;
+      default: x = Status(Code::internalError, "not a collective of this test"); break;
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    if (!st[static_cast<std::size_t>(r)].isOk())
+      return "rank " + std::to_string(r) + ": " + st[static_cast<std::size_t>(r)].toString();
+  }
+  // The result buffer of each rank, and the expected value of each of its elements.
+  for (int r = 0; r < n; ++r) {
+    const auto R = static_cast<std::size_t>(r);
+    std::vector<std::byte> got;
+    if (c.inPlace && c.coll == Collective::reduceScatter) {
+      got.assign(in[R].begin() + static_cast<std::ptrdiff_t>(R * c.count * es),
+                 in[R].begin() + static_cast<std::ptrdiff_t>((R + 1) * c.count * es));
+    } else {
+      got = out[R];
+    }
+    if (c.coll == Collective::reduce && r != c.root) {
+      if (got != poisoned(outCount * es) && !c.inPlace)
+        return "rank " + std::to_string(r) + " is not the root, yet its output changed";
+      continue;
+    }
+    for (std::size_t i = 0; i < outCount; ++i) {
+      Expected e{};
+      std::vector<double> values;
+      switch (c.coll) {
+        case Collective::allReduce:
+        case Collective::reduce:
+          for (int q = 0; q < n; ++q) values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
+          e = reference(values, c.type, c.op);
+          break;
+        case Collective::reduceScatter:
+          for (int q = 0; q < n; ++q)
+            values.push_back(load(original[static_cast<std::size_t>(q)], R * c.count + i, c.type));
+          e = reference(values, c.type, c.op);
+          break;
+        case Collective::allGather:
+          e = {load(original[i / c.count], i % c.count, c.type), 0};
+          break;
+        case Collective::broadcast:
+          e = {load(original[static_cast<std::size_t>(c.root)], i, c.type), 0};
+          break;
+        case Collective::allToAll:  // block j of rank r comes from rank j's block r
+          e = {load(original[i / c.count], R * c.count + i % c.count, c.type), 0};
+          break;
+        default:
+          break;
+      }
+      const double v = load(got, i, c.type);
+      if (!(std::fabs(v - e.value) <= e.tolerance)) {
+        return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
+               std::to_string(v) + ", expected " + std::to_string(e.value) + " +- " +
+               std::to_string(e.tolerance);
+      }
+    }
+  }
+  return "";
+}
+
+std::vector<Comm> makeComms(int n) {
+  auto comms = Comm::initAll(n);
+  EXPECT_TRUE(comms.isOk()) << comms.status().toString();
+  return comms.isOk() ? std::move(*comms) : std::vector<Comm>{};
+}
+
+class Threads : public ::testing::TestWithParam<int> {};
+
+TEST_P(Threads, EveryCollectiveTypeOpAndSize) {
+  const int n = GetParam();
+  std::vector<Comm> comms = makeComms(n);
+  ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+  std::uint64_t seed = 1;
+  int failures = 0;
+  for (Collective coll : {Collective::allReduce, Collective::reduceScatter, Collective::reduce,
+                          Collective::allGather, Collective::broadcast, Collective::allToAll}) {
+    const bool reduces = isReduction(coll);
+    for (DataType type : kAllDataTypes) {
+      for (RedOp op : kAllRedOps) {
+        if (!reduces && op != RedOp::sum) continue;
+        for (std::size_t count : {0ul, 1ul, 7ul, 1023ul, 65537ul}) {
+          // The big sizes for the common types only: the small ones cover the rest.
+          if (count > 1023 && type != DataType::f32 && type != DataType::bf16 &&
+              type != DataType::i8 && type != DataType::f8e4m3)
+            continue;
+          for (bool inPlace : {false, true}) {
+            const int root = hasRoot(coll) ? static_cast<int>(seed % static_cast<std::uint64_t>(n)) : 0;
+            const Case c{coll, type, op, count, inPlace, root};
+            const std::string err = runCase(comms, c, seed++);
+            if (!err.empty() && failures++ < 10) ADD_FAILURE() << describe(c, n) << ": " << err;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Threads, FourMillionAndThreeElements) {
+  const int n = GetParam();
+  if (n > 4) GTEST_SKIP() << "the large size runs at up to 4 ranks (2-core CI)";
+  std::vector<Comm> comms = makeComms(n);
+  for (Collective coll : {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                          Collective::allToAll}) {
+    const Case c{coll, DataType::f32, RedOp::sum, (4u << 20) + 3, false, 0};
+    EXPECT_EQ(runCase(comms, c, 99), "") << describe(c, n);
+  }
+}
+
+TEST_P(Threads, SendRecvAndBarrier) {
+  const int n = GetParam();
+  std::vector<Comm> comms = makeComms(n);
+  // A ring: even ranks send first, odd ranks receive first, so any size goes through.
+  for (std::size_t count : {0ul, 1ul, 1023ul, 300000ul}) {
+    std::vector<std::vector<float>> got(static_cast<std::size_t>(n));
+    onEveryRank(n, [&](int r) {
+      Comm& c = comms[static_cast<std::size_t>(r)];
+      std::vector<float> mine(count, static_cast<float>(r)), in(count, -1.f);
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      if (n > 1) {
+        if (r % 2 == 0) {
+          EXPECT_TRUE(c.send(mine.data(), count, DataType::f32, next).isOk());
+          EXPECT_TRUE(c.recv(in.data(), count, DataType::f32, prev).isOk());
+        } else {
+          EXPECT_TRUE(c.recv(in.data(), count, DataType::f32, prev).isOk());
+          EXPECT_TRUE(c.send(mine.data(), count, DataType::f32, next).isOk());
+        }
+      }
+      EXPECT_TRUE(c.barrier().isOk());
+      got[static_cast<std::size_t>(r)] = std::move(in);
+    });
+    if (n == 1) continue;
+    for (int r = 0; r < n; ++r) {
+      for (float v : got[static_cast<std::size_t>(r)]) {
+        ASSERT_EQ(v, static_cast<float>((r + n - 1) % n)) << "rank " << r << " count " << count;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Threads, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& p) { return std::to_string(p.param) + "ranks"; });
+
+// Every algorithm of the registry, forced with WEFT_ALGO, on the collectives it implements.
+TEST(ForcedAlgorithms, EveryAlgorithmOnEveryCollectiveItServes) {
+  for (const algo::Algorithm* a : algo::algorithms()) {
+    for (Collective coll : a->collectives()) {
+      if (coll == Collective::sendRecv || coll == Collective::allToAllv) continue;
+      setenv("WEFT_ALGO", std::string(a->name()).c_str(), 1);
+      for (int n : {2, 3, 4, 8}) {
+        std::vector<Comm> comms = makeComms(n);
+        ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+        std::uint64_t seed = 7;
+        for (DataType type : {DataType::f32, DataType::f16, DataType::i32}) {
+          for (std::size_t count : {1ul, 7ul, 1023ul, 65537ul}) {
+            for (bool inPlace : {false, true}) {
+              const RedOp op = type == DataType::i32 ? RedOp::max : RedOp::sum;
+              const int root = hasRoot(coll) ? n - 1 : 0;
+              const Case c{coll, type, op, count, inPlace, root};
+              const std::string err = runCase(comms, c, seed++);
+              EXPECT_EQ(err, "") << a->name() << ": " << describe(c, n);
+            }
+          }
+        }
+      }
+      unsetenv("WEFT_ALGO");
+    }
+  }
+}
+
+TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
+  std::vector<Comm> comms = makeComms(2);
+  weftComm_t h = comms[0].handle();
+  std::vector<float> in(8, 1.f), out(8, -3.f);
+  auto untouched = [&] {
+    for (float v : out) {
+      if (v != -3.f) return false;
+    }
+    return true;
+  };
+  EXPECT_EQ(weftAllReduce(nullptr, out.data(), 8, weftFloat32, weftSum, h, nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("sendbuff is NULL"), std::string::npos);
+  EXPECT_EQ(weftAllReduce(in.data(), nullptr, 8, weftFloat32, weftSum, h, nullptr),
+            weftInvalidArgument);
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftNumDataTypes, weftSum, h,
+                          nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("datatype"), std::string::npos);
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftNumRedOps, h,
+                          nullptr),
+            weftInvalidArgument);
+  EXPECT_EQ(weftBroadcast(in.data(), out.data(), 8, weftFloat32, 2, h, nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("root 2"), std::string::npos);
+  EXPECT_EQ(weftReduce(in.data(), out.data(), 8, weftFloat32, weftSum, -1, h, nullptr),
+            weftInvalidArgument);
+  EXPECT_EQ(weftSend(in.data(), 8, weftFloat32, 0, h, nullptr), weftInvalidArgument);  // itself
+  EXPECT_EQ(weftRecv(out.data(), 8, weftFloat32, 5, h, nullptr), weftInvalidArgument);
+  EXPECT_EQ(weftAllGather(in.data(), out.data(), SIZE_MAX / 2, weftFloat32, h, nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("overflows"), std::string::npos);
+  int dummy = 0;
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftSum, h, &dummy),
+            weftInvalidUsage);
+  EXPECT_TRUE(untouched());
+  // A destroyed communicator is an error, not a crash.
+  weftComm_t stale = nullptr;
+  {
+    std::vector<Comm> gone = makeComms(1);
+    stale = gone[0].handle();
+  }
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftSum, stale, nullptr),
+            weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("not a live communicator"), std::string::npos);
+  EXPECT_TRUE(untouched());
+  EXPECT_EQ(weftCommInitAll(nullptr, 2), weftInvalidArgument);
+  weftComm_t one = nullptr;
+  weftUniqueId id{};
+  EXPECT_EQ(weftCommInitRank(&one, 2, id, 2), weftInvalidArgument);
+}
+
+TEST(Faults, AbortFromAnotherThreadUnblocksACollective) {
+  std::vector<Comm> comms = makeComms(2);
+  std::vector<float> in(1024, 1.f), out(1024);
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(comms[1].abort().isOk());
+  });
+  // Rank 1 never joins: rank 0 is stuck until the abort.
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = comms[0].allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+  aborter.join();
+  EXPECT_EQ(s.code(), Code::remoteError) << s.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // Later calls say the communicator is unusable.
+  EXPECT_EQ(comms[0].allReduce(in.data(), out.data(), 1, DataType::f32, RedOp::sum).code(),
+            Code::invalidUsage);
+}
+
+TEST(Faults, AStuckPeerTimesOut) {
+  setenv("WEFT_TIMEOUT_S", "0.5", 1);
+  std::vector<Comm> comms = makeComms(2);
+  unsetenv("WEFT_TIMEOUT_S");
+  std::vector<float> in(16, 1.f), out(16);
+  const auto start = std::chrono::steady_clock::now();
+  const Status s = comms[0].allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+  EXPECT_EQ(s.code(), Code::timeout) << s.toString();
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+}  // namespace
+}  // namespace weft::test

@@ -1,0 +1,185 @@
+// The same collectives with every rank its own process: the parent makes the unique id (its root
+// listener lives here), forks the ranks, and each child joins with weftCommInitRank. Children
+// report through their exit status; the parent never waits forever. Also: a rank killed with
+// SIGKILL mid-job turns into an error on every survivor, and nothing is left in /dev/shm.
+#include <gtest/gtest.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "tests/runtime/harness.hpp"
+
+namespace weft::test {
+namespace {
+
+int weftSegments() {
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind("weft-", 0) == 0) ++count;
+    }
+    closedir(d);
+  }
+  return count;
+}
+
+// Forks n ranks running body(rank, comm) -> exit code; returns each child's exit code (or -sig),
+// killing any still running after `limit`.
+std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
+                           std::chrono::seconds limit = std::chrono::seconds(60)) {
+  auto id = UniqueId::make();
+  EXPECT_TRUE(id.isOk()) << id.status().toString();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      auto comm = Comm::initRank(n, *id, r);
+      if (!comm) {
+        std::fprintf(stderr, "rank %d: init: %s\n", r, comm.status().toString().c_str());
+        _exit(90);
+      }
+      const int code = body(r, *comm);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(static_cast<std::size_t>(n), -1000);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (codes[static_cast<std::size_t>(r)] != -1000) continue;
+      int status = 0;
+      if (waitpid(pids[static_cast<std::size_t>(r)], &status, WNOHANG) > 0) {
+        codes[static_cast<std::size_t>(r)] =
+            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (codes[static_cast<std::size_t>(r)] == -1000) {
+          kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+          waitpid(pids[static_cast<std::size_t>(r)], nullptr, 0);
+          codes[static_cast<std::size_t>(r)] = -999;  // hung
+        }
+      }
+      break;
+    }
+    usleep(2000);
+  }
+  return codes;
+}
+
+// All-reduce, all-gather, reduce-scatter, broadcast, reduce and all-to-all with checked results
+// for a few types and sizes; 0 when every check passed.
+int everyCollective(int r, Comm& comm) {
+  const int n = comm.size();
+  int bad = 0;
+  for (std::size_t count : {0ul, 7ul, 65537ul}) {
+    for (DataType type : {DataType::f32, DataType::bf16, DataType::i32}) {
+      // Inputs are a function of (rank, index), so each rank knows everyone's.
+      auto value = [&](int q, std::size_t i) {
+        return static_cast<double>((static_cast<int>(i % 13) + q * 3) % 11 - 5);
+      };
+      std::vector<std::byte> in(count * static_cast<std::size_t>(n) * sizeOf(type));
+      for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i) store(in, i, type, value(r, i));
+      auto out = poisoned(count * static_cast<std::size_t>(n) * sizeOf(type));
+      auto check = [&](const char* what, std::size_t elems, auto expected) {
+        for (std::size_t i = 0; i < elems; ++i) {
+          if (load(out, i, type) != expected(i)) {
+            std::fprintf(stderr, "rank %d %s %s count %zu element %zu: %g != %g\n", r, what,
+                         std::string(name(type)).c_str(), count, i, load(out, i, type), expected(i));
+            ++bad;
+            return;
+          }
+        }
+      };
+      auto sumOf = [&](std::size_t i) {
+        double s = 0;
+        for (int q = 0; q < n; ++q) s += value(q, i);
+        return s;
+      };
+      if (!comm.allReduce(in.data(), out.data(), count, type, RedOp::sum)) ++bad;
+      check("allreduce", count, sumOf);
+      if (!comm.allGather(in.data(), out.data(), count, type)) ++bad;
+      check("allgather", count * static_cast<std::size_t>(n),
+            [&](std::size_t i) { return value(static_cast<int>(i / count), i % count); });
+      if (!comm.reduceScatter(in.data(), out.data(), count, type, RedOp::sum)) ++bad;
+      check("reducescatter", count,
+            [&](std::size_t i) { return sumOf(static_cast<std::size_t>(r) * count + i); });
+      if (!comm.broadcast(in.data(), out.data(), count, type, n - 1)) ++bad;
+      check("broadcast", count, [&](std::size_t i) { return value(n - 1, i); });
+      out = poisoned(out.size());
+      if (!comm.reduce(in.data(), out.data(), count, type, RedOp::max, 0)) ++bad;
+      if (r == 0) {
+        check("reduce", count, [&](std::size_t i) {
+          double m = value(0, i);
+          for (int q = 1; q < n; ++q) m = std::max(m, value(q, i));
+          return m;
+        });
+      }
+      if (!comm.allToAll(in.data(), out.data(), count, type)) ++bad;
+      check("alltoall", count * static_cast<std::size_t>(n), [&](std::size_t i) {
+        return value(static_cast<int>(i / count), static_cast<std::size_t>(r) * count + i % count);
+      });
+    }
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+class Processes : public ::testing::TestWithParam<int> {};
+
+TEST_P(Processes, EveryCollectiveAndNoSegmentLeft) {
+  const int before = weftSegments();
+  const std::vector<int> codes = forkRanks(GetParam(), everyCollective);
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(weftSegments(), before);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& p) { return std::to_string(p.param) + "ranks"; });
+
+TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
+  setenv("WEFT_TIMEOUT_S", "20", 1);
+  const int before = weftSegments();
+  const std::vector<int> codes = forkRanks(4, [](int r, Comm& comm) {
+    std::vector<float> in(1 << 16, 1.f), out(in.size());
+    if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
+    if (r == 2) raise(SIGKILL);  // dies between collectives
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "rank %d after the kill: %s in %.2f s\n", r, s.toString().c_str(), secs);
+    if (s.code() != Code::remoteError && s.code() != Code::timeout) return 3;
+    return secs < 10 ? 0 : 4;  // well within the timeout: death is detected, not waited out
+  });
+  unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_EQ(codes[2], -SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  EXPECT_EQ(weftSegments(), before);
+}
+
+TEST(ProcessFaults, BootstrapToADeadAddressTimesOut) {
+  setenv("WEFT_COMM_ID", "127.0.0.1:1", 1);  // nothing listens on port 1
+  setenv("WEFT_TIMEOUT_S", "1", 1);
+  weftUniqueId id{};
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  const weftResult_t r = weftCommInitRank(&comm, 2, id, 1);
+  unsetenv("WEFT_COMM_ID");
+  unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_EQ(r, weftTimeout) << weftGetLastError();
+  EXPECT_NE(std::string(weftGetLastError()).find("127.0.0.1:1"), std::string::npos)
+      << weftGetLastError();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+}  // namespace
+}  // namespace weft::test
