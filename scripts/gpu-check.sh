@@ -26,6 +26,10 @@ run() {  # run NAME CMD...
 }
 run gpu-tests "$dir/tests/weft_gpu_tests"
 run unit-tests "$dir/tests/weft_unit_tests" --gtest_brief=1
+run runtime-tests "$dir/tests/weft_runtime_tests" --gtest_brief=1
+# Discovery against the real driver: NVML's GPUs and links, the CUDA driver's peer access.
+run topo "$dir/weft-topo" show
+run topo-dump "$dir/weft-topo" dump --out "$OUT/discovered.xml"
 if command -v compute-sanitizer >/dev/null; then
   run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$dir/tests/weft_gpu_tests" --gtest_filter='*Float32*:*Bfloat16*:*Float8e4m3*:*Rejects*'
   run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'

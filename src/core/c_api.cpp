@@ -202,7 +202,7 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 
 weftResult_t weftCommAbort(weftComm_t comm) {
   return withComm(comm, "weftCommAbort", [](weft::Communicator& c) {
-    c.abort("weftCommAbort was called");
+    c.abort("rank " + std::to_string(c.rank()) + " called weftCommAbort");
     return weft::Status{};
   });
 }

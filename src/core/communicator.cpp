@@ -115,7 +115,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   }
   std::vector<int> pids = c->pids_;
   c->waiter_ = std::make_unique<transport::Waiter>(
-      c->abortFlag_,
+      c->abortFlag_, transport::controlOf(c->inbox_.data())->reason,
       [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); },
       config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
@@ -137,9 +137,12 @@ void Communicator::abort(const std::string& why) {
     std::byte* inbox = q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
     if (inbox == nullptr) continue;
     transport::ShmControl* c = transport::controlOf(inbox);
+    // The first to claim the flag writes the reason, then publishes it with a release store; a
+    // waiter's acquire load of the flag sees the text.
     int expected = 0;
-    if (c->aborted.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      std::snprintf(c->reason, sizeof c->reason, "rank %d: %s", rank_, why.c_str());
+    if (c->claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      std::snprintf(c->reason, sizeof c->reason, "%s", why.c_str());
+      c->aborted.store(1, std::memory_order_release);
     }
   }
   if (bootstrap_) bootstrap_->abort();

@@ -22,10 +22,11 @@ void Waiter::nap(int microseconds) {
 
 Status Waiter::check(const char* what, int peer, Clock::time_point start, int round) const {
   if (aborted_ != nullptr && aborted_->load(std::memory_order_acquire) != 0) {
+    // The setter wrote the reason before its release of the flag; this acquire sees it.
+    const std::string why = reason_ != nullptr && reason_[0] != '\0' ? reason_ : "abort was called";
     return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
-                                   std::to_string(peer) +
-                                   " stopped: the communicator was aborted (by a call to abort, or "
-                                   "because a rank saw a peer fail)"};
+                                   std::to_string(peer) + " stopped: the communicator was aborted (" +
+                                   why + ")"};
   }
   // Asking the kernel about the peer costs a system call: every 64th nap (~10 ms) is enough.
   if (peerAlive_ && round % 64 == 63 && !peerAlive_(peer)) {

@@ -24,11 +24,16 @@ class Waiter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `aborted` is the communicator's flag (set by abort(), or by a rank that saw a peer fail);
-  // `peerAlive(q)` says whether rank q's process still exists.
-  Waiter(const std::atomic<int>* aborted, std::function<bool(int)> peerAlive,
+  // `aborted` is the communicator's flag (set by abort(), or by a rank that saw a peer fail) and
+  // `reason` the text its setter left beside it; `peerAlive(q)` says whether rank q's process
+  // still exists.
+  Waiter(const std::atomic<int>* aborted, const char* reason, std::function<bool(int)> peerAlive,
          std::chrono::milliseconds timeout, int rank)
-      : aborted_(aborted), peerAlive_(std::move(peerAlive)), timeout_(timeout), rank_(rank) {}
+      : aborted_(aborted),
+        reason_(reason),
+        peerAlive_(std::move(peerAlive)),
+        timeout_(timeout),
+        rank_(rank) {}
 
   // Returns once ready() holds, or the error that ended the wait. `what` and `peer` name it.
   template <typename Ready>
@@ -58,6 +63,7 @@ class Waiter {
   Status check(const char* what, int peer, Clock::time_point start, int round) const;
 
   const std::atomic<int>* aborted_;
+  const char* reason_;
   std::function<bool(int)> peerAlive_;
   std::chrono::milliseconds timeout_;
   int rank_;

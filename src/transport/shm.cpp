@@ -121,6 +121,7 @@ void ShmSegment::unlink() {
 void initInbox(std::byte* inbox, const ShmGeometry& g) {
   ShmControl* c = new (inbox) ShmControl{};
   c->aborted.store(0, std::memory_order_relaxed);
+  c->claimed.store(0, std::memory_order_relaxed);
   c->pid = getpid();
   for (int ch = 0; ch < g.channels; ++ch) {
     for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};

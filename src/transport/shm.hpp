@@ -27,6 +27,7 @@ namespace weft::transport {
 // The first page of every inbox.
 struct ShmControl {
   std::atomic<int> aborted;  // any rank may set it in any inbox: the owner stops waiting
+  std::atomic<int> claimed;  // the first aborter takes it, writes `reason`, then sets `aborted`
   std::int32_t pid;
   char reason[256];  // why, for the message of the owner's error
 };
