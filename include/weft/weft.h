@@ -58,6 +58,11 @@ WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueI
  * rank's calls must then come from its own thread (collectives block until all ranks call). */
 WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int nranks);
 
+/* Collective over `comm`: ranks passing the same color get a new communicator together, ranked
+ * by key (ties by their rank in `comm`). Color WEFT_SPLIT_NOCOLOR takes part and gets NULL. */
+#define WEFT_SPLIT_NOCOLOR (-1)
+WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm);
+
 /* Frees the communicator once no call is in flight on it. Any rank may destroy at any time after
  * its last call; an aborted communicator is destroyed the same way. */
 WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
@@ -99,6 +104,21 @@ WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_
 WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
+
+/* All-to-all with a count and a displacement (both in elements) per peer, as MPI_Alltoallv.
+ * sendcounts[q] on this rank must equal recvcounts[this rank] on rank q. */
+WEFT_API weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], void* recvbuff,
+                                    const size_t recvcounts[], const size_t rdispls[],
+                                    weftDataType_t datatype, weftComm_t comm, void* stream);
+
+/* Groups, as NCCL's: calls between weftGroupStart and weftGroupEnd on this thread are queued
+ * (their arguments checked when queued) and run at weftGroupEnd: each communicator's sends and
+ * receives all progress together (so a rank may send to and receive from the same peer, of any
+ * size), then its collectives in call order; several communicators (weftCommInitAll's ranks,
+ * driven from one thread) run concurrently. Groups nest; the outermost end runs them. */
+WEFT_API weftResult_t weftGroupStart(void);
+WEFT_API weftResult_t weftGroupEnd(void);
 
 #ifdef __cplusplus
 }

@@ -77,6 +77,17 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
   ~Comm() { reset(); }
 
+  // A new communicator of the ranks passing the same color (ranked by key); a negative color
+  // takes part and gets an empty Comm.
+  Result<Comm> split(int color, int key) {
+    weftComm_t h = nullptr;
+    if (Status s = detail::status(weftCommSplit(h_, color < 0 ? WEFT_SPLIT_NOCOLOR : color, key, &h));
+        !s)
+      return s;
+    return Comm(h);
+  }
+  bool valid() const { return h_ != nullptr; }
+
   weftComm_t handle() const { return h_; }
   int rank() const {
     int r = -1;

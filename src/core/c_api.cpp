@@ -2,6 +2,9 @@
 // lets an exception out.
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -53,6 +56,32 @@ weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn) {
   } catch (const std::exception& e) {
     return report({weft::Code::internalError, std::string(what) + ": " + e.what()});
   }
+}
+
+// The calls queued since the outermost weftGroupStart on this thread.
+struct Queued {
+  weftComm* comm;
+  std::optional<weft::Communicator::P2pOp> p2p;            // a send or receive, or
+  std::function<weft::Status(weft::Communicator&)> coll;  // a collective
+};
+thread_local int gGroupDepth = 0;
+thread_local std::vector<Queued> gGroup;
+
+bool live(const weftComm* c) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  return c != nullptr && gLive.count(c) != 0;
+}
+
+// A collective: run now, or queue it when a group is open.
+template <typename Fn>
+weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
+  if (gGroupDepth > 0) {
+    if (!live(comm))
+      return invalid(std::string(what) + ": comm is not a live communicator");
+    gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn)});
+    return weftSuccess;
+  }
+  return withComm(comm, what, fn);
 }
 
 weftResult_t checkStream(void* stream, const char* what) {
@@ -190,6 +219,19 @@ weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
   }
 }
 
+weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm) {
+  if (newcomm == nullptr) return invalid("weftCommSplit: newcomm is NULL");
+  if (color < WEFT_SPLIT_NOCOLOR)
+    return invalid("weftCommSplit: color " + std::to_string(color) +
+                   " is negative; use WEFT_SPLIT_NOCOLOR to take no part");
+  return withComm(comm, "weftCommSplit", [&](weft::Communicator& c) {
+    auto made = c.split(color, key);
+    if (!made) return made.status();
+    *newcomm = *made ? adopt(std::move(*made)) : nullptr;
+    return weft::Status{};
+  });
+}
+
 weftResult_t weftCommDestroy(weftComm_t comm) {
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);
@@ -241,7 +283,7 @@ const char* weftCommSummary(weftComm_t comm) {
 weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllReduce", datatype, op, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftAllReduce", [&](weft::Communicator& c) {
+  return collective(comm, "weftAllReduce", [=](weft::Communicator& c) {
     return c.allReduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
                        static_cast<weft::RedOp>(op));
   });
@@ -250,7 +292,7 @@ weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftAllGather", [&](weft::Communicator& c) {
+  return collective(comm, "weftAllGather", [=](weft::Communicator& c) {
     return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype));
   });
 }
@@ -259,7 +301,7 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                void* stream) {
   if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftReduceScatter", [&](weft::Communicator& c) {
+  return collective(comm, "weftReduceScatter", [=](weft::Communicator& c) {
     return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
                            static_cast<weft::RedOp>(op));
   });
@@ -268,7 +310,7 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, int root, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftBroadcast", [&](weft::Communicator& c) {
+  return collective(comm, "weftBroadcast", [=](weft::Communicator& c) {
     return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root);
   });
 }
@@ -277,7 +319,7 @@ weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
                         weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
                         void* stream) {
   if (weftResult_t r = checkArgs("weftReduce", datatype, op, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftReduce", [&](weft::Communicator& c) {
+  return collective(comm, "weftReduce", [=](weft::Communicator& c) {
     return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
                     static_cast<weft::RedOp>(op), root);
   });
@@ -286,25 +328,107 @@ weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
 weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftAllToAll", [&](weft::Communicator& c) {
+  return collective(comm, "weftAllToAll", [=](weft::Communicator& c) {
     return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype));
   });
 }
 
+namespace {
+
+// A send or receive: checked now, then run alone, or queued when a group is open.
+weftResult_t pointToPoint(bool isSend, void* buf, size_t count, weftDataType_t datatype, int peer,
+                          weftComm_t comm, void* stream, const char* what) {
+  if (weftResult_t r = checkArgs(what, datatype, weftSum, stream); r != weftSuccess) return r;
+  const auto type = static_cast<weft::DataType>(datatype);
+  return withComm(comm, what, [&](weft::Communicator& c) {
+    if (weft::Status s = c.checkP2p(what, buf, count, type, peer); !s) return s;
+    weft::Communicator::P2pOp op{isSend, peer, static_cast<std::byte*>(buf),
+                                 count * weft::sizeOf(type)};
+    if (gGroupDepth > 0) {
+      gGroup.push_back({comm, op, nullptr});
+      return weft::Status{};
+    }
+    return c.exchange({op});
+  });
+}
+
+}  // namespace
+
 weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, void* stream) {
-  if (weftResult_t r = checkArgs("weftSend", datatype, weftSum, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftSend", [&](weft::Communicator& c) {
-    return c.send(sendbuff, count, static_cast<weft::DataType>(datatype), peer);
-  });
+  return pointToPoint(true, const_cast<void*>(sendbuff), count, datatype, peer, comm, stream,
+                      "weftSend");
 }
 
 weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, void* stream) {
-  if (weftResult_t r = checkArgs("weftRecv", datatype, weftSum, stream); r != weftSuccess) return r;
-  return withComm(comm, "weftRecv", [&](weft::Communicator& c) {
-    return c.recv(recvbuff, count, static_cast<weft::DataType>(datatype), peer);
+  return pointToPoint(false, recvbuff, count, datatype, peer, comm, stream, "weftRecv");
+}
+
+weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                           void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                           weftDataType_t datatype, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkArgs("weftAllToAllv", datatype, weftSum, stream); r != weftSuccess)
+    return r;
+  return collective(comm, "weftAllToAllv", [=](weft::Communicator& c) {
+    return c.allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                       static_cast<weft::DataType>(datatype));
   });
+}
+
+weftResult_t weftGroupStart(void) {
+  ++gGroupDepth;
+  return weftSuccess;
+}
+
+weftResult_t weftGroupEnd(void) {
+  if (gGroupDepth == 0) {
+    gLastError = "weftGroupEnd without a matching weftGroupStart";
+    return weftInvalidUsage;
+  }
+  if (--gGroupDepth > 0) return weftSuccess;
+  std::vector<Queued> queued = std::move(gGroup);
+  gGroup.clear();
+  // Per communicator, in first-call order: its point-to-point batch, then its collectives.
+  std::vector<weftComm*> order;
+  std::map<weftComm*, std::vector<const Queued*>> byComm;
+  for (const Queued& q : queued) {
+    if (byComm.count(q.comm) == 0) order.push_back(q.comm);
+    byComm[q.comm].push_back(&q);
+  }
+  std::vector<weft::Status> results(order.size());
+  auto runOne = [&](std::size_t i) {
+    weftComm* comm = order[i];
+    std::vector<weft::Communicator::P2pOp> ops;
+    for (const Queued* q : byComm[comm]) {
+      if (q->p2p) ops.push_back(*q->p2p);
+    }
+    if (!live(comm)) {
+      results[i] = {weft::Code::invalidArgument,
+                    "weftGroupEnd: a communicator was destroyed inside the group"};
+      return;
+    }
+    try {
+      if (!ops.empty()) results[i] = comm->impl->exchange(std::move(ops));
+      for (const Queued* q : byComm[comm]) {
+        if (!results[i].isOk()) break;
+        if (q->coll) results[i] = q->coll(*comm->impl);
+      }
+    } catch (const std::exception& e) {
+      results[i] = {weft::Code::internalError, std::string("weftGroupEnd: ") + e.what()};
+    }
+  };
+  if (order.size() == 1) {
+    runOne(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (std::size_t i = 0; i < order.size(); ++i) threads.emplace_back(runOne, i);
+    for (std::thread& t : threads) t.join();
+  }
+  for (const weft::Status& s : results) {
+    if (!s.isOk()) return report(s);
+  }
+  return weftSuccess;
 }
 
 weftResult_t weftBarrier(weftComm_t comm, void* stream) {

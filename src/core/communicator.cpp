@@ -124,6 +124,42 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
 
 Communicator::~Communicator() = default;
 
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+  if (Status s = checkUsable("split"); !s) return s;
+  struct Entry {
+    std::int32_t color, key, rank;
+    boot::UniqueId id;  // filled by each color's leader: the rendezvous of the new communicator
+  };
+  std::vector<Entry> all(static_cast<std::size_t>(size_));
+  all[static_cast<std::size_t>(rank_)] = {color, key, rank_, {}};
+  if (Status s = bootstrap_->allGather(all.data(), sizeof(Entry)); !s) return fail(s);
+  std::vector<Entry> members;
+  for (const Entry& e : all) {
+    if (color >= 0 && e.color == color) members.push_back(e);
+  }
+  std::sort(members.begin(), members.end(), [](const Entry& a, const Entry& b) {
+    return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+  });
+  const bool leader = !members.empty() && members.front().rank == rank_;
+  // The leaders open their rendezvous; a second exchange hands every member its leader's id.
+  boot::BootstrapOptions options;
+  options.timeoutSeconds = static_cast<double>(config_.timeout.count()) / 1000.0;
+  options.ifname = config_.socketIfname;
+  if (leader) {
+    auto id = boot::createUniqueId(options);
+    if (!id) return id.status();
+    all[static_cast<std::size_t>(rank_)].id = *id;
+  }
+  if (Status s = bootstrap_->allGather(all.data(), sizeof(Entry)); !s) return fail(s);
+  if (color < 0) return std::unique_ptr<Communicator>();
+  int newRank = 0;
+  while (members[static_cast<std::size_t>(newRank)].rank != rank_) ++newRank;
+  const boot::UniqueId id = all[static_cast<std::size_t>(members.front().rank)].id;
+  auto boot = boot::connectTcp(id, newRank, static_cast<int>(members.size()), options, false);
+  if (!boot) return boot.status();
+  return create(std::move(*boot), config_);
+}
+
 std::string Communicator::summary() const {
   return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
          ", host memory, shm transport, " + std::to_string(geometry_.channels) + " channel(s), " +
@@ -346,48 +382,138 @@ Status Communicator::barrier() {
 
 // Point-to-point streams through channel 0's FIFO in slot-sized messages; both sides know the
 // count, so they agree on the slicing.
-Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer) {
+Status Communicator::checkP2p(const char* what, const void* buf, std::size_t count, DataType type,
+                              int peer) const {
   if (peer < 0 || peer >= size_ || peer == rank_)
-    return invalidArgument("send: peer " + std::to_string(peer) + " is not another rank of this " +
-                           std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("send", buf, nullptr, count, type, true, false); !s) return s;
-  if (Status s = checkCount("send", count, 1, type); !s) return s;
-  if (Status s = checkUsable("send"); !s) return s;
-  const std::size_t bytes = count * sizeOf(type);
-  transport::Connection* c = links_[0].to[static_cast<std::size_t>(peer)];
-  for (std::size_t at = 0; at < bytes; at += geometry_.slotBytes) {
-    auto slot = c->acquire(*waiter_);
-    if (!slot) return fail(slot.status());
-    const std::size_t n = std::min(geometry_.slotBytes, bytes - at);
-    std::memcpy(*slot, static_cast<const std::byte*>(buf) + at, n);
-    c->post(n);
+    return invalidArgument(std::string(what) + ": peer " + std::to_string(peer) +
+                           " is not another rank of this " + std::to_string(size_) +
+                           "-rank communicator");
+  if (Status s = checkBuffers(what, buf, buf, count, type, true, false); !s) return s;
+  if (Status s = checkCount(what, count, 1, type); !s) return s;
+  return checkUsable(what);
+}
+
+Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer) {
+  if (Status s = checkP2p("send", buf, count, type, peer); !s) return s;
+  return exchange({{true, peer, static_cast<std::byte*>(const_cast<void*>(buf)),
+                    count * sizeOf(type)}});
+}
+
+Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer) {
+  if (Status s = checkP2p("recv", buf, count, type, peer); !s) return s;
+  return exchange({{false, peer, static_cast<std::byte*>(buf), count * sizeOf(type)}});
+}
+
+Status Communicator::exchange(std::vector<P2pOp> ops) {
+  // Per (direction, peer): the operations in call order; only the first unfinished one moves.
+  std::map<std::pair<bool, int>, std::vector<std::size_t>> lanes;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].bytes > 0) lanes[{ops[i].isSend, ops[i].peer}].push_back(i);
+  }
+  struct Lane {
+    std::vector<std::size_t> ops;
+    std::size_t next = 0, done = 0;  // which op, and its bytes moved so far
+  };
+  std::vector<Lane> active;
+  for (auto& [key, list] : lanes) active.push_back({std::move(list)});
+  std::size_t open = active.size();
+  Status failure;
+  const std::size_t slot = geometry_.slotBytes;
+  auto progress = [&] {
+    bool moved = false;
+    for (Lane& l : active) {
+      if (l.next == l.ops.size()) continue;
+      P2pOp& op = ops[l.ops[l.next]];
+      const std::size_t n = std::min(slot, op.bytes - l.done);
+      if (op.isSend) {
+        std::byte* dst = links_[0].to[static_cast<std::size_t>(op.peer)]->tryAcquire();
+        if (dst == nullptr) continue;
+        std::memcpy(dst, op.buf + l.done, n);
+        links_[0].to[static_cast<std::size_t>(op.peer)]->post(n);
+      } else {
+        transport::Connection* c = links_[0].from[static_cast<std::size_t>(op.peer)];
+        auto m = c->tryReceive();
+        if (!m) continue;
+        if (m->size() != n) {
+          c->release();
+          failure = {Code::invalidUsage,
+                     "rank " + std::to_string(rank_) + ": receive from rank " +
+                         std::to_string(op.peer) + " of " + std::to_string(op.bytes) +
+                         " bytes met a send of a different size"};
+          return true;
+        }
+        std::memcpy(op.buf + l.done, m->data(), n);
+        c->release();
+      }
+      moved = true;
+      l.done += n;
+      if (l.done == op.bytes) {
+        l.done = 0;
+        if (++l.next == l.ops.size()) --open;
+      }
+    }
+    return moved || open == 0;
+  };
+  while (open > 0) {
+    int waitingOn = rank_;
+    for (const Lane& l : active) {
+      if (l.next < l.ops.size()) waitingOn = ops[l.ops[l.next]].peer;
+    }
+    if (Status s = waiter_->wait(progress, "exchanging with", waitingOn); !s) return fail(s);
+    if (!failure.isOk()) return fail(failure);
   }
   return {};
 }
 
-Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer) {
-  if (peer < 0 || peer >= size_ || peer == rank_)
-    return invalidArgument("recv: peer " + std::to_string(peer) + " is not another rank of this " +
-                           std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("recv", nullptr, buf, count, type, false, true); !s) return s;
-  if (Status s = checkCount("recv", count, 1, type); !s) return s;
-  if (Status s = checkUsable("recv"); !s) return s;
-  const std::size_t bytes = count * sizeOf(type);
-  transport::Connection* c = links_[0].from[static_cast<std::size_t>(peer)];
-  for (std::size_t at = 0; at < bytes; at += geometry_.slotBytes) {
-    auto m = c->receive(*waiter_);
-    if (!m) return fail(m.status());
-    const std::size_t n = std::min(geometry_.slotBytes, bytes - at);
-    if (m->size() != n) {
-      c->release();
-      return fail({Code::invalidUsage, "recv from rank " + std::to_string(peer) + ": expected " +
-                                           std::to_string(bytes) +
-                                           " bytes, the matching send has a different size"});
-    }
-    std::memcpy(static_cast<std::byte*>(buf) + at, m->data(), n);
-    c->release();
+Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
+                               const std::size_t* sendDispls, void* recv,
+                               const std::size_t* recvCounts, const std::size_t* recvDispls,
+                               DataType type) {
+  const char* what = "allToAllv";
+  if (sendCounts == nullptr || sendDispls == nullptr || recvCounts == nullptr ||
+      recvDispls == nullptr)
+    return invalidArgument("allToAllv: counts and displacements must not be NULL");
+  std::size_t sent = 0, received = 0;
+  for (int q = 0; q < size_; ++q) {
+    const auto Q = static_cast<std::size_t>(q);
+    if (Status s = checkCount(what, sendCounts[Q], 1, type); !s) return s;
+    if (Status s = checkCount(what, recvCounts[Q], 1, type); !s) return s;
+    sent += sendCounts[Q];
+    received += recvCounts[Q];
   }
-  return {};
+  if (Status s = checkBuffers(what, send, recv, std::max(sent, received), type, sent > 0,
+                              received > 0);
+      !s)
+    return s;
+  if (Status s = checkUsable(what); !s) return s;
+  // The tuner's plan fixes the order of the exchanges; the point-to-point engine runs them.
+  auto plan = tuner_->plan(Collective::allToAllv, sent * sizeOf(type));
+  if (!plan) return plan.status();
+  auto cached = scheduleFor(Collective::allToAllv, *plan, 0);
+  if (!cached) return cached.status();
+  const algo::Program& p = (*cached)->schedule.program(0, rank_);
+  const std::size_t es = sizeOf(type);
+  auto* in = static_cast<std::byte*>(const_cast<void*>(send));
+  auto* out = static_cast<std::byte*>(recv);
+  std::vector<P2pOp> ops;
+  for (const algo::Step& st : p.steps()) {
+    for (int q : p.sendPeers(st)) {
+      const auto Q = static_cast<std::size_t>(q);
+      ops.push_back({true, q, in + sendDispls[Q] * es, sendCounts[Q] * es});
+    }
+    for (int q : p.recvPeers(st)) {
+      const auto Q = static_cast<std::size_t>(q);
+      ops.push_back({false, q, out + recvDispls[Q] * es, recvCounts[Q] * es});
+    }
+  }
+  const auto me = static_cast<std::size_t>(rank_);
+  if (sendCounts[me] != recvCounts[me])
+    return invalidArgument("allToAllv: rank " + std::to_string(rank_) + " sends itself " +
+                           std::to_string(sendCounts[me]) + " elements but receives " +
+                           std::to_string(recvCounts[me]));
+  if (sendCounts[me] > 0)
+    std::memmove(out + recvDispls[me] * es, in + sendDispls[me] * es, sendCounts[me] * es);
+  return exchange(std::move(ops));
 }
 
 }  // namespace weft

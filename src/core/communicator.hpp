@@ -29,6 +29,10 @@ class Communicator {
                                                       const Config& config);
   ~Communicator();
 
+  // Collective over this communicator: ranks passing the same color form a new communicator,
+  // ranked by (key, old rank). A negative color takes part but gets no communicator (nullptr).
+  Result<std::unique_ptr<Communicator>> split(int color, int key);
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   const Config& config() const { return config_; }
@@ -44,9 +48,28 @@ class Communicator {
                 int root);
   // count: elements to each peer.
   Status allToAll(const void* send, void* recv, std::size_t count, DataType type);
+  // Counts and displacements in elements, one per rank (MPI_Alltoallv's convention).
+  Status allToAllv(const void* send, const std::size_t* sendCounts, const std::size_t* sendDispls,
+                   void* recv, const std::size_t* recvCounts, const std::size_t* recvDispls,
+                   DataType type);
   Status send(const void* buf, std::size_t count, DataType type, int peer);
   Status recv(void* buf, std::size_t count, DataType type, int peer);
   Status barrier();
+
+  // One send or receive of a batch that progresses together (a group, all-to-all-v).
+  struct P2pOp {
+    bool isSend = true;
+    int peer = 0;
+    std::byte* buf = nullptr;
+    std::size_t bytes = 0;
+  };
+  // Checks one point-to-point operation's arguments without running it.
+  Status checkP2p(const char* what, const void* buf, std::size_t count, DataType type,
+                  int peer) const;
+  // Runs every operation of the batch at once: operations to the same peer in the same
+  // direction go in order over their connection, everything else interleaves, so any pattern
+  // of matched sends and receives completes (a ring exchange of any size included).
+  Status exchange(std::vector<P2pOp> ops);
 
   // From any thread: every rank's current and later waits end with an error.
   void abort(const std::string& why);

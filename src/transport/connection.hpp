@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -82,6 +83,10 @@ class Connection {
   // Receiver: waits for the next message; release() hands its slot back.
   virtual Result<std::span<const std::byte>> receive(const Waiter& w) = 0;
   virtual void release() = 0;
+  // The same without waiting, for progress engines that drive many connections at once: a free
+  // slot or nullptr; the next message or nothing.
+  virtual std::byte* tryAcquire() = 0;
+  virtual std::optional<std::span<const std::byte>> tryReceive() = 0;
 };
 
 }  // namespace weft::transport

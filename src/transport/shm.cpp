@@ -140,14 +140,18 @@ ShmConnection::ShmConnection(std::byte* base, const ShmGeometry& g, int peer)
       slotBytes_(g.slotBytes),
       peer_(peer) {}
 
-Result<std::byte*> ShmConnection::acquire(const Waiter& w) {
+std::byte* ShmConnection::tryAcquire() {
   // acquire: the receiver's reads of the slot happen before this rank overwrites it.
-  auto room = [&] {
-    return next_ - header_->tail.load(std::memory_order_acquire) <
-           static_cast<std::uint64_t>(nslots_);
-  };
-  if (Status s = w.wait(room, "sending to", peer_); !s) return s;
+  if (next_ - header_->tail.load(std::memory_order_acquire) >= static_cast<std::uint64_t>(nslots_))
+    return nullptr;
   return slots_ + (next_ % static_cast<std::uint64_t>(nslots_)) * slotBytes_;
+}
+
+Result<std::byte*> ShmConnection::acquire(const Waiter& w) {
+  std::byte* slot = nullptr;
+  if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr; }, "sending to", peer_); !s)
+    return s;
+  return slot;
 }
 
 void ShmConnection::post(std::size_t bytes) {
@@ -157,12 +161,18 @@ void ShmConnection::post(std::size_t bytes) {
   header_->head.store(next_, std::memory_order_release);
 }
 
-Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {
+std::optional<std::span<const std::byte>> ShmConnection::tryReceive() {
   // acquire: pairs with post()'s release, so the slot's bytes are complete.
-  auto ready = [&] { return header_->head.load(std::memory_order_acquire) > next_; };
-  if (Status s = w.wait(ready, "receiving from", peer_); !s) return s;
+  if (header_->head.load(std::memory_order_acquire) <= next_) return std::nullopt;
   const std::uint64_t slot = next_ % static_cast<std::uint64_t>(nslots_);
   return std::span<const std::byte>(slots_ + slot * slotBytes_, header_->sizes[slot]);
+}
+
+Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {
+  std::optional<std::span<const std::byte>> m;
+  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_); !s)
+    return s;
+  return *m;
 }
 
 void ShmConnection::release() {

@@ -81,6 +81,8 @@ class ShmConnection final : public Connection {
   void post(std::size_t bytes) override;
   Result<std::span<const std::byte>> receive(const Waiter& w) override;
   void release() override;
+  std::byte* tryAcquire() override;
+  std::optional<std::span<const std::byte>> tryReceive() override;
 
   struct Header;  // in shared memory; laid out in shm.cpp
 

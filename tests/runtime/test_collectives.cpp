@@ -259,6 +259,106 @@ TEST(ForcedAlgorithms, EveryAlgorithmOnEveryCollectiveItServes) {
   }
 }
 
+TEST(Groups, SendAndReceiveOfAnySizeProgressTogether) {
+  // Every rank sends to both neighbours and receives from both, all in one group: without the
+  // group, a send larger than the FIFO would wait for a receive that comes after it.
+  for (int n : {2, 3, 5}) {
+    std::vector<Comm> comms = makeComms(n);
+    const std::size_t count = 1'000'003;
+    onEveryRank(n, [&](int r) {
+      Comm& c = comms[static_cast<std::size_t>(r)];
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      std::vector<float> toNext(count, float(r)), toPrev(count, float(-r)), fromPrev(count),
+          fromNext(count);
+      ASSERT_EQ(weftGroupStart(), weftSuccess);
+      ASSERT_TRUE(c.send(toNext.data(), count, DataType::f32, next).isOk());
+      ASSERT_TRUE(c.send(toPrev.data(), count, DataType::f32, prev).isOk());
+      ASSERT_TRUE(c.recv(fromPrev.data(), count, DataType::f32, prev).isOk());
+      ASSERT_TRUE(c.recv(fromNext.data(), count, DataType::f32, next).isOk());
+      ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError();
+      // With two ranks both neighbours are the same rank: its two sends arrive in call order.
+      const float a = float(prev), b = float(-next);
+      EXPECT_EQ(fromPrev.front(), a);
+      EXPECT_EQ(fromPrev.back(), a);
+      EXPECT_EQ(fromNext.back(), b);
+    });
+  }
+}
+
+TEST(Groups, OneThreadDrivesEveryRank) {
+  // NCCL's single-process pattern: one thread, a group, one call per communicator.
+  const int n = 4;
+  std::vector<Comm> comms = makeComms(n);
+  std::vector<std::vector<double>> in(n), out(n);
+  for (int r = 0; r < n; ++r) {
+    in[static_cast<std::size_t>(r)].assign(70'000, r + 1.0);
+    out[static_cast<std::size_t>(r)].assign(70'000, 0);
+  }
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  for (int r = 0; r < n; ++r) {
+    auto& c = comms[static_cast<std::size_t>(r)];
+    ASSERT_TRUE(c.allReduce(in[static_cast<std::size_t>(r)].data(),
+                            out[static_cast<std::size_t>(r)].data(), 70'000, DataType::f64,
+                            RedOp::sum)
+                    .isOk());
+  }
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(out[static_cast<std::size_t>(r)].back(), 10.0);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidUsage);  // no group open
+}
+
+TEST(AllToAllv, UnevenCountsIncludingEmptyOnes) {
+  for (int n : {1, 2, 3, 4, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    // Rank r sends count(r, q) elements to rank q, some of them none.
+    auto count = [](int r, int q) { return static_cast<std::size_t>((r * 7 + q * 3) % 5 * 9001); };
+    auto value = [](int r, int q, std::size_t i) { return float(r * 1000 + q) + float(i % 7); };
+    onEveryRank(n, [&](int r) {
+      std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
+      std::size_t s = 0, t = 0;
+      for (int q = 0; q < n; ++q) {
+        sc[q] = count(r, q), sd[q] = s, s += sc[q] + 3;  // gaps between blocks
+        rc[q] = count(q, r), rd[q] = t, t += rc[q] + 5;
+      }
+      std::vector<float> in(s), out(t, -1.f);
+      for (int q = 0; q < n; ++q) {
+        for (std::size_t i = 0; i < sc[q]; ++i) in[sd[q] + i] = value(r, q, i);
+      }
+      ASSERT_EQ(weftAllToAllv(in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(),
+                              weftFloat32, comms[static_cast<std::size_t>(r)].handle(), nullptr),
+                weftSuccess)
+          << weftGetLastError();
+      for (int q = 0; q < n; ++q) {
+        for (std::size_t i = 0; i < rc[q]; ++i) ASSERT_EQ(out[rd[q] + i], value(q, r, i));
+        if (q + 1 < n) {
+          for (std::size_t i = rd[q] + rc[q]; i < rd[q + 1]; ++i) ASSERT_EQ(out[i], -1.f);
+        }
+      }
+    });
+  }
+}
+
+TEST(Split, EvenAndOddRanksThenAllReduceInEach) {
+  const int n = 6;
+  std::vector<Comm> comms = makeComms(n);
+  onEveryRank(n, [&](int r) {
+    // Rank 5 takes no part; keys reverse the order inside each color.
+    const int color = r == 5 ? -1 : r % 2;
+    auto sub = comms[static_cast<std::size_t>(r)].split(color, -r);
+    ASSERT_TRUE(sub.isOk()) << sub.status().toString();
+    if (color < 0) {
+      EXPECT_FALSE(sub->valid());
+      return;
+    }
+    const int size = color == 0 ? 3 : 2;  // {0, 2, 4} and {1, 3}
+    EXPECT_EQ(sub->size(), size);
+    EXPECT_EQ(sub->rank(), color == 0 ? (4 - r) / 2 : (3 - r) / 2);
+    double x = r, sum = 0;
+    ASSERT_TRUE(sub->allReduce(&x, &sum, 1, DataType::f64, RedOp::sum).isOk());
+    EXPECT_EQ(sum, color == 0 ? 6.0 : 4.0);
+  });
+}
+
 TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   std::vector<Comm> comms = makeComms(2);
   weftComm_t h = comms[0].handle();
