@@ -63,7 +63,7 @@ std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed)
     const std::size_t rc = static_cast<std::size_t>(r) * c.count * es;
     switch (c.coll) {
       case Collective::allGather:
-        std::memcpy(O.data() + rc, I.data(), c.count * es);
+        if (c.count > 0) std::memcpy(O.data() + rc, I.data(), c.count * es);
         sendPtr[static_cast<std::size_t>(r)] = O.data() + rc;
         break;
       case Collective::reduceScatter:
@@ -357,6 +357,26 @@ TEST(Split, EvenAndOddRanksThenAllReduceInEach) {
     ASSERT_TRUE(sub->allReduce(&x, &sum, 1, DataType::f64, RedOp::sum).isOk());
     EXPECT_EQ(sum, color == 0 ? 6.0 : 4.0);
   });
+}
+
+TEST(Large, CountsBeyondTwoToThe31Elements) {
+  // 2^31 + 5 one-byte elements, in place on two ranks: offsets past 32 bits everywhere.
+  const std::size_t count = (std::size_t{1} << 31) + 5;
+  std::vector<Comm> comms = makeComms(2);
+  std::vector<std::vector<std::uint8_t>> buf(2);
+  onEveryRank(2, [&](int r) {
+    auto& b = buf[static_cast<std::size_t>(r)];
+    b.resize(count);
+    for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<std::uint8_t>((i + static_cast<std::size_t>(r)) % 251);
+    const Status s = comms[static_cast<std::size_t>(r)].allReduce(b.data(), b.data(), count,
+                                                                 DataType::u8, RedOp::sum);
+    EXPECT_TRUE(s.isOk()) << s.toString();
+  });
+  for (const auto& b : buf) {
+    for (std::size_t i : {std::size_t{0}, std::size_t{1} << 31, count - 1, count / 3, count - 77}) {
+      ASSERT_EQ(b[i], static_cast<std::uint8_t>(i % 251 + (i + 1) % 251)) << "element " << i;
+    }
+  }
 }
 
 TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {

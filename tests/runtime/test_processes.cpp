@@ -16,11 +16,15 @@
 namespace weft::test {
 namespace {
 
-int weftSegments() {
+// Segments in /dev/shm created by these processes (weft names them /weft-<pid>-<random>); other
+// tests running at the same time have other pids.
+int segmentsOf(const std::vector<pid_t>& pids) {
   int count = 0;
   if (DIR* d = opendir("/dev/shm")) {
     while (dirent* e = readdir(d)) {
-      if (std::string(e->d_name).rfind("weft-", 0) == 0) ++count;
+      for (pid_t p : pids) {
+        if (std::string(e->d_name).rfind("weft-" + std::to_string(p) + "-", 0) == 0) ++count;
+      }
     }
     closedir(d);
   }
@@ -30,6 +34,7 @@ int weftSegments() {
 // Forks n ranks running body(rank, comm) -> exit code; returns each child's exit code (or -sig),
 // killing any still running after `limit`.
 std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
+                           std::vector<pid_t>* children = nullptr,
                            std::chrono::seconds limit = std::chrono::seconds(60)) {
   auto id = UniqueId::make();
   EXPECT_TRUE(id.isOk()) << id.status().toString();
@@ -47,6 +52,7 @@ std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
     }
     pids.push_back(pid);
   }
+  if (children != nullptr) *children = pids;
   std::vector<int> codes(static_cast<std::size_t>(n), -1000);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   int left = n;
@@ -135,10 +141,10 @@ int everyCollective(int r, Comm& comm) {
 class Processes : public ::testing::TestWithParam<int> {};
 
 TEST_P(Processes, EveryCollectiveAndNoSegmentLeft) {
-  const int before = weftSegments();
-  const std::vector<int> codes = forkRanks(GetParam(), everyCollective);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(GetParam(), everyCollective, &pids);
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
-  EXPECT_EQ(weftSegments(), before);
+  EXPECT_EQ(segmentsOf(pids), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
@@ -146,7 +152,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
 
 TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
   setenv("WEFT_TIMEOUT_S", "20", 1);
-  const int before = weftSegments();
+  std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(4, [](int r, Comm& comm) {
     std::vector<float> in(1 << 16, 1.f), out(in.size());
     if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
@@ -158,11 +164,11 @@ TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
     std::fprintf(stderr, "rank %d after the kill: %s in %.2f s\n", r, s.toString().c_str(), secs);
     if (s.code() != Code::remoteError && s.code() != Code::timeout) return 3;
     return secs < 10 ? 0 : 4;  // well within the timeout: death is detected, not waited out
-  });
+  }, &pids);
   unsetenv("WEFT_TIMEOUT_S");
   EXPECT_EQ(codes[2], -SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
-  EXPECT_EQ(weftSegments(), before);
+  EXPECT_EQ(segmentsOf(pids), 0);  // the killed rank's inbox included
 }
 
 TEST(ProcessFaults, BootstrapToADeadAddressTimesOut) {
