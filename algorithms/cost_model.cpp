@@ -462,14 +462,19 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // Per step every rank forwards one block. The ring runs at the slower of its busiest rank
       // (back-to-back sends over its link) and its cycle (a block's hop latency and transfer,
       // averaged over the ring): the latency of a fast hop hides behind a slow one.
-      // Channels share a rank's link but post their messages independently: while one posts,
-      // the others keep the link busy, so a step takes the longer of one channel's postings and
-      // transfer alone on the link, and the whole block over it.
+      // Channels share a rank's NVSwitch port but post their messages independently: while one
+      // posts, the others keep the port busy, so a step takes the longer of one channel's
+      // postings and transfer alone on the port, and the whole block over it. Host crossings
+      // differ: each rotated channel leaves through its own GPU's NIC (channels share one only
+      // past G of them), so nothing hides a channel's postings there.
       const double block = moved * S / steps;
       const double C = channels;
-      const double busyIntra = std::max(slices(block) * t.oIntra + block / C / intraBw, block / intraBw);
+      const double busyIntra =
+          std::max(slices(block) * t.oIntra + block / C / intraBw, block / intraBw);
+      const double nicsUsed = std::min(C, static_cast<double>(std::max(1, G)));
       const double busyNet =
-          multi ? std::max(slices(block) * t.oNet + block / C / netBw, block / netBw) : 0;
+          multi ? std::max(slices(block) * t.oNet + block / C / (netBw / nicsUsed), block / netBw)
+                : 0;
       const double cycle = (inside * (t.aIntra + busyIntra) + crossings * (t.aNet + busyNet)) / n;
       const double period = std::max({busyIntra, busyNet, cycle});
       lat += steps * (period - std::max(busyIntra, busyNet));
