@@ -126,7 +126,8 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
   for (int ch = 0; ch < g.channels; ++ch) {
     for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // No fence needed: peers learn the segment's name only through the bootstrap, whose exchange
+  // (a socket or a mutex) orders these writes before their first access.
 }
 
 ShmControl* controlOf(std::byte* inbox) {
