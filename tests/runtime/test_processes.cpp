@@ -33,6 +33,14 @@ int segmentsOf(const std::vector<pid_t>& pids) {
 
 // Forks n ranks running body(rank, comm) -> exit code; returns each child's exit code (or -sig),
 // killing any still running after `limit`.
+// ThreadSanitizer cannot follow a process that forks while it has threads (the root listener)
+// and then starts threads: under it these tests skip; ASan runs them.
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_SKIP_UNDER_TSAN() GTEST_SKIP() << "fork after threads is unsupported under TSan"
+#else
+#define WEFT_SKIP_UNDER_TSAN() (void)0
+#endif
+
 std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
                            std::vector<pid_t>* children = nullptr,
                            std::chrono::seconds limit = std::chrono::seconds(60)) {
@@ -141,6 +149,7 @@ int everyCollective(int r, Comm& comm) {
 class Processes : public ::testing::TestWithParam<int> {};
 
 TEST_P(Processes, EveryCollectiveAndNoSegmentLeft) {
+  WEFT_SKIP_UNDER_TSAN();
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(GetParam(), everyCollective, &pids);
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
@@ -151,6 +160,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
 TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
+  WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_TIMEOUT_S", "20", 1);
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(4, [](int r, Comm& comm) {
