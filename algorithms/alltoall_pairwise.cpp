@@ -14,7 +14,9 @@ using enum Buf;
 // (reflection on m-1 players, the one it fixes meeting player m-1); with m odd, rounds 1..m are
 // reflections, each fixing one player, who sits the round out. Every round is an involution, and
 // each pair of distinct players meets in exactly one round.
-int roundsOf(int m) { return m % 2 == 0 ? m : m + 1; }
+int roundsOf(int m) {
+  return m % 2 == 0 ? m : m + 1;
+}
 
 // The partner of x in round k, or -1 where x sits the round out.
 int opponent(int x, int k, int m) {

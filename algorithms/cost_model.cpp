@@ -585,8 +585,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
         }
         double worst = 0;
         for (int v = 0; v < p2; ++v) {
-          const double fold =
-              v < extra ? pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes) : 0;
+          const double fold = v < extra ? pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes) : 0;
           worst = std::max(worst, ready[static_cast<std::size_t>(v)] + fold);
         }
         return worst;

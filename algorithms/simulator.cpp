@@ -3,8 +3,8 @@
 #include "algorithms/patterns.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <unordered_map>
@@ -19,7 +19,8 @@ constexpr double kBytesPerUsPerGBs = 1e3;
 // Time-based link sharing sorts every (send, link) pair of a pass; above this many the first
 // guess (flows of one step index share) stands, and SimResult::timeShared says so.
 constexpr std::size_t kTimeSharingIncidences = 8'000'000;
-static const int kTimeSharingIterations = std::getenv("SIMIT") ? std::atoi(std::getenv("SIMIT")) : 3;
+static const int kTimeSharingIterations =
+    std::getenv("SIMIT") ? std::atoi(std::getenv("SIMIT")) : 3;
 
 LinkClass classOfLink(topo::LinkKind k) {
   return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
@@ -333,23 +334,23 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
       int delta;
     };
     std::vector<std::size_t> first(resourceCount + 1, 0);
-    forEachSend([&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot,
-                    const Flow& f) {
-      if (pr.seconds[slot] <= 0) return;
-      for (int id : f.resources) first[static_cast<std::size_t>(id) + 1] += 2;
-    });
+    forEachSend(
+        [&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot, const Flow& f) {
+          if (pr.seconds[slot] <= 0) return;
+          for (int id : f.resources) first[static_cast<std::size_t>(id) + 1] += 2;
+        });
     for (std::size_t r = 0; r < resourceCount; ++r) first[r + 1] += first[r];
     std::vector<Event> events(first[resourceCount]);
     std::vector<std::size_t> fill(first.begin(), first.end() - 1);
-    forEachSend([&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot,
-                    const Flow& f) {
-      const double t0 = pr.begin[slot], t1 = t0 + pr.seconds[slot];
-      if (pr.seconds[slot] <= 0) return;
-      for (int id : f.resources) {
-        events[fill[static_cast<std::size_t>(id)]++] = {t0, +1};
-        events[fill[static_cast<std::size_t>(id)]++] = {t1, -1};
-      }
-    });
+    forEachSend(
+        [&](std::size_t, Proc& pr, const Program&, const Step&, std::size_t slot, const Flow& f) {
+          const double t0 = pr.begin[slot], t1 = t0 + pr.seconds[slot];
+          if (pr.seconds[slot] <= 0) return;
+          for (int id : f.resources) {
+            events[fill[static_cast<std::size_t>(id)]++] = {t0, +1};
+            events[fill[static_cast<std::size_t>(id)]++] = {t1, -1};
+          }
+        });
     // Per resource: the flow count after each event and the integral of the count up to it.
     std::vector<double> count(events.size()), area(events.size());
     for (std::size_t r = 0; r < resourceCount; ++r) {
@@ -391,10 +392,11 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   // slice period is bounded by the busiest rank (its postings and transfers, its own messages of a
   // step sharing its links) and by the busiest link (every byte that crosses it in one pass).
   std::vector<double> carried(resourceCount, 0);
-  forEachSend([&](std::size_t, Proc&, const Program& p, const Step& st, std::size_t,
-                  const Flow& f) {
-    for (int id : f.resources) carried[static_cast<std::size_t>(id)] += p.blocks(st) * sliceBlock;
-  });
+  forEachSend(
+      [&](std::size_t, Proc&, const Program& p, const Step& st, std::size_t, const Flow& f) {
+        for (int id : f.resources)
+          carried[static_cast<std::size_t>(id)] += p.blocks(st) * sliceBlock;
+      });
   double period = 0;
   for (std::size_t id = 0; id < resourceCount; ++id) {
     if (carried[id] > 0) period = std::max(period, carried[id] / capacity(static_cast<int>(id)));

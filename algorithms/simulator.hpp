@@ -42,8 +42,8 @@ struct SimOptions {
 
 struct SimResult {
   double timeUs = 0;
-  double passUs = 0;  // one pass of the step list over one slice, latency included
-  double busyUs = 0;  // one slice period of the pipelined steady state
+  double passUs = 0;        // one pass of the step list over one slice, latency included
+  double busyUs = 0;        // one slice period of the pipelined steady state
   bool timeShared = false;  // links shared by overlapping time (false: by step index, too big)
   int slices = 1;
   bool representative = false;

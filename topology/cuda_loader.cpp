@@ -1,8 +1,7 @@
 #include "topology/cuda_loader.hpp"
 
-#include <dlfcn.h>
-
 #include "topology/nvml_loader.hpp"
+#include "topology/shared_library.hpp"
 
 namespace weft::topo {
 namespace {
@@ -16,40 +15,28 @@ constexpr int kP2pAccessSupported = 2;
 constexpr int kP2pNativeAtomicSupported = 3;
 
 struct Api {
-  void* handle = nullptr;
+  SharedLibrary lib;
   CUresult (*init)(unsigned) = nullptr;
   CUresult (*count)(int*) = nullptr;
   CUresult (*get)(CUdevice*, int) = nullptr;
   CUresult (*busId)(char*, int, CUdevice) = nullptr;
   CUresult (*attribute)(int*, int, CUdevice, CUdevice) = nullptr;
-
-  ~Api() {
-    if (handle != nullptr) dlclose(handle);
-  }
 };
-
-template <typename F>
-bool bind(void* handle, const char* symbol, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(handle, symbol));
-  return fn != nullptr;
-}
 
 }  // namespace
 
 Result<CudaP2p> queryCudaP2p(const std::string& library) {
+  auto lib = SharedLibrary::open(library, "CUDA driver");
+  if (!lib) return lib.status();
   Api api;
-  api.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api.handle == nullptr) {
-    const char* why = dlerror();
-    return unsupported("CUDA driver not available (" + library + ": " +
-                       (why ? why : "dlopen failed") + ")");
-  }
-  const bool ok = bind(api.handle, "cuInit", api.init) &&
-                  bind(api.handle, "cuDeviceGetCount", api.count) &&
-                  bind(api.handle, "cuDeviceGet", api.get) &&
-                  bind(api.handle, "cuDeviceGetPCIBusId", api.busId) &&
-                  bind(api.handle, "cuDeviceGetP2PAttribute", api.attribute);
-  if (!ok) return unsupported("CUDA driver at " + library + " lacks an entry point discovery needs");
+  api.lib = std::move(*lib);
+  const SharedLibrary& cuda = api.lib;
+  const bool ok = cuda.bind("cuInit", api.init) && cuda.bind("cuDeviceGetCount", api.count) &&
+                  cuda.bind("cuDeviceGet", api.get) &&
+                  cuda.bind("cuDeviceGetPCIBusId", api.busId) &&
+                  cuda.bind("cuDeviceGetP2PAttribute", api.attribute);
+  if (!ok)
+    return unsupported("CUDA driver at " + library + " lacks an entry point discovery needs");
   if (api.init(0) != kCudaSuccess) return unsupported("cuInit failed (no GPU visible)");
   int n = 0;
   if (api.count(&n) != kCudaSuccess) return Status(Code::systemError, "cuDeviceGetCount failed");
@@ -70,11 +57,11 @@ Result<CudaP2p> queryCudaP2p(const std::string& library) {
       if (a == b) continue;
       CudaPeer& p = out.peers[a * devices.size() + b];
       int v = 0;
-      p.access = api.attribute(&v, kP2pAccessSupported, devices[a], devices[b]) == kCudaSuccess &&
-                 v != 0;
-      p.atomics = api.attribute(&v, kP2pNativeAtomicSupported, devices[a], devices[b]) ==
-                      kCudaSuccess &&
-                  v != 0;
+      p.access =
+          api.attribute(&v, kP2pAccessSupported, devices[a], devices[b]) == kCudaSuccess && v != 0;
+      p.atomics =
+          api.attribute(&v, kP2pNativeAtomicSupported, devices[a], devices[b]) == kCudaSuccess &&
+          v != 0;
       if (api.attribute(&v, kP2pPerformanceRank, devices[a], devices[b]) == kCudaSuccess)
         p.performanceRank = v;
     }

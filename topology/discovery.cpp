@@ -184,10 +184,12 @@ XmlElement* findPci(XmlElement& e, const std::string& busId) {
 void dropUnknownGpus(XmlElement& e, const std::set<std::string>& known) {
   auto unknownGpu = [&](const XmlElement& c) {
     if (c.name != "pci") return false;
-    const bool isGpu = std::any_of(c.children.begin(), c.children.end(), [](const XmlElement& x) { return x.name == "gpu"; });
+    const bool isGpu = std::any_of(c.children.begin(), c.children.end(),
+                                   [](const XmlElement& x) { return x.name == "gpu"; });
     return isGpu && known.count(c.attrOr("busid", "")) == 0;
   };
-  e.children.erase(std::remove_if(e.children.begin(), e.children.end(), unknownGpu), e.children.end());
+  e.children.erase(std::remove_if(e.children.begin(), e.children.end(), unknownGpu),
+                   e.children.end());
   for (XmlElement& c : e.children) dropUnknownGpus(c, known);
 }
 

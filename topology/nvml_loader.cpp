@@ -1,11 +1,11 @@
 #include "topology/nvml_loader.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+
+#include "topology/shared_library.hpp"
 
 namespace weft::topo {
 namespace {
@@ -28,7 +28,7 @@ constexpr int kNvlinkDeviceTypeSwitch = 2;
 constexpr int kFeatureEnabled = 1;
 
 struct Api {
-  void* handle = nullptr;
+  SharedLibrary lib;  // closed after the destructor's shutdown
   nvmlReturn_t (*init)() = nullptr;
   nvmlReturn_t (*shutdown)() = nullptr;
   nvmlReturn_t (*count)(unsigned*) = nullptr;
@@ -41,15 +41,8 @@ struct Api {
 
   ~Api() {
     if (shutdown != nullptr) shutdown();
-    if (handle != nullptr) dlclose(handle);
   }
 };
-
-template <typename F>
-bool bind(void* handle, const char* symbol, F& fn) {
-  fn = reinterpret_cast<F>(dlsym(handle, symbol));
-  return fn != nullptr;
-}
 
 }  // namespace
 
@@ -70,26 +63,24 @@ std::string normalizeBusId(const std::string& busId) {
 }
 
 Result<std::vector<NvmlGpu>> queryNvml(const std::string& library) {
+  auto lib = SharedLibrary::open(library, "NVML");
+  if (!lib) return lib.status();
   Api api;
-  api.handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (api.handle == nullptr) {
-    const char* why = dlerror();
-    return unsupported("NVML not available (" + library + ": " + (why ? why : "dlopen failed") +
-                       ")");
-  }
-  const bool ok = bind(api.handle, "nvmlInit_v2", api.init) &&
-                  bind(api.handle, "nvmlDeviceGetCount_v2", api.count) &&
-                  bind(api.handle, "nvmlDeviceGetHandleByIndex_v2", api.byIndex) &&
-                  bind(api.handle, "nvmlDeviceGetPciInfo_v3", api.pciInfo) &&
-                  bind(api.handle, "nvmlDeviceGetCudaComputeCapability", api.computeCapability) &&
-                  bind(api.handle, "nvmlDeviceGetNvLinkState", api.linkState) &&
-                  bind(api.handle, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.remotePci);
+  api.lib = std::move(*lib);
+  const SharedLibrary& nvml = api.lib;
+  const bool ok = nvml.bind("nvmlInit_v2", api.init) &&
+                  nvml.bind("nvmlDeviceGetCount_v2", api.count) &&
+                  nvml.bind("nvmlDeviceGetHandleByIndex_v2", api.byIndex) &&
+                  nvml.bind("nvmlDeviceGetPciInfo_v3", api.pciInfo) &&
+                  nvml.bind("nvmlDeviceGetCudaComputeCapability", api.computeCapability) &&
+                  nvml.bind("nvmlDeviceGetNvLinkState", api.linkState) &&
+                  nvml.bind("nvmlDeviceGetNvLinkRemotePciInfo_v2", api.remotePci);
   if (!ok) return unsupported("NVML at " + library + " lacks an entry point discovery needs");
-  bind(api.handle, "nvmlDeviceGetNvLinkRemoteDeviceType", api.remoteType);
+  nvml.bind("nvmlDeviceGetNvLinkRemoteDeviceType", api.remoteType);
   if (api.init() != kNvmlSuccess) {
     return unsupported("nvmlInit failed (no driver, or no GPU visible)");
   }
-  bind(api.handle, "nvmlShutdown", api.shutdown);  // only once init succeeded
+  nvml.bind("nvmlShutdown", api.shutdown);  // only once init succeeded
   unsigned n = 0;
   if (api.count(&n) != kNvmlSuccess) return Status(Code::systemError, "nvmlDeviceGetCount failed");
   std::vector<NvmlGpu> gpus;

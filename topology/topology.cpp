@@ -309,7 +309,8 @@ class Builder {
           const long dev = std::strtol(item.c_str(), &end, 10);
           auto it = gpuByDev.find(static_cast<int>(dev));
           if (item.empty() || *end != '\0' || it == gpuByDev.end() || it->second == g) {
-            return err(*xml, std::string(key) + " lists '" + item + "', which is not another GPU's dev");
+            return err(*xml,
+                       std::string(key) + " lists '" + item + "', which is not another GPU's dev");
           }
           PeerAccess& pa =
               peers_[static_cast<std::size_t>(g) * n + static_cast<std::size_t>(it->second)];
@@ -475,7 +476,8 @@ void Topology::computePaths() {
 const PeerAccess& Topology::peerAccess(int fromGpu, int toGpu) const {
   static const PeerAccess kUnknown;
   if (peers_.empty()) return kUnknown;
-  return peers_[static_cast<std::size_t>(fromGpu) * nodes_.size() + static_cast<std::size_t>(toGpu)];
+  return peers_[static_cast<std::size_t>(fromGpu) * nodes_.size() +
+                static_cast<std::size_t>(toGpu)];
 }
 
 int Topology::nearestNic(int gpuNode) const {

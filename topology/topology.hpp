@@ -123,10 +123,10 @@ class Topology {
   std::vector<Node> nodes_;
   std::vector<Link> links_;
   std::vector<int> gpus_, nics_, cpus_;
-  std::vector<Path> paths_;                // nodes x nodes
+  std::vector<Path> paths_;               // nodes x nodes
   std::vector<std::vector<Hop>> routes_;  // nodes x nodes
-  std::vector<int> nicOfNode_;  // node -> NIC node, for GPUs
-  std::vector<PeerAccess> peers_;  // nodes x nodes, empty when nothing is known
+  std::vector<int> nicOfNode_;            // node -> NIC node, for GPUs
+  std::vector<PeerAccess> peers_;         // nodes x nodes, empty when nothing is known
 };
 
 }  // namespace weft::topo

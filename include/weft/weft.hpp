@@ -21,23 +21,36 @@ namespace weft {
 // The C++ type of each DataType (half types as their bit patterns).
 template <typename T>
 constexpr DataType dataTypeOf() {
-  if constexpr (std::is_same_v<T, double>) return DataType::f64;
-  else if constexpr (std::is_same_v<T, float>) return DataType::f32;
-  else if constexpr (std::is_same_v<T, std::int8_t>) return DataType::i8;
-  else if constexpr (std::is_same_v<T, std::uint8_t>) return DataType::u8;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::i32;
-  else if constexpr (std::is_same_v<T, std::uint32_t>) return DataType::u32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
-  else if constexpr (std::is_same_v<T, std::uint64_t>) return DataType::u64;
-  else static_assert(sizeof(T) == 0, "no weft DataType for this C++ type; pass the DataType");
+  if constexpr (std::is_same_v<T, double>)
+    return DataType::f64;
+  else if constexpr (std::is_same_v<T, float>)
+    return DataType::f32;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return DataType::i8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DataType::u8;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::i32;
+  else if constexpr (std::is_same_v<T, std::uint32_t>)
+    return DataType::u32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return DataType::i64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>)
+    return DataType::u64;
+  else
+    static_assert(sizeof(T) == 0, "no weft DataType for this C++ type; pass the DataType");
 }
 
 namespace detail {
 inline Status status(weftResult_t r) {
   return r == weftSuccess ? Status{} : Status(static_cast<Code>(r), weftGetLastError());
 }
-inline weftDataType_t c(DataType t) { return static_cast<weftDataType_t>(t); }
-inline weftRedOp_t c(RedOp op) { return static_cast<weftRedOp_t>(op); }
+inline weftDataType_t c(DataType t) {
+  return static_cast<weftDataType_t>(t);
+}
+inline weftRedOp_t c(RedOp op) {
+  return static_cast<weftRedOp_t>(op);
+}
 }  // namespace detail
 
 struct UniqueId {
@@ -81,7 +94,8 @@ class Comm {
   // takes part and gets an empty Comm.
   Result<Comm> split(int color, int key) {
     weftComm_t h = nullptr;
-    if (Status s = detail::status(weftCommSplit(h_, color < 0 ? WEFT_SPLIT_NOCOLOR : color, key, &h));
+    if (Status s =
+            detail::status(weftCommSplit(h_, color < 0 ? WEFT_SPLIT_NOCOLOR : color, key, &h));
         !s)
       return s;
     return Comm(h);
@@ -103,7 +117,8 @@ class Comm {
   Status abort() { return detail::status(weftCommAbort(h_)); }
 
   Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op) {
-    return detail::status(weftAllReduce(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
+    return detail::status(
+        weftAllReduce(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
   }
   Status allGather(const void* send, void* recv, std::size_t count, DataType t) {
     return detail::status(weftAllGather(send, recv, count, detail::c(t), h_, nullptr));

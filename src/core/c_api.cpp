@@ -4,9 +4,9 @@
 #include <exception>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -61,7 +61,7 @@ weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn) {
 // The calls queued since the outermost weftGroupStart on this thread.
 struct Queued {
   weftComm* comm;
-  std::optional<weft::Communicator::P2pOp> p2p;            // a send or receive, or
+  std::optional<weft::Communicator::P2pOp> p2p;           // a send or receive, or
   std::function<weft::Status(weft::Communicator&)> coll;  // a collective
 };
 thread_local int gGroupDepth = 0;
@@ -76,8 +76,7 @@ bool live(const weftComm* c) {
 template <typename Fn>
 weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
   if (gGroupDepth > 0) {
-    if (!live(comm))
-      return invalid(std::string(what) + ": comm is not a live communicator");
+    if (!live(comm)) return invalid(std::string(what) + ": comm is not a live communicator");
     gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn)});
     return weftSuccess;
   }
@@ -93,19 +92,26 @@ weftResult_t checkStream(void* stream, const char* what) {
   return weftSuccess;
 }
 
-bool validType(weftDataType_t t) { return static_cast<int>(t) >= 0 && t < weftNumDataTypes; }
-bool validOp(weftRedOp_t op) { return static_cast<int>(op) >= 0 && op < weftNumRedOps; }
+bool validType(weftDataType_t t) {
+  return static_cast<int>(t) >= 0 && t < weftNumDataTypes;
+}
+bool validOp(weftRedOp_t op) {
+  return static_cast<int>(op) >= 0 && op < weftNumRedOps;
+}
 
 // Type, op and stream, checked before the communicator is touched.
 weftResult_t checkArgs(const char* what, weftDataType_t type, weftRedOp_t op, void* stream) {
   if (!validType(type))
-    return invalid(std::string(what) + ": invalid datatype " + std::to_string(static_cast<int>(type)));
+    return invalid(std::string(what) + ": invalid datatype " +
+                   std::to_string(static_cast<int>(type)));
   if (!validOp(op))
     return invalid(std::string(what) + ": invalid op " + std::to_string(static_cast<int>(op)));
   return checkStream(stream, what);
 }
 
-weft::Result<weft::Config> config() { return weft::Config::fromEnvironment(); }
+weft::Result<weft::Config> config() {
+  return weft::Config::fromEnvironment();
+}
 
 weft::boot::BootstrapOptions bootOptions(const weft::Config& c) {
   weft::boot::BootstrapOptions o;
@@ -279,7 +285,6 @@ const char* weftCommSummary(weftComm_t comm) {
   return comm->summary.c_str();
 }
 
-
 weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllReduce", datatype, op, stream); r != weftSuccess) return r;
@@ -291,7 +296,8 @@ weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            weftDataType_t datatype, weftComm_t comm, void* stream) {
-  if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess) return r;
+  if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess)
+    return r;
   return collective(comm, "weftAllGather", [=](weft::Communicator& c) {
     return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype));
   });
@@ -300,7 +306,8 @@ weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                void* stream) {
-  if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess) return r;
+  if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess)
+    return r;
   return collective(comm, "weftReduceScatter", [=](weft::Communicator& c) {
     return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
                            static_cast<weft::RedOp>(op));
@@ -309,15 +316,15 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 
 weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, int root, weftComm_t comm, void* stream) {
-  if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess) return r;
+  if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess)
+    return r;
   return collective(comm, "weftBroadcast", [=](weft::Communicator& c) {
     return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root);
   });
 }
 
-weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
-                        void* stream) {
+weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t datatype,
+                        weftRedOp_t op, int root, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftReduce", datatype, op, stream); r != weftSuccess) return r;
   return collective(comm, "weftReduce", [=](weft::Communicator& c) {
     return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
@@ -327,7 +334,8 @@ weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, void* stream) {
-  if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess) return r;
+  if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess)
+    return r;
   return collective(comm, "weftAllToAll", [=](weft::Communicator& c) {
     return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype));
   });

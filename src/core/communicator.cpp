@@ -23,7 +23,9 @@ struct PeerRecord {
   std::uint64_t inboxBytes;
 };
 
-bool processAlive(int pid) { return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH; }
+bool processAlive(int pid) {
+  return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
+}
 
 }  // namespace
 
@@ -116,8 +118,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   std::vector<int> pids = c->pids_;
   c->waiter_ = std::make_unique<transport::Waiter>(
       c->abortFlag_, transport::controlOf(c->inbox_.data())->reason,
-      [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); },
-      config.timeout, me);
+      [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); }, config.timeout,
+      me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   return c;
 }
@@ -170,7 +172,8 @@ std::string Communicator::summary() const {
 void Communicator::abort(const std::string& why) {
   // Tell every rank: their waits watch their own inbox's flag.
   for (int q = 0; q < size_; ++q) {
-    std::byte* inbox = q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
+    std::byte* inbox =
+        q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
     if (inbox == nullptr) continue;
     transport::ShmControl* c = transport::controlOf(inbox);
     // The first to claim the flag writes the reason, then publishes it with a release store; a
@@ -208,7 +211,7 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) con
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
-                                                               const algo::Plan& plan, int root) {
+                                                              const algo::Plan& plan, int root) {
   const auto key = std::make_tuple(static_cast<int>(coll), plan.algorithm, plan.channels,
                                    plan.aggregation, root);
   auto it = schedules_.find(key);
@@ -263,9 +266,11 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   auto cached = scheduleFor(coll, *plan, root);
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
-  const std::size_t message = std::min(geometry_.slotBytes, std::max<std::size_t>(plan->chunkBytes, 4096));
+  const std::size_t message =
+      std::min(geometry_.slotBytes, std::max<std::size_t>(plan->chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
-  if (scratch_.size() < g.scratchElems * sizeOf(type)) scratch_.resize(g.scratchElems * sizeOf(type));
+  if (scratch_.size() < g.scratchElems * sizeOf(type))
+    scratch_.resize(g.scratchElems * sizeOf(type));
   exec::Buffers b{input, output, scratch_.data(), count, type, op};
   const std::size_t channels = s.channels.size();
   std::vector<Status> results(channels);
@@ -331,7 +336,8 @@ Status Communicator::allReduce(const void* send, void* recv, std::size_t count, 
 
 Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type) {
   if (Status s = checkBuffers("allGather", send, recv, count, type, true, true); !s) return s;
-  if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s) return s;
+  if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s)
+    return s;
   return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0);
 }
 
@@ -360,8 +366,7 @@ Status Communicator::reduce(const void* send, void* recv, std::size_t count, Dat
   if (root < 0 || root >= size_)
     return invalidArgument("reduce: root " + std::to_string(root) + " is not a rank of this " +
                            std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("reduce", send, recv, count, type, true, rank_ == root); !s)
-    return s;
+  if (Status s = checkBuffers("reduce", send, recv, count, type, true, rank_ == root); !s) return s;
   if (Status s = checkOp("reduce", op); !s) return s;
   if (Status s = checkCount("reduce", count, 1, type); !s) return s;
   return run(Collective::reduce, send, recv, count, type, op, root);
@@ -395,8 +400,8 @@ Status Communicator::checkP2p(const char* what, const void* buf, std::size_t cou
 
 Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer) {
   if (Status s = checkP2p("send", buf, count, type, peer); !s) return s;
-  return exchange({{true, peer, static_cast<std::byte*>(const_cast<void*>(buf)),
-                    count * sizeOf(type)}});
+  return exchange(
+      {{true, peer, static_cast<std::byte*>(const_cast<void*>(buf)), count * sizeOf(type)}});
 }
 
 Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer) {
@@ -436,10 +441,10 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
         if (!m) continue;
         if (m->size() != n) {
           c->release();
-          failure = {Code::invalidUsage,
-                     "rank " + std::to_string(rank_) + ": receive from rank " +
-                         std::to_string(op.peer) + " of " + std::to_string(op.bytes) +
-                         " bytes met a send of a different size"};
+          failure = {Code::invalidUsage, "rank " + std::to_string(rank_) + ": receive from rank " +
+                                             std::to_string(op.peer) + " of " +
+                                             std::to_string(op.bytes) +
+                                             " bytes met a send of a different size"};
           return true;
         }
         std::memcpy(op.buf + l.done, m->data(), n);
@@ -481,8 +486,8 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
     sent += sendCounts[Q];
     received += recvCounts[Q];
   }
-  if (Status s = checkBuffers(what, send, recv, std::max(sent, received), type, sent > 0,
-                              received > 0);
+  if (Status s =
+          checkBuffers(what, send, recv, std::max(sent, received), type, sent > 0, received > 0);
       !s)
     return s;
   if (Status s = checkUsable(what); !s) return s;

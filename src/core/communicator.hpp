@@ -44,8 +44,7 @@ class Communicator {
   // count: elements each rank receives.
   Status reduceScatter(const void* send, void* recv, std::size_t count, DataType type, RedOp op);
   Status broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
-  Status reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op,
-                int root);
+  Status reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op, int root);
   // count: elements to each peer.
   Status allToAll(const void* send, void* recv, std::size_t count, DataType type);
   // Counts and displacements in elements, one per rank (MPI_Alltoallv's convention).
@@ -102,7 +101,7 @@ class Communicator {
   std::unique_ptr<algo::Tuner> tuner_;
   std::map<std::tuple<int, std::string, int, int, int>, std::unique_ptr<Cached>> schedules_;
   std::vector<std::byte> scratch_;
-  std::atomic<int>* abortFlag_ = nullptr;            // in this rank's inbox
+  std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
 };
 

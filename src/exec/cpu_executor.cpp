@@ -12,7 +12,9 @@ using algo::Buf;
 using algo::Span;
 using algo::StepKind;
 
-std::size_t ceilDiv(std::size_t a, std::size_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+std::size_t ceilDiv(std::size_t a, std::size_t b) {
+  return b == 0 ? 0 : (a + b - 1) / b;
+}
 
 // One block's slice on this channel and pass: where it is and how many elements it really has.
 struct Piece {
@@ -54,8 +56,7 @@ class Runner {
     const std::size_t B = s_.blocksPerSegment;
     const std::size_t seg = block / B, kb = block % B;
     const std::size_t start = kb * g_.blockElems;
-    const std::size_t blockLen =
-        b_.count > start ? std::min(g_.blockElems, b_.count - start) : 0;
+    const std::size_t blockLen = b_.count > start ? std::min(g_.blockElems, b_.count - start) : 0;
     const std::size_t len = offset_ < blockLen ? blockLen - offset_ : 0;
     const std::size_t n = std::min(len, room_);
     if (n == 0) return {};
@@ -65,7 +66,8 @@ class Runner {
   }
 
   // Blocks of a span list, in order.
-  static void blocksOf(std::span<const Span> spans, std::vector<std::pair<Buf, std::uint32_t>>& out) {
+  static void blocksOf(std::span<const Span> spans,
+                       std::vector<std::pair<Buf, std::uint32_t>>& out) {
     out.clear();
     for (const Span& sp : spans) {
       for (std::uint32_t i = 0; i < sp.count; ++i) out.emplace_back(sp.buf, sp.at(i));

@@ -25,8 +25,8 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
     // The setter wrote the reason before its release of the flag; this acquire sees it.
     const std::string why = reason_ != nullptr && reason_[0] != '\0' ? reason_ : "abort was called";
     return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
-                                   std::to_string(peer) + " stopped: the communicator was aborted (" +
-                                   why + ")"};
+                                   std::to_string(peer) +
+                                   " stopped: the communicator was aborted (" + why + ")"};
   }
   // Asking the kernel about the peer costs a system call: every 64th nap (~10 ms) is enough.
   if (peerAlive_ && round % 64 == 63 && !peerAlive_(peer)) {
@@ -36,7 +36,8 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
   if (Clock::now() - start > timeout_) {
     return {Code::timeout,
             "rank " + std::to_string(rank_) + ": " + what + " rank " + std::to_string(peer) +
-                ": no progress for " + std::to_string(static_cast<double>(timeout_.count()) / 1000.0).substr(0, 5) +
+                ": no progress for " +
+                std::to_string(static_cast<double>(timeout_.count()) / 1000.0).substr(0, 5) +
                 " s (WEFT_TIMEOUT_S); the peer is stuck or far behind"};
   }
   return {};

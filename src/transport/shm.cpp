@@ -17,7 +17,9 @@ namespace {
 constexpr std::size_t kCacheLine = 64;
 constexpr std::size_t kControlBytes = 4096;
 
-std::size_t roundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+std::size_t roundUp(std::size_t x, std::size_t to) {
+  return (x + to - 1) / to * to;
+}
 
 Status sysError(const std::string& what) {
   return {Code::systemError, what + ": " + std::strerror(errno)};
@@ -37,15 +39,14 @@ std::size_t ShmGeometry::connectionBytes() const {
 }
 
 std::size_t ShmGeometry::inboxBytes() const {
-  return kControlBytes + static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) *
-                             connectionBytes();
+  return kControlBytes +
+         static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) * connectionBytes();
 }
 
 std::size_t ShmGeometry::offset(int channel, int from) const {
-  return kControlBytes +
-         (static_cast<std::size_t>(channel) * static_cast<std::size_t>(nranks) +
-          static_cast<std::size_t>(from)) *
-             connectionBytes();
+  return kControlBytes + (static_cast<std::size_t>(channel) * static_cast<std::size_t>(nranks) +
+                          static_cast<std::size_t>(from)) *
+                             connectionBytes();
 }
 
 Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
@@ -94,7 +95,9 @@ Result<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes) 
   return s;
 }
 
-ShmSegment::ShmSegment(ShmSegment&& o) noexcept { *this = std::move(o); }
+ShmSegment::ShmSegment(ShmSegment&& o) noexcept {
+  *this = std::move(o);
+}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
   if (this != &o) {
@@ -171,7 +174,8 @@ std::optional<std::span<const std::byte>> ShmConnection::tryReceive() {
 
 Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {
   std::optional<std::span<const std::byte>> m;
-  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_); !s)
+  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_);
+      !s)
     return s;
   return *m;
 }

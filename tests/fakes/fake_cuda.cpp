@@ -12,7 +12,9 @@ using CUdevice = int;
 static const unsigned kGpuBus[8] = {0x18, 0x1c, 0x58, 0x5c, 0x98, 0x9c, 0xd8, 0xdc};
 static bool gInit = false;
 
-static int nvmlIndex(CUdevice d) { return 7 - d; }
+static int nvmlIndex(CUdevice d) {
+  return 7 - d;
+}
 
 CUresult cuInit(unsigned flags) {
   gInit = flags == 0;

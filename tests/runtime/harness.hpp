@@ -25,18 +25,30 @@ inline double load(const std::vector<std::byte>& buf, std::size_t i, DataType ty
     return v;
   };
   switch (type) {
-    case DataType::f64: return as(double{});
-    case DataType::f32: return as(float{});
-    case DataType::f16: return exec::halfToFloat(as(std::uint16_t{}));
-    case DataType::bf16: return exec::bf16ToFloat(as(std::uint16_t{}));
-    case DataType::f8e4m3: return exec::e4m3ToFloat(as(std::uint8_t{}));
-    case DataType::f8e5m2: return exec::e5m2ToFloat(as(std::uint8_t{}));
-    case DataType::i8: return as(std::int8_t{});
-    case DataType::u8: return as(std::uint8_t{});
-    case DataType::i32: return as(std::int32_t{});
-    case DataType::u32: return as(std::uint32_t{});
-    case DataType::i64: return static_cast<double>(as(std::int64_t{}));
-    case DataType::u64: return static_cast<double>(as(std::uint64_t{}));
+    case DataType::f64:
+      return as(double{});
+    case DataType::f32:
+      return as(float{});
+    case DataType::f16:
+      return exec::halfToFloat(as(std::uint16_t{}));
+    case DataType::bf16:
+      return exec::bf16ToFloat(as(std::uint16_t{}));
+    case DataType::f8e4m3:
+      return exec::e4m3ToFloat(as(std::uint8_t{}));
+    case DataType::f8e5m2:
+      return exec::e5m2ToFloat(as(std::uint8_t{}));
+    case DataType::i8:
+      return as(std::int8_t{});
+    case DataType::u8:
+      return as(std::uint8_t{});
+    case DataType::i32:
+      return as(std::int32_t{});
+    case DataType::u32:
+      return as(std::uint32_t{});
+    case DataType::i64:
+      return static_cast<double>(as(std::int64_t{}));
+    case DataType::u64:
+      return static_cast<double>(as(std::uint64_t{}));
   }
   return 0;
 }
@@ -46,18 +58,42 @@ inline void store(std::vector<std::byte>& buf, std::size_t i, DataType type, dou
   std::byte* p = buf.data() + i * sizeOf(type);
   auto put = [&](auto x) { std::memcpy(p, &x, sizeof x); };
   switch (type) {
-    case DataType::f64: put(v); break;
-    case DataType::f32: put(static_cast<float>(v)); break;
-    case DataType::f16: put(exec::floatToHalf(static_cast<float>(v))); break;
-    case DataType::bf16: put(exec::floatToBf16(static_cast<float>(v))); break;
-    case DataType::f8e4m3: put(exec::floatToE4m3(static_cast<float>(v))); break;
-    case DataType::f8e5m2: put(exec::floatToE5m2(static_cast<float>(v))); break;
-    case DataType::i8: put(static_cast<std::int8_t>(v)); break;
-    case DataType::u8: put(static_cast<std::uint8_t>(v)); break;
-    case DataType::i32: put(static_cast<std::int32_t>(v)); break;
-    case DataType::u32: put(static_cast<std::uint32_t>(v)); break;
-    case DataType::i64: put(static_cast<std::int64_t>(v)); break;
-    case DataType::u64: put(static_cast<std::uint64_t>(v)); break;
+    case DataType::f64:
+      put(v);
+      break;
+    case DataType::f32:
+      put(static_cast<float>(v));
+      break;
+    case DataType::f16:
+      put(exec::floatToHalf(static_cast<float>(v)));
+      break;
+    case DataType::bf16:
+      put(exec::floatToBf16(static_cast<float>(v)));
+      break;
+    case DataType::f8e4m3:
+      put(exec::floatToE4m3(static_cast<float>(v)));
+      break;
+    case DataType::f8e5m2:
+      put(exec::floatToE5m2(static_cast<float>(v)));
+      break;
+    case DataType::i8:
+      put(static_cast<std::int8_t>(v));
+      break;
+    case DataType::u8:
+      put(static_cast<std::uint8_t>(v));
+      break;
+    case DataType::i32:
+      put(static_cast<std::int32_t>(v));
+      break;
+    case DataType::u32:
+      put(static_cast<std::uint32_t>(v));
+      break;
+    case DataType::i64:
+      put(static_cast<std::int64_t>(v));
+      break;
+    case DataType::u64:
+      put(static_cast<std::uint64_t>(v));
+      break;
   }
 }
 
@@ -89,13 +125,20 @@ inline std::vector<std::byte> poisoned(std::size_t bytes) {
 // Rounding unit per step of the type (0 for integers: exact).
 inline double unitRoundoff(DataType t) {
   switch (t) {
-    case DataType::f64: return 0x1p-52;
-    case DataType::f32: return 0x1p-23;
-    case DataType::f16: return 0x1p-10;
-    case DataType::bf16: return 0x1p-7;
-    case DataType::f8e4m3: return 0x1p-3;
-    case DataType::f8e5m2: return 0x1p-2;
-    default: return 0;
+    case DataType::f64:
+      return 0x1p-52;
+    case DataType::f32:
+      return 0x1p-23;
+    case DataType::f16:
+      return 0x1p-10;
+    case DataType::bf16:
+      return 0x1p-7;
+    case DataType::f8e4m3:
+      return 0x1p-3;
+    case DataType::f8e5m2:
+      return 0x1p-2;
+    default:
+      return 0;
   }
 }
 
@@ -103,11 +146,16 @@ inline double unitRoundoff(DataType t) {
 inline double wrap(double v, DataType t) {
   std::vector<std::byte> b(8);
   switch (t) {
-    case DataType::i8: return static_cast<std::int8_t>(static_cast<std::int64_t>(v));
-    case DataType::u8: return static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
-    case DataType::i32: return static_cast<std::int32_t>(static_cast<std::int64_t>(v));
-    case DataType::u32: return static_cast<std::uint32_t>(static_cast<std::int64_t>(v));
-    default: return v;
+    case DataType::i8:
+      return static_cast<std::int8_t>(static_cast<std::int64_t>(v));
+    case DataType::u8:
+      return static_cast<std::uint8_t>(static_cast<std::int64_t>(v));
+    case DataType::i32:
+      return static_cast<std::int32_t>(static_cast<std::int64_t>(v));
+    case DataType::u32:
+      return static_cast<std::uint32_t>(static_cast<std::int64_t>(v));
+    default:
+      return v;
   }
 }
 
@@ -121,13 +169,20 @@ struct Expected {
 // The gap between zero and the smallest subnormal: rounding near zero is absolute, not relative.
 inline double smallestStep(DataType t) {
   switch (t) {
-    case DataType::f64: return 0x1p-1074;
-    case DataType::f32: return 0x1p-149;
-    case DataType::f16: return 0x1p-24;
-    case DataType::bf16: return 0x1p-133;
-    case DataType::f8e4m3: return 0x1p-9;
-    case DataType::f8e5m2: return 0x1p-16;
-    default: return 0;
+    case DataType::f64:
+      return 0x1p-1074;
+    case DataType::f32:
+      return 0x1p-149;
+    case DataType::f16:
+      return 0x1p-24;
+    case DataType::bf16:
+      return 0x1p-133;
+    case DataType::f8e4m3:
+      return 0x1p-9;
+    case DataType::f8e5m2:
+      return 0x1p-16;
+    default:
+      return 0;
   }
 }
 
@@ -138,10 +193,20 @@ inline Expected reference(const std::vector<double>& values, DataType t, RedOp o
     const double x = values[i];
     switch (op) {
       case RedOp::sum:
-      case RedOp::avg: v = wrap(v + x, t); scale += std::fabs(x); break;
-      case RedOp::prod: v = wrap(v * x, t); scale = std::fabs(v); break;
-      case RedOp::min: v = std::min(v, x); break;
-      case RedOp::max: v = std::max(v, x); break;
+      case RedOp::avg:
+        v = wrap(v + x, t);
+        scale += std::fabs(x);
+        break;
+      case RedOp::prod:
+        v = wrap(v * x, t);
+        scale = std::fabs(v);
+        break;
+      case RedOp::min:
+        v = std::min(v, x);
+        break;
+      case RedOp::max:
+        v = std::max(v, x);
+        break;
     }
   }
   if (op == RedOp::avg) {

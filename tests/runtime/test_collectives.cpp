@@ -33,10 +33,14 @@ std::string describe(const Case& c, int n) {
 std::pair<std::size_t, std::size_t> sizes(Collective coll, std::size_t count, int n) {
   const auto N = static_cast<std::size_t>(n);
   switch (coll) {
-    case Collective::allGather: return {count, N * count};
-    case Collective::reduceScatter: return {N * count, count};
-    case Collective::allToAll: return {N * count, N * count};
-    default: return {count, count};
+    case Collective::allGather:
+      return {count, N * count};
+    case Collective::reduceScatter:
+      return {N * count, count};
+    case Collective::allToAll:
+      return {N * count, N * count};
+    default:
+      return {count, count};
   }
 }
 
@@ -85,13 +89,27 @@ std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed)
     void* d = recvPtr[static_cast<std::size_t>(r)];
     Status& x = st[static_cast<std::size_t>(r)];
     switch (c.coll) {
-      case Collective::allReduce: x = comm.allReduce(s, d, c.count, c.type, c.op); break;
-      case Collective::allGather: x = comm.allGather(s, d, c.count, c.type); break;
-      case Collective::reduceScatter: x = comm.reduceScatter(s, d, c.count, c.type, c.op); break;
-      case Collective::broadcast: x = comm.broadcast(s, d, c.count, c.type, c.root); break;
-      case Collective::reduce: x = comm.reduce(s, d, c.count, c.type, c.op, c.root); break;
-      case Collective::allToAll: x = comm.allToAll(s, d, c.count, c.type); break;
-      default: x = Status(Code::internalError, "not a collective of this test"); break;
+      case Collective::allReduce:
+        x = comm.allReduce(s, d, c.count, c.type, c.op);
+        break;
+      case Collective::allGather:
+        x = comm.allGather(s, d, c.count, c.type);
+        break;
+      case Collective::reduceScatter:
+        x = comm.reduceScatter(s, d, c.count, c.type, c.op);
+        break;
+      case Collective::broadcast:
+        x = comm.broadcast(s, d, c.count, c.type, c.root);
+        break;
+      case Collective::reduce:
+        x = comm.reduce(s, d, c.count, c.type, c.op, c.root);
+        break;
+      case Collective::allToAll:
+        x = comm.allToAll(s, d, c.count, c.type);
+        break;
+      default:
+        x = Status(Code::internalError, "not a collective of this test");
+        break;
     }
   });
   for (int r = 0; r < n; ++r) {
@@ -119,7 +137,8 @@ std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed)
       switch (c.coll) {
         case Collective::allReduce:
         case Collective::reduce:
-          for (int q = 0; q < n; ++q) values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
+          for (int q = 0; q < n; ++q)
+            values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
           e = reference(values, c.type, c.op);
           break;
         case Collective::reduceScatter:
@@ -176,7 +195,8 @@ TEST_P(Threads, EveryCollectiveTypeOpAndSize) {
               type != DataType::i8 && type != DataType::f8e4m3)
             continue;
           for (bool inPlace : {false, true}) {
-            const int root = hasRoot(coll) ? static_cast<int>(seed % static_cast<std::uint64_t>(n)) : 0;
+            const int root =
+                hasRoot(coll) ? static_cast<int>(seed % static_cast<std::uint64_t>(n)) : 0;
             const Case c{coll, type, op, count, inPlace, root};
             const std::string err = runCase(comms, c, seed++);
             if (!err.empty() && failures++ < 10) ADD_FAILURE() << describe(c, n) << ": " << err;
@@ -367,9 +387,10 @@ TEST(Large, CountsBeyondTwoToThe31Elements) {
   onEveryRank(2, [&](int r) {
     auto& b = buf[static_cast<std::size_t>(r)];
     b.resize(count);
-    for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<std::uint8_t>((i + static_cast<std::size_t>(r)) % 251);
+    for (std::size_t i = 0; i < count; ++i)
+      b[i] = static_cast<std::uint8_t>((i + static_cast<std::size_t>(r)) % 251);
     const Status s = comms[static_cast<std::size_t>(r)].allReduce(b.data(), b.data(), count,
-                                                                 DataType::u8, RedOp::sum);
+                                                                  DataType::u8, RedOp::sum);
     EXPECT_TRUE(s.isOk()) << s.toString();
   });
   for (const auto& b : buf) {
@@ -394,12 +415,10 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_NE(std::string(weftGetLastError()).find("sendbuff is NULL"), std::string::npos);
   EXPECT_EQ(weftAllReduce(in.data(), nullptr, 8, weftFloat32, weftSum, h, nullptr),
             weftInvalidArgument);
-  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftNumDataTypes, weftSum, h,
-                          nullptr),
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftNumDataTypes, weftSum, h, nullptr),
             weftInvalidArgument);
   EXPECT_NE(std::string(weftGetLastError()).find("datatype"), std::string::npos);
-  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftNumRedOps, h,
-                          nullptr),
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftNumRedOps, h, nullptr),
             weftInvalidArgument);
   EXPECT_EQ(weftBroadcast(in.data(), out.data(), 8, weftFloat32, 2, h, nullptr),
             weftInvalidArgument);

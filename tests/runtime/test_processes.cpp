@@ -2,8 +2,8 @@
 // listener lives here), forks the ranks, and each child joins with weftCommInitRank. Children
 // report through their exit status; the parent never waits forever. Also: a rank killed with
 // SIGKILL mid-job turns into an error on every survivor, and nothing is left in /dev/shm.
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,13 +101,15 @@ int everyCollective(int r, Comm& comm) {
         return static_cast<double>((static_cast<int>(i % 13) + q * 3) % 11 - 5);
       };
       std::vector<std::byte> in(count * static_cast<std::size_t>(n) * sizeOf(type));
-      for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i) store(in, i, type, value(r, i));
+      for (std::size_t i = 0; i < count * static_cast<std::size_t>(n); ++i)
+        store(in, i, type, value(r, i));
       auto out = poisoned(count * static_cast<std::size_t>(n) * sizeOf(type));
       auto check = [&](const char* what, std::size_t elems, auto expected) {
         for (std::size_t i = 0; i < elems; ++i) {
           if (load(out, i, type) != expected(i)) {
             std::fprintf(stderr, "rank %d %s %s count %zu element %zu: %g != %g\n", r, what,
-                         std::string(name(type)).c_str(), count, i, load(out, i, type), expected(i));
+                         std::string(name(type)).c_str(), count, i, load(out, i, type),
+                         expected(i));
             ++bad;
             return;
           }
@@ -163,18 +165,23 @@ TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_TIMEOUT_S", "20", 1);
   std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(4, [](int r, Comm& comm) {
-    std::vector<float> in(1 << 16, 1.f), out(in.size());
-    if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
-    if (r == 2) raise(SIGKILL);  // dies between collectives
-    const auto start = std::chrono::steady_clock::now();
-    const Status s = comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "rank %d after the kill: %s in %.2f s\n", r, s.toString().c_str(), secs);
-    if (s.code() != Code::remoteError && s.code() != Code::timeout) return 3;
-    return secs < 10 ? 0 : 4;  // well within the timeout: death is detected, not waited out
-  }, &pids);
+  const std::vector<int> codes = forkRanks(
+      4,
+      [](int r, Comm& comm) {
+        std::vector<float> in(1 << 16, 1.f), out(in.size());
+        if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
+        if (r == 2) raise(SIGKILL);  // dies between collectives
+        const auto start = std::chrono::steady_clock::now();
+        const Status s =
+            comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "rank %d after the kill: %s in %.2f s\n", r, s.toString().c_str(),
+                     secs);
+        if (s.code() != Code::remoteError && s.code() != Code::timeout) return 3;
+        return secs < 10 ? 0 : 4;  // well within the timeout: death is detected, not waited out
+      },
+      &pids);
   unsetenv("WEFT_TIMEOUT_S");
   EXPECT_EQ(codes[2], -SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
