@@ -122,29 +122,34 @@ inline std::vector<std::byte> poisoned(std::size_t bytes) {
   return std::vector<std::byte>(bytes, std::byte{0xA5});
 }
 
-// Rounding unit per step of the type (0 for integers: exact).
-inline double unitRoundoff(DataType t) {
+// How a floating type rounds (both 0 for integers: exact): the unit roundoff of one step, and
+// the gap between zero and the smallest subnormal (rounding near zero is absolute, not relative).
+struct Rounding {
+  double unit = 0;
+  double smallest = 0;
+};
+
+inline Rounding roundingOf(DataType t) {
   switch (t) {
     case DataType::f64:
-      return 0x1p-52;
+      return {0x1p-52, 0x1p-1074};
     case DataType::f32:
-      return 0x1p-23;
+      return {0x1p-23, 0x1p-149};
     case DataType::f16:
-      return 0x1p-10;
+      return {0x1p-10, 0x1p-24};
     case DataType::bf16:
-      return 0x1p-7;
+      return {0x1p-7, 0x1p-133};
     case DataType::f8e4m3:
-      return 0x1p-3;
+      return {0x1p-3, 0x1p-9};
     case DataType::f8e5m2:
-      return 0x1p-2;
+      return {0x1p-2, 0x1p-16};
     default:
-      return 0;
+      return {};
   }
 }
 
 // Integers wrap in their type: the reference is computed in the type's own arithmetic.
 inline double wrap(double v, DataType t) {
-  std::vector<std::byte> b(8);
   switch (t) {
     case DataType::i8:
       return static_cast<std::int8_t>(static_cast<std::int64_t>(v));
@@ -165,26 +170,6 @@ struct Expected {
   double value;
   double tolerance;
 };
-
-// The gap between zero and the smallest subnormal: rounding near zero is absolute, not relative.
-inline double smallestStep(DataType t) {
-  switch (t) {
-    case DataType::f64:
-      return 0x1p-1074;
-    case DataType::f32:
-      return 0x1p-149;
-    case DataType::f16:
-      return 0x1p-24;
-    case DataType::bf16:
-      return 0x1p-133;
-    case DataType::f8e4m3:
-      return 0x1p-9;
-    case DataType::f8e5m2:
-      return 0x1p-16;
-    default:
-      return 0;
-  }
-}
 
 inline Expected reference(const std::vector<double>& values, DataType t, RedOp op) {
   const double n = static_cast<double>(values.size());
@@ -217,9 +202,9 @@ inline Expected reference(const std::vector<double>& values, DataType t, RedOp o
       v = std::trunc(v / n);
     }
   }
-  const double u = unitRoundoff(t);
+  const Rounding r = roundingOf(t);
   const double steps = n + (op == RedOp::avg ? 1 : 0);
-  return {v, isFloating(t) ? steps * (2 * u * std::max(scale, std::fabs(v)) + smallestStep(t)) : 0};
+  return {v, steps * (2 * r.unit * std::max(scale, std::fabs(v)) + r.smallest)};
 }
 
 // Runs fn(rank) on one thread per rank and waits for all.
