@@ -450,6 +450,22 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_EQ(weftCommInitRank(&one, 2, id, 2), weftInvalidArgument);
 }
 
+TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
+  for (const auto& [var, value] :
+       std::vector<std::pair<const char*, const char*>>{{"WEFT_TIMEOUT_S", "soon"},
+                                                        {"WEFT_MAX_CHANNELS", "1"},
+                                                        {"WEFT_TRANSPORT", "ucx"},
+                                                        {"WEFT_ALGO", "nosuchalgo"}}) {
+    setenv(var, value, 1);
+    weftComm_t comms[2] = {nullptr, nullptr};
+    EXPECT_EQ(weftCommInitAll(comms, 2), weftInvalidArgument) << var;
+    EXPECT_NE(std::string(weftGetLastError()).find(var), std::string::npos)
+        << var << ": " << weftGetLastError();
+    EXPECT_EQ(comms[0], nullptr);
+    unsetenv(var);
+  }
+}
+
 TEST(Faults, AbortFromAnotherThreadUnblocksACollective) {
   std::vector<Comm> comms = makeComms(2);
   std::vector<float> in(1024, 1.f), out(1024);
