@@ -1,0 +1,109 @@
+// The shared-memory transport on its own: segments (mode 0600, unguessable names, gone once
+// unlinked) and the FIFO contract every transport keeps (order, capacity, blocking, timeouts).
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <thread>
+
+#include "src/transport/shm.hpp"
+
+namespace weft::transport {
+namespace {
+
+TEST(ShmSegment, PrivateModeRandomNameAndUnlinked) {
+  auto a = ShmSegment::create(1 << 16);
+  auto b = ShmSegment::create(1 << 16);
+  ASSERT_TRUE(a.isOk()) << a.status().toString();
+  ASSERT_TRUE(b.isOk());
+  EXPECT_NE(a->name(), b->name());
+  EXPECT_EQ(a->name().rfind("/weft-", 0), 0u) << a->name();
+  struct stat st {};
+  const std::string path = "/dev/shm" + a->name();
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // A peer maps it by name; once the owner unlinks, the name is gone but the mappings work.
+  auto peer = ShmSegment::open(a->name(), a->size());
+  ASSERT_TRUE(peer.isOk()) << peer.status().toString();
+  a->unlink();
+  EXPECT_NE(stat(path.c_str(), &st), 0);
+  std::memset(a->data(), 7, 16);
+  EXPECT_EQ(peer->data()[15], std::byte{7});
+  // Opening with the wrong size is an error, not a short mapping.
+  const std::string bname = b->name();
+  EXPECT_FALSE(ShmSegment::open(bname, 4096).isOk());
+  // The owner's destructor removes a name it still holds.
+  { ShmSegment gone = std::move(*b); }
+  EXPECT_NE(stat(("/dev/shm" + bname).c_str(), &st), 0);
+}
+
+struct Fifo {
+  ShmGeometry g{2, 1, 4, 4096};
+  ShmSegment seg = ShmSegment::create(g.inboxBytes()).value();
+  std::atomic<int> aborted{0};
+  Fifo() { initInbox(seg.data(), g); }
+  ShmConnection end(int peer) { return ShmConnection(seg.data() + g.offset(0, 0), g, peer); }
+  Waiter waiter(std::chrono::milliseconds timeout) {
+    return Waiter(&aborted, "", nullptr, timeout, 0);
+  }
+};
+
+TEST(ShmFifo, HoldsItsSlotsThenBlocks) {
+  Fifo f;
+  ShmConnection tx = f.end(1), rx = f.end(0);
+  EXPECT_FALSE(rx.tryReceive().has_value());
+  for (int i = 0; i < f.g.slots; ++i) {
+    std::byte* slot = tx.tryAcquire();
+    ASSERT_NE(slot, nullptr) << i;
+    slot[0] = std::byte(i);
+    tx.post(1);
+  }
+  EXPECT_EQ(tx.tryAcquire(), nullptr);  // full until the receiver releases one
+  auto m = rx.tryReceive();
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->size(), 1u);
+  EXPECT_EQ((*m)[0], std::byte{0});
+  rx.release();
+  EXPECT_NE(tx.tryAcquire(), nullptr);
+}
+
+TEST(ShmFifo, ThousandsOfMessagesInOrderAcrossThreads) {
+  Fifo f;
+  ShmConnection tx = f.end(1), rx = f.end(0);
+  const Waiter w = f.waiter(std::chrono::seconds(20));
+  constexpr int kMessages = 20000;
+  std::thread producer([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      auto slot = tx.acquire(w);
+      ASSERT_TRUE(slot.isOk());
+      const std::size_t n = 1 + static_cast<std::size_t>(i) % f.g.slotBytes;
+      std::memset(*slot, i & 0xff, n);
+      tx.post(n);
+    }
+  });
+  for (int i = 0; i < kMessages; ++i) {
+    auto m = rx.receive(w);
+    ASSERT_TRUE(m.isOk());
+    ASSERT_EQ(m->size(), 1 + static_cast<std::size_t>(i) % f.g.slotBytes);
+    ASSERT_EQ(m->front(), std::byte(i & 0xff));
+    ASSERT_EQ(m->back(), std::byte(i & 0xff));
+    rx.release();
+  }
+  producer.join();
+}
+
+TEST(ShmFifo, AWaitWithoutProgressTimesOutOrStopsOnAbort) {
+  Fifo f;
+  ShmConnection rx = f.end(1);
+  const auto start = std::chrono::steady_clock::now();
+  auto m = rx.receive(f.waiter(std::chrono::milliseconds(200)));
+  EXPECT_EQ(m.status().code(), Code::timeout);
+  EXPECT_NE(m.status().message().find("receiving from rank 1"), std::string::npos)
+      << m.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  f.aborted = 1;
+  EXPECT_EQ(rx.receive(f.waiter(std::chrono::seconds(60))).status().code(), Code::remoteError);
+}
+
+}  // namespace
+}  // namespace weft::transport
