@@ -255,20 +255,23 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = tuner_->plan(coll, bytes);
   if (!plan) return plan.status();
-  if (config_.debug == "INFO" || config_.debug == "TRACE") {
-    if (rank_ == 0) {
-      std::fprintf(stderr, "weft INFO %s %zu bytes: %s/%s, %d channel(s), %zu-byte slices (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, plan->algorithm.c_str(),
-                   std::string(algo::name(plan->protocol)).c_str(), plan->channels,
-                   plan->chunkBytes, plan->reason.c_str());
-    }
-  }
   auto cached = scheduleFor(coll, *plan, root);
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
   const std::size_t message =
       std::min(geometry_.slotBytes, std::max<std::size_t>(plan->chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
+  if (config_.debug == "INFO" || config_.debug == "TRACE") {
+    if (rank_ == 0) {
+      // What runs: the plan's channels as the FIFOs allow, slices as the slots allow.
+      std::fprintf(stderr,
+                   "weft INFO %s %zu bytes: %s/%s, %zu channel(s), %zu-element slices (%s)\n",
+                   std::string(name(coll)).c_str(), bytes, plan->algorithm.c_str(),
+                   std::string(algo::name(plan->protocol)).c_str(), s.channels.size(), g.sliceElems,
+                   plan->reason.c_str());
+    }
+  }
+
   if (scratch_.size() < g.scratchElems * sizeOf(type))
     scratch_.resize(g.scratchElems * sizeOf(type));
   exec::Buffers b{input, output, scratch_.data(), count, type, op};
