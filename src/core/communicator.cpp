@@ -206,8 +206,12 @@ Status Communicator::fail(Status s) {
   return s;
 }
 
-Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) const {
-  return tuner_->plan(coll, bytes);
+Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
+  const auto key = std::make_pair(static_cast<int>(coll), bytes);
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  auto plan = tuner_->plan(coll, bytes);
+  if (plan) plans_.emplace(key, *plan);
+  return plan;
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
@@ -253,7 +257,7 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   if (count == 0) return {};
   const algo::Segments seg = algo::segments(coll, size_);
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
-  auto plan = tuner_->plan(coll, bytes);
+  auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
   auto cached = scheduleFor(coll, *plan, root);
   if (!cached) return cached.status();
@@ -298,24 +302,15 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
 
 namespace {
 
+// The C ABI has checked the dtype and op before any of these run.
 Status checkBuffers(const char* what, const void* send, const void* recv, std::size_t count,
-                    DataType type, bool needSend, bool needRecv) {
-  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= kNumDataTypes)
-    return invalidArgument(std::string(what) + ": invalid data type " +
-                           std::to_string(static_cast<int>(type)));
+                    bool needSend, bool needRecv) {
   if (count > 0 && needSend && send == nullptr)
     return invalidArgument(std::string(what) + ": sendbuff is NULL with count " +
                            std::to_string(count));
   if (count > 0 && needRecv && recv == nullptr)
     return invalidArgument(std::string(what) + ": recvbuff is NULL with count " +
                            std::to_string(count));
-  return {};
-}
-
-Status checkOp(const char* what, RedOp op) {
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumRedOps)
-    return invalidArgument(std::string(what) + ": invalid reduction op " +
-                           std::to_string(static_cast<int>(op)));
   return {};
 }
 
@@ -331,14 +326,13 @@ Status checkCount(const char* what, std::size_t count, std::size_t segments, Dat
 
 Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,
                                RedOp op) {
-  if (Status s = checkBuffers("allReduce", send, recv, count, type, true, true); !s) return s;
-  if (Status s = checkOp("allReduce", op); !s) return s;
+  if (Status s = checkBuffers("allReduce", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allReduce", count, 1, type); !s) return s;
   return run(Collective::allReduce, send, recv, count, type, op, 0);
 }
 
 Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type) {
-  if (Status s = checkBuffers("allGather", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkBuffers("allGather", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s)
     return s;
   return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0);
@@ -346,8 +340,7 @@ Status Communicator::allGather(const void* send, void* recv, std::size_t count, 
 
 Status Communicator::reduceScatter(const void* send, void* recv, std::size_t count, DataType type,
                                    RedOp op) {
-  if (Status s = checkBuffers("reduceScatter", send, recv, count, type, true, true); !s) return s;
-  if (Status s = checkOp("reduceScatter", op); !s) return s;
+  if (Status s = checkBuffers("reduceScatter", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("reduceScatter", count, static_cast<std::size_t>(size_), type); !s)
     return s;
   return run(Collective::reduceScatter, send, recv, count, type, op, 0);
@@ -358,8 +351,7 @@ Status Communicator::broadcast(const void* send, void* recv, std::size_t count, 
   if (root < 0 || root >= size_)
     return invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of this " +
                            std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("broadcast", send, recv, count, type, rank_ == root, true); !s)
-    return s;
+  if (Status s = checkBuffers("broadcast", send, recv, count, rank_ == root, true); !s) return s;
   if (Status s = checkCount("broadcast", count, 1, type); !s) return s;
   return run(Collective::broadcast, send, recv, count, type, RedOp::sum, root);
 }
@@ -369,20 +361,18 @@ Status Communicator::reduce(const void* send, void* recv, std::size_t count, Dat
   if (root < 0 || root >= size_)
     return invalidArgument("reduce: root " + std::to_string(root) + " is not a rank of this " +
                            std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("reduce", send, recv, count, type, true, rank_ == root); !s) return s;
-  if (Status s = checkOp("reduce", op); !s) return s;
+  if (Status s = checkBuffers("reduce", send, recv, count, true, rank_ == root); !s) return s;
   if (Status s = checkCount("reduce", count, 1, type); !s) return s;
   return run(Collective::reduce, send, recv, count, type, op, root);
 }
 
 Status Communicator::allToAll(const void* send, void* recv, std::size_t count, DataType type) {
-  if (Status s = checkBuffers("allToAll", send, recv, count, type, true, true); !s) return s;
+  if (Status s = checkBuffers("allToAll", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allToAll", count, static_cast<std::size_t>(size_), type); !s) return s;
   return run(Collective::allToAll, send, recv, count, type, RedOp::sum, 0);
 }
 
 Status Communicator::barrier() {
-  if (Status s = checkUsable("barrier"); !s) return s;
   // One byte all-reduced: every rank has entered before any leaves.
   std::uint8_t in = 0, out = 0;
   return run(Collective::allReduce, &in, &out, 1, DataType::u8, RedOp::max, 0);
@@ -396,7 +386,7 @@ Status Communicator::checkP2p(const char* what, const void* buf, std::size_t cou
     return invalidArgument(std::string(what) + ": peer " + std::to_string(peer) +
                            " is not another rank of this " + std::to_string(size_) +
                            "-rank communicator");
-  if (Status s = checkBuffers(what, buf, buf, count, type, true, false); !s) return s;
+  if (Status s = checkBuffers(what, buf, buf, count, true, false); !s) return s;
   if (Status s = checkCount(what, count, 1, type); !s) return s;
   return checkUsable(what);
 }
@@ -489,13 +479,17 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
     sent += sendCounts[Q];
     received += recvCounts[Q];
   }
-  if (Status s =
-          checkBuffers(what, send, recv, std::max(sent, received), type, sent > 0, received > 0);
+  if (Status s = checkBuffers(what, send, recv, std::max(sent, received), sent > 0, received > 0);
       !s)
     return s;
+  const auto self = static_cast<std::size_t>(rank_);
+  if (sendCounts[self] != recvCounts[self])
+    return invalidArgument("allToAllv: rank " + std::to_string(rank_) + " sends itself " +
+                           std::to_string(sendCounts[self]) + " elements but receives " +
+                           std::to_string(recvCounts[self]));
   if (Status s = checkUsable(what); !s) return s;
   // The tuner's plan fixes the order of the exchanges; the point-to-point engine runs them.
-  auto plan = tuner_->plan(Collective::allToAllv, sent * sizeOf(type));
+  auto plan = planFor(Collective::allToAllv, sent * sizeOf(type));
   if (!plan) return plan.status();
   auto cached = scheduleFor(Collective::allToAllv, *plan, 0);
   if (!cached) return cached.status();
@@ -514,13 +508,8 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
       ops.push_back({false, q, out + recvDispls[Q] * es, recvCounts[Q] * es});
     }
   }
-  const auto me = static_cast<std::size_t>(rank_);
-  if (sendCounts[me] != recvCounts[me])
-    return invalidArgument("allToAllv: rank " + std::to_string(rank_) + " sends itself " +
-                           std::to_string(sendCounts[me]) + " elements but receives " +
-                           std::to_string(recvCounts[me]));
-  if (sendCounts[me] > 0)
-    std::memmove(out + recvDispls[me] * es, in + sendDispls[me] * es, sendCounts[me] * es);
+  if (sendCounts[self] > 0)
+    std::memmove(out + recvDispls[self] * es, in + sendDispls[self] * es, sendCounts[self] * es);
   return exchange(std::move(ops));
 }
 

@@ -74,8 +74,8 @@ class Communicator {
   void abort(const std::string& why);
   bool aborted() const;
 
-  // The plan the tuner makes for a call (what WEFT_DEBUG=INFO prints).
-  Result<algo::Plan> planFor(Collective coll, std::size_t bytes) const;
+  // The plan the tuner makes for a call (what WEFT_DEBUG=INFO prints), made once per size.
+  Result<algo::Plan> planFor(Collective coll, std::size_t bytes);
 
  private:
   Communicator() = default;
@@ -100,6 +100,7 @@ class Communicator {
   std::vector<exec::ChannelLinks> links_;  // by channel
   std::unique_ptr<algo::Tuner> tuner_;
   std::map<std::tuple<int, std::string, int, int, int>, std::unique_ptr<Cached>> schedules_;
+  std::map<std::pair<int, std::size_t>, algo::Plan> plans_;
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
