@@ -29,6 +29,49 @@ bool processAlive(int pid) {
 
 }  // namespace
 
+ChannelWorkers::ChannelWorkers(int workers) {
+  for (int i = 0; i < workers; ++i) threads_.emplace_back(&ChannelWorkers::loop, this, i + 1);
+}
+
+ChannelWorkers::~ChannelWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  start_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ChannelWorkers::run(std::size_t channels, const std::function<void(std::size_t)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    channels_ = channels;
+    pending_ = channels - 1;
+    ++round_;
+  }
+  start_.notify_all();
+  fn(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  finished_.wait(lock, [&] { return pending_ == 0; });
+}
+
+void ChannelWorkers::loop(std::size_t channel) {
+  std::uint64_t seen = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    start_.wait(lock, [&] { return stop_ || round_ != seen; });
+    if (stop_) return;
+    seen = round_;
+    if (channel >= channels_) continue;
+    const std::function<void(std::size_t)>* job = job_;
+    lock.unlock();
+    (*job)(channel);
+    lock.lock();
+    if (--pending_ == 0) finished_.notify_one();
+  }
+}
+
 algo::RankGraph sharedMemoryRankGraph(int nranks) {
   // Shared memory is one copy in and one copy out through the caches: every pattern gets the
   // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table.
@@ -121,6 +164,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); }, config.timeout,
       me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
+  c->workers_ = std::make_unique<ChannelWorkers>(c->geometry_.channels - 1);
   return c;
 }
 
@@ -279,18 +323,11 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   if (scratch_.size() < g.scratchElems * sizeOf(type))
     scratch_.resize(g.scratchElems * sizeOf(type));
   exec::Buffers b{input, output, scratch_.data(), count, type, op};
-  const std::size_t channels = s.channels.size();
-  std::vector<Status> results(channels);
-  std::vector<std::thread> workers;
-  for (std::size_t ch = 1; ch < channels; ++ch) {
-    workers.emplace_back([&, ch] {
-      results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);
-      if (!results[ch].isOk()) (void)fail(results[ch]);
-    });
-  }
-  results[0] = exec::runChannel(s, 0, rank_, g, b, links_[0], *waiter_);
-  if (!results[0].isOk()) (void)fail(results[0]);
-  for (std::thread& t : workers) t.join();
+  std::vector<Status> results(s.channels.size());
+  workers_->run(results.size(), [&](std::size_t ch) {
+    results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);
+    if (!results[ch].isOk()) (void)fail(results[ch]);
+  });
   for (const Status& r : results) {
     if (!r.isOk()) return r;
   }

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -20,6 +23,28 @@
 #include "src/transport/shm.hpp"
 
 namespace weft {
+
+// The threads that run channels 1.. of every call, started with the communicator and kept for
+// its life, so a call does not pay for creating threads.
+class ChannelWorkers {
+ public:
+  explicit ChannelWorkers(int workers);
+  ~ChannelWorkers();
+  ChannelWorkers(const ChannelWorkers&) = delete;
+  ChannelWorkers& operator=(const ChannelWorkers&) = delete;
+  // Runs fn(0) on the caller and fn(1) .. fn(channels - 1) on the workers; returns when all have.
+  void run(std::size_t channels, const std::function<void(std::size_t)>& fn);
+
+ private:
+  void loop(std::size_t channel);
+  std::mutex mutex_;
+  std::condition_variable start_, finished_;
+  const std::function<void(std::size_t)>* job_ = nullptr;
+  std::size_t channels_ = 0, pending_ = 0;
+  std::uint64_t round_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
 
 class Communicator {
  public:
@@ -104,6 +129,7 @@ class Communicator {
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
+  std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };
 
 // The cost model's view of n ranks on one host talking through shared memory.
