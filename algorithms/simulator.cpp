@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <unordered_map>
@@ -19,8 +18,7 @@ constexpr double kBytesPerUsPerGBs = 1e3;
 // Time-based link sharing sorts every (send, link) pair of a pass; above this many the first
 // guess (flows of one step index share) stands, and SimResult::timeShared says so.
 constexpr std::size_t kTimeSharingIncidences = 8'000'000;
-static const int kTimeSharingIterations =
-    std::getenv("SIMIT") ? std::atoi(std::getenv("SIMIT")) : 3;
+constexpr int kTimeSharingIterations = 3;
 
 LinkClass classOfLink(topo::LinkKind k) {
   return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
