@@ -79,6 +79,14 @@ WEFT_API weftResult_t weftCommDevice(weftComm_t comm, int* device);
  * communicator is destroyed. */
 WEFT_API const char* weftCommSummary(weftComm_t comm);
 
+/* What the tuner picks for a call of `coll` with `count` elements of `datatype` (counts as the
+ * collective's own call takes them; for weftCollSendRecv and weftCollAllToAllv the total bytes
+ * a rank sends, as count of weftUint8): "algorithm/protocol" ("ring/simple"), written with its
+ * terminating NUL into `buf` of `len` bytes (truncated to fit). Plans once per size, as a call
+ * would; makes no communication. */
+WEFT_API weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
+                                   weftDataType_t datatype, char* buf, size_t len);
+
 /* ---- collectives on host buffers ----------------------------------------------------------- *
  * Every call blocks until this rank's part is done. `stream` must be NULL for host buffers.
  * Counts are in elements: all-gather's `sendcount` is what each rank contributes,

@@ -1,5 +1,6 @@
 // The C ABI: validates handles, turns Status into codes and the last-error message, and never
 // lets an exception out.
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -283,6 +284,23 @@ const char* weftCommSummary(weftComm_t comm) {
   std::lock_guard<std::mutex> lock(gLiveMutex);
   if (comm == nullptr || gLive.count(comm) == 0) return "";
   return comm->summary.c_str();
+}
+
+weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
+                          weftDataType_t datatype, char* buf, size_t len) {
+  if (static_cast<int>(coll) < 0 || coll >= weftNumCollectives)
+    return invalid("weftCommPlan: invalid collective " + std::to_string(static_cast<int>(coll)));
+  if (weftResult_t r = checkArgs("weftCommPlan", datatype, weftSum, nullptr); r != weftSuccess)
+    return r;
+  if (buf == nullptr || len == 0) return invalid("weftCommPlan: buf is NULL or len is 0");
+  return withComm(comm, "weftCommPlan", [&](weft::Communicator& c) -> weft::Status {
+    auto plan = c.planFor(static_cast<weft::Collective>(coll), count,
+                          static_cast<weft::DataType>(datatype));
+    if (!plan) return plan.status();
+    std::snprintf(buf, len, "%s/%s", plan->algorithm.c_str(),
+                  std::string(weft::algo::name(plan->protocol)).c_str());
+    return {};
+  });
 }
 
 weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,

@@ -361,6 +361,16 @@ Status checkCount(const char* what, std::size_t count, std::size_t segments, Dat
 
 }  // namespace
 
+Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, DataType type) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  const std::size_t es = sizeOf(type);
+  if (coll == Collective::allToAllv || coll == Collective::sendRecv)
+    return planFor(coll, count * es);
+  if (Status s = checkCount("plan", count, static_cast<std::size_t>(size_), type); !s) return s;
+  const std::size_t message = algo::segments(coll, size_).message();
+  return planFor(coll, message * count * es);
+}
+
 Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,
                                RedOp op) {
   if (Status s = checkBuffers("allReduce", send, recv, count, true, true); !s) return s;

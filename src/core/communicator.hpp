@@ -101,6 +101,8 @@ class Communicator {
 
   // The plan the tuner makes for a call (what WEFT_DEBUG=INFO prints), made once per size.
   Result<algo::Plan> planFor(Collective coll, std::size_t bytes);
+  // The same for a call's count and type (what weftCommPlan reports).
+  Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type);
 
  private:
   Communicator() = default;

@@ -450,6 +450,33 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_EQ(weftCommInitRank(&one, 2, id, 2), weftInvalidArgument);
 }
 
+TEST(Arguments, PlanQueryNamesTheTunersPickAndRejectsBadInput) {
+  std::vector<Comm> comms = makeComms(2);
+  weftComm_t h = comms[0].handle();
+  char buf[64];
+  for (int c = 0; c < weftNumCollectives; ++c) {
+    ASSERT_EQ(
+        weftCommPlan(h, static_cast<weftCollective_t>(c), 1 << 20, weftFloat32, buf, sizeof buf),
+        weftSuccess)
+        << c << ": " << weftGetLastError();
+    EXPECT_NE(std::string(buf).find('/'), std::string::npos) << buf;
+  }
+  setenv("WEFT_ALGO", "ring", 1);
+  std::vector<Comm> forced = makeComms(2);
+  unsetenv("WEFT_ALGO");
+  ASSERT_EQ(weftCommPlan(forced[0].handle(), weftCollAllReduce, 4096, weftFloat32, buf, sizeof buf),
+            weftSuccess);
+  EXPECT_EQ(std::string(buf).rfind("ring/", 0), 0u) << buf;
+  char tiny[3] = {'x', 'x', 'x'};
+  ASSERT_EQ(weftCommPlan(h, weftCollAllReduce, 8, weftFloat32, tiny, sizeof tiny), weftSuccess);
+  EXPECT_EQ(tiny[2], '\0');
+  EXPECT_EQ(weftCommPlan(h, weftNumCollectives, 8, weftFloat32, buf, sizeof buf),
+            weftInvalidArgument);
+  EXPECT_EQ(weftCommPlan(h, weftCollAllReduce, 8, weftNumDataTypes, buf, sizeof buf),
+            weftInvalidArgument);
+  EXPECT_EQ(weftCommPlan(h, weftCollAllReduce, 8, weftFloat32, nullptr, 4), weftInvalidArgument);
+}
+
 TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
   for (const auto& [var, value] :
        std::vector<std::pair<const char*, const char*>>{{"WEFT_TIMEOUT_S", "soon"},
