@@ -1,0 +1,481 @@
+#include "perf/bench.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "perf/collective.hpp"
+#include "perf/data_check.hpp"
+#include "perf/report.hpp"
+#include "weft/weft.hpp"
+
+namespace weft::perf {
+namespace {
+
+// Page-aligned host buffers, touched once so that no timed call pays a first-touch fault.
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<std::byte[], FreeDeleter>;
+
+Buffer allocate(std::size_t bytes) {
+  auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
+  if (p != nullptr) std::memset(p, 0, bytes);
+  return Buffer(p);
+}
+
+std::optional<std::string> environment(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+}
+
+void setEnvironment(const char* name, const std::optional<std::string>& value) {
+  if (value) {
+    setenv(name, value->c_str(), 1);
+  } else {
+    unsetenv(name);
+  }
+}
+
+// The harness's own traffic between ranks (combined times, wrong counts, ids, rank lines). It
+// runs on the first communicator and never inside a timed loop.
+class Control {
+ public:
+  Control(weftComm_t comm, int nranks) : comm_(comm), nranks_(nranks) {}
+
+  // A time as -a asks: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over ranks.
+  Result<double> combine(double value, int average) {
+    double out = 0;
+    weftResult_t r = weftSuccess;
+    if (average == 0) {
+      r = weftBroadcast(&value, &out, 1, weftFloat64, 0, comm_, nullptr);
+    } else {
+      const weftRedOp_t op = average == 2 ? weftMin : average == 3 ? weftMax : weftSum;
+      r = weftAllReduce(&value, &out, 1, weftFloat64, op, comm_, nullptr);
+      if (average == 1) out /= nranks_;
+    }
+    if (Status s = checked(r, "combining times"); !s) return s;
+    return out;
+  }
+
+  Result<std::int64_t> sum(std::int64_t value) {
+    std::int64_t out = 0;
+    if (Status s = checked(weftAllReduce(&value, &out, 1, weftInt64, weftSum, comm_, nullptr),
+                           "summing wrong elements");
+        !s)
+      return s;
+    return out;
+  }
+
+  Status barrier() { return checked(weftBarrier(comm_, nullptr), "weftBarrier"); }
+
+  // Rank 0's `bytes` to every rank.
+  Status broadcast(void* bytes, std::size_t n) {
+    return checked(weftBroadcast(bytes, bytes, n, weftUint8, 0, comm_, nullptr),
+                   "broadcasting a unique id");
+  }
+
+  // Every rank's line, in rank order.
+  Result<std::vector<std::string>> gather(const std::string& line) {
+    constexpr std::size_t kWidth = 256;
+    std::vector<char> mine(kWidth, '\0'), all(kWidth * static_cast<std::size_t>(nranks_));
+    std::memcpy(mine.data(), line.data(), std::min(line.size(), kWidth - 1));
+    if (Status s =
+            checked(weftAllGather(mine.data(), all.data(), kWidth, weftUint8, comm_, nullptr),
+                    "gathering rank lines");
+        !s)
+      return s;
+    std::vector<std::string> out;
+    for (int r = 0; r < nranks_; ++r) out.emplace_back(all.data() + r * kWidth);
+    return out;
+  }
+
+ private:
+  weftComm_t comm_;
+  int nranks_;
+};
+
+class RankBench {
+ public:
+  RankBench(ProcessContext& context, int thread)
+      : ctx_(context),
+        opt_(context.options),
+        thread_(thread),
+        rank_(context.proc * context.options.threads + thread),
+        nranks_(context.nprocs * context.options.threads) {}
+
+  Status run();
+  // Ends every call of every communicator of this run, on every rank.
+  void abort();
+  int exitCode() const { return exitCode_; }
+
+ private:
+  Status join();
+  Status preamble();
+  Status joinForced();
+  Status sweep(DataType type, std::optional<RedOp> op, int root);
+  Status warmUp(weftComm_t comm, std::optional<std::size_t> forced, DataType type, RedOp op,
+                int root);
+  Status runRow(std::size_t size, DataType type, std::optional<RedOp> op, int root);
+  Result<Measurement> measure(weftComm_t comm, const Layout& l, DataType type,
+                              std::optional<RedOp> op, int root, bool inPlace);
+  Result<std::int64_t> check(weftComm_t comm, const Layout& l, DataType type,
+                             std::optional<RedOp> op, int root, bool inPlace);
+  Status callAt(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root, bool inPlace,
+                std::size_t shift);
+  Result<std::string> planOf(weftComm_t comm, const Layout& l, DataType type) const;
+  bool serves(std::size_t k, const std::string& plan) const;
+
+  ProcessContext& ctx_;
+  const Options& opt_;
+  int thread_, rank_, nranks_;
+  std::optional<Comm> comm_;  // the tuned sweep's communicator; also carries Control
+  std::optional<Control> control_;
+  std::vector<Comm> forced_;  // one per --algos entry
+  std::size_t bufferBytes_ = 0;
+  Buffer send_, recv_;
+  std::unique_ptr<Report> report_;  // rank 0 only
+  std::uint64_t checks_ = 0;        // checked runs so far: the seed of the next one
+  int exitCode_ = kExitOk;
+};
+
+Status RankBench::join() {
+  auto comm = Comm::initRank(nranks_, UniqueId{ctx_.id}, rank_);
+  if (!comm) return comm.status();
+  comm_.emplace(std::move(*comm));
+  control_.emplace(comm_->handle(), nranks_);
+  // Every size's buffers fit in maxBytes (the larger buffer is the size column).
+  bufferBytes_ = (std::max<std::size_t>(opt_.maxBytes, 64) + 4095) / 4096 * 4096;
+  send_ = allocate(bufferBytes_);
+  recv_ = allocate(bufferBytes_);
+  if (!send_ || !recv_)
+    return {Code::systemError, "rank " + std::to_string(rank_) + ": cannot allocate two " +
+                                   std::to_string(bufferBytes_) + "-byte buffers; lower -e"};
+  return {};
+}
+
+Status RankBench::preamble() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string summary = comm_->summary();
+  // "rank 3 of 4, host memory, ..." -> "host memory, ..."
+  if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] weft %s", rank_, 0,
+                static_cast<int>(getpid()), host, -1, summary.c_str());
+  auto lines = control_->gather(line);
+  if (!lines) return lines.status();
+  if (rank_ != 0) return {};
+  report_ = std::make_unique<Report>(opt_, nranks_, ctx_.peer ? ctx_.peer->name() : "");
+  std::vector<std::string> notes = {
+      "weft " + std::to_string(WEFT_VERSION_MAJOR) + "." + std::to_string(WEFT_VERSION_MINOR) +
+          "." + std::to_string(WEFT_VERSION_PATCH) + ", host memory: " + std::to_string(nranks_) +
+          " rank(s) = " + std::to_string(ctx_.nprocs) + " process(es) x " +
+          std::to_string(opt_.threads) + " thread(s), " + ctx_.launch,
+      std::string("check: ") + (opt_.checkIters > 0
+                                    ? "inputs from (seed, rank, index), outputs poisoned; exact "
+                                      "but for float sums past 2^p/nranks (perf/README.md)"
+                                    : "off (-c 0)")};
+  if (!opt_.algos.empty()) {
+    std::string list;
+    for (const ForcedAlgorithm& f : opt_.algos) list += (list.empty() ? "" : ", ") + f.label();
+    notes.push_back(
+        "forced algorithms (WEFT_ALGO at communicator creation; n/a where the "
+        "algorithm does not serve the call): " +
+        list);
+  }
+  if (ctx_.peer)
+    notes.push_back("compared with " + ctx_.peer->name() +
+                    ": ratio = its time / weft's out-of-place time");
+  report_->printPreamble(*lines, notes);
+  return {};
+}
+
+Status RankBench::joinForced() {
+  // The tuner reads WEFT_ALGO and WEFT_PROTO when a communicator is created. Environment
+  // writes race with reads in other threads, so thread 0 writes while this process's other
+  // ranks wait at the barrier; rank 0 (thread 0 of process 0) makes each new id meanwhile.
+  const std::optional<std::string> algo = environment("WEFT_ALGO"),
+                                   proto = environment("WEFT_PROTO");
+  for (const ForcedAlgorithm& f : opt_.algos) {
+    ctx_.threads->arrive_and_wait();
+    weftUniqueId id{};
+    Status made;
+    if (thread_ == 0) {
+      setenv("WEFT_ALGO", f.algorithm.c_str(), 1);
+      setEnvironment("WEFT_PROTO", f.protocol.empty() ? proto : f.protocol);
+    }
+    if (rank_ == 0) {
+      // WEFT_COMM_ID names one fixed rendezvous, which the first communicator used up.
+      const auto commId = environment("WEFT_COMM_ID"), ncclId = environment("NCCL_COMM_ID");
+      unsetenv("WEFT_COMM_ID");
+      unsetenv("NCCL_COMM_ID");
+      made = checked(weftGetUniqueId(&id), "weftGetUniqueId");
+      setEnvironment("WEFT_COMM_ID", commId);
+      setEnvironment("NCCL_COMM_ID", ncclId);
+    }
+    ctx_.threads->arrive_and_wait();
+    if (!made) return {made.code(), "--algos " + f.label() + ": " + made.message()};
+    if (Status s = control_->broadcast(&id, sizeof id); !s) return s;
+    auto comm = Comm::initRank(nranks_, UniqueId{id}, rank_);
+    ctx_.threads->arrive_and_wait();
+    if (!comm)
+      return {comm.status().code(), "--algos " + f.label() + ": " + comm.status().message()};
+    forced_.push_back(std::move(*comm));
+  }
+  if (thread_ == 0 && !opt_.algos.empty()) {
+    setEnvironment("WEFT_ALGO", algo);
+    setEnvironment("WEFT_PROTO", proto);
+  }
+  return {};
+}
+
+Result<std::string> RankBench::planOf(weftComm_t comm, const Layout& l, DataType type) const {
+  const PlanQuery q = planQuery(opt_.collective, l, type);
+  char buf[128] = {};
+  if (Status s =
+          checked(weftCommPlan(comm, q.coll, q.count, q.type, buf, sizeof buf), "weftCommPlan");
+      !s)
+    return s;
+  return std::string(buf);
+}
+
+bool RankBench::serves(std::size_t k, const std::string& plan) const {
+  const ForcedAlgorithm& f = opt_.algos[k];
+  const auto slash = plan.find('/');
+  const std::string algorithm = plan.substr(0, slash);
+  const std::string protocol = slash == std::string::npos ? "" : plan.substr(slash + 1);
+  return algorithm == f.algorithm && (f.protocol.empty() || protocol == f.protocol);
+}
+
+Status RankBench::callAt(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
+                         bool inPlace, std::size_t shift) {
+  // As nccl-tests: in place, rank r sends from and receives into the receive buffer at r times
+  // the collective's stride (all-gather's input and reduce-scatter's output are r's block).
+  const std::size_t e = sizeOf(type);
+  const auto r = static_cast<std::size_t>(rank_);
+  std::byte* recv = recv_.get() + shift;
+  const std::byte* send = inPlace ? recv + r * l.sendInPlaceStride * e : send_.get() + shift;
+  std::byte* out = inPlace ? recv + r * l.recvInPlaceStride * e : recv;
+  return launch(opt_.collective, comm, send, out, l, type, op, root, rank_, nranks_);
+}
+
+Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType type,
+                                      std::optional<RedOp> op, int root, bool inPlace) {
+  const Collective c = opt_.collective;
+  const DataCheck data(type, op, nranks_, opt_.seed + 0x9e3779b97f4a7c15ull * ++checks_);
+  const std::size_t e = sizeOf(type);
+  std::byte* send = send_.get();
+  std::byte* recv = recv_.get();
+  const bool fills = fillsInput(c, rank_, root);
+  if (inPlace) {
+    data.poison(recv, std::max(l.sendCount, l.recvCount));
+    if (fills)
+      data.fill(recv + static_cast<std::size_t>(rank_) * l.sendInPlaceStride * e, l.sendCount,
+                rank_, 0);
+  } else {
+    if (fills) data.fill(send, l.sendCount, rank_, 0);
+    data.poison(recv, l.recvCount);
+  }
+  // Every rank's buffers are ready before any rank's call could touch them.
+  if (Status s = control_->barrier(); !s) return s;
+  if (Status s = callAt(comm, l, type, op.value_or(RedOp::sum), root, inPlace, 0); !s) return s;
+  std::int64_t wrong = 0;
+  for (const Expect& x : expectations(c, l, rank_, nranks_, root, inPlace))
+    wrong += data.wrong(recv, x);
+  return control_->sum(wrong);
+}
+
+Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataType type,
+                                       std::optional<RedOp> op, int root, bool inPlace) {
+  const RedOp redop = op.value_or(RedOp::sum);
+  const std::size_t e = sizeOf(type);
+  // As nccl-tests: each iteration moves to the next slice of the buffers, so that small sizes
+  // do not run from cache.
+  const std::size_t total = l.bytes(e);
+  const std::size_t steps = total > 0 ? std::max<std::size_t>(1, opt_.maxBytes / total) : 1;
+  const int agg = opt_.aggIters;
+  if (Status s = callAt(comm, l, type, redop, root, inPlace, 0); !s) return s;
+  if (Status s = checked(weftBarrier(comm, nullptr), "weftBarrier"); !s) return s;
+  const auto start = std::chrono::steady_clock::now();
+  for (int iter = 0; iter < opt_.iters; ++iter) {
+    if (agg > 1) {
+      if (Status s = checked(weftGroupStart(), "weftGroupStart"); !s) return s;
+    }
+    for (int a = 0; a < agg; ++a) {
+      const auto i = static_cast<std::size_t>(iter * agg + a);
+      if (Status s = callAt(comm, l, type, redop, root, inPlace, total * (i % steps)); !s) return s;
+    }
+    if (agg > 1) {
+      if (Status s = checked(weftGroupEnd(), "weftGroupEnd"); !s) return s;
+    }
+    if (opt_.blocking) {
+      if (Status s = checked(weftBarrier(comm, nullptr), "weftBarrier"); !s) return s;
+    }
+  }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  auto seconds = control_->combine(elapsed.count() / (opt_.iters * agg), opt_.average);
+  if (!seconds) return seconds.status();
+  Measurement m;
+  m.timeUs = *seconds * 1e6;
+  if (*seconds > 0) {
+    m.algBw = algBytes(opt_.collective, l, e, nranks_) / 1e9 / *seconds;
+    m.busBw = m.algBw * busFactor(opt_.collective, nranks_);
+  }
+  if (opt_.checkIters > 0 && (!inPlace || checksInPlace(opt_.collective))) {
+    std::int64_t wrong = 0;
+    for (int i = 0; i < opt_.checkIters && wrong == 0; ++i) {
+      auto w = check(comm, l, type, op, root, inPlace);
+      if (!w) return w.status();
+      wrong = *w;
+    }
+    m.wrong = wrong;
+    if (wrong > 0) exitCode_ = kExitWrong;
+  }
+  return m;
+}
+
+Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> op, int root) {
+  const Layout l = layoutFor(opt_.collective, size, sizeOf(type), nranks_);
+  Row row;
+  row.collective = opt_.collective;
+  row.bytes = l.bytes(sizeOf(type));
+  row.count = l.count;
+  row.type = type;
+  row.op = op;
+  row.root = root;
+  auto plan = planOf(comm_->handle(), l, type);
+  if (!plan) return plan.status();
+  row.plan = *plan;
+  auto oop = measure(comm_->handle(), l, type, op, root, false);
+  if (!oop) return oop.status();
+  row.outOfPlace = *oop;
+  auto ip = measure(comm_->handle(), l, type, op, root, true);
+  if (!ip) return ip.status();
+  row.inPlace = *ip;
+  for (std::size_t k = 0; k < forced_.size(); ++k) {
+    auto forcedPlan = planOf(forced_[k].handle(), l, type);
+    if (!forcedPlan) return forcedPlan.status();
+    ForcedResult f{*forcedPlan, std::nullopt};
+    if (serves(k, f.plan)) {
+      auto m = measure(forced_[k].handle(), l, type, op, root, false);
+      if (!m) return m.status();
+      f.outOfPlace = *m;
+    }
+    row.forced.push_back(std::move(f));
+  }
+  if (ctx_.peer != nullptr) {
+    // The same call, buffers and iteration count through the peer. Whether it can run the call
+    // depends on the arguments alone, so every rank takes the same branch.
+    auto seconds =
+        ctx_.peer->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root,
+                                  send_.get(), recv_.get(), 1, opt_.iters * opt_.aggIters);
+    if (seconds) {
+      auto combined = control_->combine(*seconds, opt_.average);
+      if (!combined) return combined.status();
+      row.peerTimeUs = *combined * 1e6;
+    }
+  }
+  if (report_) report_->add(std::move(row));
+  return {};
+}
+
+Status RankBench::warmUp(weftComm_t comm, std::optional<std::size_t> forced, DataType type,
+                         RedOp op, int root) {
+  // As nccl-tests: out-of-place calls at the largest size, then at the smallest.
+  for (std::size_t size : {opt_.maxBytes, opt_.minBytes}) {
+    const Layout l = layoutFor(opt_.collective, size, sizeOf(type), nranks_);
+    if (forced) {
+      auto plan = planOf(comm, l, type);
+      if (!plan) return plan.status();
+      if (!serves(*forced, *plan)) continue;
+    }
+    for (int i = 0; i < opt_.warmupIters; ++i) {
+      if (Status s = callAt(comm, l, type, op, root, false, 0); !s) return s;
+    }
+  }
+  return {};
+}
+
+Status RankBench::sweep(DataType type, std::optional<RedOp> op, int root) {
+  // Valid inputs everywhere, in both buffers (in place, the receive buffer is the input), so
+  // that no timed reduction runs on poison or on denormals.
+  const DataCheck timingData(type, op, nranks_, opt_.seed);
+  const std::size_t elements = bufferBytes_ / sizeOf(type);
+  timingData.fill(send_.get(), elements, rank_, 0);
+  timingData.fill(recv_.get(), elements, rank_, 0);
+  const RedOp redop = op.value_or(RedOp::sum);
+  if (Status s = warmUp(comm_->handle(), std::nullopt, type, redop, root); !s) return s;
+  for (std::size_t k = 0; k < forced_.size(); ++k) {
+    if (Status s = warmUp(forced_[k].handle(), k, type, redop, root); !s) return s;
+  }
+  const std::vector<std::size_t> sizes = sweepSizes(opt_);
+  for (int cycle = 0; opt_.runCycles == 0 || cycle < opt_.runCycles; ++cycle) {
+    for (std::size_t size : sizes) {
+      if (Status s = runRow(size, type, op, root); !s) return s;
+    }
+  }
+  return {};
+}
+
+Status RankBench::run() {
+  if (Status s = join(); !s) return s;
+  if (Status s = preamble(); !s) return s;
+  if (Status s = joinForced(); !s) return s;
+  if (report_) report_->printHeader();
+  std::vector<std::optional<RedOp>> ops;
+  if (isReduction(opt_.collective)) {
+    for (RedOp op : opt_.ops) ops.push_back(op);
+  } else {
+    ops.push_back(std::nullopt);
+  }
+  std::vector<int> roots;
+  if (!hasRoot(opt_.collective)) {
+    roots.push_back(-1);
+  } else if (opt_.root >= 0) {
+    roots.push_back(opt_.root);
+  } else {
+    for (int r = 0; r < nranks_; ++r) roots.push_back(r);
+  }
+  for (DataType type : opt_.types) {
+    for (const auto& op : ops) {
+      for (int root : roots) {
+        if (Status s = sweep(type, op, root); !s) return s;
+      }
+    }
+  }
+  if (report_ && !report_->finish() && exitCode_ == kExitOk) exitCode_ = kExitWrong;
+  return {};
+}
+
+void RankBench::abort() {
+  if (comm_) (void)comm_->abort();
+  for (Comm& c : forced_) (void)c.abort();
+}
+
+}  // namespace
+
+int runRank(ProcessContext& context, int thread) {
+  RankBench bench(context, thread);
+  Status s = bench.run();
+  // A rank that stops early must not leave this process's other ranks at a barrier.
+  context.threads->arrive_and_drop();
+  if (!s) {
+    std::fprintf(stderr, "weft-perf: rank %d: %s\n",
+                 context.proc * context.options.threads + thread, s.toString().c_str());
+    // The other ranks' calls end with an error instead of waiting for the timeout.
+    bench.abort();
+    return kExitError;
+  }
+  return bench.exitCode();
+}
+
+}  // namespace weft::perf

@@ -1,0 +1,225 @@
+#include "perf/launch.hpp"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perf/bench.hpp"
+#include "perf/collective.hpp"
+#include "perf/peer.hpp"
+#include "weft/weft.h"
+
+#ifdef WEFT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace weft::perf {
+namespace {
+
+int usage(const std::string& message) {
+  std::fprintf(stderr, "weft-perf: %s\n", message.c_str());
+  return kExitError;
+}
+
+// Set by mpirun and the other MPI launchers (Open MPI, PMIx, MPICH's Hydra, MVAPICH).
+bool launchedByMpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE",
+                        "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE"}) {
+    if (std::getenv(v) != nullptr) return true;
+  }
+  return false;
+}
+
+// What the ranks' count allows, checked before any process starts.
+Status checkRanks(const Options& o, int nranks) {
+  if (o.collective == Collective::sendRecv && nranks < 2)
+    return invalidArgument("sendrecv needs 2 or more ranks: use -np, -t or mpirun -np");
+  if (hasRoot(o.collective) && o.root >= nranks)
+    return invalidArgument("root " + std::to_string(o.root) + " is not one of the " +
+                           std::to_string(nranks) + " ranks");
+  return {};
+}
+
+// One process: options.threads ranks, thread 0 on this thread (MPI calls stay on it).
+int runProcess(const Options& o, int proc, int nprocs, const weftUniqueId& id,
+               const std::string& launch, Peer* peer) {
+  std::barrier<> threads(o.threads);
+  ProcessContext context{o, proc, nprocs, id, launch, peer, &threads};
+  std::vector<int> codes(static_cast<std::size_t>(o.threads), kExitOk);
+  std::vector<std::thread> workers;
+  for (int t = 1; t < o.threads; ++t) {
+    workers.emplace_back([&, t] { codes[static_cast<std::size_t>(t)] = runRank(context, t); });
+  }
+  codes[0] = runRank(context, 0);
+  for (std::thread& w : workers) w.join();
+  return *std::max_element(codes.begin(), codes.end());
+}
+
+int runForked(const Options& o) {
+  const int nprocs = o.processes;
+  weftUniqueId id{};
+  // The id's rendezvous listener runs in this process, which outlives every rank.
+  if (weftGetUniqueId(&id) != weftSuccess)
+    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = getpid();
+  std::map<pid_t, int> children;  // pid -> process index
+  for (int p = 0; p < nprocs; ++p) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("weft-perf: fork");
+      for (const auto& [child, index] : children) kill(child, SIGTERM);
+      return kExitError;
+    }
+    if (pid == 0) {
+      // A rank whose parent is gone (killed by a timeout) has nobody to report to.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(kExitError);
+      const int code = runProcess(o, p, nprocs, id,
+                                  "forked by weft-perf -np " + std::to_string(nprocs), nullptr);
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    children[pid] = p;
+  }
+  int worst = kExitOk;
+  while (!children.empty()) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) break;
+    auto it = children.find(pid);
+    if (it == children.end()) continue;
+    const int index = it->second;
+    children.erase(it);
+    if (WIFEXITED(status)) {
+      worst = std::max(worst, WEXITSTATUS(status));
+    } else {
+      // A crashed rank never answers again: end the others now rather than at their timeout.
+      std::fprintf(stderr, "weft-perf: process %d (pid %d) died of signal %d; stopping the rest\n",
+                   index, static_cast<int>(pid), WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+      worst = kExitError;
+      for (const auto& [child, other] : children) kill(child, SIGTERM);
+    }
+  }
+  return worst;
+}
+
+int runFromEnvironment(const Options& o) {
+  const char* rank = std::getenv("WEFT_RANK");
+  const char* size = std::getenv("WEFT_NRANKS");
+  if (rank == nullptr || size == nullptr)
+    return usage("set both WEFT_RANK and WEFT_NRANKS (this process's index and the count)");
+  if (std::getenv("WEFT_COMM_ID") == nullptr && std::getenv("NCCL_COMM_ID") == nullptr)
+    return usage("WEFT_RANK/WEFT_NRANKS need WEFT_COMM_ID=host:port, where process 0 listens");
+  char* end = nullptr;
+  const long proc = std::strtol(rank, &end, 10);
+  const bool rankOk = *end == '\0';
+  const long nprocs = std::strtol(size, &end, 10);
+  if (!rankOk || *end != '\0' || nprocs < 1 || proc < 0 || proc >= nprocs)
+    return usage(std::string("WEFT_RANK=") + rank + " WEFT_NRANKS=" + size +
+                 ": need 0 <= WEFT_RANK < WEFT_NRANKS");
+  weftUniqueId id{};
+  if (weftGetUniqueId(&id) != weftSuccess)
+    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+  return runProcess(o, static_cast<int>(proc), static_cast<int>(nprocs), id,
+                    "launched with WEFT_COMM_ID", nullptr);
+}
+
+#ifdef WEFT_HAVE_MPI
+int runUnderMpi(const Options& o) {
+  int provided = 0;
+  MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+  int proc = 0, nprocs = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &proc);
+  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
+  if (Status s = checkRanks(o, nprocs * o.threads); !s) {
+    if (proc == 0) usage(s.message());
+    MPI_Finalize();
+    return kExitError;
+  }
+  // Rank 0's id, and whether it could make one, to every process.
+  struct {
+    int ok;
+    weftUniqueId id;
+  } shared{};
+  if (proc == 0) {
+    shared.ok = weftGetUniqueId(&shared.id) == weftSuccess;
+    if (!shared.ok) usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+  }
+  MPI_Bcast(&shared, sizeof shared, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (!shared.ok) {
+    MPI_Finalize();
+    return kExitError;
+  }
+  std::unique_ptr<Peer> peer = o.compare == "mpi" ? makeMpiPeer() : nullptr;
+  const int code =
+      runProcess(o, proc, nprocs, shared.id,
+                 "launched by mpirun (" + std::to_string(nprocs) + " processes)", peer.get());
+  // A failed rank may leave others inside an MPI call that will never complete.
+  if (code == kExitError) MPI_Abort(MPI_COMM_WORLD, kExitError);
+  MPI_Finalize();
+  return code;
+}
+#endif
+
+}  // namespace
+
+int launchAndRun(const Options& o) {
+  const bool underMpi = launchedByMpi();
+  const bool fromEnvironment = std::getenv("WEFT_RANK") != nullptr;
+  if (o.compare == "mpi") {
+#ifndef WEFT_HAVE_MPI
+    return usage(
+        "--compare mpi: this weft-perf was built without MPI (install an MPI, e.g. "
+        "libopenmpi-dev, and reconfigure)");
+#else
+    if (!underMpi || o.processes > 0 || fromEnvironment)
+      return usage(
+          "--compare mpi runs MPI's collectives next to weft's: launch with mpirun -np N "
+          "weft-perf ... --compare mpi");
+    if (o.threads != 1)
+      return usage("--compare mpi needs one rank per process (-t 1): MPI ranks are processes");
+#endif
+  }
+  if (o.processes > 0) {
+    if (underMpi || fromEnvironment)
+      return usage("-np forks the ranks itself: drop it under mpirun or with WEFT_RANK set");
+    if (Status s = checkRanks(o, o.processes * o.threads); !s) return usage(s.message());
+    return runForked(o);
+  }
+  if (fromEnvironment) {
+    const char* size = std::getenv("WEFT_NRANKS");
+    if (Status s = checkRanks(o, (size ? std::atoi(size) : 1) * o.threads); !s)
+      return usage(s.message());
+    return runFromEnvironment(o);
+  }
+  if (underMpi) {
+#ifdef WEFT_HAVE_MPI
+    return runUnderMpi(o);
+#else
+    return usage(
+        "launched by an MPI launcher, but this weft-perf was built without MPI: every "
+        "process would run alone. Rebuild with MPI, or run weft-perf ... -np N");
+#endif
+  }
+  if (Status s = checkRanks(o, o.threads); !s) return usage(s.message());
+  weftUniqueId id{};
+  if (weftGetUniqueId(&id) != weftSuccess)
+    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+  return runProcess(o, 0, 1, id, "one process", nullptr);
+}
+
+}  // namespace weft::perf

@@ -1,0 +1,16 @@
+// weft-perf: nccl-tests' benchmark for weft. `weft-perf allreduce -b 8 -e 128M -f 2 -np 8`
+// prints nccl-tests' table (its parsers keep working) with the algorithm weft picked for each
+// size, and optionally MPI's time for the same call (--compare mpi), a JSON dump and an SVG plot.
+#include <cstdio>
+
+#include "perf/launch.hpp"
+#include "perf/options.hpp"
+
+int main(int argc, char** argv) {
+  // Every row appears as soon as it is measured, as nccl-tests' do.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  int exitCode = 0;
+  const auto options = weft::perf::parseOptions(argc, argv, exitCode);
+  if (!options) return exitCode;
+  return weft::perf::launchAndRun(*options);
+}

@@ -1,0 +1,247 @@
+#include "perf/options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+namespace weft::perf {
+namespace {
+
+// nccl-tests' order for "-d all" and "-o all".
+constexpr DataType kAllTypes[] = {DataType::i8,   DataType::u8,     DataType::i32,
+                                  DataType::u32,  DataType::i64,    DataType::u64,
+                                  DataType::f16,  DataType::f32,    DataType::f64,
+                                  DataType::bf16, DataType::f8e4m3, DataType::f8e5m2};
+constexpr RedOp kAllOps[] = {RedOp::sum, RedOp::prod, RedOp::max, RedOp::min, RedOp::avg};
+
+std::string usageError(const std::string& what) {
+  return "weft-perf: " + what + " (weft-perf --help lists the flags)";
+}
+
+}  // namespace
+
+std::string_view tableName(DataType t) {
+  switch (t) {
+    case DataType::f64:
+      return "double";
+    case DataType::f32:
+      return "float";
+    case DataType::f16:
+      return "half";
+    case DataType::bf16:
+      return "bfloat16";
+    case DataType::f8e4m3:
+      return "f8e4m3";
+    case DataType::f8e5m2:
+      return "f8e5m2";
+    case DataType::i8:
+      return "int8";
+    case DataType::u8:
+      return "uint8";
+    case DataType::i32:
+      return "int32";
+    case DataType::u32:
+      return "uint32";
+    case DataType::i64:
+      return "int64";
+    case DataType::u64:
+      return "uint64";
+  }
+  return "?";
+}
+
+std::string_view tableName(RedOp op) {
+  return name(op);
+}
+
+std::optional<std::size_t> parseSize(std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(value >= 0)) return std::nullopt;
+  while (*end == ' ') ++end;
+  double unit = 1;
+  switch (*end) {
+    case '\0':
+      break;
+    case 'k':
+    case 'K':
+      unit = 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      unit = 1024.0 * 1024;
+      break;
+    case 'g':
+    case 'G':
+      unit = 1024.0 * 1024 * 1024;
+      break;
+    default:
+      return std::nullopt;
+  }
+  // Like nccl-tests, whatever follows the unit letter ("1MB") is ignored.
+  const double bytes = value * unit;
+  if (bytes > 1e18) return std::nullopt;
+  return static_cast<std::size_t>(bytes);
+}
+
+std::vector<std::size_t> sweepSizes(const Options& o) {
+  std::vector<std::size_t> out;
+  for (std::size_t size = o.minBytes; size <= o.maxBytes;
+       size = o.stepFactor > 1 ? size * o.stepFactor : size + o.stepBytes) {
+    out.push_back(size);
+  }
+  return out;
+}
+
+std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
+  // mpirun's spelling "-np N" for the fork launcher; CLI11 takes one-letter short options only.
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::string& a : args) {
+    if (a == "-np") a = "--np";
+  }
+  std::vector<char*> argvFixed;
+  for (std::string& a : args) argvFixed.push_back(a.data());
+
+  Options o;
+  std::string collective, minBytes = "32M", maxBytes = "32M", stepBytes = "1M", type = "float",
+                          op = "sum", compare, algos;
+  int ngpus = 1, parallelInit = 0, streamNull = 0, timeoutS = 0, cudaGraph = 0, cpuTime = 0,
+      registration = 0, blocking = 0;
+  CLI::App app{"weft-perf: nccl-tests-compatible benchmark of weft's collectives"};
+  app.add_option("collective", collective,
+                 "allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv")
+      ->required();
+  app.add_option("-b,--minbytes", minBytes, "smallest size (K, M, G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", maxBytes, "largest size")->capture_default_str();
+  app.add_option("-i,--stepbytes", stepBytes, "size increment when stepfactor is 1")
+      ->capture_default_str();
+  app.add_option("-f,--stepfactor", o.stepFactor, "size multiplier")->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmupIters, "warm-up iterations")->capture_default_str();
+  app.add_option("-m,--agg_iters", o.aggIters, "calls aggregated in one weftGroupStart/End")
+      ->capture_default_str();
+  app.add_option("-N,--run_cycles", o.runCycles, "sweeps to run and print (0: forever)")
+      ->capture_default_str();
+  app.add_option("-c,--check", o.checkIters, "checked runs per size (0: no check)")
+      ->capture_default_str();
+  app.add_option("-o,--op", op, "sum, prod, min, max, avg or all")->capture_default_str();
+  app.add_option("-d,--datatype", type,
+                 "float, double, half, bfloat16, f8e4m3, f8e5m2, int8, uint8, int32, uint32, "
+                 "int64, uint64 or all")
+      ->capture_default_str();
+  app.add_option("-r,--root", o.root, "root of broadcast/reduce (-1: every rank in turn)")
+      ->capture_default_str();
+  app.add_option("-z,--blocking", blocking, "barrier after every call (0/1)")
+      ->capture_default_str();
+  app.add_option("-a,--average", o.average,
+                 "time reported: 0 rank 0's, 1 mean over ranks, 2 min, 3 max")
+      ->capture_default_str();
+  app.add_option("-t,--nthreads", o.threads, "ranks (threads) per process")->capture_default_str();
+  app.add_option("-g,--ngpus", ngpus, "GPUs per thread: 1 (host memory)")->capture_default_str();
+  app.add_option("-R,--local_register", registration, "buffer registration (no-op on host)");
+  app.add_option("-p,--parallel_init", parallelInit, "accepted; ranks always init in parallel");
+  app.add_option("-y,--stream_null", streamNull, "accepted; host collectives take no stream");
+  app.add_option("-T,--timeout", timeoutS, "seconds before a stuck call fails (WEFT_TIMEOUT_S)");
+  app.add_option("-G,--cudagraph", cudaGraph, "CUDA graph launches: 0 (host memory)");
+  app.add_option("-C,--report_cputime", cpuTime, "label the time column cputime (0/1)");
+  app.add_option("--np", o.processes, "fork this many local processes (one or more ranks each)");
+  app.add_option("--compare", compare, "also time the same calls through a peer library: mpi");
+  app.add_flag("--plain", o.plain,
+               "print only nccl-tests' columns, for parsers that expect exactly thirteen");
+  app.add_option("--json", o.jsonPath, "write every row to this JSON file");
+  app.add_option("--svg", o.svgPath, "plot bus bandwidth against size to this SVG file");
+  app.add_option("--algos", algos,
+                 "also sweep with each algorithm forced, as ring,rhd or ring/ll (weft-plan list)");
+  app.add_option("--seed", o.seed, "seed of the checked data")->capture_default_str();
+  app.footer(
+      "Launch: under mpirun (one rank per process, rank 0's id sent with MPI_Bcast); with -np N "
+      "(N local processes forked here); or with WEFT_COMM_ID=host:port plus WEFT_RANK and "
+      "WEFT_NRANKS (process index and count) from any launcher. -t T makes every process T "
+      "ranks.");
+  try {
+    app.parse(static_cast<int>(argvFixed.size()), argvFixed.data());
+  } catch (const CLI::ParseError& e) {
+    exitCode = app.exit(e);
+    return std::nullopt;
+  }
+
+  auto fail = [&](const std::string& what) -> std::optional<Options> {
+    std::fprintf(stderr, "%s\n", usageError(what).c_str());
+    exitCode = 2;
+    return std::nullopt;
+  };
+  auto coll = parseCollective(collective);
+  if (!coll || *coll == Collective::allToAllv)
+    return fail("unknown collective '" + collective +
+                "': use allreduce, allgather, reducescatter, broadcast, reduce, alltoall or "
+                "sendrecv");
+  o.collective = *coll;
+  auto lo = parseSize(minBytes), hi = parseSize(maxBytes), step = parseSize(stepBytes);
+  if (!lo) return fail("invalid size specified for 'minbytes': " + minBytes);
+  if (!hi) return fail("invalid size specified for 'maxbytes': " + maxBytes);
+  if (!step) return fail("invalid size specified for 'stepbytes': " + stepBytes);
+  o.minBytes = *lo;
+  o.maxBytes = *hi;
+  o.stepBytes = *step;
+  if (o.minBytes > o.maxBytes)
+    return fail("invalid sizes for 'minbytes' and 'maxbytes': " + std::to_string(o.minBytes) +
+                " > " + std::to_string(o.maxBytes));
+  if (o.stepFactor <= 1 && o.stepBytes == 0)
+    return fail("stepbytes 0 with stepfactor 1 never ends");
+  if (o.stepFactor > 1 && o.minBytes == 0) return fail("minbytes 0 with a stepfactor never grows");
+  if (o.iters < 1 || o.warmupIters < 0 || o.aggIters < 1 || o.runCycles < 0 || o.checkIters < 0)
+    return fail("iters and agg_iters must be >= 1; warmup_iters, run_cycles and check >= 0");
+  if (o.average < 0 || o.average > 3) return fail("average must be 0, 1, 2 or 3");
+  if (o.threads < 1) return fail("nthreads must be >= 1");
+  if (ngpus != 1)
+    return fail("-g " + std::to_string(ngpus) +
+                ": this build runs on host memory, one rank per thread: use -g 1 and -t or -np "
+                "for more ranks");
+  if (cudaGraph != 0) return fail("-G: CUDA graphs need GPU buffers; this build uses host memory");
+  if (o.processes < 0) return fail("-np must be >= 1");
+  o.blocking = blocking != 0;
+  o.reportCpuTime = cpuTime != 0;
+  (void)parallelInit;
+  (void)streamNull;
+  (void)registration;
+
+  if (type == "all") {
+    o.types.assign(std::begin(kAllTypes), std::end(kAllTypes));
+  } else if (auto t = parseDataType(type)) {
+    o.types = {*t};
+  } else {
+    return fail("unknown datatype '" + type +
+                "': use float, double, half, bfloat16, f8e4m3, f8e5m2, int8, uint8, int32, "
+                "uint32, int64, uint64 or all");
+  }
+  if (op == "all") {
+    o.ops.assign(std::begin(kAllOps), std::end(kAllOps));
+  } else if (auto r = parseRedOp(op)) {
+    o.ops = {*r};
+  } else {
+    return fail("unknown op '" + op + "': use sum, prod, min, max, avg or all");
+  }
+  if (!compare.empty() && compare != "mpi")
+    return fail("--compare " + compare + ": the peer this build knows is mpi");
+  o.compare = compare;
+  std::stringstream list(algos);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item.empty()) continue;
+    const auto slash = item.find('/');
+    ForcedAlgorithm f{item.substr(0, slash),
+                      slash == std::string::npos ? std::string() : item.substr(slash + 1)};
+    if (f.algorithm.empty()) return fail("--algos: empty algorithm name in '" + algos + "'");
+    o.algos.push_back(f);
+  }
+  if (timeoutS > 0 && std::getenv("WEFT_TIMEOUT_S") == nullptr) {
+    // Read by every communicator this process creates; set before any exists.
+    setenv("WEFT_TIMEOUT_S", std::to_string(timeoutS).c_str(), 1);
+  }
+  return o;
+}
+
+}  // namespace weft::perf

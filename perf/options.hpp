@@ -1,0 +1,71 @@
+// weft-perf's command line: nccl-tests' flags with nccl-tests' defaults and meanings, plus the
+// launch (-np), comparison (--compare), export (--json, --svg) and algorithm (--algos) options.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/status.hpp"
+#include "weft/types.hpp"
+
+namespace weft::perf {
+
+// One algorithm the sweep is repeated with: WEFT_ALGO (and WEFT_PROTO when given as "ring/ll")
+// set while its communicator is created.
+struct ForcedAlgorithm {
+  std::string algorithm;
+  std::string protocol;  // "" leaves WEFT_PROTO as the environment has it
+  std::string label() const { return protocol.empty() ? algorithm : algorithm + "/" + protocol; }
+};
+
+struct Options {
+  Collective collective = Collective::allReduce;
+
+  // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
+  std::size_t minBytes = 32 << 20;
+  std::size_t maxBytes = 32 << 20;
+  std::size_t stepBytes = 1 << 20;
+  std::size_t stepFactor = 1;
+  int iters = 20;
+  int warmupIters = 5;
+  int aggIters = 1;
+  int runCycles = 1;  // 0: forever
+  int checkIters = 1;
+  std::vector<DataType> types{DataType::f32};
+  std::vector<RedOp> ops{RedOp::sum};
+  int root = 0;  // -1: every rank in turn
+  bool blocking = false;
+  int average = 1;  // 0 rank 0, 1 mean, 2 min, 3 max
+  bool reportCpuTime = false;
+
+  int threads = 1;  // ranks per process
+  int processes =
+      0;  // -np: ranks this command forks; 0: launched by mpirun, another launcher, or 1
+
+  bool plain = false;   // only nccl-tests' thirteen columns (the extras still go to --json)
+  std::string compare;  // "" or "mpi"
+  std::string jsonPath;
+  std::string svgPath;
+  std::vector<ForcedAlgorithm> algos;
+  std::uint64_t seed = 0x5eed;
+};
+
+// The table's names for types and ops, as nccl-tests prints them ("float", "bfloat16", "sum").
+std::string_view tableName(DataType t);
+std::string_view tableName(RedOp op);
+
+// nccl-tests' size syntax: a number with an optional K, M or G (powers of 1024): "8", "1M", "0.5G".
+std::optional<std::size_t> parseSize(std::string_view text);
+
+// The sizes of one sweep, in order.
+std::vector<std::size_t> sweepSizes(const Options& o);
+
+// Parses argv. Returns the options, or nothing after printing help or a usage error (exitCode
+// says which: 0 for --help).
+std::optional<Options> parseOptions(int argc, char** argv, int& exitCode);
+
+}  // namespace weft::perf
