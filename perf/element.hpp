@@ -16,7 +16,6 @@ template <typename T>
 struct IntegerElement {
   using Storage = T;
   static constexpr bool kFloating = false;
-  static constexpr int kPrecision = 8 * sizeof(T);
   static Storage average(Storage sum, int nranks) {
     if constexpr (std::is_signed_v<T>) {
       return static_cast<T>(static_cast<std::int64_t>(sum) / nranks);

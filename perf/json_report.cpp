@@ -48,7 +48,10 @@ bool writeJson(const std::string& path, const Options& options, int nranks,
   if (!out) return false;
   out << "{\n  \"tool\": \"weft-perf\",\n  \"collective\": " << quoted(name(options.collective))
       << ",\n  \"nranks\": " << nranks << ",\n  \"threads_per_process\": " << options.threads
-      << ",\n  \"iters\": " << options.iters << ",\n  \"warmup_iters\": " << options.warmupIters
+      << ",\n  \"minbytes\": " << options.minBytes << ",\n  \"maxbytes\": " << options.maxBytes
+      << ",\n  \"stepbytes\": " << options.stepBytes
+      << ",\n  \"stepfactor\": " << options.stepFactor << ",\n  \"iters\": " << options.iters
+      << ",\n  \"warmup_iters\": " << options.warmupIters
       << ",\n  \"agg_iters\": " << options.aggIters << ",\n  \"check\": " << options.checkIters
       << ",\n  \"average\": " << options.average
       << ",\n  \"peer\": " << (peerName.empty() ? std::string("null") : quoted(peerName))

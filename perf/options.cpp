@@ -148,7 +148,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("-T,--timeout", timeoutS, "seconds before a stuck call fails (WEFT_TIMEOUT_S)");
   app.add_option("-G,--cudagraph", cudaGraph, "CUDA graph launches: 0 (host memory)");
   app.add_option("-C,--report_cputime", cpuTime, "label the time column cputime (0/1)");
-  app.add_option("--np", o.processes, "fork this many local processes (one or more ranks each)");
+  app.add_option("--np", o.processes,
+                 "(or -np) fork this many local processes, -t ranks each, and wait for them");
   app.add_option("--compare", compare, "also time the same calls through a peer library: mpi");
   app.add_flag("--plain", o.plain,
                "print only nccl-tests' columns, for parsers that expect exactly thirteen");
