@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <barrier>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -66,35 +67,84 @@ int runProcess(const Options& o, int proc, int nprocs, const weftUniqueId& id,
   return *std::max_element(codes.begin(), codes.end());
 }
 
+// Reads the id the parent writes into `fd`; false when the parent closed it instead.
+bool readId(int fd, weftUniqueId& id) {
+  auto* p = reinterpret_cast<char*>(&id);
+  std::size_t got = 0;
+  while (got < sizeof id) {
+    const ssize_t n = read(fd, p + got, sizeof id - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 int runForked(const Options& o) {
   const int nprocs = o.processes;
-  weftUniqueId id{};
-  // The id's rendezvous listener runs in this process, which outlives every rank.
-  if (weftGetUniqueId(&id) != weftSuccess)
-    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+  // The children are forked before this process has any thread: fork() copies only the calling
+  // thread, so a lock another thread held at that moment (the rendezvous listener's allocator
+  // lock, say) would stay locked in the child forever. Only then does this process make the id,
+  // whose listener thread lives here, and hand it to each child through a pipe.
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = getpid();
   std::map<pid_t, int> children;  // pid -> process index
+  std::vector<int> pipes;         // write ends, by process index
+  auto stopChildren = [&] {
+    for (int fd : pipes) close(fd);
+    for (const auto& [child, index] : children) kill(child, SIGTERM);
+  };
   for (int p = 0; p < nprocs; ++p) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+      std::perror("weft-perf: pipe");
+      stopChildren();
+      return kExitError;
+    }
     const pid_t pid = fork();
     if (pid < 0) {
       std::perror("weft-perf: fork");
-      for (const auto& [child, index] : children) kill(child, SIGTERM);
+      close(fds[0]);
+      close(fds[1]);
+      stopChildren();
       return kExitError;
     }
     if (pid == 0) {
       // A rank whose parent is gone (killed by a timeout) has nobody to report to.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) _exit(kExitError);
+      for (int fd : pipes) close(fd);  // the earlier children's
+      close(fds[1]);
+      weftUniqueId id{};
+      if (!readId(fds[0], id)) _exit(kExitError);  // the parent could not make one
+      close(fds[0]);
       const int code = runProcess(o, p, nprocs, id,
                                   "forked by weft-perf -np " + std::to_string(nprocs), nullptr);
       std::fflush(stdout);
       std::fflush(stderr);
       _exit(code);
     }
+    close(fds[0]);
+    pipes.push_back(fds[1]);
     children[pid] = p;
   }
+  signal(SIGPIPE, SIG_IGN);  // a child that died early must not take this process with it
+  weftUniqueId id{};
+  if (weftGetUniqueId(&id) != weftSuccess) {
+    usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+    stopChildren();
+    while (waitpid(-1, nullptr, 0) > 0) {
+    }
+    return kExitError;
+  }
+  for (int fd : pipes) {
+    // A child that is already gone shows up below as a failed child.
+    if (write(fd, &id, sizeof id) != static_cast<ssize_t>(sizeof id))
+      std::perror("weft-perf: handing a child the unique id");
+    close(fd);
+  }
+  pipes.clear();
   int worst = kExitOk;
   while (!children.empty()) {
     int status = 0;
