@@ -15,16 +15,41 @@
 namespace weft {
 namespace {
 
-// What each rank tells the others about itself at init.
-struct PeerRecord {
-  char inbox[96];
+// What each rank tells the others about itself at init: first where it runs and how it is set
+// up, then (once every pair's transport is known) how to reach it.
+struct HostRecord {
+  char hostname[64];
+  std::uint64_t hostId;  // hostname and boot id: ranks with equal ids share memory
   std::int32_t pid;
-  std::int32_t channels;
+  std::int32_t channels, slots;
+  char transport[8];
+  std::uint64_t slotBytes;
+};
+struct ReachRecord {
+  char inbox[96];
   std::uint64_t inboxBytes;
+  std::uint64_t ucxBytes;  // this rank's UCX address record (0 without UCX peers)
 };
 
 bool processAlive(int pid) {
   return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+// The host's name and an id that differs between machines (and containers) that share a name.
+void describeHost(HostRecord& r) {
+  if (gethostname(r.hostname, sizeof r.hostname) != 0) std::snprintf(r.hostname, 8, "unknown");
+  r.hostname[sizeof r.hostname - 1] = '\0';
+  std::string boot;
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char line[64] = {};
+    if (std::fgets(line, sizeof line, f) != nullptr) boot = line;
+    std::fclose(f);
+  }
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char ch : std::string(r.hostname) + "/" + boot) {
+    h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  }
+  r.hostId = h;
 }
 
 }  // namespace
@@ -104,39 +129,112 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   c->size_ = bootstrap->size();
   c->bootstrap_ = std::move(bootstrap);
   const int n = c->size_, me = c->rank_;
+  const auto N = static_cast<std::size_t>(n), ME = static_cast<std::size_t>(me);
 
   c->geometry_.nranks = n;
   c->geometry_.channels = std::clamp(config.maxChannels, 2, 16);  // the double binary tree needs 2
   c->geometry_.slots = std::clamp(config.fifoSlots, 2, 64);
   c->geometry_.slotBytes = config.fifoSlotBytes;
+
+  // 1. Where every rank runs, and whether the ranks agree on the set-up.
+  std::vector<HostRecord> hosts(N);
+  HostRecord& self = hosts[ME];
+  describeHost(self);
+  self.pid = getpid();
+  self.channels = c->geometry_.channels;
+  self.slots = c->geometry_.slots;
+  self.slotBytes = c->geometry_.slotBytes;
+  std::snprintf(self.transport, sizeof self.transport, "%s", config.transport.c_str());
+  if (Status s = c->bootstrap_->allGather(hosts.data(), sizeof(HostRecord)); !s) return s;
+  c->pids_.resize(N);
+  c->sameHost_.resize(N);
+  c->viaUcx_.assign(N, false);
+  bool anyUcx = false;
+  for (std::size_t q = 0; q < N; ++q) {
+    const HostRecord& r = hosts[q];
+    c->pids_[q] = r.pid;
+    if (r.channels != self.channels || r.slots != self.slots || r.slotBytes != self.slotBytes ||
+        std::strcmp(r.transport, self.transport) != 0) {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(me) + ": rank " + std::to_string(q) +
+                        " is set up differently (WEFT_MAX_CHANNELS, WEFT_SLOT_BYTES and "
+                        "WEFT_TRANSPORT must be the same on every rank)");
+    }
+    c->sameHost_[q] = r.hostId == self.hostId;
+    for (std::size_t p = 0; p < N; ++p) {
+      // Every rank decides every pair the same way, so all agree on whether UCX is needed.
+      const bool ucx = p != q && (config.transport == "ucx" || hosts[p].hostId != r.hostId);
+      anyUcx = anyUcx || ucx;
+      if (q == ME && ucx) c->viaUcx_[p] = true;
+    }
+    if (!c->sameHost_[q] && config.transport == "shm") {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(me) + " (on " + self.hostname + "): rank " +
+                        std::to_string(q) + " runs on " + r.hostname +
+                        ", but WEFT_TRANSPORT=shm needs every rank on one host (use auto or ucx)");
+    }
+  }
+  if (anyUcx && !transport::ucxAvailable()) {
+    return Status(Code::unsupported,
+                  "rank " + std::to_string(me) + ": the ranks span several hosts (or "
+                  "WEFT_TRANSPORT=ucx), but this build has no UCX transport (build with "
+                  "libucx-dev)");
+  }
+  const bool anyShm = [&] {
+    for (std::size_t q = 0; q < N; ++q) {
+      if (q != ME && c->sameHost_[q] && !c->viaUcx_[q]) return true;
+    }
+    return false;
+  }();
+
+  // 2. This rank's inbox (FIFOs when a peer on this host uses them; else the control page
+  // that carries aborts between ranks of one host) and its UCX workers.
+  c->geometry_.fifos = anyShm;
   auto inbox = transport::ShmSegment::create(c->geometry_.inboxBytes());
   if (!inbox) return inbox.status();
   c->inbox_ = std::move(*inbox);
   transport::initInbox(c->inbox_.data(), c->geometry_);
   c->abortFlag_ = &transport::controlOf(c->inbox_.data())->aborted;
+  const bool myUcx = std::find(c->viaUcx_.begin(), c->viaUcx_.end(), true) != c->viaUcx_.end();
+  if (myUcx) {
+    transport::UcxGeometry ug;
+    ug.nranks = n;
+    ug.rank = me;
+    ug.channels = c->geometry_.channels;
+    ug.slots = c->geometry_.slots;
+    ug.slotBytes = c->geometry_.slotBytes;
+    auto ucx = transport::UcxTransport::create(ug);
+    if (!ucx) return ucx.status();
+    c->ucx_ = std::move(*ucx);
+  }
 
-  std::vector<PeerRecord> records(static_cast<std::size_t>(n));
-  PeerRecord& mine = records[static_cast<std::size_t>(me)];
-  std::snprintf(mine.inbox, sizeof mine.inbox, "%s", c->inbox_.name().c_str());
-  mine.pid = getpid();
-  mine.channels = c->geometry_.channels;
-  mine.inboxBytes = c->geometry_.inboxBytes();
-  if (Status s = c->bootstrap_->allGather(records.data(), sizeof(PeerRecord)); !s) return s;
-  c->peerInboxes_.resize(static_cast<std::size_t>(n));
-  c->pids_.resize(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    const PeerRecord& r = records[static_cast<std::size_t>(q)];
-    c->pids_[static_cast<std::size_t>(q)] = r.pid;
-    if (r.channels != mine.channels || r.inboxBytes != mine.inboxBytes) {
-      return Status(Code::invalidUsage,
-                    "rank " + std::to_string(me) + ": rank " + std::to_string(q) +
-                        " uses a different FIFO geometry (WEFT_MAX_CHANNELS / WEFT_SLOT_BYTES "
-                        "must be the same on every rank)");
+  // 3. How to reach every rank.
+  std::vector<ReachRecord> reach(N);
+  std::snprintf(reach[ME].inbox, sizeof reach[ME].inbox, "%s", c->inbox_.name().c_str());
+  reach[ME].inboxBytes = c->geometry_.inboxBytes();
+  reach[ME].ucxBytes = c->ucx_ ? c->ucx_->address().size() : 0;
+  if (Status s = c->bootstrap_->allGather(reach.data(), sizeof(ReachRecord)); !s) return s;
+  std::size_t ucxBytes = 0;
+  for (const ReachRecord& r : reach) ucxBytes = std::max<std::size_t>(ucxBytes, r.ucxBytes);
+  std::vector<std::vector<std::byte>> addresses(N);
+  if (ucxBytes > 0) {
+    std::vector<std::byte> all(N * ucxBytes);
+    if (c->ucx_) std::memcpy(&all[ME * ucxBytes], c->ucx_->address().data(), reach[ME].ucxBytes);
+    if (Status s = c->bootstrap_->allGather(all.data(), ucxBytes); !s) return s;
+    for (std::size_t q = 0; q < N; ++q) {
+      addresses[q].assign(all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes),
+                          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes + reach[q].ucxBytes));
     }
-    if (q == me) continue;
-    auto seg = transport::ShmSegment::open(r.inbox, r.inboxBytes);
+  }
+  c->peerInboxes_.resize(N);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q == ME || !c->sameHost_[q]) continue;
+    auto seg = transport::ShmSegment::open(reach[q].inbox, reach[q].inboxBytes);
     if (!seg) return seg.status();
-    c->peerInboxes_[static_cast<std::size_t>(q)] = std::move(*seg);
+    c->peerInboxes_[q] = std::move(*seg);
+  }
+  if (c->ucx_) {
+    if (Status s = c->ucx_->connect(addresses, c->viaUcx_, c->sameHost_); !s) return s;
   }
   // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
   if (Status s = c->bootstrap_->barrier(); !s) return s;
@@ -145,30 +243,43 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   c->links_.resize(static_cast<std::size_t>(c->geometry_.channels));
   for (int ch = 0; ch < c->geometry_.channels; ++ch) {
     exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
-    l.to.assign(static_cast<std::size_t>(n), nullptr);
-    l.from.assign(static_cast<std::size_t>(n), nullptr);
+    l.to.assign(N, nullptr);
+    l.from.assign(N, nullptr);
     for (int q = 0; q < n; ++q) {
+      const auto Q = static_cast<std::size_t>(q);
       if (q == me) continue;
-      std::byte* peerInbox = c->peerInboxes_[static_cast<std::size_t>(q)].data();
+      if (c->viaUcx_[Q]) {
+        l.to[Q] = c->ucx_->to(ch, q);
+        l.from[Q] = c->ucx_->from(ch, q);
+        continue;
+      }
+      std::byte* peerInbox = c->peerInboxes_[Q].data();
       c->connections_.push_back(std::make_unique<transport::ShmConnection>(
           peerInbox + c->geometry_.offset(ch, me), c->geometry_, q));
-      l.to[static_cast<std::size_t>(q)] = c->connections_.back().get();
+      l.to[Q] = c->connections_.back().get();
       c->connections_.push_back(std::make_unique<transport::ShmConnection>(
           c->inbox_.data() + c->geometry_.offset(ch, q), c->geometry_, q));
-      l.from[static_cast<std::size_t>(q)] = c->connections_.back().get();
+      l.from[Q] = c->connections_.back().get();
     }
   }
-  std::vector<int> pids = c->pids_;
+  // A peer on this host has failed when its process is gone; any UCX peer when its endpoint
+  // reports an error.
   c->waiter_ = std::make_unique<transport::Waiter>(
       c->abortFlag_, transport::controlOf(c->inbox_.data())->reason,
-      [pids](int q) { return processAlive(pids[static_cast<std::size_t>(q)]); }, config.timeout,
-      me);
+      [pids = c->pids_, same = c->sameHost_, ucx = c->ucx_.get()](int q) -> std::string {
+        const auto Q = static_cast<std::size_t>(q);
+        if (same[Q] && !processAlive(pids[Q])) return "that rank's process has exited";
+        if (ucx != nullptr) return ucx->peerFailure(q);
+        return {};
+      },
+      config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   c->workers_ = std::make_unique<ChannelWorkers>(c->geometry_.channels - 1);
   return c;
 }
 
 Communicator::~Communicator() = default;
+
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   if (Status s = checkUsable("split"); !s) return s;
@@ -207,8 +318,13 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
 }
 
 std::string Communicator::summary() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-         ", host memory, shm transport, " + std::to_string(geometry_.channels) + " channel(s), " +
+  const bool ucx = ucx_ != nullptr;
+  const bool shm = !connections_.empty();
+  const std::string transports = ucx && shm ? "shm within a host, ucx between hosts"
+                                 : ucx      ? "ucx transport"
+                                            : "shm transport";
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", host memory, " +
+         transports + ", " + std::to_string(geometry_.channels) + " channel(s), " +
          std::to_string(geometry_.slots) + " x " + std::to_string(geometry_.slotBytes / 1024) +
          " KiB FIFO slots";
 }
@@ -326,6 +442,7 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   std::vector<Status> results(s.channels.size());
   workers_->run(results.size(), [&](std::size_t ch) {
     results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);
+    if (results[ch].isOk() && ucx_) results[ch] = ucx_->flush(static_cast<int>(ch), *waiter_);
     if (!results[ch].isOk()) (void)fail(results[ch]);
   });
   for (const Status& r : results) {
@@ -506,6 +623,9 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
     }
     if (Status s = waiter_->wait(progress, "exchanging with", waitingOn); !s) return fail(s);
     if (!failure.isOk()) return fail(failure);
+  }
+  if (ucx_) {
+    if (Status s = ucx_->flush(0, *waiter_); !s) return fail(s);
   }
   return {};
 }

@@ -21,6 +21,7 @@
 #include "src/core/config.hpp"
 #include "src/exec/cpu_executor.hpp"
 #include "src/transport/shm.hpp"
+#include "src/transport/ucx.hpp"
 
 namespace weft {
 
@@ -123,6 +124,9 @@ class Communicator {
   transport::ShmSegment inbox_;
   std::vector<transport::ShmSegment> peerInboxes_;  // by rank (own slot empty)
   std::vector<int> pids_;
+  std::vector<bool> sameHost_;  // by rank: shares this host's memory
+  std::vector<bool> viaUcx_;    // by rank: connected through UCX
+  std::unique_ptr<transport::UcxTransport> ucx_;
   std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
   std::vector<exec::ChannelLinks> links_;  // by channel
   std::unique_ptr<algo::Tuner> tuner_;

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "src/transport/ucx.hpp"
+
 namespace weft {
 namespace {
 
@@ -35,9 +37,13 @@ Result<Config> Config::fromEnvironment() {
   if (const char* v = env("NCCL_COMM_ID"); v != nullptr && c.commId.empty()) c.commId = v;
   if (const char* v = env("WEFT_TRANSPORT")) {
     c.transport = v;
-    if (c.transport != "shm") {
+    if (c.transport != "auto" && c.transport != "shm" && c.transport != "ucx") {
       return invalidArgument("WEFT_TRANSPORT=" + c.transport +
-                             ": this build has the shm transport only (ucx needs libucx-dev)");
+                             ": expected auto (shm within a host, ucx between hosts), shm or ucx");
+    }
+    if (c.transport == "ucx" && !transport::ucxAvailable()) {
+      return invalidArgument("WEFT_TRANSPORT=ucx: this build has no UCX transport (build with "
+                             "libucx-dev installed)");
     }
   }
   if (env("WEFT_MAX_CHANNELS") != nullptr) {

@@ -15,7 +15,7 @@ struct Config {
   std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
   std::string commId;                          // WEFT_COMM_ID=host:port
-  std::string transport = "shm";               // WEFT_TRANSPORT (shm; ucx where built)
+  std::string transport = "auto";  // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
   int maxChannels = 2;                         // WEFT_MAX_CHANNELS (2-16): host threads per rank
   int fifoSlots = 4;                           // slots per connection
   std::size_t fifoSlotBytes = 128 * 1024;      // WEFT_SLOT_BYTES

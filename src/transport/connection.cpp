@@ -29,9 +29,11 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
                                    " stopped: the communicator was aborted (" + why + ")"};
   }
   // Asking the kernel about the peer costs a system call: every 64th nap (~10 ms) is enough.
-  if (peerAlive_ && round % 64 == 63 && !peerAlive_(peer)) {
-    return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
-                                   std::to_string(peer) + ": that rank's process has exited"};
+  if (peerFailure_ && round % 64 == 63) {
+    if (std::string failure = peerFailure_(peer); !failure.empty()) {
+      return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
+                                     std::to_string(peer) + ": " + failure};
+    }
   }
   if (Clock::now() - start > timeout_) {
     return {Code::timeout,

@@ -26,13 +26,13 @@ class Waiter {
   using Clock = std::chrono::steady_clock;
 
   // `aborted` is the communicator's flag (set by abort(), or by a rank that saw a peer fail) and
-  // `reason` the text its setter left beside it; `peerAlive(q)` says whether rank q's process
-  // still exists.
-  Waiter(const std::atomic<int>* aborted, const char* reason, std::function<bool(int)> peerAlive,
-         std::chrono::milliseconds timeout, int rank)
+  // `reason` the text its setter left beside it; `peerFailure(q)` is empty while rank q is
+  // alive and reachable, else what happened to it ("its process has exited").
+  Waiter(const std::atomic<int>* aborted, const char* reason,
+         std::function<std::string(int)> peerFailure, std::chrono::milliseconds timeout, int rank)
       : aborted_(aborted),
         reason_(reason),
-        peerAlive_(std::move(peerAlive)),
+        peerFailure_(std::move(peerFailure)),
         timeout_(timeout),
         rank_(rank) {}
 
@@ -65,7 +65,7 @@ class Waiter {
 
   const std::atomic<int>* aborted_;
   const char* reason_;
-  std::function<bool(int)> peerAlive_;
+  std::function<std::string(int)> peerFailure_;
   std::chrono::milliseconds timeout_;
   int rank_;
 };

@@ -39,6 +39,7 @@ std::size_t ShmGeometry::connectionBytes() const {
 }
 
 std::size_t ShmGeometry::inboxBytes() const {
+  if (!fifos) return kControlBytes;
   return kControlBytes +
          static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) * connectionBytes();
 }
@@ -126,7 +127,7 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
   c->aborted.store(0, std::memory_order_relaxed);
   c->claimed.store(0, std::memory_order_relaxed);
   c->pid = getpid();
-  for (int ch = 0; ch < g.channels; ++ch) {
+  for (int ch = 0; g.fifos && ch < g.channels; ++ch) {
     for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};
   }
   // No fence needed: peers learn the segment's name only through the bootstrap, whose exchange

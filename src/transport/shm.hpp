@@ -37,6 +37,8 @@ struct ShmGeometry {
   int channels = 1;
   int slots = 4;
   std::size_t slotBytes = 64 * 1024;
+  // False for an inbox of a rank whose peers all use another transport: the control page only.
+  bool fifos = true;
 
   std::size_t connectionBytes() const;
   std::size_t inboxBytes() const;

@@ -1,0 +1,385 @@
+#include "src/transport/ucx.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace weft::transport {
+namespace {
+
+Status ucxError(const std::string& what, ucs_status_t s) {
+  return {Code::systemError, "ucx: " + what + ": " + ucs_status_string(s)};
+}
+
+// Drives `request` (a status pointer from an nbx call) to completion, progressing `worker`, for
+// at most `limit`; returns its status (UCS_ERR_TIMED_OUT when it did not finish) and frees it.
+ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request, std::chrono::milliseconds limit) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  const auto end = std::chrono::steady_clock::now() + limit;
+  ucs_status_t s;
+  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    ucp_worker_progress(worker);
+    if (std::chrono::steady_clock::now() > end) {
+      ucp_request_cancel(worker, request);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
+      s = UCS_ERR_TIMED_OUT;
+      break;
+    }
+  }
+  ucp_request_free(request);
+  return s;
+}
+
+// How long destruction waits for UCX to release an endpoint.
+constexpr std::chrono::milliseconds kCloseLimit{10'000};
+
+}  // namespace
+
+// One direction to or from one peer on one channel.
+class UcxTransport::Link final : public Connection {
+ public:
+  Link(ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer, const UcxGeometry& g,
+       const std::atomic<int>* failed)
+      : worker_(worker),
+        ep_(ep),
+        sender_(sender),
+        tag_(static_cast<ucp_tag_t>(sender ? self : peer)),
+        peer_(peer),
+        slotBytes_(g.slotBytes),
+        buffers_(static_cast<std::size_t>(g.slots) * g.slotBytes),
+        requests_(static_cast<std::size_t>(g.slots), nullptr),
+        failed_(failed) {}
+
+  ~Link() override {
+    for (void*& r : requests_) {
+      if (r == nullptr) continue;
+      // A posted receive is cancelled; a send still in flight was given its chance by the flush.
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_, r);
+      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(r);
+      r = nullptr;
+    }
+  }
+
+  // Receivers post every slot's receive before any peer may send.
+  Status start() {
+    if (sender_) return {};
+    for (std::size_t k = 0; k < requests_.size(); ++k) {
+      if (Status s = postReceive(k); !s) return s;
+    }
+    return {};
+  }
+
+  std::size_t slotBytes() const override { return slotBytes_; }
+
+  std::byte* tryAcquire() override {
+    const std::size_t k = next_ % requests_.size();
+    void*& r = requests_[k];
+    if (r != nullptr) {
+      ucp_worker_progress(worker_);
+      const ucs_status_t s = ucp_request_check_status(r);
+      if (s == UCS_INPROGRESS) return nullptr;
+      ucp_request_free(r);
+      r = nullptr;
+      if (s != UCS_OK) {
+        broken_ = s;
+        return nullptr;
+      }
+    }
+    return buffers_.data() + k * slotBytes_;
+  }
+
+  Result<std::byte*> acquire(const Waiter& w) override {
+    std::byte* slot = nullptr;
+    if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr || broken_ != UCS_OK; },
+                          "sending to", peer_);
+        !s)
+      return s;
+    if (broken_ != UCS_OK) return failure("sending to");
+    return slot;
+  }
+
+  void post(std::size_t bytes) override {
+    const std::size_t k = next_ % requests_.size();
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, buffers_.data() + k * slotBytes_, bytes, tag_, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      broken_ = UCS_PTR_STATUS(r);
+      r = nullptr;
+    }
+    requests_[k] = r;  // nullptr: sent (copied out) already
+    ++next_;
+  }
+
+  std::optional<std::span<const std::byte>> tryReceive() override {
+    const std::size_t k = next_ % requests_.size();
+    void* r = requests_[k];
+    if (r == nullptr) return std::nullopt;  // its re-post failed: broken_ says why
+    ucp_worker_progress(worker_);
+    ucp_tag_recv_info_t info{};
+    const ucs_status_t s = ucp_tag_recv_request_test(r, &info);
+    if (s == UCS_INPROGRESS) return std::nullopt;
+    if (s != UCS_OK) {
+      broken_ = s;
+      return std::nullopt;
+    }
+    return std::span<const std::byte>(buffers_.data() + k * slotBytes_, info.length);
+  }
+
+  Result<std::span<const std::byte>> receive(const Waiter& w) override {
+    std::optional<std::span<const std::byte>> m;
+    if (Status s = w.wait([&] { return (m = tryReceive()).has_value() || broken_ != UCS_OK; },
+                          "receiving from", peer_);
+        !s)
+      return s;
+    if (broken_ != UCS_OK) return failure("receiving from");
+    return *m;
+  }
+
+  // Sender: whether every message posted so far has left this rank (a rendezvous send
+  // completes only once the receiver has the data).
+  bool sent() {
+    for (void*& r : requests_) {
+      if (r == nullptr) continue;
+      const ucs_status_t s = ucp_request_check_status(r);
+      if (s == UCS_INPROGRESS) return false;
+      ucp_request_free(r);
+      r = nullptr;
+      if (s != UCS_OK) broken_ = s;
+    }
+    return true;
+  }
+  bool broken() const { return broken_ != UCS_OK; }
+  Status failureOf(const char* what) const { return failure(what); }
+
+  void release() override {
+    const std::size_t k = next_ % requests_.size();
+    ucp_request_free(requests_[k]);
+    requests_[k] = nullptr;
+    ++next_;
+    if (Status s = postReceive(k); !s) broken_ = UCS_ERR_IO_ERROR;
+  }
+
+ private:
+  Status postReceive(std::size_t k) {
+    ucp_request_param_t p{};
+    // Always a request, never an immediate completion: tryReceive() tests it for the length.
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buffers_.data() + k * slotBytes_, slotBytes_,
+                                          tag_, ~ucp_tag_t{0}, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      broken_ = UCS_PTR_STATUS(r);
+      return ucxError("posting a receive from rank " + std::to_string(peer_), broken_);
+    }
+    requests_[k] = r;
+    return {};
+  }
+
+  Status failure(const char* what) const {
+    const int f = failed_->load(std::memory_order_acquire);
+    const ucs_status_t s = f != 0 ? static_cast<ucs_status_t>(f) : broken_;
+    return {Code::remoteError, std::string("ucx: ") + what + " rank " + std::to_string(peer_) +
+                                   " failed: " + ucs_status_string(s)};
+  }
+
+  ucp_worker_h worker_;
+  ucp_ep_h ep_;
+  bool sender_;
+  ucp_tag_t tag_;
+  int peer_;
+  std::size_t slotBytes_;
+  std::vector<std::byte> buffers_;
+  std::vector<void*> requests_;  // by slot: the send in flight, or the posted receive
+  const std::atomic<int>* failed_;
+  std::uint64_t next_ = 0;
+  ucs_status_t broken_ = UCS_OK;
+};
+
+struct UcxTransport::Channel {
+  ucp_worker_h worker = nullptr;
+  std::vector<ucp_ep_h> eps;  // by peer
+  std::vector<std::unique_ptr<Link>> to, from;
+  struct ErrorArg {
+    std::atomic<int>* failed;
+  };
+  std::vector<ErrorArg> errorArgs;  // by peer; stable addresses for the error callback
+};
+
+bool ucxAvailable() {
+  return true;
+}
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g) {
+  std::unique_ptr<UcxTransport> t(new UcxTransport());
+  t->g_ = g;
+  t->failed_ = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(g.nranks));
+  for (int q = 0; q < g.nranks; ++q) t->failed_[static_cast<std::size_t>(q)].store(0);
+
+  ucp_config_t* config = nullptr;
+  if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+    return ucxError("reading the configuration (UCX_* variables)", s);
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG;
+  params.mt_workers_shared = 1;  // channels' workers run on their own threads
+  ucp_context_h context = nullptr;
+  const ucs_status_t s = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (s != UCS_OK) return ucxError("ucp_init", s);
+  t->context_ = context;
+
+  for (int c = 0; c < g.channels; ++c) {
+    auto ch = std::make_unique<Channel>();
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    // One thread at a time per worker: its channel's (the caller's for channel 0).
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    if (ucs_status_t ws = ucp_worker_create(context, &wp, &ch->worker); ws != UCS_OK)
+      return ucxError("ucp_worker_create", ws);
+    ucp_address_t* addr = nullptr;
+    std::size_t len = 0;
+    if (ucs_status_t as = ucp_worker_get_address(ch->worker, &addr, &len); as != UCS_OK)
+      return ucxError("ucp_worker_get_address", as);
+    // Record: [u32 length][address] per channel.
+    const auto n32 = static_cast<std::uint32_t>(len);
+    const std::size_t at = t->address_.size();
+    t->address_.resize(at + sizeof n32 + len);
+    std::memcpy(t->address_.data() + at, &n32, sizeof n32);
+    std::memcpy(t->address_.data() + at + sizeof n32, addr, len);
+    ucp_worker_release_address(ch->worker, addr);
+    t->channels_.push_back(std::move(ch));
+  }
+  return t;
+}
+
+Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
+                             const std::vector<bool>& use, const std::vector<bool>& sameHost) {
+  const auto n = static_cast<std::size_t>(g_.nranks);
+  for (int c = 0; c < g_.channels; ++c) {
+    Channel& ch = *channels_[static_cast<std::size_t>(c)];
+    ch.eps.assign(n, nullptr);
+    ch.to.resize(n);
+    ch.from.resize(n);
+    ch.errorArgs.resize(n);
+    for (std::size_t q = 0; q < n; ++q) {
+      if (!use[q] || static_cast<int>(q) == g_.rank) continue;
+      // Find channel c's address in q's record.
+      const std::vector<std::byte>& r = records[q];
+      std::size_t at = 0;
+      std::uint32_t len = 0;
+      for (int k = 0;; ++k) {
+        if (at + sizeof len > r.size())
+          return {Code::internalError, "ucx: rank " + std::to_string(q) + "'s address is short"};
+        std::memcpy(&len, r.data() + at, sizeof len);
+        if (k == c) break;
+        at += sizeof len + len;
+      }
+      if (at + sizeof len + len > r.size())
+        return {Code::internalError, "ucx: rank " + std::to_string(q) + "'s address is short"};
+      ch.errorArgs[q].failed = &failed_[q];
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.address = reinterpret_cast<const ucp_address_t*>(r.data() + at + sizeof len);
+      // Peer-failure handling for ranks on other hosts. On this host the communicator watches
+      // the peer's process instead, and UCX's shared-memory transports cannot handle it.
+      ep.err_mode = sameHost[q] ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+      ep.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t status) {
+        auto* e = static_cast<Channel::ErrorArg*>(arg);
+        int healthy = 0;
+        e->failed->compare_exchange_strong(healthy, static_cast<int>(status));
+      };
+      ep.err_handler.arg = &ch.errorArgs[q];
+      if (ucs_status_t s = ucp_ep_create(ch.worker, &ep, &ch.eps[q]); s != UCS_OK)
+        return ucxError("connecting to rank " + std::to_string(q), s);
+      ch.to[q] = std::make_unique<Link>(ch.worker, ch.eps[q], true, g_.rank, static_cast<int>(q),
+                                        g_, &failed_[q]);
+      ch.from[q] = std::make_unique<Link>(ch.worker, ch.eps[q], false, g_.rank,
+                                          static_cast<int>(q), g_, &failed_[q]);
+      if (Status s = ch.from[q]->start(); !s) return s;
+    }
+  }
+  return {};
+}
+
+Connection* UcxTransport::to(int channel, int peer) const {
+  return channels_[static_cast<std::size_t>(channel)]->to[static_cast<std::size_t>(peer)].get();
+}
+
+Connection* UcxTransport::from(int channel, int peer) const {
+  return channels_[static_cast<std::size_t>(channel)]->from[static_cast<std::size_t>(peer)].get();
+}
+
+Status UcxTransport::flush(int channel, const Waiter& w) {
+  Channel& ch = *channels_[static_cast<std::size_t>(channel)];
+  // A worker flush covers what the transports were handed, not a rendezvous send still waiting
+  // for its receiver: those are waited for first, link by link.
+  for (std::size_t q = 0; q < ch.to.size(); ++q) {
+    Link* l = ch.to[q].get();
+    if (l == nullptr) continue;
+    Status s = w.wait(
+        [&] {
+          ucp_worker_progress(ch.worker);
+          return l->sent();
+        },
+        "finishing sends to", static_cast<int>(q));
+    if (!s) return s;
+    if (l->broken()) return l->failureOf("sending to");
+  }
+  ucp_request_param_t p{};
+  ucs_status_ptr_t r = ucp_worker_flush_nbx(ch.worker, &p);
+  if (r == nullptr) return {};
+  if (UCS_PTR_IS_ERR(r))
+    return ucxError("flushing channel " + std::to_string(channel), UCS_PTR_STATUS(r));
+  ucs_status_t s = UCS_INPROGRESS;
+  Status waited = w.wait(
+      [&] {
+        ucp_worker_progress(ch.worker);
+        return (s = ucp_request_check_status(r)) != UCS_INPROGRESS;
+      },
+      "flushing sends to", w.rank());
+  if (!waited) {
+    ucp_request_cancel(ch.worker, r);
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(ch.worker);
+  }
+  ucp_request_free(r);
+  if (!waited) return waited;
+  if (s != UCS_OK)
+    return {Code::remoteError,
+            "ucx: flushing channel " + std::to_string(channel) + ": " + ucs_status_string(s)};
+  return {};
+}
+
+std::string UcxTransport::peerFailure(int peer) const {
+  const int f = failed_[static_cast<std::size_t>(peer)].load(std::memory_order_acquire);
+  if (f == 0) return {};
+  return std::string("its UCX endpoint failed (") +
+         ucs_status_string(static_cast<ucs_status_t>(f)) + ")";
+}
+
+UcxTransport::~UcxTransport() {
+  for (auto& ch : channels_) {
+    if (ch->worker == nullptr) continue;
+    // Every call ended with a flush, so nothing this rank sent is still on its way: receives
+    // still posted are cancelled and the endpoints closed without asking the peers.
+    ch->to.clear();
+    ch->from.clear();
+    for (ucp_ep_h ep : ch->eps) {
+      if (ep == nullptr) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      (void)finish(ch->worker, ucp_ep_close_nbx(ep, &p), kCloseLimit);
+    }
+    ucp_worker_destroy(ch->worker);
+  }
+  channels_.clear();
+  if (context_ != nullptr) ucp_cleanup(static_cast<ucp_context_h>(context_));
+}
+
+}  // namespace weft::transport

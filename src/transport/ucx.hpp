@@ -1,0 +1,74 @@
+// UCX transport: UCP tag messages between ranks on different hosts (or on one host, with
+// WEFT_TRANSPORT=ucx, so CI runs it over shared memory and TCP loopback).
+//
+// Each rank has one UCP worker per channel; channel c of rank p talks to channel c of rank q
+// through one endpoint, so a channel's thread is the only one that touches its worker. A
+// connection keeps the shared-memory FIFO's contract with local slots:
+//  - sender: slot k's buffer is free once its tag send has completed; post() sends it with the
+//    sender's rank as the tag;
+//  - receiver: `slots` receives stay posted for that tag; UCP matches a sender's messages to the
+//    receives in posting order, so slot k holds message k, and release() re-posts its receive.
+// Every wait progresses the worker. An endpoint's error (the peer died, its host went away)
+// marks the peer failed, which the Waiter reports as a remote error.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/transport/connection.hpp"
+
+namespace weft::transport {
+
+struct UcxGeometry {
+  int nranks = 1;
+  int rank = 0;
+  int channels = 1;
+  int slots = 4;
+  std::size_t slotBytes = 128 * 1024;
+};
+
+class UcxTransport {
+ public:
+  // Reads UCX's configuration (UCX_TLS, UCX_NET_DEVICES, ...) and opens a worker per channel.
+  static Result<std::unique_ptr<UcxTransport>> create(const UcxGeometry& g);
+  ~UcxTransport();
+  UcxTransport(const UcxTransport&) = delete;
+  UcxTransport& operator=(const UcxTransport&) = delete;
+
+  // This rank's record for the bootstrap: every channel's worker address.
+  const std::vector<std::byte>& address() const { return address_; }
+  // Connects to every rank q with use[q] set, from its record (as address() made it). Peers on
+  // other hosts get UCX's peer-failure handling; on this host the caller watches the process.
+  Status connect(const std::vector<std::vector<std::byte>>& records, const std::vector<bool>& use,
+                 const std::vector<bool>& sameHost);
+
+  Connection* to(int channel, int peer) const;
+  Connection* from(int channel, int peer) const;
+
+  // Waits until every message this rank sent on `channel` has reached its peer. A channel's
+  // thread calls it at the end of each call: the peers' waits need nothing more from this
+  // rank's worker, which is not progressed between calls.
+  Status flush(int channel, const Waiter& w);
+
+  // Empty while the endpoints to `peer` are healthy; else what UCX said went wrong.
+  std::string peerFailure(int peer) const;
+
+  struct Channel;  // a worker and its endpoints (ucx.cpp)
+  class Link;      // one connection (ucx.cpp)
+
+ private:
+  UcxTransport() = default;
+  UcxGeometry g_;
+  void* context_ = nullptr;  // ucp_context_h
+  std::vector<std::unique_ptr<Channel>> channels_;
+  std::vector<std::byte> address_;
+  std::unique_ptr<std::atomic<int>[]> failed_;  // by peer: a ucs_status_t, 0 while healthy
+};
+
+// Whether this build has the UCX transport.
+bool ucxAvailable();
+
+}  // namespace weft::transport
