@@ -31,6 +31,17 @@ struct ReachRecord {
   std::uint64_t ucxBytes;  // this rank's UCX address record (0 without UCX peers)
 };
 
+// The first to claim an inbox's flag writes the reason, then publishes it with a release store;
+// a waiter's acquire load of the flag sees the text.
+void raiseAbort(std::byte* inbox, const std::string& why) {
+  transport::ShmControl* c = transport::controlOf(inbox);
+  int expected = 0;
+  if (c->claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    std::snprintf(c->reason, sizeof c->reason, "%s", why.c_str());
+    c->aborted.store(1, std::memory_order_release);
+  }
+}
+
 bool processAlive(int pid) {
   return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
 }
@@ -176,9 +187,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   }
   if (anyUcx && !transport::ucxAvailable()) {
     return Status(Code::unsupported,
-                  "rank " + std::to_string(me) + ": the ranks span several hosts (or "
-                  "WEFT_TRANSPORT=ucx), but this build has no UCX transport (build with "
-                  "libucx-dev)");
+                  "rank " + std::to_string(me) +
+                      ": the ranks span several hosts (or "
+                      "WEFT_TRANSPORT=ucx), but this build has no UCX transport (build with "
+                      "libucx-dev)");
   }
   const bool anyShm = [&] {
     for (std::size_t q = 0; q < N; ++q) {
@@ -222,8 +234,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     if (c->ucx_) std::memcpy(&all[ME * ucxBytes], c->ucx_->address().data(), reach[ME].ucxBytes);
     if (Status s = c->bootstrap_->allGather(all.data(), ucxBytes); !s) return s;
     for (std::size_t q = 0; q < N; ++q) {
-      addresses[q].assign(all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes),
-                          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes + reach[q].ucxBytes));
+      addresses[q].assign(
+          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes),
+          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes + reach[q].ucxBytes));
     }
   }
   c->peerInboxes_.resize(N);
@@ -266,8 +279,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // reports an error.
   c->waiter_ = std::make_unique<transport::Waiter>(
       c->abortFlag_, transport::controlOf(c->inbox_.data())->reason,
-      [pids = c->pids_, same = c->sameHost_, ucx = c->ucx_.get()](int q) -> std::string {
+      [pids = c->pids_, same = c->sameHost_, ucx = c->ucx_.get(),
+       inbox = c->inbox_.data()](int q) -> std::string {
         const auto Q = static_cast<std::size_t>(q);
+        if (ucx != nullptr) {
+          // A rank on another host aborted: this rank's later calls fail as after abort().
+          if (std::string why = ucx->pollAbort(); !why.empty()) {
+            raiseAbort(inbox, why);
+            return "the communicator was aborted (" + why + ")";
+          }
+        }
         if (same[Q] && !processAlive(pids[Q])) return "that rank's process has exited";
         if (ucx != nullptr) return ucx->peerFailure(q);
         return {};
@@ -279,7 +300,6 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
 }
 
 Communicator::~Communicator() = default;
-
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   if (Status s = checkUsable("split"); !s) return s;
@@ -330,20 +350,14 @@ std::string Communicator::summary() const {
 }
 
 void Communicator::abort(const std::string& why) {
-  // Tell every rank: their waits watch their own inbox's flag.
+  // Tell every rank: their waits watch their own inbox's flag, which ranks of this host set
+  // directly; ranks on other hosts hear it through UCX's control worker.
   for (int q = 0; q < size_; ++q) {
     std::byte* inbox =
         q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
-    if (inbox == nullptr) continue;
-    transport::ShmControl* c = transport::controlOf(inbox);
-    // The first to claim the flag writes the reason, then publishes it with a release store; a
-    // waiter's acquire load of the flag sees the text.
-    int expected = 0;
-    if (c->claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      std::snprintf(c->reason, sizeof c->reason, "%s", why.c_str());
-      c->aborted.store(1, std::memory_order_release);
-    }
+    if (inbox != nullptr) raiseAbort(inbox, why);
   }
+  if (ucx_) ucx_->notifyAbort(why);
   if (bootstrap_) bootstrap_->abort();
 }
 

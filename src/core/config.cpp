@@ -42,8 +42,9 @@ Result<Config> Config::fromEnvironment() {
                              ": expected auto (shm within a host, ucx between hosts), shm or ucx");
     }
     if (c.transport == "ucx" && !transport::ucxAvailable()) {
-      return invalidArgument("WEFT_TRANSPORT=ucx: this build has no UCX transport (build with "
-                             "libucx-dev installed)");
+      return invalidArgument(
+          "WEFT_TRANSPORT=ucx: this build has no UCX transport (build with "
+          "libucx-dev installed)");
     }
   }
   if (env("WEFT_MAX_CHANNELS") != nullptr) {

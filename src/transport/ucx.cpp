@@ -2,6 +2,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -12,25 +13,37 @@ Status ucxError(const std::string& what, ucs_status_t s) {
   return {Code::systemError, "ucx: " + what + ": " + ucs_status_string(s)};
 }
 
+// Hands a request back to UCX. A receive still posted is cancelled first (UCX cancels tag
+// receives only); anything else still in flight finishes or fails inside UCX on its own, since
+// ucp_request_free releases a request in any state.
+void drop(ucp_worker_h worker, void* request, bool isReceive) {
+  if (isReceive && ucp_request_check_status(request) == UCS_INPROGRESS) {
+    ucp_request_cancel(worker, request);
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < end)
+      ucp_worker_progress(worker);
+  }
+  ucp_request_free(request);
+}
+
 // Drives `request` (a status pointer from an nbx call) to completion, progressing `worker`, for
 // at most `limit`; returns its status (UCS_ERR_TIMED_OUT when it did not finish) and frees it.
-ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request, std::chrono::milliseconds limit) {
+ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request,
+                    std::chrono::milliseconds limit) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
   const auto end = std::chrono::steady_clock::now() + limit;
   ucs_status_t s;
-  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+  while ((s = ucp_request_check_status(request)) == UCS_INPROGRESS &&
+         std::chrono::steady_clock::now() < end)
     ucp_worker_progress(worker);
-    if (std::chrono::steady_clock::now() > end) {
-      ucp_request_cancel(worker, request);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
-      s = UCS_ERR_TIMED_OUT;
-      break;
-    }
-  }
   ucp_request_free(request);
-  return s;
+  return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
 }
+
+// The tag of the control worker's one message.
+constexpr ucp_tag_t kAbortTag = 0xab0'0000'0000'0000ull;
 
 // How long destruction waits for UCX to release an endpoint.
 constexpr std::chrono::milliseconds kCloseLimit{10'000};
@@ -55,10 +68,8 @@ class UcxTransport::Link final : public Connection {
   ~Link() override {
     for (void*& r : requests_) {
       if (r == nullptr) continue;
-      // A posted receive is cancelled; a send still in flight was given its chance by the flush.
-      if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker_, r);
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(r);
+      // Sends still in flight are left only after an abort: they end with the endpoint.
+      drop(worker_, r, !sender_);
       r = nullptr;
     }
   }
@@ -233,12 +244,14 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
   if (s != UCS_OK) return ucxError("ucp_init", s);
   t->context_ = context;
 
-  for (int c = 0; c < g.channels; ++c) {
+  // Channels' workers, then the control worker.
+  for (int c = 0; c <= g.channels; ++c) {
     auto ch = std::make_unique<Channel>();
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    // One thread at a time per worker: its channel's (the caller's for channel 0).
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    // A channel's worker is used by one thread at a time: its channel's (the caller's for
+    // channel 0). The control worker by any.
+    wp.thread_mode = c < g.channels ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_MULTI;
     if (ucs_status_t ws = ucp_worker_create(context, &wp, &ch->worker); ws != UCS_OK)
       return ucxError("ucp_worker_create", ws);
     ucp_address_t* addr = nullptr;
@@ -260,7 +273,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
 Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
                              const std::vector<bool>& use, const std::vector<bool>& sameHost) {
   const auto n = static_cast<std::size_t>(g_.nranks);
-  for (int c = 0; c < g_.channels; ++c) {
+  for (int c = 0; c <= g_.channels; ++c) {
     Channel& ch = *channels_[static_cast<std::size_t>(c)];
     ch.eps.assign(n, nullptr);
     ch.to.resize(n);
@@ -297,14 +310,57 @@ Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
       ep.err_handler.arg = &ch.errorArgs[q];
       if (ucs_status_t s = ucp_ep_create(ch.worker, &ep, &ch.eps[q]); s != UCS_OK)
         return ucxError("connecting to rank " + std::to_string(q), s);
+      if (c == g_.channels) continue;  // the control worker has no links
       ch.to[q] = std::make_unique<Link>(ch.worker, ch.eps[q], true, g_.rank, static_cast<int>(q),
                                         g_, &failed_[q]);
-      ch.from[q] = std::make_unique<Link>(ch.worker, ch.eps[q], false, g_.rank,
-                                          static_cast<int>(q), g_, &failed_[q]);
+      ch.from[q] = std::make_unique<Link>(ch.worker, ch.eps[q], false, g_.rank, static_cast<int>(q),
+                                          g_, &failed_[q]);
       if (Status s = ch.from[q]->start(); !s) return s;
     }
   }
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(channels_.back()->worker, abortBuffer_,
+                                        sizeof abortBuffer_ - 1, kAbortTag, ~ucp_tag_t{0}, &p);
+  if (UCS_PTR_IS_ERR(r)) return ucxError("posting the abort receive", UCS_PTR_STATUS(r));
+  abortReceive_ = r;
   return {};
+}
+
+void UcxTransport::notifyAbort(const std::string& why) {
+  if (notified_.exchange(true) || channels_.empty()) return;
+  Channel& ctl = *channels_.back();
+  std::string message = "rank " + std::to_string(g_.rank) + ": " + why;
+  message.resize(std::min(message.size(), sizeof abortBuffer_ - 1));
+  std::vector<void*> sends;
+  for (ucp_ep_h ep : ctl.eps) {
+    if (ep == nullptr) continue;
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep, message.data(), message.size(), kAbortTag, &p);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) sends.push_back(r);
+  }
+  // Bounded: a dead peer never takes its copy.
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (void* r : sends) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < end)
+      ucp_worker_progress(ctl.worker);
+    drop(ctl.worker, r, false);
+  }
+}
+
+std::string UcxTransport::pollAbort() {
+  std::unique_lock<std::mutex> lock(controlMutex_, std::try_to_lock);
+  if (!lock.owns_lock() || channels_.empty()) return {};
+  if (!abortMessage_.empty() || abortReceive_ == nullptr) return abortMessage_;
+  ucp_worker_progress(channels_.back()->worker);
+  ucp_tag_recv_info_t info{};
+  const ucs_status_t s = ucp_tag_recv_request_test(abortReceive_, &info);
+  if (s == UCS_INPROGRESS) return {};
+  ucp_request_free(abortReceive_);
+  abortReceive_ = nullptr;
+  if (s != UCS_OK) return {};
+  abortMessage_.assign(abortBuffer_, std::min(info.length, sizeof abortBuffer_ - 1));
+  return abortMessage_;
 }
 
 Connection* UcxTransport::to(int channel, int peer) const {
@@ -343,11 +399,7 @@ Status UcxTransport::flush(int channel, const Waiter& w) {
         return (s = ucp_request_check_status(r)) != UCS_INPROGRESS;
       },
       "flushing sends to", w.rank());
-  if (!waited) {
-    ucp_request_cancel(ch.worker, r);
-    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(ch.worker);
-  }
-  ucp_request_free(r);
+  drop(ch.worker, r, false);
   if (!waited) return waited;
   if (s != UCS_OK)
     return {Code::remoteError,
@@ -363,6 +415,9 @@ std::string UcxTransport::peerFailure(int peer) const {
 }
 
 UcxTransport::~UcxTransport() {
+  if (abortReceive_ != nullptr) {
+    drop(channels_.back()->worker, abortReceive_, true);
+  }
   for (auto& ch : channels_) {
     if (ch->worker == nullptr) continue;
     // Every call ended with a flush, so nothing this rank sent is still on its way: receives

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,14 @@ class UcxTransport {
   // rank's worker, which is not progressed between calls.
   Status flush(int channel, const Waiter& w);
 
+  // Aborts between hosts: every rank keeps one more worker (any thread may use it) whose only
+  // message is "this communicator was aborted". notifyAbort sends it to every UCX peer once,
+  // waiting at most a second for it to leave; pollAbort (from any waiter) progresses that
+  // worker and returns the first such message received ("rank 3: <why>"), else "". It also
+  // notices, for peerFailure, a peer whose process or host has gone.
+  void notifyAbort(const std::string& why);
+  std::string pollAbort();
+
   // Empty while the endpoints to `peer` are healthy; else what UCX said went wrong.
   std::string peerFailure(int peer) const;
 
@@ -66,6 +75,12 @@ class UcxTransport {
   std::vector<std::unique_ptr<Channel>> channels_;
   std::vector<std::byte> address_;
   std::unique_ptr<std::atomic<int>[]> failed_;  // by peer: a ucs_status_t, 0 while healthy
+  // The control worker is channels_.back(). Its one receive, and what it brought:
+  void* abortReceive_ = nullptr;
+  char abortBuffer_[256] = {};
+  std::string abortMessage_;
+  std::mutex controlMutex_;  // one poller at a time
+  std::atomic<bool> notified_{false};
 };
 
 // Whether this build has the UCX transport.

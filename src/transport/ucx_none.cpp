@@ -34,6 +34,12 @@ Status UcxTransport::flush(int, const Waiter&) {
   return {};
 }
 
+void UcxTransport::notifyAbort(const std::string&) {}
+
+std::string UcxTransport::pollAbort() {
+  return {};
+}
+
 std::string UcxTransport::peerFailure(int) const {
   return {};
 }
