@@ -47,9 +47,12 @@ bool processAlive(int pid) {
 }
 
 // The host's name and an id that differs between machines (and containers) that share a name.
-void describeHost(HostRecord& r) {
+void describeHost(HostRecord& r, const std::string& testHostId) {
   if (gethostname(r.hostname, sizeof r.hostname) != 0) std::snprintf(r.hostname, 8, "unknown");
   r.hostname[sizeof r.hostname - 1] = '\0';
+  if (!testHostId.empty()) {
+    std::snprintf(r.hostname, sizeof r.hostname, "test-host-%s", testHostId.c_str());
+  }
   std::string boot;
   if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
     char line[64] = {};
@@ -150,7 +153,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // 1. Where every rank runs, and whether the ranks agree on the set-up.
   std::vector<HostRecord> hosts(N);
   HostRecord& self = hosts[ME];
-  describeHost(self);
+  describeHost(self, config.testHostId);
   self.pid = getpid();
   self.channels = c->geometry_.channels;
   self.slots = c->geometry_.slots;
@@ -273,6 +276,15 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       c->connections_.push_back(std::make_unique<transport::ShmConnection>(
           c->inbox_.data() + c->geometry_.offset(ch, q), c->geometry_, q));
       l.from[Q] = c->connections_.back().get();
+      if (c->ucx_) {
+        // Waits on this host's peers keep the channel's UCX traffic moving.
+        transport::UcxTransport* ucx = c->ucx_.get();
+        for (transport::Connection** end : {&l.to[Q], &l.from[Q]}) {
+          c->progressing_.push_back(std::make_unique<transport::ProgressingConnection>(
+              *end, q, [ucx, ch] { ucx->progress(ch); }));
+          *end = c->progressing_.back().get();
+        }
+      }
     }
   }
   // A peer on this host has failed when its process is gone; any UCX peer when its endpoint

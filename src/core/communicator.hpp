@@ -128,6 +128,7 @@ class Communicator {
   std::vector<bool> viaUcx_;    // by rank: connected through UCX
   std::unique_ptr<transport::UcxTransport> ucx_;
   std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
+  std::vector<std::unique_ptr<transport::ProgressingConnection>> progressing_;
   std::vector<exec::ChannelLinks> links_;  // by channel
   std::unique_ptr<algo::Tuner> tuner_;
   std::map<std::tuple<int, std::string, int, int, int>, std::unique_ptr<Cached>> schedules_;

@@ -58,6 +58,7 @@ Result<Config> Config::fromEnvironment() {
     c.fifoSlotBytes = static_cast<std::size_t>(*x) / 64 * 64;
   }
   if (const char* v = env("WEFT_DEBUG")) c.debug = v;
+  if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();
   c.tuner = std::move(*tuner);

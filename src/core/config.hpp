@@ -20,6 +20,9 @@ struct Config {
   int fifoSlots = 4;                           // slots per connection
   std::size_t fifoSlotBytes = 128 * 1024;      // WEFT_SLOT_BYTES
   std::string debug;                           // WEFT_DEBUG (WARN|INFO|TRACE)
+  // WEFT_TEST_HOST_ID: for tests, this process claims to run on a host of that name, so ranks of
+  // one machine can play several hosts (UCX between them, shm within each).
+  std::string testHostId;
   algo::TunerOptions tuner;                    // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
 
   // Unknown values are errors naming the variable and what it accepts.

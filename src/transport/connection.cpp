@@ -45,4 +45,19 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
   return {};
 }
 
+Result<std::byte*> ProgressingConnection::acquire(const Waiter& w) {
+  std::byte* slot = nullptr;
+  if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr; }, "sending to", peer_); !s)
+    return s;
+  return slot;
+}
+
+Result<std::span<const std::byte>> ProgressingConnection::receive(const Waiter& w) {
+  std::optional<std::span<const std::byte>> m;
+  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_);
+      !s)
+    return s;
+  return *m;
+}
+
 }  // namespace weft::transport

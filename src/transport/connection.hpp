@@ -89,4 +89,31 @@ class Connection {
   virtual std::optional<std::span<const std::byte>> tryReceive() = 0;
 };
 
+// A connection whose waits also drive something else: a rank whose channel mixes shared memory
+// and UCX keeps that channel's UCX worker progressing while it waits on a shared-memory peer
+// (a remote peer's rendezvous send to this rank moves only when this rank's worker does).
+class ProgressingConnection final : public Connection {
+ public:
+  ProgressingConnection(Connection* inner, int peer, std::function<void()> progress)
+      : inner_(inner), peer_(peer), progress_(std::move(progress)) {}
+  std::size_t slotBytes() const override { return inner_->slotBytes(); }
+  Result<std::byte*> acquire(const Waiter& w) override;
+  void post(std::size_t bytes) override { inner_->post(bytes); }
+  Result<std::span<const std::byte>> receive(const Waiter& w) override;
+  void release() override { inner_->release(); }
+  std::byte* tryAcquire() override {
+    progress_();
+    return inner_->tryAcquire();
+  }
+  std::optional<std::span<const std::byte>> tryReceive() override {
+    progress_();
+    return inner_->tryReceive();
+  }
+
+ private:
+  Connection* inner_;
+  int peer_;
+  std::function<void()> progress_;
+};
+
 }  // namespace weft::transport

@@ -363,6 +363,10 @@ std::string UcxTransport::pollAbort() {
   return abortMessage_;
 }
 
+void UcxTransport::progress(int channel) {
+  ucp_worker_progress(channels_[static_cast<std::size_t>(channel)]->worker);
+}
+
 Connection* UcxTransport::to(int channel, int peer) const {
   return channels_[static_cast<std::size_t>(channel)]->to[static_cast<std::size_t>(peer)].get();
 }

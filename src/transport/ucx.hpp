@@ -46,6 +46,9 @@ class UcxTransport {
   Status connect(const std::vector<std::vector<std::byte>>& records, const std::vector<bool>& use,
                  const std::vector<bool>& sameHost);
 
+  // One pass of the channel's worker (from the channel's thread).
+  void progress(int channel);
+
   Connection* to(int channel, int peer) const;
   Connection* from(int channel, int peer) const;
 

@@ -22,6 +22,8 @@ Status UcxTransport::connect(const std::vector<std::vector<std::byte>>&, const s
   return {Code::unsupported, "this build has no UCX transport"};
 }
 
+void UcxTransport::progress(int) {}
+
 Connection* UcxTransport::to(int, int) const {
   return nullptr;
 }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tests/runtime/harness.hpp"
 
@@ -43,14 +44,27 @@ int segmentsOf(const std::vector<pid_t>& pids) {
 
 std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
                            std::vector<pid_t>* children = nullptr,
-                           std::chrono::seconds limit = std::chrono::seconds(60)) {
-  auto id = UniqueId::make();
-  EXPECT_TRUE(id.isOk()) << id.status().toString();
+                           std::chrono::seconds limit = std::chrono::seconds(60),
+                           const std::function<void(int)>& beforeInit = nullptr) {
+  // The ranks are forked before the id exists, so no thread of this process (the id's root
+  // listener) can hold a lock across the fork; the id reaches them through a pipe.
   std::vector<pid_t> pids;
+  std::vector<int> pipes;
   for (int r = 0; r < n; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) ADD_FAILURE() << "pipe";
     const pid_t pid = fork();
     if (pid == 0) {
-      auto comm = Comm::initRank(n, *id, r);
+      close(fds[1]);
+      UniqueId id{};
+      std::size_t got = 0;
+      while (got < sizeof id) {
+        const ssize_t k = read(fds[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+        if (k <= 0) _exit(91);
+        got += static_cast<std::size_t>(k);
+      }
+      if (beforeInit) beforeInit(r);
+      auto comm = Comm::initRank(n, id, r);
       if (!comm) {
         std::fprintf(stderr, "rank %d: init: %s\n", r, comm.status().toString().c_str());
         _exit(90);
@@ -58,7 +72,16 @@ std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
       const int code = body(r, *comm);
       _exit(code);
     }
+    close(fds[0]);
+    pipes.push_back(fds[1]);
     pids.push_back(pid);
+  }
+  auto id = UniqueId::make();
+  EXPECT_TRUE(id.isOk()) << id.status().toString();
+  for (int fd : pipes) {
+    if (id.isOk() && write(fd, &*id, sizeof *id) != static_cast<ssize_t>(sizeof *id))
+      ADD_FAILURE() << "write";
+    close(fd);
   }
   if (children != nullptr) *children = pids;
   std::vector<int> codes(static_cast<std::size_t>(n), -1000);
@@ -202,6 +225,107 @@ TEST(ProcessFaults, BootstrapToADeadAddressTimesOut) {
   EXPECT_NE(std::string(weftGetLastError()).find("127.0.0.1:1"), std::string::npos)
       << weftGetLastError();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+// Ranks that claim different hosts (WEFT_TEST_HOST_ID): shared memory within each, UCX between.
+// `hosts[r]` is rank r's host.
+std::function<void(int)> onHosts(std::vector<int> hosts) {
+  return [hosts](int r) {
+    setenv("WEFT_TEST_HOST_ID", std::to_string(hosts[static_cast<std::size_t>(r)]).c_str(), 1);
+  };
+}
+
+#if defined(WEFT_HAVE_UCX)
+TEST(Hosts, RanksOnTwoHostsUseShmWithinAndUcxBetween) {
+  WEFT_SKIP_UNDER_TSAN();
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(
+      5,
+      [](int, Comm& comm) {
+        if (comm.summary().find("shm within a host, ucx between hosts") == std::string::npos) {
+          std::fprintf(stderr, "summary: %s\n", comm.summary().c_str());
+          return 5;
+        }
+        return everyCollective(comm.rank(), comm);
+      },
+      &pids, std::chrono::seconds(60), onHosts({0, 1, 0, 1, 1}));
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+TEST(Hosts, AKilledRankOnAnotherHostIsAnErrorOnEverySurvivor) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_TIMEOUT_S", "30", 1);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(
+      4,
+      [](int r, Comm& comm) {
+        std::vector<float> in(1 << 16, 1.f), out(in.size());
+        if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
+        if (r == 2) raise(SIGKILL);
+        const auto start = std::chrono::steady_clock::now();
+        const Status s =
+            comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "rank %d after the kill: %s in %.2f s\n", r, s.toString().c_str(),
+                     secs);
+        if (s.code() != Code::remoteError) return 3;
+        return secs < 10 ? 0 : 4;  // detected (UCX, or an abort from rank 3), not timed out
+      },
+      &pids, std::chrono::seconds(60), onHosts({0, 0, 1, 1}));
+  unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_EQ(codes[2], -SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+TEST(Hosts, AnAbortReachesRanksOnOtherHosts) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_TIMEOUT_S", "30", 1);
+  const std::vector<int> codes = forkRanks(
+      3,
+      [](int r, Comm& comm) {
+        if (r == 2) {
+          usleep(300'000);  // the others are waiting in the all-reduce
+          return comm.abort() ? 0 : 6;
+        }
+        std::vector<float> in(1024, 1.f), out(in.size());
+        const auto start = std::chrono::steady_clock::now();
+        const Status s =
+            comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "rank %d: %s in %.2f s\n", r, s.toString().c_str(), secs);
+        if (s.code() != Code::remoteError || s.message().find("abort") == std::string::npos)
+          return 3;
+        return secs < 10 ? 0 : 4;
+      },
+      nullptr, std::chrono::seconds(60), onHosts({0, 1, 2}));
+  unsetenv("WEFT_TIMEOUT_S");
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+}
+#else
+TEST(Hosts, WithoutUcxRanksOnTwoHostsAreAClearError) {
+  WEFT_SKIP_UNDER_TSAN();
+  const std::vector<int> codes = forkRanks(
+      2, [](int, Comm&) { return 0; }, nullptr, std::chrono::seconds(60), onHosts({0, 1}));
+  for (int c : codes) EXPECT_EQ(c, 90);  // init failed (the message names libucx-dev)
+}
+#endif
+
+// The transport WEFT_TRANSPORT names is the one in use (so a run "over UCX" cannot quietly run
+// over shared memory).
+TEST(Transport, TheSummaryNamesTheTransportInUse) {
+  const char* t = std::getenv("WEFT_TRANSPORT");
+  const std::string want =
+      t != nullptr && std::string(t) == "ucx" ? "ucx transport" : "shm transport";
+  const std::vector<int> codes = forkRanks(2, [&](int, Comm& comm) {
+    if (comm.summary().find(want) != std::string::npos) return 0;
+    std::fprintf(stderr, "summary: %s (wanted %s)\n", comm.summary().c_str(), want.c_str());
+    return 7;
+  });
+  for (int c : codes) EXPECT_EQ(c, 0);
 }
 
 }  // namespace
