@@ -28,7 +28,16 @@ struct HostRecord {
 struct ReachRecord {
   char inbox[96];
   std::uint64_t inboxBytes;
-  std::uint64_t ucxBytes;  // this rank's UCX address record (0 without UCX peers)
+  std::uint64_t ucxBytes;                  // this rank's UCX address record (0 without UCX peers)
+  std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
+};
+
+// A point-to-point message that names the sender's buffer instead of carrying it.
+constexpr std::uint64_t kSingleCopyMagic = 0x57454654'53494e47ull;
+struct SingleCopy {
+  std::uint64_t magic;
+  std::uintptr_t address;
+  std::uint64_t bytes;
 };
 
 // The first to claim an inbox's flag writes the reason, then publishes it with a release store;
@@ -228,6 +237,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   std::snprintf(reach[ME].inbox, sizeof reach[ME].inbox, "%s", c->inbox_.name().c_str());
   reach[ME].inboxBytes = c->geometry_.inboxBytes();
   reach[ME].ucxBytes = c->ucx_ ? c->ucx_->address().size() : 0;
+  c->probe_ = std::make_unique<std::uint64_t>(0x77656674'00000000ull ^
+                                              (static_cast<std::uint64_t>(getpid()) << 8) ^ ME);
+  reach[ME].probeAddress = reinterpret_cast<std::uintptr_t>(c->probe_.get());
+  reach[ME].probeValue = *c->probe_;
   if (Status s = c->bootstrap_->allGather(reach.data(), sizeof(ReachRecord)); !s) return s;
   std::size_t ucxBytes = 0;
   for (const ReachRecord& r : reach) ucxBytes = std::max<std::size_t>(ucxBytes, r.ucxBytes);
@@ -252,6 +265,25 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   if (c->ucx_) {
     if (Status s = c->ucx_->connect(addresses, c->viaUcx_, c->sameHost_); !s) return s;
   }
+  // Single copy between shared-memory peers: can this rank read each one's memory? (The
+  // kernel may forbid process_vm_readv: Yama's ptrace scope, seccomp.) Probe each peer's probe
+  // word, then share the answers, so a sender knows whether its receiver reads it.
+  c->peerMemory_.resize(N);
+  c->iRead_.assign(N, 0);
+  c->readsMe_.assign(N, 0);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q == ME || c->viaUcx_[q]) continue;
+    c->peerMemory_[q] = transport::PeerMemory(c->pids_[q]);
+    std::uint64_t seen = 0;
+    if (c->peerMemory_[q].read(&seen, reach[q].probeAddress, sizeof seen) &&
+        seen == reach[q].probeValue)
+      c->iRead_[q] = 1;
+  }
+  std::vector<std::uint8_t> canRead(N * N);
+  std::copy(c->iRead_.begin(), c->iRead_.end(),
+            canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
+  if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
+  for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
   // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
   if (Status s = c->bootstrap_->barrier(); !s) return s;
   c->inbox_.unlink();
@@ -355,10 +387,16 @@ std::string Communicator::summary() const {
   const std::string transports = ucx && shm ? "shm within a host, ucx between hosts"
                                  : ucx      ? "ucx transport"
                                             : "shm transport";
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ", host memory, " +
-         transports + ", " + std::to_string(geometry_.channels) + " channel(s), " +
-         std::to_string(geometry_.slots) + " x " + std::to_string(geometry_.slotBytes / 1024) +
-         " KiB FIFO slots";
+  std::string line = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                     ", host memory, " + transports + ", " + std::to_string(geometry_.channels) +
+                     " channel(s), " + std::to_string(geometry_.slots) + " x " +
+                     std::to_string(geometry_.slotBytes / 1024) + " KiB FIFO slots";
+  const bool reads = std::find(iRead_.begin(), iRead_.end(), 1) != iRead_.end();
+  if (reads && config_.singleCopyBytes > 0) {
+    line += ", single-copy point-to-point from " + std::to_string(config_.singleCopyBytes / 1024) +
+            " KiB";
+  }
+  return line;
 }
 
 void Communicator::abort(const std::string& why) {
@@ -601,37 +639,72 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
   struct Lane {
     std::vector<std::size_t> ops;
     std::size_t next = 0, done = 0;  // which op, and its bytes moved so far
+    bool posted = false;             // single copy: the descriptor is out, awaiting release
   };
   std::vector<Lane> active;
   for (auto& [key, list] : lanes) active.push_back({std::move(list)});
   std::size_t open = active.size();
   Status failure;
   const std::size_t slot = geometry_.slotBytes;
+  auto mismatch = [&](const P2pOp& op) {
+    return Status(Code::invalidUsage, "rank " + std::to_string(rank_) + ": receive from rank " +
+                                          std::to_string(op.peer) + " of " +
+                                          std::to_string(op.bytes) +
+                                          " bytes met a send of a different size");
+  };
   auto progress = [&] {
     bool moved = false;
     for (Lane& l : active) {
       if (l.next == l.ops.size()) continue;
       P2pOp& op = ops[l.ops[l.next]];
-      const std::size_t n = std::min(slot, op.bytes - l.done);
-      if (op.isSend) {
-        std::byte* dst = links_[0].to[static_cast<std::size_t>(op.peer)]->tryAcquire();
+      const auto Q = static_cast<std::size_t>(op.peer);
+      std::size_t n = std::min(slot, op.bytes - l.done);
+      if (op.isSend && singleCopy(op.bytes, readsMe_[Q])) {
+        // One message names the buffer; the receiver reads it and releases the message, after
+        // which the buffer is the caller's again.
+        transport::Connection* c = links_[0].to[Q];
+        if (!l.posted) {
+          std::byte* dst = c->tryAcquire();
+          if (dst == nullptr) continue;
+          const SingleCopy d{kSingleCopyMagic, reinterpret_cast<std::uintptr_t>(op.buf), op.bytes};
+          std::memcpy(dst, &d, sizeof d);
+          c->post(sizeof d);
+          l.posted = moved = true;
+          continue;
+        }
+        if (!c->drained()) continue;
+        l.posted = false;
+        n = op.bytes;
+      } else if (op.isSend) {
+        std::byte* dst = links_[0].to[Q]->tryAcquire();
         if (dst == nullptr) continue;
         std::memcpy(dst, op.buf + l.done, n);
-        links_[0].to[static_cast<std::size_t>(op.peer)]->post(n);
+        links_[0].to[Q]->post(n);
       } else {
-        transport::Connection* c = links_[0].from[static_cast<std::size_t>(op.peer)];
+        transport::Connection* c = links_[0].from[Q];
         auto m = c->tryReceive();
         if (!m) continue;
-        if (m->size() != n) {
+        if (singleCopy(op.bytes, iRead_[Q])) {
+          SingleCopy d{};
+          if (m->size() == sizeof d) std::memcpy(&d, m->data(), sizeof d);
+          if (d.magic != kSingleCopyMagic || d.bytes != op.bytes) {
+            c->release();
+            failure = mismatch(op);
+            return true;
+          }
+          failure = peerMemory_[Q].read(op.buf, d.address, op.bytes);
           c->release();
-          failure = {Code::invalidUsage, "rank " + std::to_string(rank_) + ": receive from rank " +
-                                             std::to_string(op.peer) + " of " +
-                                             std::to_string(op.bytes) +
-                                             " bytes met a send of a different size"};
-          return true;
+          if (!failure.isOk()) return true;
+          n = op.bytes;
+        } else {
+          if (m->size() != n) {
+            c->release();
+            failure = mismatch(op);
+            return true;
+          }
+          std::memcpy(op.buf + l.done, m->data(), n);
+          c->release();
         }
-        std::memcpy(op.buf + l.done, m->data(), n);
-        c->release();
       }
       moved = true;
       l.done += n;

@@ -127,6 +127,14 @@ class Communicator {
   std::vector<bool> sameHost_;  // by rank: shares this host's memory
   std::vector<bool> viaUcx_;    // by rank: connected through UCX
   std::unique_ptr<transport::UcxTransport> ucx_;
+  // Single copy between shared-memory peers: iRead_[q], this rank can read q's memory;
+  // readsMe_[q], q can read this rank's. Messages of at least config_.singleCopyBytes use it.
+  std::vector<transport::PeerMemory> peerMemory_;
+  std::vector<std::uint8_t> iRead_, readsMe_;
+  std::unique_ptr<std::uint64_t> probe_;
+  bool singleCopy(std::size_t bytes, std::uint8_t possible) const {
+    return possible != 0 && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
+  }
   std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
   std::vector<std::unique_ptr<transport::ProgressingConnection>> progressing_;
   std::vector<exec::ChannelLinks> links_;  // by channel

@@ -57,6 +57,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.fifoSlotBytes = static_cast<std::size_t>(*x) / 64 * 64;
   }
+  if (env("WEFT_SINGLE_COPY_BYTES") != nullptr) {
+    auto x = number("WEFT_SINGLE_COPY_BYTES", 0, 1e18);
+    if (!x) return x.status();
+    c.singleCopyBytes = static_cast<std::size_t>(*x);
+  }
   if (const char* v = env("WEFT_DEBUG")) c.debug = v;
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
   auto tuner = algo::TunerOptions::fromEnvironment();

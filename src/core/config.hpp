@@ -15,15 +15,19 @@ struct Config {
   std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
   std::string commId;                          // WEFT_COMM_ID=host:port
-  std::string transport = "auto";  // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
-  int maxChannels = 2;                         // WEFT_MAX_CHANNELS (2-16): host threads per rank
-  int fifoSlots = 4;                           // slots per connection
-  std::size_t fifoSlotBytes = 128 * 1024;      // WEFT_SLOT_BYTES
-  std::string debug;                           // WEFT_DEBUG (WARN|INFO|TRACE)
+  std::string transport =
+      "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
+  int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
+  int fifoSlots = 4;    // slots per connection
+  std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
+  // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
+  // are read straight from the sender's buffer; 0 turns it off.
+  std::size_t singleCopyBytes = 256 * 1024;
+  std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
   // WEFT_TEST_HOST_ID: for tests, this process claims to run on a host of that name, so ranks of
   // one machine can play several hosts (UCX between them, shm within each).
   std::string testHostId;
-  algo::TunerOptions tuner;                    // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
+  algo::TunerOptions tuner;  // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
 
   // Unknown values are errors naming the variable and what it accepts.
   static Result<Config> fromEnvironment();

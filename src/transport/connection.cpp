@@ -1,5 +1,10 @@
 #include "src/transport/connection.hpp"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -58,6 +63,30 @@ Result<std::span<const std::byte>> ProgressingConnection::receive(const Waiter& 
       !s)
     return s;
   return *m;
+}
+
+PeerMemory::PeerMemory(int pid) : pid_(pid), self_(pid == getpid()) {}
+
+Status PeerMemory::read(void* to, std::uintptr_t from, std::size_t bytes) const {
+  if (self_) {
+    std::memcpy(to, reinterpret_cast<const void*>(from), bytes);
+    return {};
+  }
+  auto* out = static_cast<std::byte*>(to);
+  while (bytes > 0) {
+    // One call moves at most about 2 GiB (and may move less): loop until done.
+    iovec local{out, bytes}, remote{reinterpret_cast<void*>(from), bytes};
+    const ssize_t n = process_vm_readv(pid_, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      return {Code::remoteError,
+              "reading " + std::to_string(bytes) + " bytes of process " + std::to_string(pid_) +
+                  " (process_vm_readv): " + (n == 0 ? "nothing read" : std::strerror(errno))};
+    }
+    out += n;
+    from += static_cast<std::uintptr_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+  return {};
 }
 
 }  // namespace weft::transport

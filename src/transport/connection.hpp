@@ -87,6 +87,22 @@ class Connection {
   // slot or nullptr; the next message or nothing.
   virtual std::byte* tryAcquire() = 0;
   virtual std::optional<std::span<const std::byte>> tryReceive() = 0;
+  // Sender: whether the receiver has released every message posted so far.
+  virtual bool drained() = 0;
+};
+
+// Reads another process's memory on this host (process_vm_readv: one copy, no FIFO), or this
+// process's own when the peer is a thread of it.
+class PeerMemory {
+ public:
+  PeerMemory() = default;
+  explicit PeerMemory(int pid);
+  // Copies `bytes` at the peer's address `from` to `to`.
+  Status read(void* to, std::uintptr_t from, std::size_t bytes) const;
+
+ private:
+  int pid_ = 0;
+  bool self_ = true;
 };
 
 // A connection whose waits also drive something else: a rank whose channel mixes shared memory
@@ -108,6 +124,10 @@ class ProgressingConnection final : public Connection {
   std::optional<std::span<const std::byte>> tryReceive() override {
     progress_();
     return inner_->tryReceive();
+  }
+  bool drained() override {
+    progress_();
+    return inner_->drained();
   }
 
  private:

@@ -187,4 +187,8 @@ void ShmConnection::release() {
   header_->tail.store(next_, std::memory_order_release);
 }
 
+bool ShmConnection::drained() {
+  return header_->tail.load(std::memory_order_acquire) == next_;
+}
+
 }  // namespace weft::transport

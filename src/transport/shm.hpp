@@ -85,6 +85,7 @@ class ShmConnection final : public Connection {
   void release() override;
   std::byte* tryAcquire() override;
   std::optional<std::span<const std::byte>> tryReceive() override;
+  bool drained() override;
 
   struct Header;  // in shared memory; laid out in shm.cpp
 

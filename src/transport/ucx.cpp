@@ -165,6 +165,10 @@ class UcxTransport::Link final : public Connection {
     return true;
   }
   bool broken() const { return broken_ != UCS_OK; }
+  bool drained() override {
+    ucp_worker_progress(worker_);
+    return sent();
+  }
   Status failureOf(const char* what) const { return failure(what); }
 
   void release() override {

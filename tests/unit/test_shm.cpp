@@ -2,6 +2,8 @@
 // unlinked) and the FIFO contract every transport keeps (order, capacity, blocking, timeouts).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -103,6 +105,33 @@ TEST(ShmFifo, AWaitWithoutProgressTimesOutOrStopsOnAbort) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   f.aborted = 1;
   EXPECT_EQ(rx.receive(f.waiter(std::chrono::seconds(60))).status().code(), Code::remoteError);
+}
+
+TEST(PeerMemory, ReadsAnotherProcessOrSaysWhyNot) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  static std::uint64_t word = 0;
+  word = 0x1234'5678'9abc'def0ull;
+  const pid_t child = fork();
+  if (child == 0) {
+    char c;
+    (void)!read(fds[0], &c, 1);  // lives until the parent has read
+    _exit(0);
+  }
+  std::uint64_t seen = 0;
+  const Status s =
+      PeerMemory(child).read(&seen, reinterpret_cast<std::uintptr_t>(&word), sizeof seen);
+  (void)!write(fds[1], "x", 1);
+  waitpid(child, nullptr, 0);
+  if (s.isOk()) {
+    EXPECT_EQ(seen, word);
+  } else {
+    // Forbidden here (Yama, seccomp): the error says so, and the communicator uses the FIFO.
+    EXPECT_NE(s.message().find("process_vm_readv"), std::string::npos) << s.message();
+  }
+  // A process that does not exist is an error, not a crash.
+  const Status gone = PeerMemory(child).read(&seen, 4096, sizeof seen);
+  EXPECT_FALSE(gone.isOk());
 }
 
 }  // namespace
