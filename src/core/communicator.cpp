@@ -135,7 +135,11 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
   g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, kCopyGBs);
   g.allPairsBw = kCopyGBs / std::max(1, nranks - 1);
   g.matchingBw = kCopyGBs;
-  g.treeBw = kCopyGBs / 2;
+  // A tree rank copies each slice through its FIFOs to and from three neighbours while its
+  // other tree runs too: on the H200 host (docs/perf.md, 8 ranks) the double binary tree ran at
+  // a fifth of twoshot's busbw, which this edge bandwidth reproduces. To be replaced by
+  // weft-perf --calibrate.
+  g.treeBw = kCopyGBs / 8;
   g.ringIntraBw.assign(16, kCopyGBs);
   g.ringCrossBw.assign(16, kCopyGBs);
   int depth = 0;
