@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds, and shows what weft does today.
-# Until the runtime lands that is the algorithm layer: every schedule, verified.
+# The main job: installs what is missing, builds, and shows what weft does today: the topology,
+# the tuner, the schedules, then a perf sweep on NP local ranks (4 by default) against Open MPI.
+#   NP=8 scripts/demo.sh
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 
@@ -32,7 +33,27 @@ WEFT_DEBUG=INFO "$dir/examples/allreduce_threads"
 log "every schedule verified: 1..64 ranks and 96..1000, in place and out of place"
 "$dir/weft-plan" verify
 
+NP="${NP:-4}"
+sizes=(-b 8 -e 64M -f 8 -n 10 -w 2)
+summary=()
+for coll in allreduce allgather reducescatter alltoall; do
+  log "weft-perf $coll on $NP local ranks (host memory), Open MPI beside it"
+  if command -v mpirun >/dev/null && [[ -x "$dir/weft-perf" ]]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 900 \
+      mpirun --oversubscribe -np "$NP" "$dir/weft-perf" "$coll" "${sizes[@]}" --compare mpi |
+      grep -v "^#  Rank" | tee "$dir/demo-$coll.txt"
+  else
+    timeout 900 "$dir/weft-perf" "$coll" -np "$NP" "${sizes[@]}" | grep -v "^#  Rank" |
+      tee "$dir/demo-$coll.txt"
+  fi
+  summary+=("$(printf '%-14s %s' "$coll" "$(grep -E "Avg bus bandwidth|geometric mean" "$dir/demo-$coll.txt" |
+    sed 's/^# *//' | paste -sd ';' -)")")
+done
+
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   log "GPU present: the device kernels' tests"
   "$dir/tests/weft_gpu_tests" --gtest_brief=1 || true
 fi
+
+log "summary: weft-perf on $NP ranks (busbw in GB/s; ratio > 1: weft faster than Open MPI)"
+printf '%s\n' "${summary[@]}"
