@@ -295,6 +295,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   c->links_.resize(static_cast<std::size_t>(c->geometry_.channels));
   for (int ch = 0; ch < c->geometry_.channels; ++ch) {
     exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
+    l.memory = &c->peerMemory_;
+    l.readsMe = &c->readsMe_;
     l.to.assign(N, nullptr);
     l.from.assign(N, nullptr);
     for (int q = 0; q < n; ++q) {
@@ -397,8 +399,7 @@ std::string Communicator::summary() const {
                      std::to_string(geometry_.slotBytes / 1024) + " KiB FIFO slots";
   const bool reads = std::find(iRead_.begin(), iRead_.end(), 1) != iRead_.end();
   if (reads && config_.singleCopyBytes > 0) {
-    line += ", single-copy point-to-point from " + std::to_string(config_.singleCopyBytes / 1024) +
-            " KiB";
+    line += ", single copy from " + std::to_string(config_.singleCopyBytes / 1024) + " KiB";
   }
   return line;
 }
@@ -473,6 +474,7 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
   }
   auto cached = std::make_unique<Cached>();
   cached->maxBlocks = exec::maxStepBlocks(*built);
+  cached->byReference = exec::referenceSteps(*built);
   cached->schedule = std::move(*built);
   const Cached* out = cached.get();
   schedules_.emplace(key, std::move(cached));
@@ -496,10 +498,23 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   if (config_.debug == "INFO" || config_.debug == "TRACE") {
     if (rank_ == 0) {
       // What runs: the plan's channels as the FIFOs allow, slices as the slots allow.
+      std::size_t named = 0, sending = 0;
+      const algo::Program& p0 = s.program(0, 0);
+      for (std::size_t i = 0; i < p0.steps().size(); ++i) {
+        if (p0.sendPeers(p0.steps()[i]).empty()) continue;
+        ++sending;
+        named += (*cached)->byReference[0][0][i];
+      }
+      const bool single = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
       std::fprintf(stderr,
-                   "weft INFO %s %zu bytes: %s/%s, %zu channel(s), %zu-element slices (%s)\n",
+                   "weft INFO %s %zu bytes: %s/%s, %zu channel(s), %zu-element slices, single "
+                   "copy %s (%s)\n",
                    std::string(name(coll)).c_str(), bytes, plan->algorithm.c_str(),
                    std::string(algo::name(plan->protocol)).c_str(), s.channels.size(), g.sliceElems,
+                   single ? (std::to_string(named) + " of " + std::to_string(sending) +
+                             " sending steps on rank 0")
+                                .c_str()
+                          : "off",
                    plan->reason.c_str());
     }
   }
@@ -507,6 +522,10 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   if (scratch_.size() < g.scratchElems * sizeOf(type))
     scratch_.resize(g.scratchElems * sizeOf(type));
   exec::Buffers b{input, output, scratch_.data(), count, type, op};
+  b.inputBytes = std::size_t{seg.input} * count * sizeOf(type);
+  b.outputBytes = std::size_t{seg.output} * count * sizeOf(type);
+  b.singleCopy = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
+  b.byReference = &(*cached)->byReference;
   std::vector<Status> results(s.channels.size());
   workers_->run(results.size(), [&](std::size_t ch) {
     results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);

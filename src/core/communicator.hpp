@@ -112,6 +112,7 @@ class Communicator {
   struct Cached {
     algo::Schedule schedule;
     std::uint32_t maxBlocks = 1;
+    exec::ReferenceSteps byReference;  // single copy: which steps may send references
   };
   Result<const Cached*> scheduleFor(Collective coll, const algo::Plan& plan, int root);
   Status checkUsable(const char* what) const;

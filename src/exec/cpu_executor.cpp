@@ -16,6 +16,16 @@ std::size_t ceilDiv(std::size_t a, std::size_t b) {
   return b == 0 ? 0 : (a + b - 1) / b;
 }
 
+// A reference message holds one of these per block: where the sender's piece is, and its length.
+struct Reference {
+  std::uint64_t address;
+  std::uint64_t elems;
+};
+
+bool copiesOut(StepKind k) {
+  return k == StepKind::recv || k == StepKind::recvCopySend;
+}
+
 // One block's slice on this channel and pass: where it is and how many elements it really has.
 struct Piece {
   std::byte* at = nullptr;
@@ -33,15 +43,31 @@ class Runner {
         b_(b),
         links_(links),
         w_(w),
-        esize_(sizeOf(b.type)) {}
+        esize_(sizeOf(b.type)) {
+    if (b.singleCopy && b.byReference != nullptr && links.readsMe != nullptr)
+      byReference_ = &(*b.byReference)[channel][static_cast<std::size_t>(rank)];
+    const auto* in = static_cast<const std::byte*>(b.input);
+    const auto* out = static_cast<const std::byte*>(b.output);
+    inputStable_ =
+        in == nullptr || out == nullptr || in + b.inputBytes <= out || out + b.outputBytes <= in;
+  }
 
   Status run() {
     for (std::size_t pass = 0; pass < g_.passes; ++pass) {
       offset_ = part_ * g_.partElems + pass * g_.sliceElems;
       room_ = std::min(g_.sliceElems, g_.partElems - pass * g_.sliceElems);
+      std::size_t index = 0;
       for (const algo::Step& st : p_.steps()) {
-        if (Status x = step(st); !x) return x;
+        if (Status x = step(st, index++); !x) return x;
       }
+    }
+    // The peers may still be reading pieces this rank named: they are the caller's once read.
+    for (const auto& [c, peer] : named_) {
+      transport::Connection* conn = c;
+      if (Status x = w_.wait([conn] { return conn->drained(); },
+                             "waiting for a single-copy read by", peer);
+          !x)
+        return x;
     }
     return {};
   }
@@ -74,17 +100,56 @@ class Runner {
     }
   }
 
-  Status step(const algo::Step& st) {
+  // Whether this step sends references: marked in the schedule, every receiver can read this
+  // rank, and (when it names input) the input is not also the output.
+  bool sendsReferences(const algo::Step& st, std::size_t index,
+                       std::span<const int> sendPeers) const {
+    if (byReference_ == nullptr || index >= byReference_->size() || (*byReference_)[index] == 0)
+      return false;
+    for (int q : sendPeers) {
+      if ((*links_.readsMe)[static_cast<std::size_t>(q)] == 0) return false;
+    }
+    if (!inputStable_) {
+      for (const Span& sp : st.kind == StepKind::send ? p_.src(st) : p_.dst(st)) {
+        if (sp.buf == Buf::input) return false;
+      }
+    }
+    return true;
+  }
+
+  // Reads block j's piece named by a reference message from `peer` into `to`.
+  Status readReference(int peer, const std::byte* msg, std::size_t j, const Piece& to) const {
+    Reference r{};
+    std::memcpy(&r, msg + j * sizeof(Reference), sizeof r);
+    const std::size_t n = std::min<std::size_t>(to.elems, r.elems);
+    if (n == 0) return {};
+    return (*links_.memory)[static_cast<std::size_t>(peer)].read(to.at, r.address, n * esize_);
+  }
+
+  void writeReference(std::size_t j, const Piece& piece) {
+    const Reference r{reinterpret_cast<std::uintptr_t>(piece.at), piece.elems};
+    for (std::byte* slot : slots_) std::memcpy(slot + j * sizeof(Reference), &r, sizeof r);
+  }
+
+  Status step(const algo::Step& st, std::size_t index) {
     const algo::StepTraits t = algo::traits(st.kind);
     const auto recvPeers = p_.recvPeers(st);
     const auto sendPeers = p_.sendPeers(st);
     msgs_.clear();
     slots_.clear();
+    bool referenced = false;  // a received message is a reference
     for (int q : recvPeers) {
-      auto m = links_.from[static_cast<std::size_t>(q)]->receive(w_);
+      transport::Connection* c = links_.from[static_cast<std::size_t>(q)];
+      auto m = c->receive(w_);
       if (!m) return m.status();
       msgs_.push_back(m->data());
+      referenced = referenced || c->isReference();
     }
+    if (referenced && !copiesOut(st.kind)) {
+      return internalError("rank " + std::to_string(w_.rank()) +
+                           ": a single-copy reference reached a step that reduces it");
+    }
+    const bool names = t.sends && sendsReferences(st, index, sendPeers);
     for (int q : sendPeers) {
       auto slot = links_.to[static_cast<std::size_t>(q)]->acquire(w_);
       if (!slot) return slot.status();
@@ -139,7 +204,17 @@ class Runner {
         }
       }
     }
-    for (int q : sendPeers) links_.to[static_cast<std::size_t>(q)]->post(nblocks * stride);
+    for (int q : sendPeers) {
+      transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
+      if (names) {
+        c->postReference(nblocks * sizeof(Reference));
+        if (std::find_if(named_.begin(), named_.end(),
+                         [c](const auto& e) { return e.first == c; }) == named_.end())
+          named_.emplace_back(c, q);
+      } else {
+        c->post(nblocks * stride);
+      }
+    }
     for (int q : recvPeers) links_.from[static_cast<std::size_t>(q)]->release();
     return {};
   }
@@ -168,9 +243,62 @@ class Runner {
   std::vector<const std::byte*> msgs_;
   std::vector<std::byte*> slots_;
   std::vector<std::pair<Buf, std::uint32_t>> src_, dst_;
+  const std::vector<std::uint8_t>* byReference_ = nullptr;
+  bool inputStable_ = true;  // the input does not overlap the output
+  std::vector<std::pair<transport::Connection*, int>> named_;  // sent references this call
 };
 
 }  // namespace
+
+ReferenceSteps referenceSteps(const algo::Schedule& s) {
+  ReferenceSteps out(s.channels.size());
+  for (std::size_t c = 0; c < s.channels.size(); ++c) {
+    const auto& ranks = s.channels[c].ranks;
+    const std::size_t n = ranks.size();
+    // kinds[q][r]: the kinds of q's steps that receive from r, in order (FIFO order per pair).
+    std::vector<std::vector<std::vector<StepKind>>> kinds(n, std::vector<std::vector<StepKind>>(n));
+    for (std::size_t q = 0; q < n; ++q) {
+      for (const algo::Step& st : ranks[q].steps()) {
+        for (int r : ranks[q].recvPeers(st))
+          kinds[q][static_cast<std::size_t>(r)].push_back(st.kind);
+      }
+    }
+    out[c].resize(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      const algo::Program& p = ranks[r];
+      const auto& steps = p.steps();
+      out[c][r].assign(steps.size(), 0);
+      std::vector<std::size_t> sent(n, 0);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const algo::Step& st = steps[i];
+        const auto to = p.sendPeers(st);
+        if (to.empty()) continue;
+        bool ok = st.kind == StepKind::send || st.kind == StepKind::recvCopySend;
+        for (int q : to) {
+          const auto& list = kinds[static_cast<std::size_t>(q)][r];
+          const std::size_t k = sent[static_cast<std::size_t>(q)]++;
+          ok = ok && k < list.size() && copiesOut(list[k]);
+        }
+        if (!ok) continue;
+        // The named pieces must stay as they are for the rest of the pass.
+        const auto named = st.kind == StepKind::send ? p.src(st) : p.dst(st);
+        for (std::size_t later = i + 1; ok && later < steps.size(); ++later) {
+          if (!algo::traits(steps[later].kind).writesDst) continue;
+          for (const Span& w : p.dst(steps[later])) {
+            for (const Span& nm : named) {
+              if (w.buf != nm.buf) continue;
+              for (std::uint32_t a = 0; ok && a < w.count; ++a) {
+                for (std::uint32_t b = 0; ok && b < nm.count; ++b) ok = w.at(a) != nm.at(b);
+              }
+            }
+          }
+        }
+        out[c][r][i] = ok ? 1 : 0;
+      }
+    }
+  }
+  return out;
+}
 
 std::uint32_t maxStepBlocks(const algo::Schedule& s) {
   std::uint32_t most = 1;

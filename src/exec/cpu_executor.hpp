@@ -20,19 +20,32 @@
 
 namespace weft::exec {
 
+// Which steps may send references instead of bytes (single copy), by channel, rank and step:
+// those whose every receiver only copies the message out, and whose named pieces the sender does
+// not write again in the pass. See referenceSteps().
+using ReferenceSteps = std::vector<std::vector<std::vector<std::uint8_t>>>;
+
 struct Buffers {
   const void* input = nullptr;
   void* output = nullptr;
   std::byte* scratch = nullptr;  // scratchBlocks * L elements
   std::size_t count = 0;         // elements per segment
   DataType type = DataType::f32;
-  RedOp op = RedOp::sum;  // avg reduces as sum; the caller divides
+  RedOp op = RedOp::sum;                        // avg reduces as sum; the caller divides
+  std::size_t inputBytes = 0, outputBytes = 0;  // extents, to tell whether they overlap
+  // Single copy for this call (large enough): steps marked in byReference name their pieces to
+  // peers that can read this rank's memory.
+  bool singleCopy = false;
+  const ReferenceSteps* byReference = nullptr;
 };
 
 // Where one channel's messages go: to(peer) for this rank's sends, from(peer) for its receives.
 struct ChannelLinks {
   std::vector<transport::Connection*> to;    // by peer
   std::vector<transport::Connection*> from;  // by peer
+  // Single copy: how to read each peer's memory, and whether each peer can read this rank's.
+  const std::vector<transport::PeerMemory>* memory = nullptr;
+  const std::vector<std::uint8_t>* readsMe = nullptr;
 };
 
 struct Geometry {
@@ -50,6 +63,9 @@ struct Geometry {
 
 // The most blocks one step of the schedule moves (over every channel and rank).
 std::uint32_t maxStepBlocks(const algo::Schedule& s);
+
+// The steps of the schedule that may send references (see ReferenceSteps).
+ReferenceSteps referenceSteps(const algo::Schedule& s);
 
 // Runs channel `channel` of `rank`'s program to completion.
 Status runChannel(const algo::Schedule& s, std::size_t channel, int rank, const Geometry& g,

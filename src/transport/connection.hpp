@@ -89,6 +89,11 @@ class Connection {
   virtual std::optional<std::span<const std::byte>> tryReceive() = 0;
   // Sender: whether the receiver has released every message posted so far.
   virtual bool drained() = 0;
+  // Single copy: a message that names memory of the sender (which the receiver reads with
+  // PeerMemory) instead of carrying bytes. Only shared-memory connections carry them.
+  virtual void postReference(std::size_t bytes) { post(bytes); }
+  // Receiver: whether the message last returned by receive/tryReceive is such a reference.
+  virtual bool isReference() const { return false; }
 };
 
 // Reads another process's memory on this host (process_vm_readv: one copy, no FIFO), or this
@@ -129,6 +134,8 @@ class ProgressingConnection final : public Connection {
     progress_();
     return inner_->drained();
   }
+  void postReference(std::size_t bytes) override { inner_->postReference(bytes); }
+  bool isReference() const override { return inner_->isReference(); }
 
  private:
   Connection* inner_;

@@ -16,6 +16,7 @@ namespace {
 
 constexpr std::size_t kCacheLine = 64;
 constexpr std::size_t kControlBytes = 4096;
+constexpr std::uint64_t kReferenceBit = std::uint64_t{1} << 63;  // in a slot's size
 
 std::size_t roundUp(std::size_t x, std::size_t to) {
   return (x + to - 1) / to * to;
@@ -159,6 +160,10 @@ Result<std::byte*> ShmConnection::acquire(const Waiter& w) {
   return slot;
 }
 
+void ShmConnection::postReference(std::size_t bytes) {
+  post(bytes | kReferenceBit);
+}
+
 void ShmConnection::post(std::size_t bytes) {
   header_->sizes[next_ % static_cast<std::uint64_t>(nslots_)] = bytes;
   ++next_;
@@ -170,7 +175,9 @@ std::optional<std::span<const std::byte>> ShmConnection::tryReceive() {
   // acquire: pairs with post()'s release, so the slot's bytes are complete.
   if (header_->head.load(std::memory_order_acquire) <= next_) return std::nullopt;
   const std::uint64_t slot = next_ % static_cast<std::uint64_t>(nslots_);
-  return std::span<const std::byte>(slots_ + slot * slotBytes_, header_->sizes[slot]);
+  const std::uint64_t size = header_->sizes[slot];
+  reference_ = (size & kReferenceBit) != 0;
+  return std::span<const std::byte>(slots_ + slot * slotBytes_, size & ~kReferenceBit);
 }
 
 Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {

@@ -86,6 +86,8 @@ class ShmConnection final : public Connection {
   std::byte* tryAcquire() override;
   std::optional<std::span<const std::byte>> tryReceive() override;
   bool drained() override;
+  void postReference(std::size_t bytes) override;
+  bool isReference() const override { return reference_; }
 
   struct Header;  // in shared memory; laid out in shm.cpp
 
@@ -96,6 +98,7 @@ class ShmConnection final : public Connection {
   std::size_t slotBytes_;
   int peer_;
   std::uint64_t next_ = 0;  // sender: messages posted so far; receiver: consumed so far
+  bool reference_ = false;  // receiver: the current message is a reference
 };
 
 // Zeroes a fresh inbox's FIFOs and writes its control page.
