@@ -91,6 +91,12 @@ ChannelWorkers::~ChannelWorkers() {
 }
 
 void ChannelWorkers::run(std::size_t channels, const std::function<void(std::size_t)>& fn) {
+  if (channels <= 1) {
+    // One channel runs on the caller alone: waking the workers would cost more than a small
+    // call's whole exchange.
+    fn(0);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
