@@ -107,6 +107,8 @@ WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t co
                         void* stream);
 WEFT_API weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, void* stream);
+/* Point-to-point. A rank may send to itself inside a group that also holds the matching
+ * receive (the k-th send to itself meets the k-th receive from itself, of the same size). */
 WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
                       weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,

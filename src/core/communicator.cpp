@@ -639,9 +639,9 @@ Status Communicator::barrier() {
 // count, so they agree on the slicing.
 Status Communicator::checkP2p(const char* what, const void* buf, std::size_t count, DataType type,
                               int peer) const {
-  if (peer < 0 || peer >= size_ || peer == rank_)
+  if (peer < 0 || peer >= size_)
     return invalidArgument(std::string(what) + ": peer " + std::to_string(peer) +
-                           " is not another rank of this " + std::to_string(size_) +
+                           " is not a rank of this " + std::to_string(size_) +
                            "-rank communicator");
   if (Status s = checkBuffers(what, buf, buf, count, true, false); !s) return s;
   if (Status s = checkCount(what, count, 1, type); !s) return s;
@@ -660,10 +660,33 @@ Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer)
 }
 
 Status Communicator::exchange(std::vector<P2pOp> ops) {
+  // To itself (as NCCL allows inside a group): the k-th send meets the k-th receive, checked
+  // before anything moves.
+  std::vector<const P2pOp*> selfSends, selfRecvs;
+  for (const P2pOp& op : ops) {
+    if (op.peer == rank_) (op.isSend ? selfSends : selfRecvs).push_back(&op);
+  }
+  if (selfSends.size() != selfRecvs.size()) {
+    return invalidArgument("rank " + std::to_string(rank_) + ": " +
+                           std::to_string(selfSends.size()) + " send(s) to itself but " +
+                           std::to_string(selfRecvs.size()) +
+                           " receive(s) from itself; each needs its match in the same group");
+  }
+  for (std::size_t k = 0; k < selfSends.size(); ++k) {
+    if (selfSends[k]->bytes != selfRecvs[k]->bytes) {
+      return invalidArgument("rank " + std::to_string(rank_) + ": a send to itself of " +
+                             std::to_string(selfSends[k]->bytes) + " bytes meets a receive of " +
+                             std::to_string(selfRecvs[k]->bytes));
+    }
+  }
+  for (std::size_t k = 0; k < selfSends.size(); ++k) {
+    if (selfSends[k]->bytes > 0)
+      std::memmove(selfRecvs[k]->buf, selfSends[k]->buf, selfSends[k]->bytes);
+  }
   // Per (direction, peer): the operations in call order; only the first unfinished one moves.
   std::map<std::pair<bool, int>, std::vector<std::size_t>> lanes;
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].bytes > 0) lanes[{ops[i].isSend, ops[i].peer}].push_back(i);
+    if (ops[i].bytes > 0 && ops[i].peer != rank_) lanes[{ops[i].isSend, ops[i].peer}].push_back(i);
   }
   struct Lane {
     std::vector<std::size_t> ops;

@@ -425,7 +425,7 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_NE(std::string(weftGetLastError()).find("root 2"), std::string::npos);
   EXPECT_EQ(weftReduce(in.data(), out.data(), 8, weftFloat32, weftSum, -1, h, nullptr),
             weftInvalidArgument);
-  EXPECT_EQ(weftSend(in.data(), 8, weftFloat32, 0, h, nullptr), weftInvalidArgument);  // itself
+  EXPECT_EQ(weftSend(in.data(), 8, weftFloat32, 0, h, nullptr), weftInvalidArgument);  // alone
   EXPECT_EQ(weftRecv(out.data(), 8, weftFloat32, 5, h, nullptr), weftInvalidArgument);
   EXPECT_EQ(weftAllGather(in.data(), out.data(), SIZE_MAX / 2, weftFloat32, h, nullptr),
             weftInvalidArgument);
@@ -448,6 +448,26 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   weftComm_t one = nullptr;
   weftUniqueId id{};
   EXPECT_EQ(weftCommInitRank(&one, 2, id, 2), weftInvalidArgument);
+}
+
+TEST(Groups, ARankSendsToItselfInsideAGroup) {
+  std::vector<Comm> comms = makeComms(2);
+  weftComm_t h = comms[1].handle();
+  std::vector<float> in(1000, 2.5f), out(1000, -1.f);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  ASSERT_EQ(weftSend(in.data(), in.size(), weftFloat32, 1, h, nullptr), weftSuccess);
+  ASSERT_EQ(weftRecv(out.data(), out.size(), weftFloat32, 1, h, nullptr), weftSuccess);
+  ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError();
+  EXPECT_EQ(out, in);
+  // Alone, or with a receive of another size, it is an error that moves nothing.
+  std::fill(out.begin(), out.end(), -1.f);
+  EXPECT_EQ(weftSend(in.data(), in.size(), weftFloat32, 1, h, nullptr), weftInvalidArgument);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  ASSERT_EQ(weftSend(in.data(), in.size(), weftFloat32, 1, h, nullptr), weftSuccess);
+  ASSERT_EQ(weftRecv(out.data(), 10, weftFloat32, 1, h, nullptr), weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("meets a receive"), std::string::npos);
+  EXPECT_EQ(out, std::vector<float>(1000, -1.f));
 }
 
 TEST(Arguments, PlanQueryNamesTheTunersPickAndRejectsBadInput) {
