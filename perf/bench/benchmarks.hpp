@@ -1,0 +1,14 @@
+// weft-bench's families of micro-benchmarks. Each registers its benchmarks with Google Benchmark;
+// main.cpp calls them before running whatever --benchmark_filter selects.
+#pragma once
+
+namespace weft::bench {
+
+// weft::exec::reduce per dtype and op, at output sizes that sit in L1, in L2 and in memory.
+void registerReduceBenchmarks();
+// The narrow-float conversions of src/exec/numeric.hpp, both ways, over arrays.
+void registerConvertBenchmarks();
+// The shared-memory FIFO between two threads: ping-pong round trips and one-way streaming.
+void registerShmFifoBenchmarks();
+
+}  // namespace weft::bench
