@@ -11,7 +11,9 @@
 #include <optional>
 #include <vector>
 
+#include "perf/calibrate.hpp"
 #include "perf/collective.hpp"
+#include "perf/control.hpp"
 #include "perf/data_check.hpp"
 #include "perf/report.hpp"
 #include "weft/weft.hpp"
@@ -30,77 +32,6 @@ Buffer allocate(std::size_t bytes) {
   if (p != nullptr) std::memset(p, 0, bytes);
   return Buffer(p);
 }
-
-std::optional<std::string> environment(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
-}
-
-void setEnvironment(const char* name, const std::optional<std::string>& value) {
-  if (value) {
-    setenv(name, value->c_str(), 1);
-  } else {
-    unsetenv(name);
-  }
-}
-
-// The harness's own traffic between ranks (combined times, wrong counts, ids, rank lines). It
-// runs on the first communicator and never inside a timed loop.
-class Control {
- public:
-  Control(weftComm_t comm, int nranks) : comm_(comm), nranks_(nranks) {}
-
-  // A time as -a asks: 0 rank 0's, 1 the mean, 2 the minimum, 3 the maximum over ranks.
-  Result<double> combine(double value, int average) {
-    double out = 0;
-    weftResult_t r = weftSuccess;
-    if (average == 0) {
-      r = weftBroadcast(&value, &out, 1, weftFloat64, 0, comm_, nullptr);
-    } else {
-      const weftRedOp_t op = average == 2 ? weftMin : average == 3 ? weftMax : weftSum;
-      r = weftAllReduce(&value, &out, 1, weftFloat64, op, comm_, nullptr);
-      if (average == 1) out /= nranks_;
-    }
-    if (Status s = checked(r, "combining times"); !s) return s;
-    return out;
-  }
-
-  Result<std::int64_t> sum(std::int64_t value) {
-    std::int64_t out = 0;
-    if (Status s = checked(weftAllReduce(&value, &out, 1, weftInt64, weftSum, comm_, nullptr),
-                           "summing wrong elements");
-        !s)
-      return s;
-    return out;
-  }
-
-  Status barrier() { return checked(weftBarrier(comm_, nullptr), "weftBarrier"); }
-
-  // Rank 0's `bytes` to every rank.
-  Status broadcast(void* bytes, std::size_t n) {
-    return checked(weftBroadcast(bytes, bytes, n, weftUint8, 0, comm_, nullptr),
-                   "broadcasting a unique id");
-  }
-
-  // Every rank's line, in rank order.
-  Result<std::vector<std::string>> gather(const std::string& line) {
-    constexpr std::size_t kWidth = 256;
-    std::vector<char> mine(kWidth, '\0'), all(kWidth * static_cast<std::size_t>(nranks_));
-    std::memcpy(mine.data(), line.data(), std::min(line.size(), kWidth - 1));
-    if (Status s =
-            checked(weftAllGather(mine.data(), all.data(), kWidth, weftUint8, comm_, nullptr),
-                    "gathering rank lines");
-        !s)
-      return s;
-    std::vector<std::string> out;
-    for (int r = 0; r < nranks_; ++r) out.emplace_back(all.data() + r * kWidth);
-    return out;
-  }
-
- private:
-  weftComm_t comm_;
-  int nranks_;
-};
 
 class RankBench {
  public:
@@ -138,7 +69,8 @@ class RankBench {
   int thread_, rank_, nranks_;
   std::optional<Comm> comm_;  // the tuned sweep's communicator; also carries Control
   std::optional<Control> control_;
-  std::vector<Comm> forced_;  // one per --algos entry
+  std::vector<Comm> forced_;                  // one per --algos entry
+  std::unique_ptr<Calibration> calibration_;  // --calibrate
   std::size_t bufferBytes_ = 0;
   Buffer send_, recv_;
   std::unique_ptr<Report> report_;  // rank 0 only
@@ -151,6 +83,7 @@ Status RankBench::join() {
   if (!comm) return comm.status();
   comm_.emplace(std::move(*comm));
   control_.emplace(comm_->handle(), nranks_);
+  if (!opt_.calibratePath.empty()) return {};  // no sweep: the calibration has its own buffer
   // Every size's buffers fit in maxBytes (the larger buffer is the size column).
   bufferBytes_ = (std::max<std::size_t>(opt_.maxBytes, 64) + 4095) / 4096 * 4096;
   send_ = allocate(bufferBytes_);
@@ -192,6 +125,9 @@ Status RankBench::preamble() {
         "algorithm does not serve the call): " +
         list);
   }
+  if (!opt_.calibratePath.empty())
+    notes.push_back("--calibrate: no sweep; measures the cost model's host constants and writes " +
+                    opt_.calibratePath + " (perf/README.md, Calibration)");
   if (ctx_.peer)
     notes.push_back("compared with " + ctx_.peer->name() +
                     ": ratio = its time / weft's out-of-place time");
@@ -200,40 +136,15 @@ Status RankBench::preamble() {
 }
 
 Status RankBench::joinForced() {
-  // The tuner reads WEFT_ALGO and WEFT_PROTO when a communicator is created. Environment
-  // writes race with reads in other threads, so thread 0 writes while this process's other
-  // ranks wait at the barrier; rank 0 (thread 0 of process 0) makes each new id meanwhile.
-  const std::optional<std::string> algo = environment("WEFT_ALGO"),
-                                   proto = environment("WEFT_PROTO");
+  // The tuner reads WEFT_ALGO and WEFT_PROTO when a communicator is created.
+  const std::optional<std::string> proto = environment("WEFT_PROTO");
   for (const ForcedAlgorithm& f : opt_.algos) {
-    ctx_.threads->arrive_and_wait();
-    weftUniqueId id{};
-    Status made;
-    if (thread_ == 0) {
-      setenv("WEFT_ALGO", f.algorithm.c_str(), 1);
-      setEnvironment("WEFT_PROTO", f.protocol.empty() ? proto : f.protocol);
-    }
-    if (rank_ == 0) {
-      // WEFT_COMM_ID names one fixed rendezvous, which the first communicator used up.
-      const auto commId = environment("WEFT_COMM_ID"), ncclId = environment("NCCL_COMM_ID");
-      unsetenv("WEFT_COMM_ID");
-      unsetenv("NCCL_COMM_ID");
-      made = checked(weftGetUniqueId(&id), "weftGetUniqueId");
-      setEnvironment("WEFT_COMM_ID", commId);
-      setEnvironment("NCCL_COMM_ID", ncclId);
-    }
-    ctx_.threads->arrive_and_wait();
-    if (!made) return {made.code(), "--algos " + f.label() + ": " + made.message()};
-    if (Status s = control_->broadcast(&id, sizeof id); !s) return s;
-    auto comm = Comm::initRank(nranks_, UniqueId{id}, rank_);
-    ctx_.threads->arrive_and_wait();
+    auto comm = joinWithEnvironment(
+        ctx_, thread_, rank_, nranks_, *control_,
+        {{"WEFT_ALGO", f.algorithm}, {"WEFT_PROTO", f.protocol.empty() ? proto : f.protocol}});
     if (!comm)
       return {comm.status().code(), "--algos " + f.label() + ": " + comm.status().message()};
     forced_.push_back(std::move(*comm));
-  }
-  if (thread_ == 0 && !opt_.algos.empty()) {
-    setEnvironment("WEFT_ALGO", algo);
-    setEnvironment("WEFT_PROTO", proto);
   }
   return {};
 }
@@ -429,6 +340,13 @@ Status RankBench::sweep(DataType type, std::optional<RedOp> op, int root) {
 Status RankBench::run() {
   if (Status s = join(); !s) return s;
   if (Status s = preamble(); !s) return s;
+  if (!opt_.calibratePath.empty()) {
+    calibration_ = std::make_unique<Calibration>(ctx_, thread_, *comm_, *control_);
+    bool quietFailure = false;  // rank 0 says why
+    Status s = calibration_->run(quietFailure);
+    if (quietFailure) exitCode_ = kExitError;
+    return s;
+  }
   if (Status s = joinForced(); !s) return s;
   if (report_) report_->printHeader();
   std::vector<std::optional<RedOp>> ops;
@@ -459,6 +377,7 @@ Status RankBench::run() {
 void RankBench::abort() {
   if (comm_) (void)comm_->abort();
   for (Comm& c : forced_) (void)c.abort();
+  if (calibration_) calibration_->abort();
 }
 
 }  // namespace

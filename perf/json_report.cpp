@@ -7,9 +7,8 @@
 #include "perf/report.hpp"
 
 namespace weft::perf {
-namespace {
 
-std::string quoted(std::string_view s) {
+std::string jsonString(std::string_view s) {
   std::string out = "\"";
   for (char ch : s) {
     if (ch == '"' || ch == '\\') {
@@ -26,7 +25,7 @@ std::string quoted(std::string_view s) {
   return out + "\"";
 }
 
-std::string number(double x) {
+std::string jsonNumber(double x) {
   if (!std::isfinite(x)) return "null";
   std::ostringstream s;
   s.precision(10);
@@ -34,9 +33,11 @@ std::string number(double x) {
   return s.str();
 }
 
+namespace {
+
 std::string measurement(const Measurement& m) {
-  return "{\"time_us\": " + number(m.timeUs) + ", \"algbw\": " + number(m.algBw) +
-         ", \"busbw\": " + number(m.busBw) +
+  return "{\"time_us\": " + jsonNumber(m.timeUs) + ", \"algbw\": " + jsonNumber(m.algBw) +
+         ", \"busbw\": " + jsonNumber(m.busBw) +
          ", \"wrong\": " + (m.wrong ? std::to_string(*m.wrong) : std::string("null")) + "}";
 }
 
@@ -46,7 +47,7 @@ bool writeJson(const std::string& path, const Options& options, int nranks,
                const std::string& peerName, const std::vector<Row>& rows) {
   std::ofstream out(path);
   if (!out) return false;
-  out << "{\n  \"tool\": \"weft-perf\",\n  \"collective\": " << quoted(name(options.collective))
+  out << "{\n  \"tool\": \"weft-perf\",\n  \"collective\": " << jsonString(name(options.collective))
       << ",\n  \"nranks\": " << nranks << ",\n  \"threads_per_process\": " << options.threads
       << ",\n  \"minbytes\": " << options.minBytes << ",\n  \"maxbytes\": " << options.maxBytes
       << ",\n  \"stepbytes\": " << options.stepBytes
@@ -54,28 +55,30 @@ bool writeJson(const std::string& path, const Options& options, int nranks,
       << ",\n  \"warmup_iters\": " << options.warmupIters
       << ",\n  \"agg_iters\": " << options.aggIters << ",\n  \"check\": " << options.checkIters
       << ",\n  \"average\": " << options.average
-      << ",\n  \"peer\": " << (peerName.empty() ? std::string("null") : quoted(peerName))
+      << ",\n  \"peer\": " << (peerName.empty() ? std::string("null") : jsonString(peerName))
       << ",\n  \"algos\": [";
   for (std::size_t i = 0; i < options.algos.size(); ++i)
-    out << (i ? ", " : "") << quoted(options.algos[i].label());
+    out << (i ? ", " : "") << jsonString(options.algos[i].label());
   out << "],\n  \"rows\": [";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    out << (i ? "," : "") << "\n    {\"collective\": " << quoted(name(r.collective))
+    out << (i ? "," : "") << "\n    {\"collective\": " << jsonString(name(r.collective))
         << ", \"size\": " << r.bytes << ", \"count\": " << r.count
-        << ", \"type\": " << quoted(tableName(r.type))
-        << ", \"op\": " << (r.op ? quoted(tableName(*r.op)) : std::string("null"))
+        << ", \"type\": " << jsonString(tableName(r.type))
+        << ", \"op\": " << (r.op ? jsonString(tableName(*r.op)) : std::string("null"))
         << ", \"root\": " << r.root << ",\n     \"oop\": " << measurement(r.outOfPlace)
-        << ",\n     \"ip\": " << measurement(r.inPlace) << ",\n     \"algo\": " << quoted(r.plan)
-        << ", \"peer_time_us\": " << (r.peerTimeUs ? number(*r.peerTimeUs) : "null")
+        << ",\n     \"ip\": " << measurement(r.inPlace)
+        << ",\n     \"algo\": " << jsonString(r.plan)
+        << ", \"peer_time_us\": " << (r.peerTimeUs ? jsonNumber(*r.peerTimeUs) : "null")
         << ", \"peer_ratio\": "
-        << (r.peerTimeUs && r.outOfPlace.timeUs > 0 ? number(*r.peerTimeUs / r.outOfPlace.timeUs)
-                                                    : "null")
+        << (r.peerTimeUs && r.outOfPlace.timeUs > 0
+                ? jsonNumber(*r.peerTimeUs / r.outOfPlace.timeUs)
+                : "null")
         << ",\n     \"forced\": {";
     for (std::size_t k = 0; k < r.forced.size(); ++k) {
       const ForcedResult& f = r.forced[k];
-      out << (k ? ", " : "") << quoted(options.algos[k].label())
-          << ": {\"plan\": " << quoted(f.plan)
+      out << (k ? ", " : "") << jsonString(options.algos[k].label())
+          << ": {\"plan\": " << jsonString(f.plan)
           << ", \"oop\": " << (f.outOfPlace ? measurement(*f.outOfPlace) : "null") << "}";
     }
     out << "}}";

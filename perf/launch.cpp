@@ -44,6 +44,9 @@ bool launchedByMpi() {
 
 // What the ranks' count allows, checked before any process starts.
 Status checkRanks(const Options& o, int nranks) {
+  if (!o.calibratePath.empty() && nranks < 2)
+    return invalidArgument(
+        "--calibrate measures between ranks and needs 2 or more: use -np, -t or mpirun -np");
   if (o.collective == Collective::sendRecv && nranks < 2)
     return invalidArgument("sendrecv needs 2 or more ranks: use -np, -t or mpirun -np");
   if (hasRoot(o.collective) && o.root >= nranks)

@@ -1,5 +1,6 @@
 // weft-perf's command line: nccl-tests' flags with nccl-tests' defaults and meanings, plus the
-// launch (-np), comparison (--compare), export (--json, --svg) and algorithm (--algos) options.
+// launch (-np), comparison (--compare), export (--json, --svg), algorithm (--algos) and
+// calibration (--calibrate) options.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +53,8 @@ struct Options {
   std::string svgPath;
   std::vector<ForcedAlgorithm> algos;
   std::uint64_t seed = 0x5eed;
+  // --calibrate: measure the cost model's host constants and write them here instead of sweeping.
+  std::string calibratePath;
 };
 
 // The table's names for types and ops, as nccl-tests prints them ("float", "bfloat16", "sum").

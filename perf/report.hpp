@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "perf/options.hpp"
@@ -65,6 +66,10 @@ class Report {
 
 // Time as nccl-tests prints it: 7 wide, fewer decimals as it grows.
 std::string formatTime(double us);
+
+// A JSON string literal (quotes and escapes), and a number (null when not finite).
+std::string jsonString(std::string_view s);
+std::string jsonNumber(double x);
 
 bool writeJson(const std::string& path, const Options& options, int nranks,
                const std::string& peerName, const std::vector<Row>& rows);

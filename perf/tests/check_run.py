@@ -10,8 +10,11 @@
 --rows N       exactly N table rows
 --json FILE    FILE is valid JSON with one object per row and the fields weft-perf documents
 --svg FILE     FILE is an SVG document with at least one polyline
+--tuning FILE  FILE is a tuning file as --calibrate writes it: the keys it measures, each a
+               positive number, "measured_on" and "comment", and nothing else
 --exit N       the exit status must be N (default 0)
 --expect RE    stdout must match RE (repeatable)
+--expect-err RE  stderr must match RE (repeatable)
 --env-ranks N  launch N copies with WEFT_COMM_ID/WEFT_RANK/WEFT_NRANKS instead of one; the
                checks apply to process 0's output
 """
@@ -105,6 +108,44 @@ def check_json(path, out):
     return doc
 
 
+# What weft-perf --calibrate measures (the host link class, pcie, only).
+TUNING_KEYS = {
+    ("base_latency_us", "ll"), ("base_latency_us", "simple"),
+    ("hop_latency_us", "ll", "pcie"), ("hop_latency_us", "simple", "pcie"),
+    ("message_overhead_us", "ll", "pcie"), ("message_overhead_us", "simple", "pcie"),
+    ("bandwidth_scale", "pcie"),
+}
+
+
+def check_tuning(path, out):
+    with open(path) as f:
+        doc = json.load(f)
+
+    def leaves(node, prefix):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from leaves(value, prefix + (key,))
+        else:
+            yield prefix, node
+
+    found = {}
+    for key, value in doc.items():
+        if key in ("comment", "measured_on"):
+            continue
+        found.update(leaves(value, (key,)))
+    if set(found) != TUNING_KEYS:
+        fail(f"{path}: keys {sorted(found)}, expected {sorted(TUNING_KEYS)}", out)
+    for key, value in found.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            fail(f"{path}: {'.'.join(key)} is {value!r}, not a positive number", out)
+    where = doc.get("measured_on", {})
+    for key in ("host", "date", "nranks", "transport"):
+        if key not in where:
+            fail(f"{path}: measured_on has no {key}", out)
+    if not doc.get("comment"):
+        fail(f"{path}: no comment", out)
+
+
 def check_svg(path, out):
     root = ET.parse(path).getroot()
     if not root.tag.endswith("svg") or not root.findall(".//{http://www.w3.org/2000/svg}polyline"):
@@ -118,13 +159,15 @@ def main():
     parser.add_argument("--rows", type=int)
     parser.add_argument("--json")
     parser.add_argument("--svg")
+    parser.add_argument("--tuning")
     parser.add_argument("--exit", type=int, default=0)
     parser.add_argument("--expect", action="append", default=[])
+    parser.add_argument("--expect-err", action="append", default=[])
     parser.add_argument("--env-ranks", type=int, default=0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    for path in (args.json, args.svg):
+    for path in (args.json, args.svg, args.tuning):
         if path and os.path.exists(path):
             os.remove(path)
     code, out, err = run(command, args.env_ranks)
@@ -134,6 +177,9 @@ def main():
     for pattern in args.expect:
         if not re.search(pattern, out, re.MULTILINE):
             fail(f"output does not match {pattern!r}", out)
+    for pattern in args.expect_err:
+        if not re.search(pattern, err, re.MULTILINE):
+            fail(f"stderr does not match {pattern!r}", out)
     if args.table or args.strict:
         rows = check_table(out, args.strict)
         if args.rows is not None and len(rows) != args.rows:
@@ -144,6 +190,8 @@ def main():
             fail(f"{len(doc['rows'])} JSON rows, expected {args.rows}", out)
     if args.svg:
         check_svg(args.svg, out)
+    if args.tuning:
+        check_tuning(args.tuning, out)
     sys.stdout.write(out)
     print("check_run: ok")
 

@@ -1,0 +1,562 @@
+#include "perf/calibrate.hpp"
+
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "algorithms/cost_model.hpp"
+#include "perf/collective.hpp"
+#include "perf/report.hpp"
+#include "src/core/communicator.hpp"
+
+namespace weft::perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Enough repetitions for stable medians and rates; few enough that the whole calibration takes
+// about half a second on 2 or 8 ranks of an idle 16-core host.
+constexpr std::size_t kSmallBytes = 8;
+constexpr std::size_t kMidBytes = 64 * 1024;
+constexpr std::size_t kLargeBytes = 64 * 1024 * 1024;
+constexpr int kSmallRounds = 2000;     // 8-byte round trips
+constexpr int kMidRounds = 500;        // 64 KiB round trips
+constexpr int kSmallMessages = 20000;  // 8-byte messages streamed
+constexpr int kMidMessages = 2000;     // 64 KiB messages streamed
+constexpr int kLargeMessages = 8;      // 64 MiB messages streamed
+constexpr int kBatches = 30;           // of 8-byte all-reduces
+constexpr int kBatchCalls = 50;
+// A base latency that the model's other terms already exceed is written as this: a tuning file
+// holds only positive numbers.
+constexpr double kLeastBaseUs = 0.1;
+// The sizes whose picks are shown before and after.
+constexpr std::size_t kPickSizes[] = {64 * 1024, 1024 * 1024, 16 * 1024 * 1024};
+
+constexpr auto kLl = static_cast<std::size_t>(algo::Protocol::ll);
+constexpr auto kSimple = static_cast<std::size_t>(algo::Protocol::simple);
+constexpr auto kPcie = static_cast<std::size_t>(algo::LinkClass::pcie);
+
+double microseconds(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::string fixed(double x, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, x);
+  return buf;
+}
+
+// Four significant digits: what the measurements support.
+std::string digits(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+std::string sizeName(std::size_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+std::string protoName(std::size_t p) {
+  return std::string(algo::name(static_cast<algo::Protocol>(p)));
+}
+
+// Why rank 0 could not write `path`, or "" when it can. Checked before measuring, so that a
+// mistyped path costs nothing; the write itself is checked again at the end.
+std::string whyUnwritable(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return "is a directory; name a file in it";
+    if (access(path.c_str(), W_OK) != 0)
+      return std::string("cannot write it (") + std::strerror(errno) + ")";
+    return "";
+  }
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    return "cannot create a file in " + dir + " (" + std::strerror(errno) +
+           "); name a file in a writable directory";
+  return "";
+}
+
+std::string hostName() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
+int coresHere() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+std::string utcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What the calibration measured, as rank 0 has it (the other ranks hand theirs over).
+struct Measured {
+  double smallUs = 0;       // one-way, kSmallBytes
+  double midUs = 0;         // one-way, kMidBytes
+  double messageUs = 0;     // per message of a one-way stream of kSmallBytes
+  double midGBs = 0;        // 0 -> 1, kMidBytes messages
+  double pairGBs = 0;       // 0 -> 1 alone, kLargeBytes messages
+  double everyPairGBs = 0;  // per rank, every pair at once, kLargeBytes messages
+  int pairs = 1;
+  std::array<double, 2> allReduceUs{};  // by protocol
+  std::array<std::string, 2> allReducePlan;
+  // Rank 0's host: how many of the ranks run on it, its cores, its load before the run.
+  int ranksHere = 1;
+  int cores = 1;
+  double load = 0;
+  bool crowded() const { return ranksHere + load > cores + 0.5; }
+};
+
+// The constants from the measurements, and the numbers their formulas went through.
+struct Derived {
+  algo::CostConstants constants;
+  double midHopUs = 0;                // 64 KiB one-way less its bytes at its streaming rate
+  std::array<double, 2> chargedUs{};  // the model's 8-byte all-reduce without its base
+  double nominalGBs = 0;              // the shared-memory graph's copy rate
+};
+
+Result<Derived> derive(const Measured& m, int nranks) {
+  const algo::RankGraph graph = sharedMemoryRankGraph(nranks);
+  Derived d;
+  d.nominalGBs = graph.intraBandwidth;
+  algo::CostConstants& c = d.constants;
+  c.hopLatency[kLl][kPcie] = m.smallUs;
+  // A hop of the simple protocol is never cheaper than a small message's.
+  d.midHopUs = m.midUs - double(kMidBytes) / (m.midGBs * 1e3);
+  c.hopLatency[kSimple][kPcie] = std::max(d.midHopUs, m.smallUs);
+  c.messageOverhead[kLl][kPcie] = c.messageOverhead[kSimple][kPcie] = m.messageUs;
+  c.bandwidthScale[kPcie] = m.everyPairGBs / graph.intraBandwidth;
+  // What the model charges the measured call with the constants above but no base, taken from
+  // the call's time: the model then reproduces the call.
+  for (std::size_t p : {kLl, kSimple}) {
+    algo::CostConstants noBase = c;
+    noBase.baseLatency[p] = 0;
+    const std::string& plan = m.allReducePlan[p];
+    auto e = algo::CostModel(noBase).estimate(plan.substr(0, plan.find('/')), Collective::allReduce,
+                                              kSmallBytes, static_cast<algo::Protocol>(p), graph);
+    if (!e)
+      return Status(e.status().code(), "--calibrate: the model's estimate of the 8-byte " + plan +
+                                           " all-reduce: " + e.status().message());
+    d.chargedUs[p] = e->timeUs;
+    c.baseLatency[p] = std::max(m.allReduceUs[p] - e->timeUs, kLeastBaseUs);
+  }
+  return d;
+}
+
+std::string crowdedNote(const Measured& m) {
+  return std::to_string(m.ranksHere) + " rank(s) on this host and its load before the run (" +
+         fixed(m.load, 1) + ") exceed its " + std::to_string(m.cores) +
+         " core(s): ranks waited for each other's time slices, so these latencies measure the "
+         "scheduler as much as weft";
+}
+
+// The tuning file: the measured keys, where and when, and how each was measured.
+std::string tuningFile(const Measured& m, const Derived& d, int nranks,
+                       const std::string& summary) {
+  const algo::CostConstants& c = d.constants;
+  auto baseLine = [&](std::size_t p) {
+    const double rest = m.allReduceUs[p] - d.chargedUs[p];
+    return "base_latency_us." + protoName(p) +
+           ": the 8-byte all-reduce with WEFT_PROTO=" + protoName(p) + " (it ran " +
+           m.allReducePlan[p] + "; the mean over ranks of the median of " +
+           std::to_string(kBatches) + " batches of " + std::to_string(kBatchCalls) +
+           " calls) minus what the model charges that call besides its base (its hops, "
+           "postings and bytes, with the constants above): " +
+           digits(m.allReduceUs[p]) + " - " + digits(d.chargedUs[p]) + " us" +
+           (rest < kLeastBaseUs
+                ? ", below " + digits(kLeastBaseUs) + " us, so " + digits(kLeastBaseUs) + " us"
+                : std::string()) +
+           ".";
+  };
+  std::vector<std::string> comment = {
+      "Written by weft-perf --calibrate on " + std::to_string(nranks) +
+          " ranks; keys not here keep CostConstants' defaults. The runtime models ranks on "
+          "host memory as pcie-class hops (sharedMemoryRankGraph: path class PHB at a nominal " +
+          digits(d.nominalGBs) + " GB/s copy rate), so only the pcie entries are measured.",
+      "hop_latency_us.ll.pcie: one-way time of an 8-byte message, ranks 0 and 1 ping-ponging "
+      "with weftSend/weftRecv while the others wait: the median of " +
+          std::to_string(kSmallRounds) + " round trips / 2.",
+      "hop_latency_us.simple.pcie: one-way time of a 64 KiB message (the median of " +
+          std::to_string(kMidRounds) + " round trips / 2: " + digits(m.midUs) +
+          " us) minus 65536 B at the rate 64 KiB messages stream from rank 0 to rank 1 (" +
+          std::to_string(kMidMessages) + " of them: " + digits(m.midGBs) + " GB/s)" +
+          (d.midHopUs < m.smallUs ? "; that came to " + digits(d.midHopUs) +
+                                        " us, under the 8-byte hop, which is written instead"
+                                  : std::string()) +
+          ".",
+      "message_overhead_us.ll.pcie and .simple.pcie: rank 0 sends " +
+          std::to_string(kSmallMessages) +
+          " 8-byte messages to rank 1 inside one weftGroupStart/weftGroupEnd and rank 1 "
+          "receives them inside one, so that each costs its FIFO work rather than an API call; "
+          "rank 1's time per message. Both protocols move messages through the same FIFO on "
+          "host memory, so both get this value.",
+      "bandwidth_scale.pcie: the one-way bandwidth per rank of " + sizeName(kLargeBytes) +
+          " messages (" + std::to_string(kLargeMessages) +
+          " after an untimed one, timed at the receiver, the slowest receiver counting) with "
+          "every pair (0,1), (2,3), ... streaming at once (" +
+          std::to_string(m.pairs) + " pair(s): " + digits(m.everyPairGBs) +
+          " GB/s; 0 -> 1 alone: " + digits(m.pairGBs) + " GB/s), divided by the " +
+          digits(d.nominalGBs) + " GB/s the runtime's shared-memory graph assumes.",
+      baseLine(kLl),
+      baseLine(kSimple),
+  };
+  if (m.crowded()) comment.push_back("Caution: " + crowdedNote(m) + ".");
+  std::ostringstream j;
+  j << "{\n  \"comment\": [";
+  for (std::size_t i = 0; i < comment.size(); ++i)
+    j << (i ? "," : "") << "\n    " << jsonString(comment[i]);
+  j << "\n  ],\n  \"measured_on\": {\"host\": " << jsonString(hostName())
+    << ", \"date\": " << jsonString(utcNow()) << ", \"nranks\": " << nranks
+    << ", \"ranks_on_host\": " << m.ranksHere << ", \"cores\": " << m.cores
+    << ", \"load_average\": " << fixed(m.load, 2) << ", \"transport\": " << jsonString(summary)
+    << "},\n"
+    << "  \"hop_latency_us\": {\"ll\": {\"pcie\": " << digits(c.hopLatency[kLl][kPcie])
+    << "}, \"simple\": {\"pcie\": " << digits(c.hopLatency[kSimple][kPcie]) << "}},\n"
+    << "  \"message_overhead_us\": {\"ll\": {\"pcie\": " << digits(c.messageOverhead[kLl][kPcie])
+    << "}, \"simple\": {\"pcie\": " << digits(c.messageOverhead[kSimple][kPcie]) << "}},\n"
+    << "  \"bandwidth_scale\": {\"pcie\": " << digits(c.bandwidthScale[kPcie]) << "},\n"
+    << "  \"base_latency_us\": {\"ll\": " << digits(c.baseLatency[kLl])
+    << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "}\n}\n";
+  return j.str();
+}
+
+// Writes the file, then reads it back as the runtime will.
+Status writeTuningFile(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path);
+    out << text;
+    out.close();
+    if (!out)
+      return Status(Code::systemError,
+                    "--calibrate: rank 0 cannot write " + path + " (" + std::strerror(errno) + ")");
+  }
+  auto loaded = algo::CostConstants::fromJsonFile(path);
+  if (!loaded)
+    return internalError("--calibrate wrote a tuning file the runtime rejects: " +
+                         loaded.status().message());
+  return {};
+}
+
+void printCalibration(const Measured& m, const Derived& d, int nranks, const std::string& summary) {
+  const algo::CostConstants defaults;
+  const algo::CostConstants& c = d.constants;
+  std::printf("#\n# Calibration of the cost model's host constants: %d ranks, %s\n", nranks,
+              summary.c_str());
+  auto row = [](const std::string& what, const std::string& value, const std::string& how) {
+    std::printf("#   %-38s %11s  %s\n", what.c_str(), value.c_str(), how.c_str());
+  };
+  row("measured", "", "how");
+  row("one-way latency, 8 B", fixed(m.smallUs, 2) + " us",
+      "0 <-> 1 ping-pong, median of " + std::to_string(kSmallRounds) + " round trips / 2");
+  row("one-way latency, 64 KiB", fixed(m.midUs, 2) + " us",
+      "0 <-> 1 ping-pong, median of " + std::to_string(kMidRounds) + " round trips / 2");
+  row("time per message, 8 B stream", fixed(m.messageUs, 3) + " us",
+      std::to_string(kSmallMessages) + " messages 0 -> 1 in one group, at the receiver");
+  row("bandwidth 0 -> 1, 64 KiB messages", fixed(m.midGBs, 2) + " GB/s",
+      std::to_string(kMidMessages) + " messages, at the receiver");
+  row("bandwidth 0 -> 1 alone, 64 MiB", fixed(m.pairGBs, 2) + " GB/s",
+      std::to_string(kLargeMessages) + " messages, at the receiver");
+  row("bandwidth per rank, " + std::to_string(m.pairs) + " pair(s) at once",
+      fixed(m.everyPairGBs, 2) + " GB/s", "the same, the slowest receiver");
+  for (std::size_t p : {kLl, kSimple}) {
+    row("all-reduce 8 B, WEFT_PROTO=" + protoName(p), fixed(m.allReduceUs[p], 2) + " us",
+        m.allReducePlan[p] + "; the model charges it " + fixed(d.chargedUs[p], 2) +
+            " us besides its base");
+  }
+  std::printf("#\n#   %-32s %9s %11s  %s\n", "tuning file key", "default", "calibrated", "formula");
+  auto key = [](const std::string& name, double before, double after, const std::string& formula) {
+    std::printf("#   %-32s %9s %11s  %s\n", name.c_str(), digits(before).c_str(),
+                digits(after).c_str(), formula.c_str());
+  };
+  key("hop_latency_us.ll.pcie", defaults.hopLatency[kLl][kPcie], c.hopLatency[kLl][kPcie],
+      "8 B one-way latency");
+  key("hop_latency_us.simple.pcie", defaults.hopLatency[kSimple][kPcie],
+      c.hopLatency[kSimple][kPcie],
+      "64 KiB one-way - 64 KiB / its streaming bw" +
+          std::string(d.midHopUs < m.smallUs
+                          ? " (" + digits(d.midHopUs) + ", below the 8 B hop: that)"
+                          : ""));
+  for (std::size_t p : {kLl, kSimple}) {
+    key("message_overhead_us." + protoName(p) + ".pcie", defaults.messageOverhead[p][kPcie],
+        c.messageOverhead[p][kPcie], "time per message");
+  }
+  key("bandwidth_scale.pcie", defaults.bandwidthScale[kPcie], c.bandwidthScale[kPcie],
+      "bw per rank, every pair at once / " + digits(d.nominalGBs) + " GB/s");
+  for (std::size_t p : {kLl, kSimple}) {
+    const double rest = m.allReduceUs[p] - d.chargedUs[p];
+    key("base_latency_us." + protoName(p), defaults.baseLatency[p], c.baseLatency[p],
+        "all-reduce 8 B - the model's charge besides the base" +
+            std::string(rest < kLeastBaseUs ? " (" + digits(rest) + ": floored)" : ""));
+  }
+  if (m.crowded()) std::printf("# caution: %s\n", crowdedNote(m).c_str());
+}
+
+}  // namespace
+
+Calibration::Calibration(ProcessContext& context, int thread, Comm& comm, Control& control)
+    : ctx_(context),
+      thread_(thread),
+      rank_(comm.rank()),
+      nranks_(comm.size()),
+      comm_(comm),
+      control_(control) {}
+
+void Calibration::abort() {
+  for (Comm& c : made_) (void)c.abort();
+}
+
+Status Calibration::shareRank0(const Status& onRank0, bool& quietFailure) {
+  auto ok = control_.from(0, onRank0.isOk() ? 1 : 0);
+  if (!ok) return ok.status();
+  if (*ok == 1) return {};
+  if (rank_ == 0) return onRank0;
+  quietFailure = true;
+  return {};
+}
+
+Status Calibration::failed(const Status& s, const std::string& what, int peer) const {
+  return Status(s.code(), "--calibrate: rank " + std::to_string(rank_) + ", " + what +
+                              (peer >= 0 ? " with rank " + std::to_string(peer) : "") + ": " +
+                              s.message());
+}
+
+Result<double> Calibration::oneWayUs(std::size_t bytes, int rounds) {
+  std::vector<double> trips;
+  if (rank_ <= 1) {
+    const int peer = 1 - rank_;
+    std::byte* b = buffer_.data();
+    trips.reserve(static_cast<std::size_t>(rounds));
+    for (int i = -rounds / 10; i < rounds; ++i) {  // a tenth more first, untimed
+      const auto start = Clock::now();
+      Status s = rank_ == 0 ? comm_.send(b, bytes, DataType::u8, peer)
+                            : comm_.recv(b, bytes, DataType::u8, peer);
+      if (s) {
+        s = rank_ == 0 ? comm_.recv(b, bytes, DataType::u8, peer)
+                       : comm_.send(b, bytes, DataType::u8, peer);
+      }
+      if (!s) return failed(s, "ping-pong of " + sizeName(bytes), peer);
+      if (i >= 0) trips.push_back(microseconds(Clock::now() - start));
+    }
+  }
+  if (Status s = control_.barrier(); !s) return s;
+  return median(trips) / 2;  // rank 0's round trips
+}
+
+Result<double> Calibration::perMessageUs(int messages) {
+  // Rank 0's sends and rank 1's receives each inside one group: each message then costs its
+  // FIFO work (a slot acquired, filled and posted; received, copied out and released), not a
+  // call's. Rank 1 times the second of two groups, the first a tenth as long.
+  double us = 0;
+  for (int count : {messages / 10, messages}) {
+    if (Status s = control_.barrier(); !s) return s;
+    if (rank_ > 1) continue;
+    const int peer = 1 - rank_;
+    const auto start = Clock::now();
+    if (Status s = checked(weftGroupStart(), "weftGroupStart"); !s) return s;
+    for (int i = 0; i < count; ++i) {
+      const Status s = rank_ == 0 ? comm_.send(buffer_.data(), kSmallBytes, DataType::u8, peer)
+                                  : comm_.recv(buffer_.data(), kSmallBytes, DataType::u8, peer);
+      if (!s) return failed(s, "queueing 8-byte messages", peer);
+    }
+    if (Status s = checked(weftGroupEnd(), "weftGroupEnd"); !s)
+      return failed(s, "streaming 8-byte messages", peer);
+    us = microseconds(Clock::now() - start) / count;
+  }
+  return control_.from(1, us);
+}
+
+Result<double> Calibration::streamGBs(std::size_t bytes, int messages, bool everyPair) {
+  // Pairs (0, 1), (2, 3), ...: the even rank sends. One untimed message first; each receiver
+  // times the rest, and the slowest receiver's time counts.
+  const int pairs = everyPair ? nranks_ / 2 : 1;
+  double us = 0;
+  if (Status s = control_.barrier(); !s) return s;
+  if (rank_ < 2 * pairs) {
+    const int peer = rank_ ^ 1;
+    const bool sender = rank_ % 2 == 0;
+    std::byte* b = buffer_.data();
+    Clock::time_point start;
+    for (int i = 0; i <= messages; ++i) {
+      const Status s = sender ? comm_.send(b, bytes, DataType::u8, peer)
+                              : comm_.recv(b, bytes, DataType::u8, peer);
+      if (!s) return failed(s, "streaming " + sizeName(bytes) + " messages", peer);
+      if (i == 0) start = Clock::now();
+    }
+    if (!sender) us = microseconds(Clock::now() - start);
+  }
+  auto slowest = control_.combine(us, 3);
+  if (!slowest) return slowest.status();
+  return *slowest > 0 ? double(messages) * double(bytes) / (*slowest * 1e3) : 0.0;
+}
+
+Result<double> Calibration::allReduceUs(Comm& comm) {
+  // Batches of calls, each batch's time per call; the median batch on each rank, then the mean
+  // over ranks (weft-perf's -a 1).
+  float in[2] = {1, 2}, out[2] = {};
+  std::vector<double> batches;
+  for (int b = -2; b < kBatches; ++b) {  // two untimed batches first
+    const auto start = Clock::now();
+    for (int i = 0; i < kBatchCalls; ++i) {
+      if (Status s = comm.allReduce(in, out, 2, DataType::f32, RedOp::sum); !s)
+        return failed(s, "8-byte all-reduce", -1);
+    }
+    if (b >= 0) batches.push_back(microseconds(Clock::now() - start) / kBatchCalls);
+  }
+  return control_.combine(median(batches), 1);
+}
+
+Result<std::string> Calibration::planOf(Comm& comm, Collective c, std::size_t bytes) {
+  const Layout l = layoutFor(c, bytes, sizeOf(DataType::f32), nranks_);
+  const PlanQuery q = planQuery(c, l, DataType::f32);
+  char buf[128] = {};
+  if (Status s = checked(weftCommPlan(comm.handle(), q.coll, q.count, q.type, buf, sizeof buf),
+                         "weftCommPlan");
+      !s)
+    return s;
+  return std::string(buf);
+}
+
+Status Calibration::run(bool& quietFailure) {
+  const auto began = Clock::now();
+  const std::string& path = ctx_.options.calibratePath;
+  Status usable;
+  if (rank_ == 0) {
+    if (const std::string why = whyUnwritable(path); !why.empty())
+      usable = invalidArgument("--calibrate " + path + ": " + why);
+  }
+  if (Status s = shareRank0(usable, quietFailure); !s || quietFailure) return s;
+  buffer_.assign(kLargeBytes, std::byte{1});  // touched now, not inside a timed loop
+
+  // Where rank 0 runs: the ranks beside it, its cores, and its load before the measurements.
+  Measured m;
+  auto hosts = control_.gather(hostName());
+  if (!hosts) return hosts.status();
+  m.ranksHere = static_cast<int>(std::count(hosts->begin(), hosts->end(), hosts->front()));
+  m.cores = coresHere();
+  if (getloadavg(&m.load, 1) != 1) m.load = 0;
+
+  // The measurements, in the order the formulas need them.
+  auto small = oneWayUs(kSmallBytes, kSmallRounds);
+  if (!small) return small.status();
+  m.smallUs = *small;
+  auto message = perMessageUs(kSmallMessages);
+  if (!message) return message.status();
+  m.messageUs = *message;
+  auto midRate = streamGBs(kMidBytes, kMidMessages, false);
+  if (!midRate) return midRate.status();
+  m.midGBs = *midRate;
+  auto mid = oneWayUs(kMidBytes, kMidRounds);
+  if (!mid) return mid.status();
+  m.midUs = *mid;
+  auto pair = streamGBs(kLargeBytes, kLargeMessages, false);
+  if (!pair) return pair.status();
+  m.pairGBs = *pair;
+  auto every = streamGBs(kLargeBytes, kLargeMessages, true);
+  if (!every) return every.status();
+  m.everyPairGBs = *every;
+  m.pairs = nranks_ / 2;
+  for (std::size_t p : {kLl, kSimple}) {
+    auto comm = joinWithEnvironment(ctx_, thread_, rank_, nranks_, control_,
+                                    {{"WEFT_PROTO", protoName(p)}});
+    if (!comm) return failed(comm.status(), "a communicator with WEFT_PROTO=" + protoName(p), -1);
+    made_.push_back(std::move(*comm));
+    auto us = allReduceUs(made_.back());
+    if (!us) return us.status();
+    m.allReduceUs[p] = *us;
+    auto plan = planOf(made_.back(), Collective::allReduce, kSmallBytes);
+    if (!plan) return plan.status();
+    m.allReducePlan[p] = *plan;
+  }
+
+  // Rank 0 works the constants out, writes them and says what it did.
+  Status written;
+  std::string absolute;
+  if (rank_ == 0) {
+    std::string summary = comm_.summary();  // "rank 0 of 8, host memory, ..."
+    if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
+    auto d = derive(m, nranks_);
+    written = d ? writeTuningFile(path, tuningFile(m, *d, nranks_, summary)) : d.status();
+    if (d) printCalibration(m, *d, nranks_, summary);
+    char real[PATH_MAX] = {};
+    if (written && realpath(path.c_str(), real) != nullptr) absolute = real;
+    if (written)
+      std::printf("# wrote %s: use it with WEFT_TUNING_FILE=%s\n", path.c_str(),
+                  absolute.empty() ? path.c_str() : absolute.c_str());
+  }
+  if (Status s = shareRank0(written, quietFailure); !s || quietFailure) return s;
+
+  // Before and after: this run's communicator, and one made with the new file. Every rank reads
+  // the file by rank 0's absolute path; where a rank (on another host) cannot, no comparison.
+  char shared[PATH_MAX] = {};
+  std::snprintf(shared, sizeof shared, "%s", absolute.empty() ? path.c_str() : absolute.c_str());
+  if (Status s = control_.broadcast(shared, sizeof shared); !s) return s;
+  auto readable = control_.combine(std::ifstream(shared).good() ? 1 : 0, 2);
+  if (!readable) return readable.status();
+  if (*readable < 1) {
+    if (rank_ == 0)
+      std::printf("# not every rank can read %s: copy it to every host to compare the picks\n",
+                  shared);
+  } else {
+    auto after = joinWithEnvironment(ctx_, thread_, rank_, nranks_, control_,
+                                     {{"WEFT_TUNING_FILE", std::string(shared)}});
+    if (!after)
+      return failed(after.status(), "a communicator with WEFT_TUNING_FILE=" + std::string(shared),
+                    -1);
+    made_.push_back(std::move(*after));
+    if (rank_ == 0) {
+      std::printf("#\n#   %-32s %9s  %-18s %s\n", "weftCommPlan (float)", "size (B)",
+                  environment("WEFT_TUNING_FILE") ? "before (its file)" : "before (defaults)",
+                  "after (this file)");
+      for (Collective coll : {Collective::allReduce, Collective::allGather}) {
+        for (std::size_t bytes : kPickSizes) {
+          auto was = planOf(comm_, coll, bytes);
+          if (!was) return was.status();
+          auto now = planOf(made_.back(), coll, bytes);
+          if (!now) return now.status();
+          std::printf("#   %-32s %9zu  %-18s %s\n", std::string(name(coll)).c_str(), bytes,
+                      was->c_str(), now->c_str());
+        }
+      }
+    }
+  }
+  if (rank_ == 0)
+    std::printf("# calibration took %.1f s\n#\n", microseconds(Clock::now() - began) / 1e6);
+  return {};
+}
+
+}  // namespace weft::perf

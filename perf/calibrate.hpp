@@ -1,0 +1,61 @@
+// weft-perf --calibrate FILE: measures, on weft-perf's communicator, the cost model's constants
+// for the link class the runtime gives ranks on host memory (pcie: sharedMemoryRankGraph), and
+// writes them (rank 0) as a tuning file for WEFT_TUNING_FILE:
+//   hop latency       ll: an 8-byte message's one-way time (0 <-> 1 ping-pong, median);
+//                     simple: a 64 KiB message's, less 64 KiB at the rate such messages stream
+//   message overhead  the receiver's time per message of a long one-way stream of 8-byte ones
+//   bandwidth scale   per-rank one-way bandwidth of 64 MiB messages with every pair streaming at
+//                     once, over the graph's nominal copy rate
+//   base latency      an 8-byte all-reduce per protocol, less what the model charges it besides
+// Then prints what weftCommPlan picks before and after (a communicator made with the file).
+// perf/README.md (Calibration) has the formulas.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "perf/bench.hpp"
+#include "perf/control.hpp"
+#include "weft/status.hpp"
+#include "weft/weft.hpp"
+
+namespace weft::perf {
+
+class Calibration {
+ public:
+  // `comm` is the run's communicator, `control` the harness's traffic on it.
+  Calibration(ProcessContext& context, int thread, Comm& comm, Control& control);
+
+  // Every rank calls it. A failure on rank 0 (the file) is its Status there; the other ranks
+  // return ok and set `quietFailure`, so that the reason is printed once.
+  Status run(bool& quietFailure);
+  // Ends the calls of the communicators it made (the run's own is the caller's).
+  void abort();
+
+ private:
+  // Rank 0's verdict on every rank: its Status there; elsewhere ok, with quietFailure set when
+  // rank 0 failed.
+  Status shareRank0(const Status& onRank0, bool& quietFailure);
+  // `s` naming this rank, what it was doing, and with whom (peer -1: every rank).
+  Status failed(const Status& s, const std::string& what, int peer) const;
+  // Rank 0's median one-way time of `bytes` between ranks 0 and 1 (half a round trip).
+  Result<double> oneWayUs(std::size_t bytes, int rounds);
+  // Rank 1's time per message of 8-byte messages streamed from rank 0.
+  Result<double> perMessageUs(int messages);
+  // GB/s per rank of `bytes` messages streamed one way by pair (0, 1), or by every pair.
+  Result<double> streamGBs(std::size_t bytes, int messages, bool everyPair);
+  // The mean over ranks of an 8-byte all-reduce on `comm`.
+  Result<double> allReduceUs(Comm& comm);
+  // What weftCommPlan picks on `comm` for a float call of weft-perf's size `bytes`.
+  Result<std::string> planOf(Comm& comm, Collective c, std::size_t bytes);
+
+  ProcessContext& ctx_;
+  int thread_, rank_, nranks_;
+  Comm& comm_;
+  Control& control_;
+  std::vector<std::byte> buffer_;
+  std::vector<Comm> made_;  // per protocol, then the one with the new file
+};
+
+}  // namespace weft::perf
