@@ -25,4 +25,11 @@ cd "$dir"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$WEFT_ROOT/tests/lsan.supp}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+if [[ "${SANITIZE:-}" == tsan ]]; then
+  # UCX's memory hooks (libucm patches mmap/munmap when it loads) crash under ThreadSanitizer's
+  # own interceptors in every process that links UCX; weft needs no memory events.
+  export UCX_MEM_MMAP_HOOK_MODE="${UCX_MEM_MMAP_HOOK_MODE:-none}"
+  # Nor may UCX's own fatal-signal handlers run inside ThreadSanitizer's.
+  export UCX_ERROR_SIGNALS="${UCX_ERROR_SIGNALS-}"
+fi
 ctest --output-on-failure -j "$JOBS" --timeout 900

@@ -719,12 +719,14 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
           std::byte* dst = c->tryAcquire();
           if (dst == nullptr) continue;
           const SingleCopy d{kSingleCopyMagic, reinterpret_cast<std::uintptr_t>(op.buf), op.bytes};
+          transport::handOff(op.buf);
           std::memcpy(dst, &d, sizeof d);
           c->post(sizeof d);
           l.posted = moved = true;
           continue;
         }
         if (!c->drained()) continue;
+        transport::takeOver(op.buf);
         l.posted = false;
         n = op.bytes;
       } else if (op.isSend) {

@@ -69,6 +69,7 @@ class Runner {
           !x)
         return x;
     }
+    for (const std::byte* at : handedOff_) transport::takeOver(at);
     return {};
   }
 
@@ -127,6 +128,10 @@ class Runner {
   }
 
   void writeReference(std::size_t j, const Piece& piece) {
+    if (piece.at != nullptr) {
+      transport::handOff(piece.at);
+      handedOff_.push_back(piece.at);
+    }
     const Reference r{reinterpret_cast<std::uintptr_t>(piece.at), piece.elems};
     for (std::byte* slot : slots_) std::memcpy(slot + j * sizeof(Reference), &r, sizeof r);
   }
@@ -246,6 +251,7 @@ class Runner {
   const std::vector<std::uint8_t>* byReference_ = nullptr;
   bool inputStable_ = true;  // the input does not overlap the output
   std::vector<std::pair<transport::Connection*, int>> named_;  // sent references this call
+  std::vector<const std::byte*> handedOff_;  // the pieces they name (ThreadSanitizer's view)
 };
 
 }  // namespace

@@ -69,7 +69,10 @@ PeerMemory::PeerMemory(int pid) : pid_(pid), self_(pid == getpid()) {}
 
 Status PeerMemory::read(void* to, std::uintptr_t from, std::size_t bytes) const {
   if (self_) {
-    std::memcpy(to, reinterpret_cast<const void*>(from), bytes);
+    const void* src = reinterpret_cast<const void*>(from);
+    takeOver(src);  // the sender's writes came before its reference
+    std::memcpy(to, src, bytes);
+    handOff(src);  // this read comes before the sender's next write, after its drain
     return {};
   }
   auto* out = static_cast<std::byte*>(to);

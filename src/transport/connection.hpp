@@ -96,6 +96,23 @@ class Connection {
   virtual bool isReference() const { return false; }
 };
 
+// ThreadSanitizer cannot see that a FIFO orders the accesses of two threads of one process when
+// each maps the FIFO at its own address. Where a single copy hands a buffer from one thread to
+// another through a FIFO, both sides say so on the buffer's own address.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+inline void handOff(const void* addr) {
+  __tsan_release(const_cast<void*>(addr));
+}
+inline void takeOver(const void* addr) {
+  __tsan_acquire(const_cast<void*>(addr));
+}
+#else
+inline void handOff(const void*) {}
+inline void takeOver(const void*) {}
+#endif
+
 // Reads another process's memory on this host (process_vm_readv: one copy, no FIFO), or this
 // process's own when the peer is a thread of it.
 class PeerMemory {
