@@ -214,4 +214,204 @@ inline void onEveryRank(int n, const std::function<void(int)>& fn) {
   for (std::thread& t : threads) t.join();
 }
 
+// One collective call of the matrix.
+struct Case {
+  Collective coll;
+  DataType type;
+  RedOp op;
+  std::size_t count;
+  bool inPlace;
+  int root;
+};
+
+inline std::string describe(const Case& c, int n) {
+  return std::string(name(c.coll)) + " " + std::string(name(c.type)) + " " +
+         std::string(name(c.op)) + " count=" + std::to_string(c.count) +
+         (c.inPlace ? " in-place" : " out-of-place") + " root=" + std::to_string(c.root) +
+         " ranks=" + std::to_string(n);
+}
+
+// Input and output element counts of one rank.
+inline std::pair<std::size_t, std::size_t> sizes(Collective coll, std::size_t count, int n) {
+  const auto N = static_cast<std::size_t>(n);
+  switch (coll) {
+    case Collective::allGather:
+      return {count, N * count};
+    case Collective::reduceScatter:
+      return {N * count, count};
+    case Collective::allToAll:
+      return {N * count, N * count};
+    default:
+      return {count, count};
+  }
+}
+
+// Runs one case on the ranks this process holds and checks every output element of theirs;
+// returns "" or the first failure. Every rank's input is a function of (seed, rank), so a rank
+// of a multi-process run computes its peers' inputs, and its expected output, by itself.
+// comms: all n ranks (threads), or just this process's rank `only` of n.
+inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed, int n = -1,
+                           int only = -1) {
+  if (n < 0) n = static_cast<int>(comms.size());
+  auto mine = [&](int r) { return only < 0 || r == only; };
+  auto commOf = [&](int r) -> Comm& { return comms[only < 0 ? static_cast<std::size_t>(r) : 0]; };
+  const std::size_t es = sizeOf(c.type);
+  const auto [inCount, outCount] = sizes(c.coll, c.count, n);
+  std::vector<std::vector<std::byte>> in(static_cast<std::size_t>(n)), out(in.size());
+  for (int r = 0; r < n; ++r) {
+    std::mt19937_64 rng(seed * 1315423911u + static_cast<std::uint64_t>(r));
+    in[static_cast<std::size_t>(r)] = randomBuffer(inCount, c.type, c.op, rng);
+    out[static_cast<std::size_t>(r)] = poisoned(outCount * es);
+  }
+  const std::vector<std::vector<std::byte>> original = in;
+  // In place: the input lives inside the output, where the collective says.
+  std::vector<std::byte*> sendPtr(static_cast<std::size_t>(n)), recvPtr(sendPtr.size());
+  for (int r = 0; r < n; ++r) {
+    auto& I = in[static_cast<std::size_t>(r)];
+    auto& O = out[static_cast<std::size_t>(r)];
+    sendPtr[static_cast<std::size_t>(r)] = I.data();
+    recvPtr[static_cast<std::size_t>(r)] = O.data();
+    if (!c.inPlace) continue;
+    const std::size_t rc = static_cast<std::size_t>(r) * c.count * es;
+    switch (c.coll) {
+      case Collective::allGather:
+        if (c.count > 0) std::memcpy(O.data() + rc, I.data(), c.count * es);
+        sendPtr[static_cast<std::size_t>(r)] = O.data() + rc;
+        break;
+      case Collective::reduceScatter:
+        recvPtr[static_cast<std::size_t>(r)] = I.data() + rc;
+        break;
+      case Collective::reduce:
+        if (r != c.root) break;
+        [[fallthrough]];
+      default:
+        O = I;
+        sendPtr[static_cast<std::size_t>(r)] = O.data();
+        break;
+    }
+  }
+  std::vector<Status> st(static_cast<std::size_t>(n));
+  auto body = [&](int r) {
+    Comm& comm = commOf(r);
+    const void* s = sendPtr[static_cast<std::size_t>(r)];
+    void* d = recvPtr[static_cast<std::size_t>(r)];
+    Status& x = st[static_cast<std::size_t>(r)];
+    switch (c.coll) {
+      case Collective::allReduce:
+        x = comm.allReduce(s, d, c.count, c.type, c.op);
+        break;
+      case Collective::allGather:
+        x = comm.allGather(s, d, c.count, c.type);
+        break;
+      case Collective::reduceScatter:
+        x = comm.reduceScatter(s, d, c.count, c.type, c.op);
+        break;
+      case Collective::broadcast:
+        x = comm.broadcast(s, d, c.count, c.type, c.root);
+        break;
+      case Collective::reduce:
+        x = comm.reduce(s, d, c.count, c.type, c.op, c.root);
+        break;
+      case Collective::allToAll:
+        x = comm.allToAll(s, d, c.count, c.type);
+        break;
+      default:
+        x = Status(Code::internalError, "not a collective of this test");
+        break;
+    }
+  };
+  if (only < 0) {
+    onEveryRank(n, body);
+  } else {
+    body(only);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (mine(r) && !st[static_cast<std::size_t>(r)].isOk())
+      return "rank " + std::to_string(r) + ": " + st[static_cast<std::size_t>(r)].toString();
+  }
+  // The result buffer of each rank, and the expected value of each of its elements.
+  for (int r = 0; r < n; ++r) {
+    if (!mine(r)) continue;
+    const auto R = static_cast<std::size_t>(r);
+    std::vector<std::byte> got;
+    if (c.inPlace && c.coll == Collective::reduceScatter) {
+      got.assign(in[R].begin() + static_cast<std::ptrdiff_t>(R * c.count * es),
+                 in[R].begin() + static_cast<std::ptrdiff_t>((R + 1) * c.count * es));
+    } else {
+      got = out[R];
+    }
+    if (c.coll == Collective::reduce && r != c.root) {
+      if (got != poisoned(outCount * es) && !c.inPlace)
+        return "rank " + std::to_string(r) + " is not the root, yet its output changed";
+      continue;
+    }
+    for (std::size_t i = 0; i < outCount; ++i) {
+      Expected e{};
+      std::vector<double> values;
+      switch (c.coll) {
+        case Collective::allReduce:
+        case Collective::reduce:
+          for (int q = 0; q < n; ++q)
+            values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
+          e = reference(values, c.type, c.op);
+          break;
+        case Collective::reduceScatter:
+          for (int q = 0; q < n; ++q)
+            values.push_back(load(original[static_cast<std::size_t>(q)], R * c.count + i, c.type));
+          e = reference(values, c.type, c.op);
+          break;
+        case Collective::allGather:
+          e = {load(original[i / c.count], i % c.count, c.type), 0};
+          break;
+        case Collective::broadcast:
+          e = {load(original[static_cast<std::size_t>(c.root)], i, c.type), 0};
+          break;
+        case Collective::allToAll:  // block j of rank r comes from rank j's block r
+          e = {load(original[i / c.count], R * c.count + i % c.count, c.type), 0};
+          break;
+        default:
+          break;
+      }
+      const double v = load(got, i, c.type);
+      if (!(std::fabs(v - e.value) <= e.tolerance)) {
+        return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
+               std::to_string(v) + ", expected " + std::to_string(e.value) + " +- " +
+               std::to_string(e.tolerance);
+      }
+    }
+  }
+  return "";
+}
+
+// The matrix every transport and launch runs: each collective x dtype x op, sizes from 0 to
+// beyond a FIFO slot (the big one for common types only), in place and out of place, with
+// seeds from 1. Returns the failures (at most 10 described).
+inline std::vector<std::string> runMatrix(std::vector<Comm>& comms, int n, int only = -1) {
+  std::vector<std::string> failures;
+  std::uint64_t seed = 1;
+  for (Collective coll : {Collective::allReduce, Collective::reduceScatter, Collective::reduce,
+                          Collective::allGather, Collective::broadcast, Collective::allToAll}) {
+    const bool reduces = isReduction(coll);
+    for (DataType type : kAllDataTypes) {
+      for (RedOp op : kAllRedOps) {
+        if (!reduces && op != RedOp::sum) continue;
+        for (std::size_t count : {0ul, 1ul, 7ul, 1023ul, 65537ul}) {
+          if (count > 1023 && type != DataType::f32 && type != DataType::bf16 &&
+              type != DataType::i8 && type != DataType::f8e4m3)
+            continue;
+          for (bool inPlace : {false, true}) {
+            const int root =
+                hasRoot(coll) ? static_cast<int>(seed % static_cast<std::uint64_t>(n)) : 0;
+            const Case c{coll, type, op, count, inPlace, root};
+            const std::string err = runCase(comms, c, seed++, n, only);
+            if (!err.empty() && failures.size() < 10)
+              failures.push_back(describe(c, n) + ": " + err);
+          }
+        }
+      }
+    }
+  }
+  return failures;
+}
+
 }  // namespace weft::test

@@ -181,6 +181,27 @@ TEST_P(Processes, EveryCollectiveAndNoSegmentLeft) {
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
+// The same matrix as the threads' (every collective x dtype x op x size x placement), each rank
+// its own process checking its own output against the double-precision reference.
+TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
+  WEFT_SKIP_UNDER_TSAN();
+  const int n = GetParam();
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(
+      n,
+      [n](int r, Comm& comm) {
+        std::vector<Comm> mine;
+        mine.push_back(std::move(comm));
+        const std::vector<std::string> failures = runMatrix(mine, n, r);
+        for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
+        comm = std::move(mine.front());
+        return failures.empty() ? 0 : 1;
+      },
+      &pids, std::chrono::seconds(300));
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
