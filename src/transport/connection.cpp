@@ -50,17 +50,16 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
   return {};
 }
 
-Result<std::byte*> ProgressingConnection::acquire(const Waiter& w) {
+Result<std::byte*> Connection::waitToAcquire(const Waiter& w, int peer) {
   std::byte* slot = nullptr;
-  if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr; }, "sending to", peer_); !s)
+  if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr; }, "sending to", peer); !s)
     return s;
   return slot;
 }
 
-Result<std::span<const std::byte>> ProgressingConnection::receive(const Waiter& w) {
+Result<std::span<const std::byte>> Connection::waitToReceive(const Waiter& w, int peer) {
   std::optional<std::span<const std::byte>> m;
-  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_);
-      !s)
+  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer); !s)
     return s;
   return *m;
 }

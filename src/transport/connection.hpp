@@ -94,6 +94,12 @@ class Connection {
   virtual void postReference(std::size_t bytes) { post(bytes); }
   // Receiver: whether the message last returned by receive/tryReceive is such a reference.
   virtual bool isReference() const { return false; }
+
+ protected:
+  // acquire() and receive() for a connection whose waits need nothing but tryAcquire() and
+  // tryReceive(): the Waiter polls them.
+  Result<std::byte*> waitToAcquire(const Waiter& w, int peer);
+  Result<std::span<const std::byte>> waitToReceive(const Waiter& w, int peer);
 };
 
 // ThreadSanitizer cannot see that a FIFO orders the accesses of two threads of one process when
@@ -135,9 +141,11 @@ class ProgressingConnection final : public Connection {
   ProgressingConnection(Connection* inner, int peer, std::function<void()> progress)
       : inner_(inner), peer_(peer), progress_(std::move(progress)) {}
   std::size_t slotBytes() const override { return inner_->slotBytes(); }
-  Result<std::byte*> acquire(const Waiter& w) override;
+  Result<std::byte*> acquire(const Waiter& w) override { return waitToAcquire(w, peer_); }
   void post(std::size_t bytes) override { inner_->post(bytes); }
-  Result<std::span<const std::byte>> receive(const Waiter& w) override;
+  Result<std::span<const std::byte>> receive(const Waiter& w) override {
+    return waitToReceive(w, peer_);
+  }
   void release() override { inner_->release(); }
   std::byte* tryAcquire() override {
     progress_();

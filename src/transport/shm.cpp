@@ -154,10 +154,7 @@ std::byte* ShmConnection::tryAcquire() {
 }
 
 Result<std::byte*> ShmConnection::acquire(const Waiter& w) {
-  std::byte* slot = nullptr;
-  if (Status s = w.wait([&] { return (slot = tryAcquire()) != nullptr; }, "sending to", peer_); !s)
-    return s;
-  return slot;
+  return waitToAcquire(w, peer_);
 }
 
 void ShmConnection::postReference(std::size_t bytes) {
@@ -181,11 +178,7 @@ std::optional<std::span<const std::byte>> ShmConnection::tryReceive() {
 }
 
 Result<std::span<const std::byte>> ShmConnection::receive(const Waiter& w) {
-  std::optional<std::span<const std::byte>> m;
-  if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer_);
-      !s)
-    return s;
-  return *m;
+  return waitToReceive(w, peer_);
 }
 
 void ShmConnection::release() {
