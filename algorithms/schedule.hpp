@@ -143,6 +143,9 @@ class Program {
   std::span<Span> mutableDst(const Step& s) { return {spans_.data() + s.dstBegin, s.ndst}; }
 
   std::size_t peerPoolSize() const { return peers_.size(); }
+  // The pools steps index into (what a device copy of the program carries).
+  std::span<const int> peerPool() const { return peers_; }
+  std::span<const Span> spanPool() const { return spans_; }
 
   // Number of blocks a step moves (its source's, or its destination's when it has no source).
   std::uint32_t blocks(const Step& s) const;

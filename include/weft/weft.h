@@ -52,7 +52,8 @@ WEFT_API weftResult_t weftGetUniqueId(weftUniqueId* uniqueId);
 
 /* Joins communicator `uniqueId` as `rank` of `nranks`. Blocks until every rank has joined (or
  * WEFT_TIMEOUT_S passes). */
-WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank);
+WEFT_API weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId,
+                                       int rank);
 
 /* Creates all `nranks` ranks of a communicator in this process, comms[i] being rank i. Each
  * rank's calls must then come from its own thread (collectives block until all ranks call). */
@@ -73,10 +74,16 @@ WEFT_API weftResult_t weftCommAbort(weftComm_t comm);
 
 WEFT_API weftResult_t weftCommCount(weftComm_t comm, int* count);
 WEFT_API weftResult_t weftCommUserRank(weftComm_t comm, int* rank);
-/* The CUDA device the communicator uses; -1 for host memory. */
+/* The CUDA device the communicator's GPU transport uses; -1 before its first call with GPU
+ * buffers. */
 WEFT_API weftResult_t weftCommDevice(weftComm_t comm, int* device);
-/* One line describing the communicator: ranks, memory, transport, channels. Valid until the
- * communicator is destroyed. */
+/* The error that stopped a GPU call of the communicator after it was enqueued (a peer that
+ * never answered within WEFT_TIMEOUT_S: weftTimeout; an abort anywhere: weftRemoteError), or
+ * weftSuccess. weftGetLastError() then says which channel, step and peer. */
+WEFT_API weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError);
+/* One line describing the communicator: ranks, memory, transport, channels (and, once a call
+ * has used GPU buffers, the GPU transport). Valid until the next call of this function on the
+ * communicator or its destruction. */
 WEFT_API const char* weftCommSummary(weftComm_t comm);
 
 /* What the tuner picks for a call of `coll` with `count` elements of `datatype` (counts as the
@@ -87,32 +94,41 @@ WEFT_API const char* weftCommSummary(weftComm_t comm);
 WEFT_API weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
                                    weftDataType_t datatype, char* buf, size_t len);
 
-/* ---- collectives on host buffers ----------------------------------------------------------- *
- * Every call blocks until this rank's part is done. `stream` must be NULL for host buffers.
+/* ---- collectives -------------------------------------------------------------------------- *
+ * Host buffers: the call blocks until this rank's part is done; `stream` must be NULL.
+ * GPU buffers (device or managed memory, on every rank): the call enqueues the collective on
+ * `stream` (a cudaStream_t; NULL is the default stream) and returns; it is ordered with the
+ * stream's other work and can be captured into a CUDA graph. The first GPU call of a
+ * communicator sets up its GPU transport (collective over the ranks; keep it outside a graph
+ * capture, as each size's first call, which copies its schedule to the device). Failures after
+ * enqueueing are reported by weftCommGetAsyncError.
  * Counts are in elements: all-gather's `sendcount` is what each rank contributes,
  * reduce-scatter's `recvcount` what each receives, all-to-all's `count` what goes to each peer.
  * In place: recvbuff == sendbuff (all-gather: sendbuff == recvbuff + rank * sendcount;
  * reduce-scatter: recvbuff == sendbuff + rank * recvcount). */
 WEFT_API weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream);
+                                    weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                    void* stream);
 WEFT_API weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                           weftDataType_t datatype, weftComm_t comm, void* stream);
+                                    weftDataType_t datatype, weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                               weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
-                               void* stream);
+                                        weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                        void* stream);
 WEFT_API weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           weftDataType_t datatype, int root, weftComm_t comm, void* stream);
+                                    weftDataType_t datatype, int root, weftComm_t comm,
+                                    void* stream);
 WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count,
-                        weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
-                        void* stream);
+                                 weftDataType_t datatype, weftRedOp_t op, int root, weftComm_t comm,
+                                 void* stream);
 WEFT_API weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
-                          weftDataType_t datatype, weftComm_t comm, void* stream);
-/* Point-to-point. A rank may send to itself inside a group that also holds the matching
- * receive (the k-th send to itself meets the k-th receive from itself, of the same size). */
-WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype, int peer,
-                      weftComm_t comm, void* stream);
+                                   weftDataType_t datatype, weftComm_t comm, void* stream);
+/* Point-to-point, on host buffers (GPU buffers: not yet). A rank may send to itself inside a group
+ * that also holds the matching receive (the k-th send to itself meets the k-th receive from itself,
+ * of the same size). */
+WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype,
+                               int peer, weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t datatype, int peer,
-                      weftComm_t comm, void* stream);
+                               weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
 
 /* All-to-all with a count and a displacement (both in elements) per peer, as MPI_Alltoallv.

@@ -86,8 +86,7 @@ weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
 
 weftResult_t checkStream(void* stream, const char* what) {
   if (stream != nullptr) {
-    gLastError = std::string(what) +
-                 ": stream must be NULL: this build runs collectives on host memory only";
+    gLastError = std::string(what) + ": stream must be NULL (it runs on the host)";
     return weftInvalidUsage;
   }
   return weftSuccess;
@@ -100,14 +99,15 @@ bool validOp(weftRedOp_t op) {
   return static_cast<int>(op) >= 0 && op < weftNumRedOps;
 }
 
-// Type, op and stream, checked before the communicator is touched.
-weftResult_t checkArgs(const char* what, weftDataType_t type, weftRedOp_t op, void* stream) {
+// Type and op, checked before the communicator is touched (the communicator checks the stream
+// against the buffers).
+weftResult_t checkArgs(const char* what, weftDataType_t type, weftRedOp_t op, void*) {
   if (!validType(type))
     return invalid(std::string(what) + ": invalid datatype " +
                    std::to_string(static_cast<int>(type)));
   if (!validOp(op))
     return invalid(std::string(what) + ": invalid op " + std::to_string(static_cast<int>(op)));
-  return checkStream(stream, what);
+  return weftSuccess;
 }
 
 weft::Result<weft::Config> config() {
@@ -274,8 +274,18 @@ weftResult_t weftCommUserRank(weftComm_t comm, int* rank) {
 
 weftResult_t weftCommDevice(weftComm_t comm, int* device) {
   if (device == nullptr) return invalid("weftCommDevice: device is NULL");
-  return withComm(comm, "weftCommDevice", [&](weft::Communicator&) {
-    *device = -1;
+  return withComm(comm, "weftCommDevice", [&](weft::Communicator& c) {
+    *device = c.device();
+    return weft::Status{};
+  });
+}
+
+weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError) {
+  if (asyncError == nullptr) return invalid("weftCommGetAsyncError: asyncError is NULL");
+  return withComm(comm, "weftCommGetAsyncError", [&](weft::Communicator& c) {
+    const weft::Status s = c.asyncError();
+    *asyncError = static_cast<weftResult_t>(s.code());
+    if (!s.isOk()) gLastError = s.message();
     return weft::Status{};
   });
 }
@@ -283,6 +293,8 @@ weftResult_t weftCommDevice(weftComm_t comm, int* device) {
 const char* weftCommSummary(weftComm_t comm) {
   std::lock_guard<std::mutex> lock(gLiveMutex);
   if (comm == nullptr || gLive.count(comm) == 0) return "";
+  // The first GPU call adds the GPU transport to the line.
+  if (std::string now = comm->impl->summary(); now != comm->summary) comm->summary = std::move(now);
   return comm->summary.c_str();
 }
 
@@ -308,7 +320,7 @@ weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   if (weftResult_t r = checkArgs("weftAllReduce", datatype, op, stream); r != weftSuccess) return r;
   return collective(comm, "weftAllReduce", [=](weft::Communicator& c) {
     return c.allReduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
-                       static_cast<weft::RedOp>(op));
+                       static_cast<weft::RedOp>(op), stream);
   });
 }
 
@@ -317,7 +329,8 @@ weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess)
     return r;
   return collective(comm, "weftAllGather", [=](weft::Communicator& c) {
-    return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype));
+    return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype),
+                       stream);
   });
 }
 
@@ -328,7 +341,7 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     return r;
   return collective(comm, "weftReduceScatter", [=](weft::Communicator& c) {
     return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
-                           static_cast<weft::RedOp>(op));
+                           static_cast<weft::RedOp>(op), stream);
   });
 }
 
@@ -337,7 +350,8 @@ weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess)
     return r;
   return collective(comm, "weftBroadcast", [=](weft::Communicator& c) {
-    return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root);
+    return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root,
+                       stream);
   });
 }
 
@@ -346,7 +360,7 @@ weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count, weft
   if (weftResult_t r = checkArgs("weftReduce", datatype, op, stream); r != weftSuccess) return r;
   return collective(comm, "weftReduce", [=](weft::Communicator& c) {
     return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
-                    static_cast<weft::RedOp>(op), root);
+                    static_cast<weft::RedOp>(op), root, stream);
   });
 }
 
@@ -355,7 +369,7 @@ weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
   if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess)
     return r;
   return collective(comm, "weftAllToAll", [=](weft::Communicator& c) {
-    return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype));
+    return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), stream);
   });
 }
 

@@ -154,6 +154,25 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
   return g;
 }
 
+algo::RankGraph sameDeviceRankGraph(int nranks) {
+  // Every message is a copy through the GPU's memory, which the ranks' kernels share: each
+  // rank gets its share of the device's copy bandwidth (~4 TB/s counted as read + write, so
+  // ~2 TB/s of bytes moved), over an NVLink-class hop (flags through L2).
+  const double perRank = 2000.0 / std::max(1, nranks);
+  algo::RankGraph g = sharedMemoryRankGraph(nranks);
+  g.intraClass = topo::PathClass::nvl;
+  g.intraBandwidth = perRank;
+  g.netPerRank = g.netAlone = perRank;
+  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, perRank);
+  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, perRank);
+  g.allPairsBw = perRank / std::max(1, nranks - 1);
+  g.matchingBw = perRank;
+  g.treeBw = perRank / 2;
+  g.ringIntraBw.assign(16, perRank);
+  g.ringCrossBw.assign(16, perRank);
+  return g;
+}
+
 Result<std::unique_ptr<Communicator>> Communicator::create(
     std::unique_ptr<boot::Bootstrap> bootstrap, const Config& config) {
   std::unique_ptr<Communicator> c(new Communicator());
@@ -407,6 +426,7 @@ std::string Communicator::summary() const {
   if (reads && config_.singleCopyBytes > 0) {
     line += ", single copy from " + std::to_string(config_.singleCopyBytes / 1024) + " KiB";
   }
+  if (gpu_) line += "; GPU memory: " + gpu_->describe();
   return line;
 }
 
@@ -450,9 +470,10 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
-                                                              const algo::Plan& plan, int root) {
+                                                              const algo::Plan& plan, int root,
+                                                              int maxChannels) {
   const auto key = std::make_tuple(static_cast<int>(coll), plan.algorithm, plan.channels,
-                                   plan.aggregation, root);
+                                   plan.aggregation, root, maxChannels);
   auto it = schedules_.find(key);
   if (it != schedules_.end()) return it->second.get();
   const algo::Algorithm* a = algo::findAlgorithm(plan.algorithm);
@@ -467,12 +488,13 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
   // Every schedule channel needs its own connections. Some generators already make several (the
   // double binary tree: one per tree), so the plan's count is cut to what the FIFOs provide.
   const int base = static_cast<int>(built->channels.size());
-  if (base > geometry_.channels) {
+  if (base > maxChannels) {
     return Status(Code::invalidUsage, plan.algorithm + " needs " + std::to_string(base) +
-                                          " channels; WEFT_MAX_CHANNELS allows " +
-                                          std::to_string(geometry_.channels));
+                                          " channels; WEFT_MAX_CHANNELS (WEFT_GPU_CHANNELS on "
+                                          "GPU buffers) allows " +
+                                          std::to_string(maxChannels));
   }
-  const int channels = std::clamp(plan.channels, 1, geometry_.channels / base);
+  const int channels = std::clamp(plan.channels, 1, maxChannels / base);
   if (channels > 1) {
     params.channels = channels;
     built = a->build(coll, size_, params);
@@ -488,14 +510,21 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
 }
 
 Status Communicator::run(Collective coll, const void* input, void* output, std::size_t count,
-                         DataType type, RedOp op, int root) {
+                         DataType type, RedOp op, int root, void* stream) {
   if (Status s = checkUsable(std::string(name(coll)).c_str()); !s) return s;
+  if (exec::isDevicePointer(input) || exec::isDevicePointer(output))
+    return runGpu(coll, input, output, count, type, op, root, stream);
+  if (stream != nullptr) {
+    return Status(Code::invalidUsage, std::string(name(coll)) +
+                                          ": a stream was given with host buffers (streams "
+                                          "order calls on GPU buffers; pass NULL)");
+  }
   if (count == 0) return {};
   const algo::Segments seg = algo::segments(coll, size_);
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
-  auto cached = scheduleFor(coll, *plan, root);
+  auto cached = scheduleFor(coll, *plan, root, geometry_.channels);
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
   const std::size_t message =
@@ -547,6 +576,100 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   return {};
 }
 
+Status Communicator::ensureGpu() {
+  if (gpu_) return {};
+  for (std::size_t q = 0; q < sameHost_.size(); ++q) {
+    if (!sameHost_[q]) {
+      return Status(Code::unsupported, "rank " + std::to_string(rank_) +
+                                           ": GPU buffers need every rank on one host "
+                                           "for now (rank " +
+                                           std::to_string(q) +
+                                           " runs on another); use host buffers");
+    }
+  }
+  exec::GpuOptions o;
+  o.channels = config_.gpuChannels;
+  o.timeout = config_.timeout;
+  // Kernels watch this rank's host abort word through a mapping of the page that holds it.
+  const auto* word = reinterpret_cast<const std::byte*>(abortFlag_);
+  const auto pageBytes = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t offset = static_cast<std::size_t>(word - inbox_.data());
+  o.controlPage = inbox_.data() + offset / pageBytes * pageBytes;
+  o.controlBytes = pageBytes;
+  o.hostAbort = reinterpret_cast<const std::int32_t*>(abortFlag_);
+  static_assert(sizeof(std::atomic<int>) == sizeof(std::int32_t));
+  auto gpu = exec::CudaExecutor::create(o, *bootstrap_);
+  if (!gpu) return fail(gpu.status());
+  gpu_ = std::move(*gpu);
+  gpuTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), config_.tuner);
+  return {};
+}
+
+Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
+                            DataType type, RedOp op, int root, void* stream) {
+  if (!exec::cudaBuilt()) {
+    return Status(Code::unsupported, std::string(name(coll)) +
+                                         ": GPU buffers, but this build has no CUDA (build with "
+                                         "nvcc present, WEFT_CUDA=ON)");
+  }
+  if (Status s = ensureGpu(); !s) return s;
+  if (count == 0) return gpu_->asyncError();
+  const algo::Segments seg = algo::segments(coll, size_);
+  const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
+  const auto key = std::make_pair(static_cast<int>(coll), bytes);
+  auto it = gpuPlans_.find(key);
+  if (it == gpuPlans_.end()) {
+    auto plan = gpuTuner_->plan(coll, bytes);
+    if (!plan) return plan.status();
+    it = gpuPlans_.emplace(key, *plan).first;
+  }
+  const algo::Plan& plan = it->second;
+  auto cached = scheduleFor(coll, plan, root, gpu_->channels());
+  if (!cached) return cached.status();
+  const algo::Schedule& s = (*cached)->schedule;
+  // Each block's slice sits at a 16-byte stride in a message (vector loads and stores), which
+  // the slot must hold.
+  const std::size_t capacity = gpu_->messageBytes(plan.protocol);
+  const std::size_t slack = 16 * std::size_t{(*cached)->maxBlocks};
+  if (slack + 16 * std::size_t{(*cached)->maxBlocks} > capacity) {
+    return Status(Code::unsupported, plan.algorithm + " moves " +
+                                         std::to_string((*cached)->maxBlocks) +
+                                         " blocks in one step, more than a GPU slot holds");
+  }
+  const std::size_t message =
+      std::min(capacity, std::max<std::size_t>(plan.chunkBytes, 4096)) - slack;
+  const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
+  if (config_.debug == "INFO" || config_.debug == "TRACE") {
+    if (rank_ == 0) {
+      std::fprintf(stderr,
+                   "weft INFO %s %zu bytes on GPU: %s/%s, %zu channel(s), %zu-element "
+                   "slices (%s)\n",
+                   std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+                   std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
+                   plan.reason.c_str());
+    }
+  }
+  exec::Buffers b{input, output, nullptr, count, type, op};
+  if (Status st = gpu_->run(s, g, b, plan.protocol, stream); !st) return fail(st);
+  if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
+    const std::size_t n = std::size_t{seg.output} * count;
+    if (Status st = gpu_->divide(output, n, type, static_cast<std::uint64_t>(size_), stream); !st)
+      return fail(st);
+  }
+  return {};
+}
+
+Status Communicator::asyncError() const {
+  if (gpu_) {
+    if (Status s = gpu_->asyncError(); !s) return s;
+  }
+  return checkUsable("asyncError");
+}
+
+int Communicator::device() const {
+  return gpu_ ? gpu_->device() : -1;
+}
+
 namespace {
 
 // The C ABI has checked the dtype and op before any of these run.
@@ -582,57 +705,59 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, Dat
 }
 
 Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,
-                               RedOp op) {
+                               RedOp op, void* stream) {
   if (Status s = checkBuffers("allReduce", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allReduce", count, 1, type); !s) return s;
-  return run(Collective::allReduce, send, recv, count, type, op, 0);
+  return run(Collective::allReduce, send, recv, count, type, op, 0, stream);
 }
 
-Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type) {
+Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type,
+                               void* stream) {
   if (Status s = checkBuffers("allGather", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s)
     return s;
-  return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0);
+  return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0, stream);
 }
 
 Status Communicator::reduceScatter(const void* send, void* recv, std::size_t count, DataType type,
-                                   RedOp op) {
+                                   RedOp op, void* stream) {
   if (Status s = checkBuffers("reduceScatter", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("reduceScatter", count, static_cast<std::size_t>(size_), type); !s)
     return s;
-  return run(Collective::reduceScatter, send, recv, count, type, op, 0);
+  return run(Collective::reduceScatter, send, recv, count, type, op, 0, stream);
 }
 
 Status Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type,
-                               int root) {
+                               int root, void* stream) {
   if (root < 0 || root >= size_)
     return invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of this " +
                            std::to_string(size_) + "-rank communicator");
   if (Status s = checkBuffers("broadcast", send, recv, count, rank_ == root, true); !s) return s;
   if (Status s = checkCount("broadcast", count, 1, type); !s) return s;
-  return run(Collective::broadcast, send, recv, count, type, RedOp::sum, root);
+  return run(Collective::broadcast, send, recv, count, type, RedOp::sum, root, stream);
 }
 
 Status Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
-                            RedOp op, int root) {
+                            RedOp op, int root, void* stream) {
   if (root < 0 || root >= size_)
     return invalidArgument("reduce: root " + std::to_string(root) + " is not a rank of this " +
                            std::to_string(size_) + "-rank communicator");
   if (Status s = checkBuffers("reduce", send, recv, count, true, rank_ == root); !s) return s;
   if (Status s = checkCount("reduce", count, 1, type); !s) return s;
-  return run(Collective::reduce, send, recv, count, type, op, root);
+  return run(Collective::reduce, send, recv, count, type, op, root, stream);
 }
 
-Status Communicator::allToAll(const void* send, void* recv, std::size_t count, DataType type) {
+Status Communicator::allToAll(const void* send, void* recv, std::size_t count, DataType type,
+                              void* stream) {
   if (Status s = checkBuffers("allToAll", send, recv, count, true, true); !s) return s;
   if (Status s = checkCount("allToAll", count, static_cast<std::size_t>(size_), type); !s) return s;
-  return run(Collective::allToAll, send, recv, count, type, RedOp::sum, 0);
+  return run(Collective::allToAll, send, recv, count, type, RedOp::sum, 0, stream);
 }
 
 Status Communicator::barrier() {
   // One byte all-reduced: every rank has entered before any leaves.
   std::uint8_t in = 0, out = 0;
-  return run(Collective::allReduce, &in, &out, 1, DataType::u8, RedOp::max, 0);
+  return run(Collective::allReduce, &in, &out, 1, DataType::u8, RedOp::max, 0, nullptr);
 }
 
 // Point-to-point streams through channel 0's FIFO in slot-sized messages; both sides know the
@@ -660,6 +785,13 @@ Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer)
 }
 
 Status Communicator::exchange(std::vector<P2pOp> ops) {
+  for (const P2pOp& op : ops) {
+    if (exec::isDevicePointer(op.buf)) {
+      return Status(Code::unsupported, std::string(op.isSend ? "send" : "recv") +
+                                           ": GPU buffers are not supported by point-to-point "
+                                           "calls yet (collectives are); use host buffers");
+    }
+  }
   // To itself (as NCCL allows inside a group): the k-th send meets the k-th receive, checked
   // before anything moves.
   std::vector<const P2pOp*> selfSends, selfRecvs;
@@ -811,7 +943,7 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
   // The tuner's plan fixes the order of the exchanges; the point-to-point engine runs them.
   auto plan = planFor(Collective::allToAllv, sent * sizeOf(type));
   if (!plan) return plan.status();
-  auto cached = scheduleFor(Collective::allToAllv, *plan, 0);
+  auto cached = scheduleFor(Collective::allToAllv, *plan, 0, geometry_.channels);
   if (!cached) return cached.status();
   const algo::Program& p = (*cached)->schedule.program(0, rank_);
   const std::size_t es = sizeOf(type);

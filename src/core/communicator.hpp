@@ -20,6 +20,7 @@
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/config.hpp"
 #include "src/exec/cpu_executor.hpp"
+#include "src/exec/cuda_executor.hpp"
 #include "src/transport/shm.hpp"
 #include "src/transport/ucx.hpp"
 
@@ -64,15 +65,29 @@ class Communicator {
   const Config& config() const { return config_; }
   std::string summary() const;
 
-  Status allReduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op);
+  // Collectives. Host buffers: the call blocks until this rank's part is done, and `stream`
+  // must be null. GPU buffers (every rank passing GPU buffers): the call enqueues a kernel on
+  // `stream` (a cudaStream_t; null is the default stream) and returns; the first such call
+  // sets up the GPU transport (collective, and not inside a CUDA graph capture).
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op,
+                   void* stream = nullptr);
   // count: elements each rank contributes.
-  Status allGather(const void* send, void* recv, std::size_t count, DataType type);
+  Status allGather(const void* send, void* recv, std::size_t count, DataType type,
+                   void* stream = nullptr);
   // count: elements each rank receives.
-  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType type, RedOp op);
-  Status broadcast(const void* send, void* recv, std::size_t count, DataType type, int root);
-  Status reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op, int root);
+  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType type, RedOp op,
+                       void* stream = nullptr);
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType type, int root,
+                   void* stream = nullptr);
+  Status reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op, int root,
+                void* stream = nullptr);
   // count: elements to each peer.
-  Status allToAll(const void* send, void* recv, std::size_t count, DataType type);
+  Status allToAll(const void* send, void* recv, std::size_t count, DataType type,
+                  void* stream = nullptr);
+  // The failure a GPU kernel of this communicator recorded (or the abort), if any.
+  Status asyncError() const;
+  // The CUDA device of the GPU transport; -1 before the first GPU call.
+  int device() const;
   // Counts and displacements in elements, one per rank (MPI_Alltoallv's convention).
   Status allToAllv(const void* send, const std::size_t* sendCounts, const std::size_t* sendDispls,
                    void* recv, const std::size_t* recvCounts, const std::size_t* recvDispls,
@@ -108,13 +123,19 @@ class Communicator {
  private:
   Communicator() = default;
   Status run(Collective coll, const void* input, void* output, std::size_t count, DataType type,
-             RedOp op, int root);
+             RedOp op, int root, void* stream);
+  Status runGpu(Collective coll, const void* input, void* output, std::size_t count, DataType type,
+                RedOp op, int root, void* stream);
+  // Sets up the GPU transport at the first call with GPU buffers (collective).
+  Status ensureGpu();
   struct Cached {
     algo::Schedule schedule;
     std::uint32_t maxBlocks = 1;
     exec::ReferenceSteps byReference;  // single copy: which steps may send references
   };
-  Result<const Cached*> scheduleFor(Collective coll, const algo::Plan& plan, int root);
+  // maxChannels: what the executor's connections allow.
+  Result<const Cached*> scheduleFor(Collective coll, const algo::Plan& plan, int root,
+                                    int maxChannels);
   Status checkUsable(const char* what) const;
   Status fail(Status s);
 
@@ -140,8 +161,13 @@ class Communicator {
   std::vector<std::unique_ptr<transport::ProgressingConnection>> progressing_;
   std::vector<exec::ChannelLinks> links_;  // by channel
   std::unique_ptr<algo::Tuner> tuner_;
-  std::map<std::tuple<int, std::string, int, int, int>, std::unique_ptr<Cached>> schedules_;
+  std::map<std::tuple<int, std::string, int, int, int, int>, std::unique_ptr<Cached>> schedules_;
   std::map<std::pair<int, std::size_t>, algo::Plan> plans_;
+  // The GPU path, set up at the first call with GPU buffers: its executor, and a tuner on the
+  // GPU's costs with its own plans.
+  std::unique_ptr<exec::CudaExecutor> gpu_;
+  std::unique_ptr<algo::Tuner> gpuTuner_;
+  std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
@@ -150,5 +176,7 @@ class Communicator {
 
 // The cost model's view of n ranks on one host talking through shared memory.
 algo::RankGraph sharedMemoryRankGraph(int nranks);
+// The cost model's view of n ranks whose kernels share the memory of one GPU.
+algo::RankGraph sameDeviceRankGraph(int nranks);
 
 }  // namespace weft

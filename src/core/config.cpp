@@ -52,6 +52,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.maxChannels = static_cast<int>(*x);
   }
+  if (env("WEFT_GPU_CHANNELS") != nullptr) {
+    auto x = number("WEFT_GPU_CHANNELS", 1, 32);
+    if (!x) return x.status();
+    c.gpuChannels = static_cast<int>(*x);
+  }
   if (env("WEFT_SLOT_BYTES") != nullptr) {
     auto x = number("WEFT_SLOT_BYTES", 4096, 64.0 * 1024 * 1024);
     if (!x) return x.status();

@@ -1,9 +1,6 @@
 #include "src/device/reduce_kernel.hpp"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-#include <cuda_runtime.h>
+#include "src/device/arith.cuh"
 
 #include <cstdint>
 #include <string>
@@ -12,59 +9,6 @@ static_assert(__cplusplus >= 202002L, "weft's CUDA code is compiled as C++20");
 
 namespace weft::device {
 namespace {
-
-// Narrow floating types compute in fp32; everything else in its own type.
-template <typename T>
-struct Compute {
-  using type = T;
-};
-template <>
-struct Compute<__half> {
-  using type = float;
-};
-template <>
-struct Compute<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct Compute<__nv_fp8_e4m3> {
-  using type = float;
-};
-template <>
-struct Compute<__nv_fp8_e5m2> {
-  using type = float;
-};
-
-struct Sum {
-  template <typename C>
-  __device__ static C apply(C x, C y) {
-    return x + y;
-  }
-};
-struct Prod {
-  template <typename C>
-  __device__ static C apply(C x, C y) {
-    return x * y;
-  }
-};
-struct Min {
-  template <typename C>
-  __device__ static C apply(C x, C y) {
-    return y < x ? y : x;
-  }
-};
-struct Max {
-  template <typename C>
-  __device__ static C apply(C x, C y) {
-    return x < y ? y : x;
-  }
-};
-
-template <typename T, typename Op>
-__device__ __forceinline__ T combine(T x, T y) {
-  using C = typename Compute<T>::type;
-  return static_cast<T>(Op::apply(static_cast<C>(x), static_cast<C>(y)));
-}
 
 // 16-byte vectors when every pointer allows it, then a scalar tail. Loads are read-only and do
 // not alias stores of the same thread, so dst may alias a or b.

@@ -1,0 +1,607 @@
+#include "src/device/schedule_kernel.hpp"
+
+#include <string>
+
+#include "src/device/arith.cuh"
+
+namespace weft::device {
+namespace {
+
+using algo::Buf;
+using algo::Protocol;
+using algo::Span;
+using algo::Step;
+using algo::StepKind;
+
+// ---- memory operations at system scope: peers may be other processes ---------------------
+
+__device__ __forceinline__ std::uint64_t loadAcquire(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ std::uint64_t loadVolatile(const std::uint64_t* p) {
+  std::uint64_t v;
+  asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void storeVolatile(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void storeRelease(std::uint64_t* p, std::uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ std::uint64_t globalTimer() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One thread's wait: gives up when the communicator is aborted (by any rank's kernel, or by
+// the host through its mapped abort word) or when the timeout passes.
+class Watch {
+ public:
+  __device__ explicit Watch(const LaunchArgs& a) : a_(a), start_(globalTimer()) {}
+  // 0 to keep waiting; else the KernelError code.
+  __device__ int check() {
+    if (*reinterpret_cast<volatile std::uint32_t*>(a_.aborts[a_.rank]) != 0) return 2;
+    if ((++spins_ & 1023u) == 0) {
+      if (a_.hostAbort != nullptr && *a_.hostAbort != 0) return 2;
+      if (a_.timeoutNs != 0 && globalTimer() - start_ > a_.timeoutNs) return 1;
+    }
+    return 0;
+  }
+
+ private:
+  const LaunchArgs& a_;
+  std::uint64_t start_;
+  std::uint32_t spins_ = 0;
+};
+
+// Records why the kernel stopped and aborts every rank's kernels.
+__device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int step) {
+  volatile KernelError* e = a.error;
+  if (e->code == 0) {
+    e->channel = channel;
+    e->peer = peer;
+    e->step = step;
+    __threadfence_system();
+    e->code = code;
+  }
+  for (int r = 0; r < a.nranks; ++r)
+    *reinterpret_cast<volatile std::uint32_t*>(a.aborts[r]) = static_cast<std::uint32_t>(code);
+  __threadfence_system();
+}
+
+// ---- element-wise work of the whole block ------------------------------------------------
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+// Loads a message word written by a peer: through L2, never a stale L1 line from the slot's
+// previous use.
+__device__ __forceinline__ uint4 loadShared(const uint4* p, bool fromPeer) {
+  return fromPeer ? __ldcg(p) : *p;
+}
+
+template <int Bytes>
+struct BitsOf;
+template <>
+struct BitsOf<1> {
+  using type = std::uint8_t;
+};
+template <>
+struct BitsOf<2> {
+  using type = std::uint16_t;
+};
+template <>
+struct BitsOf<4> {
+  using type = std::uint32_t;
+};
+template <>
+struct BitsOf<8> {
+  using type = std::uint64_t;
+};
+
+// One element; from a peer's slot through a volatile load (not a stale L1 line).
+template <typename T>
+__device__ __forceinline__ T loadElem(const T* p, bool fromPeer) {
+  if (!fromPeer) return *p;
+  using U = typename BitsOf<sizeof(T)>::type;
+  const U u = *reinterpret_cast<const volatile U*>(p);
+  T t;
+  memcpy(&t, &u, sizeof t);
+  return t;
+}
+
+template <typename T, typename Op>
+__device__ __forceinline__ uint4 combineVec(uint4 x, uint4 y) {
+  constexpr int kPerVec = sizeof(uint4) / sizeof(T);
+  uint4 r;
+  const T* ex = reinterpret_cast<const T*>(&x);
+  const T* ey = reinterpret_cast<const T*>(&y);
+  T* er = reinterpret_cast<T*>(&r);
+#pragma unroll
+  for (int k = 0; k < kPerVec; ++k) er[k] = combine<T, Op>(ex[k], ey[k]);
+  return r;
+}
+
+// outs[o][i] = ins[0][i] (op) ins[1][i] (op) ... for i < n, every out the same. ins[k] for
+// k >= firstPeer are slots peers wrote. Each thread handles the same elements in every operand,
+// so an out may alias an in.
+template <typename T, typename Op>
+__device__ void elementwise(T* const* outs, int nouts, const T* const* ins, int nins, int firstPeer,
+                            std::size_t n) {
+  if (n == 0 || nouts == 0) return;
+  constexpr std::size_t kPerVec = sizeof(uint4) / sizeof(T);
+  constexpr int kUnroll = 4;
+  bool vec = true;
+  for (int k = 0; k < nins; ++k) vec = vec && aligned16(ins[k]);
+  for (int o = 0; o < nouts; ++o) vec = vec && aligned16(outs[o]);
+  std::size_t done = 0;
+  if (vec) {
+    const std::size_t nvec = n / kPerVec;
+    const std::size_t step = std::size_t{blockDim.x} * kUnroll;
+    const std::size_t whole = nvec / step * step;
+    for (std::size_t base = threadIdx.x; base < whole; base += step) {
+      uint4 acc[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        acc[u] = loadShared(reinterpret_cast<const uint4*>(ins[0]) + base + u * blockDim.x,
+                            firstPeer == 0);
+      for (int k = 1; k < nins; ++k) {
+        uint4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          v[u] = loadShared(reinterpret_cast<const uint4*>(ins[k]) + base + u * blockDim.x,
+                            k >= firstPeer);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) acc[u] = combineVec<T, Op>(acc[u], v[u]);
+      }
+      for (int o = 0; o < nouts; ++o) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          reinterpret_cast<uint4*>(outs[o])[base + u * blockDim.x] = acc[u];
+      }
+    }
+    for (std::size_t i = whole + threadIdx.x; i < nvec; i += blockDim.x) {
+      uint4 acc = loadShared(reinterpret_cast<const uint4*>(ins[0]) + i, firstPeer == 0);
+      for (int k = 1; k < nins; ++k)
+        acc = combineVec<T, Op>(
+            acc, loadShared(reinterpret_cast<const uint4*>(ins[k]) + i, k >= firstPeer));
+      for (int o = 0; o < nouts; ++o) reinterpret_cast<uint4*>(outs[o])[i] = acc;
+    }
+    done = nvec * kPerVec;
+  }
+  for (std::size_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+    T acc = loadElem(ins[0] + i, firstPeer == 0);
+    for (int k = 1; k < nins; ++k) acc = combine<T, Op>(acc, loadElem(ins[k] + i, k >= firstPeer));
+    for (int o = 0; o < nouts; ++o) outs[o][i] = acc;
+  }
+}
+
+// ---- the interpreter -----------------------------------------------------------------------
+
+__device__ __forceinline__ std::size_t lesser(std::size_t a, std::size_t b) {
+  return a < b ? a : b;
+}
+
+struct BlockRef {
+  Buf buf;
+  std::uint32_t block;
+};
+
+template <typename T>
+struct Piece {
+  T* at = nullptr;
+  std::size_t elems = 0;
+};
+
+// Per-block state in shared memory, sized by the rank count at launch.
+struct Scratchpad {
+  std::uint64_t* sent;      // [nranks] messages posted to each peer
+  std::uint64_t* received;  // [nranks] messages consumed from each peer
+  const std::byte** msgs;   // [nranks] this step's received messages
+  std::byte** targets;      // [nranks] where this step's message to each send peer is written
+  const void** ins;         // [nranks + 1]
+  void** outs;              // [nranks + 2]
+  int* failed;
+
+  static __host__ __device__ std::size_t bytes(int nranks) {
+    const auto n = static_cast<std::size_t>(nranks);
+    return 16 * n + 8 * (n + n + (n + 1) + (n + 2)) + 16;
+  }
+  __device__ static Scratchpad carve(std::byte* base, int nranks) {
+    const auto n = static_cast<std::size_t>(nranks);
+    Scratchpad s;
+    s.sent = reinterpret_cast<std::uint64_t*>(base);
+    s.received = reinterpret_cast<std::uint64_t*>(base + 8 * n);
+    s.msgs = reinterpret_cast<const std::byte**>(base + 16 * n);
+    s.targets = reinterpret_cast<std::byte**>(base + 24 * n);
+    s.ins = reinterpret_cast<const void**>(base + 32 * n);
+    s.outs = reinterpret_cast<void**>(base + 40 * n + 8);
+    s.failed = reinterpret_cast<int*>(base + 48 * n + 24);
+    return s;
+  }
+};
+
+template <typename T, typename Op, Protocol P>
+class Runner {
+ public:
+  __device__ Runner(const LaunchArgs& a, int channel, std::byte* shared)
+      : a_(a),
+        channel_(channel),
+        code_(a.channels[channel]),
+        to_(a.to + static_cast<std::size_t>(channel) * a.nranks),
+        from_(a.from + static_cast<std::size_t>(channel) * a.nranks),
+        sp_(Scratchpad::carve(shared, a.nranks)) {
+    stage_ = a.staging + static_cast<std::size_t>(channel) * (a.nranks + 1) * a.llPayload;
+  }
+
+  __device__ void run() {
+    for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
+      sp_.sent[q] = to_[q].counter != nullptr ? *to_[q].counter : 0;
+      sp_.received[q] = from_[q].counter != nullptr ? *from_[q].counter : 0;
+    }
+    if (threadIdx.x == 0) *sp_.failed = 0;
+    __syncthreads();
+    bool ok = true;
+    for (std::size_t pass = 0; ok && pass < a_.passes; ++pass) {
+      offset_ = code_.part * a_.partElems + pass * a_.sliceElems;
+      room_ = lesser(a_.sliceElems, a_.partElems - pass * a_.sliceElems);
+      for (std::uint32_t i = 0; ok && i < code_.nsteps; ++i) ok = step(i);
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
+      if (to_[q].counter != nullptr) *to_[q].counter = sp_.sent[q];
+      if (from_[q].counter != nullptr) *from_[q].counter = sp_.received[q];
+    }
+  }
+
+ private:
+  __device__ Piece<T> piece(Buf buf, std::uint32_t block) const {
+    if (buf == Buf::scratch) {
+      const std::size_t len = offset_ < a_.blockElems ? a_.blockElems - offset_ : 0;
+      const std::size_t n = lesser(len, room_);
+      return {n == 0 ? nullptr : reinterpret_cast<T*>(a_.scratch) + block * a_.blockElems + offset_,
+              n};
+    }
+    const std::size_t B = a_.blocksPerSegment;
+    const std::size_t seg = block / B, kb = block % B;
+    const std::size_t start = kb * a_.blockElems;
+    const std::size_t blockLen = a_.count > start ? lesser(a_.blockElems, a_.count - start) : 0;
+    const std::size_t len = offset_ < blockLen ? blockLen - offset_ : 0;
+    const std::size_t n = lesser(len, room_);
+    if (n == 0) return {};
+    T* base = buf == Buf::input ? static_cast<T*>(const_cast<void*>(a_.input))
+                                : static_cast<T*>(a_.output);
+    return {base + seg * a_.count + start + offset_, n};
+  }
+
+  // The k-th block of a span list.
+  __device__ static BlockRef blockAt(const Span* spans, std::uint32_t nspans, std::uint32_t k) {
+    for (std::uint32_t i = 0; i < nspans; ++i) {
+      const Span& sp = spans[i];
+      if (k < sp.count) {
+        return {sp.buf, static_cast<std::uint32_t>(static_cast<std::int64_t>(sp.first) +
+                                                   static_cast<std::int64_t>(k) * sp.stride)};
+      }
+      k -= sp.count;
+    }
+    return {Buf::input, 0};
+  }
+  __device__ static std::uint32_t blocksIn(const Span* spans, std::uint32_t nspans) {
+    std::uint32_t n = 0;
+    for (std::uint32_t i = 0; i < nspans; ++i) n += spans[i].count;
+    return n;
+  }
+
+  // Thread 0: waits until *word >= want; false (with the failure recorded) if it never does.
+  __device__ bool waitFor(const std::uint64_t* word, std::uint64_t want, int peer, int step) {
+    Watch w(a_);
+    while (loadAcquire(word) < want) {
+      if (int why = w.check(); why != 0) {
+        fail(a_, why, channel_, peer, step);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Every thread: copies the ll message `line` (nwords lines, flag `flag`) into `to`.
+  __device__ bool unpack(const std::uint64_t* lines, std::uint32_t* to, std::size_t nwords,
+                         std::uint32_t flag, int peer, int step) {
+    for (std::size_t i = threadIdx.x; i < nwords; i += blockDim.x) {
+      Watch w(a_);
+      std::uint64_t v;
+      while (static_cast<std::uint32_t>((v = loadVolatile(lines + i)) >> 32) != flag) {
+        if (int why = w.check(); why != 0) {
+          fail(a_, why, channel_, peer, step);
+          *sp_.failed = 1;
+          return false;
+        }
+      }
+      to[i] = static_cast<std::uint32_t>(v);
+    }
+    return true;
+  }
+
+  __device__ bool step(std::uint32_t index) {
+    const Step st = code_.steps[index];
+    const algo::StepTraits t = algo::traits(st.kind);
+    const int* recvPeers = code_.peers + st.peerBegin;
+    const int* sendPeers = recvPeers + st.nrecv;
+    const Span* src = code_.spans + st.srcBegin;
+    const Span* dst = code_.spans + st.dstBegin;
+    const std::uint32_t nsrc = blocksIn(src, st.nsrc), ndst = blocksIn(dst, st.ndst);
+    const std::uint32_t nblocks = nsrc > ndst ? nsrc : ndst;
+    const std::size_t stride = a_.strideBytes;
+    const std::size_t msgBytes = nblocks * stride;
+    const std::size_t K = static_cast<std::size_t>(a_.slots);
+    const int idx = static_cast<int>(index);
+
+    // 1. Room at every send peer; the message of every receive peer.
+    if (threadIdx.x == 0) {
+      bool ok = true;
+      for (std::uint32_t k = 0; ok && k < st.nsend; ++k) {
+        const int q = sendPeers[k];
+        // Slot sent % K is free once the receiver has consumed message sent - K.
+        ok = waitFor(to_[q].tail, sp_.sent[q] + 1 > K ? sp_.sent[q] + 1 - K : 0, q, idx);
+      }
+      if (P == Protocol::simple) {
+        for (std::uint32_t k = 0; ok && k < st.nrecv; ++k) {
+          const int q = recvPeers[k];
+          ok = waitFor(from_[q].head, sp_.received[q] + 1, q, idx);
+        }
+      }
+      if (!ok) *sp_.failed = 1;
+    }
+    if constexpr (P == Protocol::ll) {
+      const std::size_t lineCount = 2 * a_.llPayload / 8;
+      for (std::uint32_t k = 0; k < st.nrecv; ++k) {
+        const int q = recvPeers[k];
+        const std::uint64_t n = sp_.received[q];
+        auto* into = reinterpret_cast<std::uint32_t*>(stage_ + (1 + k) * a_.llPayload);
+        if (!unpack(from_[q].lines + (n % K) * lineCount, into, msgBytes / 4,
+                    static_cast<std::uint32_t>(n + 1), q, idx))
+          break;
+      }
+    }
+    __syncthreads();
+    if (*sp_.failed != 0) return false;
+
+    for (std::uint32_t k = 0; k < st.nrecv; ++k) {
+      const int q = recvPeers[k];
+      if constexpr (P == Protocol::simple) {
+        sp_.msgs[k] = from_[q].slots + (sp_.received[q] % K) * a_.slotBytes;
+      } else {
+        sp_.msgs[k] = stage_ + (1 + k) * a_.llPayload;
+      }
+    }
+    // Where this step's message is written: every send peer's slot (simple), or the staging
+    // area that is then packed into every peer's lines (ll).
+    const std::uint32_t ntargets = P == Protocol::simple ? st.nsend : (st.nsend > 0 ? 1 : 0);
+    for (std::uint32_t k = 0; k < ntargets; ++k) {
+      const int q = sendPeers[k];
+      sp_.targets[k] =
+          P == Protocol::simple ? to_[q].slots + (sp_.sent[q] % K) * a_.slotBytes : stage_;
+    }
+
+    // 2. The data: the same cases as the CpuExecutor's Runner.
+    for (std::uint32_t j = 0; j < nblocks; ++j) {
+      const std::size_t at = j * stride;
+      Piece<T> s{}, d{};
+      if (t.readsSrc) {
+        const auto b = blockAt(src, st.nsrc, j);
+        s = piece(b.buf, b.block);
+      }
+      if (t.writesDst) {
+        const auto b = blockAt(dst, st.ndst, j);
+        d = piece(b.buf, b.block);
+      }
+      int nins = 0, nouts = 0;
+      std::size_t n = 0;
+      auto msg = [&](std::uint32_t k) { return reinterpret_cast<const T*>(sp_.msgs[k] + at); };
+      auto target = [&](std::uint32_t k) { return reinterpret_cast<T*>(sp_.targets[k] + at); };
+      // The first of this block's ins that a peer wrote (simple's slots; ll's are staged here).
+      const int fromPeers = P == Protocol::simple ? 0 : 1 << 30;
+      int peers = 1 << 30;
+      switch (st.kind) {
+        case StepKind::send:
+          sp_.ins[nins++] = s.at;
+          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          n = s.elems;
+          break;
+        case StepKind::recv:
+          sp_.ins[nins++] = msg(0);
+          peers = fromPeers;
+          sp_.outs[nouts++] = d.at;
+          n = d.elems;
+          break;
+        case StepKind::recvCopySend:
+          sp_.ins[nins++] = msg(0);
+          peers = fromPeers;
+          sp_.outs[nouts++] = d.at;
+          n = d.elems;
+          break;
+        case StepKind::recvReduceSend:
+          sp_.ins[nins++] = s.at;
+          for (std::uint32_t k = 0; k < st.nrecv; ++k) sp_.ins[nins++] = msg(k);
+          peers = fromPeers + 1;
+          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          n = s.elems;
+          break;
+        case StepKind::recvReduceCopy:
+        case StepKind::recvReduceCopySend:
+          sp_.ins[nins++] = s.at;
+          for (std::uint32_t k = 0; k < st.nrecv; ++k) sp_.ins[nins++] = msg(k);
+          peers = fromPeers + 1;
+          sp_.outs[nouts++] = d.at;
+          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          n = lesser(s.elems, d.elems);
+          break;
+        case StepKind::copy:
+          sp_.ins[nins++] = s.at;
+          sp_.outs[nouts++] = d.at;
+          n = s.at == d.at ? 0 : lesser(s.elems, d.elems);
+          break;
+        case StepKind::reduceLocal:
+          sp_.ins[nins++] = d.at;
+          sp_.ins[nins++] = s.at;
+          sp_.outs[nouts++] = d.at;
+          n = lesser(s.elems, d.elems);
+          break;
+      }
+      elementwise<T, Op>(reinterpret_cast<T* const*>(sp_.outs), nouts,
+                         reinterpret_cast<const T* const*>(sp_.ins), nins, peers, n);
+      if (st.kind == StepKind::recvCopySend && ntargets > 0) {
+        // Forward the whole slice: a downstream block may be longer than this rank's.
+        const std::size_t words = stride / sizeof(uint4);
+        const auto* from = reinterpret_cast<const uint4*>(sp_.msgs[0] + at);
+        for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) {
+          const uint4 v = loadShared(from + i, P == Protocol::simple);
+          for (std::uint32_t k = 0; k < ntargets; ++k)
+            reinterpret_cast<uint4*>(sp_.targets[k] + at)[i] = v;
+        }
+      }
+    }
+    __syncthreads();
+
+    // 3. Post: ll packs the staged message into every send peer's lines, flag and data together.
+    if constexpr (P == Protocol::ll) {
+      const std::size_t lineCount = 2 * a_.llPayload / 8;
+      const auto* words = reinterpret_cast<const std::uint32_t*>(stage_);
+      for (std::uint32_t k = 0; k < st.nsend; ++k) {
+        const int q = sendPeers[k];
+        const std::uint64_t n = sp_.sent[q];
+        std::uint64_t* lines = to_[q].lines + (n % K) * lineCount;
+        const std::uint64_t flag = static_cast<std::uint32_t>(n + 1);
+        for (std::size_t i = threadIdx.x; i < msgBytes / 4; i += blockDim.x)
+          storeVolatile(lines + i, flag << 32 | words[i]);
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      if (st.nsend > 0 || st.nrecv > 0) __threadfence_system();
+      for (std::uint32_t k = 0; k < st.nsend; ++k) {
+        const int q = sendPeers[k];
+        ++sp_.sent[q];
+        if constexpr (P == Protocol::simple) storeRelease(to_[q].head, sp_.sent[q]);
+      }
+      for (std::uint32_t k = 0; k < st.nrecv; ++k) {
+        const int q = recvPeers[k];
+        storeRelease(from_[q].tail, ++sp_.received[q]);
+      }
+    }
+    __syncthreads();
+    return true;
+  }
+
+  const LaunchArgs& a_;
+  int channel_;
+  ChannelCode code_;
+  const Endpoint* to_;
+  const Endpoint* from_;
+  Scratchpad sp_;
+  std::byte* stage_ = nullptr;
+  std::size_t offset_ = 0, room_ = 0;
+};
+
+template <typename T, typename Op, Protocol P>
+__global__ void __launch_bounds__(kThreads) scheduleKernel(const LaunchArgs a) {
+  extern __shared__ __align__(16) std::byte shared[];
+  Runner<T, Op, P>(a, static_cast<int>(blockIdx.x), shared).run();
+}
+
+template <typename T>
+__global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
+  using C = typename Compute<T>::type;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const C x = static_cast<C>(data[i]);
+    if constexpr (std::is_floating_point_v<C>) {
+      data[i] = static_cast<T>(x / static_cast<C>(n));
+    } else if constexpr (std::is_signed_v<C>) {
+      const auto u = static_cast<std::uint64_t>(x);
+      const std::uint64_t q = (x < 0 ? 0 - u : u) / n;
+      data[i] = static_cast<T>(x < 0 ? 0 - q : q);
+    } else {
+      data[i] = static_cast<T>(x / n);
+    }
+  }
+}
+
+Status launchError(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return {};
+  return {Code::systemError, std::string(what) + " launch failed: " + cudaGetErrorString(err)};
+}
+
+template <typename Fn>
+decltype(auto) withProtocol(Protocol p, Fn&& fn) {
+  if (p == Protocol::ll) return fn(std::integral_constant<Protocol, Protocol::ll>{});
+  return fn(std::integral_constant<Protocol, Protocol::simple>{});
+}
+
+}  // namespace
+
+Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp op, Protocol proto,
+                      void* stream) {
+  const std::size_t smem = Scratchpad::bytes(args.nranks);
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return withOp(op, [&](auto reduction) {
+      using Op = decltype(reduction);
+      return withProtocol(proto, [&](auto p) {
+        auto kernel = scheduleKernel<T, Op, decltype(p)::value>;
+        if (smem > 48 * 1024) {
+          (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem));
+        }
+        kernel<<<static_cast<unsigned>(channels), kThreads, smem,
+                 static_cast<cudaStream_t>(stream)>>>(args);
+        return launchError("schedule kernel");
+      });
+    });
+  });
+}
+
+Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream) {
+  if (count == 0) return {};
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const auto blocks = static_cast<unsigned>(std::min<std::size_t>((count + 255) / 256, 1024));
+    divideKernel<T>
+        <<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<T*>(data), count, n);
+    return launchError("divide kernel");
+  });
+}
+
+Status preload() {
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
+      for (Protocol p : algo::kAllProtocols) {
+        cudaError_t err = withType(static_cast<DataType>(t), [&](auto* tag) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          return withOp(op, [&](auto reduction) {
+            using Op = decltype(reduction);
+            return withProtocol(p, [&](auto pc) {
+              cudaFuncAttributes attr;
+              cudaError_t e =
+                  cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
+              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
+              return e;
+            });
+          });
+        });
+        if (err != cudaSuccess)
+          return {Code::systemError,
+                  std::string("loading the schedule kernels: ") + cudaGetErrorString(err)};
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace weft::device

@@ -1,0 +1,89 @@
+// The CUDA executor's kernel: one thread block per channel walks this rank's step list once per
+// slice, exactly as the CpuExecutor's Runner does on the host (same geometry, same message
+// layout), moving messages through FIFOs in GPU memory that peers map with CUDA IPC.
+//
+// A connection (sender s -> receiver r, one channel) is K slots in r's memory for each protocol,
+// a head counter in r's memory (messages s has posted) and a tail counter in s's memory (messages
+// r has consumed): each side polls only its own memory and writes only the other's.
+//  - simple (bulk): s waits for tail + K > n, writes slot n % K, then a system-scope release of
+//    head = n + 1; r acquires head > n, reads the slot, releases tail = n + 1.
+//  - ll (low latency): each 8-byte line carries 4 bytes of data and a 4-byte flag (n + 1), so r
+//    polls the data itself and no separate flag round trip or fence is needed; tail as above.
+// Both protocols share one sequence per connection, so calls of either protocol follow each other.
+//
+// Host-includable: no CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algorithms/cost_model.hpp"
+#include "algorithms/schedule.hpp"
+#include "weft/status.hpp"
+#include "weft/types.hpp"
+
+namespace weft::device {
+
+// One direction of one channel with one peer, as this rank's kernel sees it.
+struct Endpoint {
+  std::byte* slots = nullptr;        // simple: K slots of slotBytes, in the receiver's memory
+  std::uint64_t* lines = nullptr;    // ll: K slots of llLines lines, in the receiver's memory
+  std::uint64_t* head = nullptr;     // posted, in the receiver's memory
+  std::uint64_t* tail = nullptr;     // consumed, in the sender's memory
+  std::uint64_t* counter = nullptr;  // this rank's count on this endpoint (its own memory)
+};
+
+// One channel's program for this rank, in device memory.
+struct ChannelCode {
+  const algo::Step* steps = nullptr;
+  std::uint32_t nsteps = 0;
+  const int* peers = nullptr;
+  const algo::Span* spans = nullptr;
+  std::uint32_t part = 0;
+};
+
+// Why a kernel stopped early (written once, to host-mapped memory).
+struct KernelError {
+  std::int32_t code = 0;  // 0 none, 1 timed out, 2 aborted
+  std::int32_t channel = -1;
+  std::int32_t peer = -1;
+  std::int32_t step = -1;
+};
+
+struct LaunchArgs {
+  const ChannelCode* channels = nullptr;   // [channel]
+  const Endpoint* to = nullptr;            // [channel * nranks + peer]
+  const Endpoint* from = nullptr;          // [channel * nranks + peer]
+  std::byte* staging = nullptr;            // [channel]: (nranks + 1) * llPayload bytes each
+  std::uint32_t* const* aborts = nullptr;  // [rank]: every rank's device abort word (own first
+                                           // checked; all set on failure)
+  const volatile std::int32_t* hostAbort = nullptr;  // this rank's host abort word, mapped
+  KernelError* error = nullptr;                      // host-mapped
+  std::uint64_t timeoutNs = 0;
+  int nranks = 1, rank = 0;
+  int slots = 4;
+  std::size_t slotBytes = 0;  // simple slot
+  std::size_t llPayload = 0;  // bytes of data an ll slot carries (half its lines' bytes)
+  // Geometry (exec::Geometry), and the stride each block's slice takes in a message.
+  std::size_t blockElems = 0, partElems = 0, sliceElems = 0, passes = 0, count = 0;
+  std::size_t strideBytes = 0;
+  std::uint32_t blocksPerSegment = 1;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::byte* scratch = nullptr;
+};
+
+inline constexpr int kThreads = 512;
+
+// Runs the schedule on `stream` (a cudaStream_t), one block per channel. avg reduces as sum.
+Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp op,
+                      algo::Protocol proto, void* stream);
+
+// data[i] /= n, on `stream` (the end of an avg).
+Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
+
+// Loads every kernel this file defines, so that a kernel spinning on a peer never waits for the
+// lazy loading of another (see ../shared/DEVICE.md).
+Status preload();
+
+}  // namespace weft::device

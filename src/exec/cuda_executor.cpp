@@ -1,0 +1,288 @@
+#include "src/exec/cuda_executor.hpp"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "src/device/schedule_kernel.hpp"
+#include "src/transport/cuda_ipc.hpp"
+
+namespace weft::exec {
+namespace {
+
+Status cudaFailed(const std::string& what, cudaError_t err) {
+  return {Code::systemError, what + ": " + cudaGetErrorString(err)};
+}
+
+std::size_t roundUp(std::size_t x, std::size_t to) {
+  return (x + to - 1) / to * to;
+}
+
+bool capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+bool cudaBuilt() {
+  return true;
+}
+
+bool isDevicePointer(const void* p) {
+  if (p == nullptr) return false;
+  static std::atomic<bool> driverLoaded{false};
+  if (!driverLoaded.load(std::memory_order_relaxed)) {
+    // Without the driver in the process there is no device memory, and asking the runtime would
+    // initialize CUDA (which a later fork could not use).
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) return false;
+    dlclose(h);
+    driverLoaded.store(true, std::memory_order_relaxed);
+  }
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
+                                                           boot::Bootstrap& bootstrap) {
+  std::unique_ptr<CudaExecutor> x(new CudaExecutor());
+  x->options_ = o;
+  x->nranks_ = bootstrap.size();
+  x->rank_ = bootstrap.rank();
+  const int n = x->nranks_, C = o.channels;
+  transport::CudaIpcGeometry g;
+  g.nranks = n;
+  g.rank = x->rank_;
+  g.channels = C;
+  g.slots = o.slots;
+  g.slotBytes = o.slotBytes;
+  g.llPayload = o.llPayload;
+  auto ipc = transport::CudaIpcTransport::create(g, bootstrap);
+  if (!ipc) return ipc.status();
+  x->ipc_ = std::move(*ipc);
+  if (Status s = device::preload(); !s) return s;
+
+  if (cudaError_t e = cudaHostAlloc(&x->error_, sizeof(device::KernelError),
+                                    cudaHostAllocMapped | cudaHostAllocPortable);
+      e != cudaSuccess)
+    return cudaFailed("allocating the kernels' error record", e);
+  std::memset(x->error_, 0, sizeof(device::KernelError));
+  if (cudaError_t e = cudaHostGetDevicePointer(&x->errorDevice_, x->error_, 0); e != cudaSuccess)
+    return cudaFailed("mapping the kernels' error record", e);
+  if (o.controlPage != nullptr && o.hostAbort != nullptr) {
+    // Without the mapping, kernels still stop on a peer kernel's abort and on their timeout.
+    if (cudaHostRegister(o.controlPage, o.controlBytes,
+                         cudaHostRegisterMapped | cudaHostRegisterPortable) == cudaSuccess) {
+      x->registered_ = true;
+      void* d = nullptr;
+      if (cudaHostGetDevicePointer(&d, const_cast<std::int32_t*>(o.hostAbort), 0) == cudaSuccess)
+        x->hostAbortDevice_ = static_cast<const std::int32_t*>(d);
+    }
+    (void)cudaGetLastError();
+  }
+
+  std::vector<device::Endpoint> eps(2 * static_cast<std::size_t>(C) * n);
+  for (int ch = 0; ch < C; ++ch) {
+    for (int q = 0; q < n; ++q) {
+      const std::size_t i = static_cast<std::size_t>(ch) * n + static_cast<std::size_t>(q);
+      eps[i] = x->ipc_->to(ch, q);
+      eps[static_cast<std::size_t>(C) * n + i] = x->ipc_->from(ch, q);
+    }
+  }
+  std::vector<std::uint32_t*> aborts(static_cast<std::size_t>(n));
+  // Its own word first in what the kernel checks most: aborts[rank].
+  for (int q = 0; q < n; ++q) aborts[static_cast<std::size_t>(q)] = x->ipc_->abortWord(q);
+  const std::size_t epBytes = eps.size() * sizeof(device::Endpoint);
+  const std::size_t bytes = epBytes + aborts.size() * sizeof(std::uint32_t*);
+  if (cudaError_t e = cudaMalloc(&x->endpoints_, bytes); e != cudaSuccess)
+    return cudaFailed("allocating the endpoint table", e);
+  auto* base = static_cast<std::byte*>(x->endpoints_);
+  if (cudaError_t e = cudaMemcpy(base, eps.data(), epBytes, cudaMemcpyHostToDevice);
+      e != cudaSuccess)
+    return cudaFailed("copying the endpoint table", e);
+  if (cudaError_t e = cudaMemcpy(base + epBytes, aborts.data(),
+                                 aborts.size() * sizeof(std::uint32_t*), cudaMemcpyHostToDevice);
+      e != cudaSuccess)
+    return cudaFailed("copying the endpoint table", e);
+  cudaEvent_t ev = nullptr;
+  if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess)
+    return cudaFailed("creating the completion event", e);
+  x->done_ = ev;
+  return x;
+}
+
+CudaExecutor::~CudaExecutor() {
+  (void)synchronize();
+  for (auto& [s, p] : uploads_) (void)cudaFree(p);
+  for (void* p : retired_) (void)cudaFree(p);
+  if (scratch_ != nullptr) (void)cudaFree(scratch_);
+  if (endpoints_ != nullptr) (void)cudaFree(endpoints_);
+  if (error_ != nullptr) (void)cudaFreeHost(error_);
+  if (registered_) (void)cudaHostUnregister(options_.controlPage);
+  if (done_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+  ipc_.reset();
+  (void)cudaGetLastError();
+}
+
+int CudaExecutor::device() const {
+  return ipc_->device();
+}
+
+std::string CudaExecutor::describe() const {
+  return ipc_->describe() + ", " + std::to_string(options_.channels) + " channel(s), " +
+         std::to_string(options_.slots) + " x " + std::to_string(options_.slotBytes / 1024) +
+         " KiB simple and " + std::to_string(options_.llPayload / 1024) + " KiB ll slots";
+}
+
+Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
+  if (auto it = uploads_.find(&s); it != uploads_.end()) return it->second;
+  const std::size_t C = s.channels.size();
+  // ChannelCode[C], then each channel's steps, peers and spans, each 16-byte aligned.
+  std::size_t at = roundUp(C * sizeof(device::ChannelCode), 16);
+  struct Parts {
+    std::size_t steps, peers, spans;
+  };
+  std::vector<Parts> parts(C);
+  for (std::size_t ch = 0; ch < C; ++ch) {
+    const algo::Program& p = s.program(ch, rank_);
+    parts[ch].steps = at;
+    at = roundUp(at + p.steps().size() * sizeof(algo::Step), 16);
+    parts[ch].peers = at;
+    at = roundUp(at + p.peerPool().size() * sizeof(int), 16);
+    parts[ch].spans = at;
+    at = roundUp(at + p.spanPool().size() * sizeof(algo::Span), 16);
+  }
+  void* dev = nullptr;
+  if (cudaError_t e = cudaMalloc(&dev, at); e != cudaSuccess)
+    return cudaFailed("allocating a schedule's device copy", e);
+  auto* base = static_cast<std::byte*>(dev);
+  std::vector<std::byte> host(at);
+  for (std::size_t ch = 0; ch < C; ++ch) {
+    const algo::Program& p = s.program(ch, rank_);
+    device::ChannelCode code;
+    code.steps = reinterpret_cast<const algo::Step*>(base + parts[ch].steps);
+    code.nsteps = static_cast<std::uint32_t>(p.steps().size());
+    code.peers = reinterpret_cast<const int*>(base + parts[ch].peers);
+    code.spans = reinterpret_cast<const algo::Span*>(base + parts[ch].spans);
+    code.part = s.channels[ch].part;
+    std::memcpy(host.data() + ch * sizeof code, &code, sizeof code);
+    std::memcpy(host.data() + parts[ch].steps, p.steps().data(),
+                p.steps().size() * sizeof(algo::Step));
+    std::memcpy(host.data() + parts[ch].peers, p.peerPool().data(),
+                p.peerPool().size() * sizeof(int));
+    std::memcpy(host.data() + parts[ch].spans, p.spanPool().data(),
+                p.spanPool().size() * sizeof(algo::Span));
+  }
+  if (cudaError_t e = cudaMemcpy(dev, host.data(), at, cudaMemcpyHostToDevice); e != cudaSuccess) {
+    (void)cudaFree(dev);
+    return cudaFailed(
+        "copying a schedule to the device (the first call of each size class "
+        "must not be inside a CUDA graph capture)",
+        e);
+  }
+  uploads_.emplace(&s, dev);
+  return static_cast<const void*>(dev);
+}
+
+Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffers& b,
+                         algo::Protocol p, void* stream) {
+  if (Status e = asyncError(); !e) return e;
+  if (s.channels.size() > static_cast<std::size_t>(options_.channels)) {
+    return internalError("a schedule of " + std::to_string(s.channels.size()) +
+                         " channels reached a GPU executor of " +
+                         std::to_string(options_.channels));
+  }
+  if (g.passes == 0) return {};
+  auto code = upload(s);
+  if (!code) return code.status();
+  const std::size_t esize = sizeOf(b.type);
+  const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);
+  if (need > scratchBytes_) {
+    void* fresh = nullptr;
+    if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
+      return cudaFailed("allocating " + std::to_string(need) + " bytes of device scratch", e);
+    if (scratch_ != nullptr) retired_.push_back(scratch_);
+    scratch_ = static_cast<std::byte*>(fresh);
+    scratchBytes_ = need;
+  }
+  const std::size_t C = static_cast<std::size_t>(options_.channels);
+  const auto N = static_cast<std::size_t>(nranks_);
+  auto* eps = static_cast<const device::Endpoint*>(endpoints_);
+  device::LaunchArgs a;
+  a.channels = static_cast<const device::ChannelCode*>(*code);
+  a.to = eps;
+  a.from = eps + C * N;
+  a.aborts = reinterpret_cast<std::uint32_t* const*>(eps + 2 * C * N);
+  a.staging = ipc_->staging();
+  a.hostAbort = hostAbortDevice_;
+  a.error = static_cast<device::KernelError*>(errorDevice_);
+  a.timeoutNs = static_cast<std::uint64_t>(options_.timeout.count()) * 1'000'000ull;
+  a.nranks = nranks_;
+  a.rank = rank_;
+  a.slots = options_.slots;
+  a.slotBytes = options_.slotBytes;
+  a.llPayload = options_.llPayload;
+  a.blockElems = g.blockElems;
+  a.partElems = g.partElems;
+  a.sliceElems = g.sliceElems;
+  a.passes = g.passes;
+  a.count = b.count;
+  a.strideBytes = roundUp(g.sliceElems * esize, 16);
+  a.blocksPerSegment = s.blocksPerSegment;
+  a.input = b.input;
+  a.output = b.output;
+  a.scratch = scratch_;
+  if (Status st =
+          device::launchSchedule(a, static_cast<int>(s.channels.size()), b.type, b.op, p, stream);
+      !st)
+    return st;
+  if (!capturing(stream)) {
+    if (cudaError_t e =
+            cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
+        e != cudaSuccess)
+      return cudaFailed("recording the call's completion", e);
+    pending_ = true;
+  }
+  return {};
+}
+
+Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::uint64_t n,
+                            void* stream) {
+  return device::divide(data, count, type, n, stream);
+}
+
+Status CudaExecutor::asyncError() const {
+  const auto* e = static_cast<const volatile device::KernelError*>(error_);
+  if (e == nullptr || e->code == 0) return {};
+  const std::string where = "GPU channel " + std::to_string(e->channel) + ", step " +
+                            std::to_string(e->step) + ", waiting for rank " +
+                            std::to_string(e->peer);
+  if (e->code == 1) {
+    return {Code::timeout, "rank " + std::to_string(rank_) + ": " + where + ": no progress in " +
+                               std::to_string(options_.timeout.count() / 1000) +
+                               " s (WEFT_TIMEOUT_S)"};
+  }
+  return {Code::remoteError,
+          "rank " + std::to_string(rank_) + ": " + where + ": the communicator was aborted"};
+}
+
+Status CudaExecutor::synchronize() {
+  if (!pending_) return {};
+  pending_ = false;
+  if (cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(done_)); e != cudaSuccess)
+    return cudaFailed("waiting for the communicator's kernels", e);
+  return asyncError();
+}
+
+}  // namespace weft::exec

@@ -1,0 +1,96 @@
+// The CudaExecutor runs a schedule on GPU memory: one kernel launch per call on the caller's
+// stream, one thread block per channel, each walking this rank's steps exactly as the
+// CpuExecutor does (same Geometry, same messages), through the cuda_ipc transport's FIFOs.
+// A call returns once its kernel is enqueued: it is ordered on the stream and can be captured
+// into a CUDA graph. A kernel that times out or sees an abort stops, aborts every rank's kernels,
+// and leaves its reason for asyncError(); the communicator's later calls then fail with it.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.hpp"
+#include "algorithms/schedule.hpp"
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/exec/cpu_executor.hpp"
+#include "weft/status.hpp"
+
+namespace weft::transport {
+class CudaIpcTransport;
+}
+
+namespace weft::exec {
+
+// Whether this build has the CUDA executor.
+bool cudaBuilt();
+
+// Whether p is memory of a CUDA device (device or managed). Never initializes CUDA in a process
+// that has not loaded the driver (so host-only programs, and their forks, stay CUDA-free).
+bool isDevicePointer(const void* p);
+
+struct GpuOptions {
+  int channels = 8;                    // thread blocks per call at most
+  int slots = 4;                       // per connection and protocol
+  std::size_t slotBytes = 256 * 1024;  // simple
+  std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
+  std::chrono::milliseconds timeout{300'000};
+  // This rank's host abort word (in its shared-memory inbox) and the page holding it: kernels
+  // watch it through a mapping, so abort() from any rank of the host stops them.
+  void* controlPage = nullptr;
+  std::size_t controlBytes = 0;
+  const std::int32_t* hostAbort = nullptr;
+};
+
+class CudaExecutor {
+ public:
+  // Collective over the bootstrap (every rank, on this host): maps every rank's device inbox.
+  static Result<std::unique_ptr<CudaExecutor>> create(const GpuOptions& o,
+                                                      boot::Bootstrap& bootstrap);
+  ~CudaExecutor();
+  CudaExecutor(const CudaExecutor&) = delete;
+  CudaExecutor& operator=(const CudaExecutor&) = delete;
+
+  int channels() const { return options_.channels; }
+  int device() const;
+  // The most bytes one message of the protocol carries.
+  std::size_t messageBytes(algo::Protocol p) const {
+    return p == algo::Protocol::ll ? options_.llPayload : options_.slotBytes;
+  }
+  std::string describe() const;
+
+  // Enqueues the schedule on `stream` (a cudaStream_t). b.scratch is ignored: the executor
+  // keeps its own device scratch. avg is left as a sum (see divide()).
+  Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
+             void* stream);
+  Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
+  // The failure a kernel recorded, if any.
+  Status asyncError() const;
+  // Waits for every kernel enqueued outside graph capture.
+  Status synchronize();
+
+ private:
+  CudaExecutor() = default;
+  Result<const void*> upload(const algo::Schedule& s);
+
+  GpuOptions options_;
+  int nranks_ = 1, rank_ = 0;
+  std::unique_ptr<transport::CudaIpcTransport> ipc_;
+  void* endpoints_ = nullptr;  // device: to[C * n], from[C * n], aborts[n]
+  void* error_ = nullptr;      // host-mapped KernelError
+  void* errorDevice_ = nullptr;
+  const std::int32_t* hostAbortDevice_ = nullptr;
+  bool registered_ = false;
+  std::map<const algo::Schedule*, void*> uploads_;  // device: ChannelCode[], steps, peers, spans
+  std::byte* scratch_ = nullptr;
+  std::size_t scratchBytes_ = 0;
+  std::vector<void*> retired_;  // earlier scratch, kept: captured graphs may still use it
+  void* done_ = nullptr;        // cudaEvent_t after the last launch outside capture
+  bool pending_ = false;
+};
+
+}  // namespace weft::exec

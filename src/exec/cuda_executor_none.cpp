@@ -1,0 +1,49 @@
+// The CudaExecutor of a build without CUDA: no pointer is a GPU's, and creating one says why.
+#include "src/exec/cuda_executor.hpp"
+
+namespace weft::transport {
+class CudaIpcTransport {};
+}  // namespace weft::transport
+
+namespace weft::exec {
+
+bool cudaBuilt() {
+  return false;
+}
+
+bool isDevicePointer(const void*) {
+  return false;
+}
+
+Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions&, boot::Bootstrap&) {
+  return Status(Code::unsupported, "this build has no CUDA (build with nvcc present)");
+}
+
+CudaExecutor::~CudaExecutor() = default;
+
+int CudaExecutor::device() const {
+  return -1;
+}
+
+std::string CudaExecutor::describe() const {
+  return "no CUDA";
+}
+
+Status CudaExecutor::run(const algo::Schedule&, const Geometry&, const Buffers&, algo::Protocol,
+                         void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
+Status CudaExecutor::divide(void*, std::size_t, DataType, std::uint64_t, void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
+Status CudaExecutor::asyncError() const {
+  return {};
+}
+
+Status CudaExecutor::synchronize() {
+  return {};
+}
+
+}  // namespace weft::exec

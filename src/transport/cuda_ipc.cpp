@@ -1,0 +1,191 @@
+#include "src/transport/cuda_ipc.hpp"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace weft::transport {
+namespace {
+
+constexpr std::size_t kAbortBytes = 256;
+constexpr std::size_t kControlBytes = 256;  // head, tail and counts, each on its own 64 bytes
+
+// Where the words of one (channel, peer) control block sit.
+constexpr std::size_t kHead = 0, kTail = 64, kSent = 128, kReceived = 192;
+
+std::size_t roundUp(std::size_t x, std::size_t to) {
+  return (x + to - 1) / to * to;
+}
+
+Status cudaFailed(const std::string& what, cudaError_t err) {
+  return {Code::systemError, what + ": " + cudaGetErrorString(err)};
+}
+
+// What each rank shares: where its inbox is, and how to map it.
+struct InboxRecord {
+  cudaIpcMemHandle_t handle;
+  std::uint64_t address;
+  std::int32_t pid;
+  std::int32_t device;
+  std::int32_t ipcOk;
+  char bus[20];  // PCI bus id, for the summary and to tell devices apart across processes
+};
+
+}  // namespace
+
+std::size_t CudaIpcGeometry::controlOffset(int channel, int peer) const {
+  return kAbortBytes +
+         (static_cast<std::size_t>(channel) * nranks + static_cast<std::size_t>(peer)) *
+             kControlBytes;
+}
+
+std::size_t CudaIpcGeometry::dataOffset(int channel, int sender) const {
+  const std::size_t controls =
+      roundUp(kAbortBytes + static_cast<std::size_t>(channels) * nranks * kControlBytes, 4096);
+  const std::size_t pair = static_cast<std::size_t>(slots) * (slotBytes + 2 * llPayload);
+  return controls +
+         (static_cast<std::size_t>(channel) * nranks + static_cast<std::size_t>(sender)) * pair;
+}
+
+std::size_t CudaIpcGeometry::stagingOffset() const {
+  return dataOffset(channels, 0);
+}
+
+std::size_t CudaIpcGeometry::inboxBytes() const {
+  return stagingOffset() + static_cast<std::size_t>(channels) * (nranks + 1) * llPayload;
+}
+
+Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpcGeometry& g,
+                                                                   boot::Bootstrap& bootstrap) {
+  std::unique_ptr<CudaIpcTransport> t(new CudaIpcTransport());
+  t->g_ = g;
+  const auto N = static_cast<std::size_t>(g.nranks), ME = static_cast<std::size_t>(g.rank);
+  std::vector<InboxRecord> all(N);
+  InboxRecord& self = all[ME];
+  std::memset(&self, 0, sizeof self);
+  Status local = [&]() -> Status {
+    if (cudaError_t e = cudaGetDevice(&t->device_); e != cudaSuccess)
+      return cudaFailed("cuda_ipc: no current CUDA device", e);
+    void* p = nullptr;
+    if (cudaError_t e = cudaMalloc(&p, g.inboxBytes()); e != cudaSuccess)
+      return cudaFailed(
+          "cuda_ipc: allocating the " + std::to_string(g.inboxBytes() >> 20) + " MiB device inbox",
+          e);
+    t->own_ = static_cast<std::byte*>(p);
+    if (cudaError_t e = cudaMemset(p, 0, g.inboxBytes()); e != cudaSuccess)
+      return cudaFailed("cuda_ipc: clearing the device inbox", e);
+    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
+      return cudaFailed("cuda_ipc: clearing the device inbox", e);
+    self.ipcOk = cudaIpcGetMemHandle(&self.handle, p) == cudaSuccess ? 1 : 0;
+    (void)cudaGetLastError();
+    (void)cudaDeviceGetPCIBusId(self.bus, sizeof self.bus, t->device_);
+    return {};
+  }();
+  self.address = reinterpret_cast<std::uintptr_t>(t->own_);
+  self.pid = static_cast<std::int32_t>(getpid());
+  self.device = local ? t->device_ : -1;
+  // Every rank learns of every failure here, so none waits for a peer that gave up.
+  if (Status s = bootstrap.allGather(all.data(), sizeof(InboxRecord)); !s) return s;
+  if (!local) return local;
+  for (std::size_t q = 0; q < N; ++q) {
+    if (all[q].device < 0) {
+      return Status(Code::systemError,
+                    "cuda_ipc: rank " + std::to_string(q) + " could not set up its device inbox");
+    }
+  }
+
+  t->inboxes_.assign(N, nullptr);
+  t->opened_.assign(N, 0);
+  int processes = 0, sameDevice = 0;
+  for (std::size_t q = 0; q < N; ++q) {
+    const InboxRecord& r = all[q];
+    const bool sameProcess = r.pid == self.pid;
+    const bool onMyDevice = std::strncmp(r.bus, self.bus, sizeof self.bus) == 0;
+    sameDevice += onMyDevice ? 1 : 0;
+    if (q == ME) {
+      t->inboxes_[q] = t->own_;
+      continue;
+    }
+    if (sameProcess) {
+      if (r.device != t->device_) {
+        int can = 0;
+        (void)cudaDeviceCanAccessPeer(&can, t->device_, r.device);
+        if (can == 0) {
+          return Status(Code::unsupported, "cuda_ipc: rank " + std::to_string(q) + "'s GPU " +
+                                               std::to_string(r.device) +
+                                               " is not peer-accessible from GPU " +
+                                               std::to_string(t->device_));
+        }
+        const cudaError_t e = cudaDeviceEnablePeerAccess(r.device, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          return cudaFailed("cuda_ipc: enabling peer access to GPU " + std::to_string(r.device), e);
+        (void)cudaGetLastError();
+      }
+      t->inboxes_[q] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.address));
+      continue;
+    }
+    ++processes;
+    if (r.ipcOk == 0) {
+      return Status(Code::unsupported,
+                    "cuda_ipc: rank " + std::to_string(q) + " could not export its inbox");
+    }
+    void* mapped = nullptr;
+    if (cudaError_t e = cudaIpcOpenMemHandle(&mapped, r.handle, cudaIpcMemLazyEnablePeerAccess);
+        e != cudaSuccess) {
+      return cudaFailed("cuda_ipc: mapping rank " + std::to_string(q) + "'s device inbox (GPU " +
+                            std::string(r.bus) + ")",
+                        e);
+    }
+    t->inboxes_[q] = static_cast<std::byte*>(mapped);
+    t->opened_[q] = 1;
+  }
+  // Nobody writes a peer's inbox before every rank has cleared its own and mapped the others.
+  if (Status s = bootstrap.barrier(); !s) return s;
+  t->description_ = "cuda_ipc on GPU " + std::to_string(t->device_) + " (" + self.bus + "), " +
+                    std::to_string(sameDevice) + " of " + std::to_string(N) +
+                    " rank(s) on this device, " + std::to_string(processes) +
+                    " peer(s) in other processes";
+  return t;
+}
+
+CudaIpcTransport::~CudaIpcTransport() {
+  for (std::size_t q = 0; q < inboxes_.size(); ++q) {
+    if (opened_[q] != 0) (void)cudaIpcCloseMemHandle(inboxes_[q]);
+  }
+  if (own_ != nullptr) (void)cudaFree(own_);
+}
+
+device::Endpoint CudaIpcTransport::to(int channel, int peer) const {
+  device::Endpoint e;
+  if (peer == g_.rank) return e;
+  std::byte* theirs = inboxes_[static_cast<std::size_t>(peer)];
+  std::byte* mine = inboxes_[static_cast<std::size_t>(g_.rank)];
+  std::byte* data = theirs + g_.dataOffset(channel, g_.rank);
+  e.slots = data;
+  e.lines = reinterpret_cast<std::uint64_t*>(data + g_.slots * g_.slotBytes);
+  e.head = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kHead);
+  e.tail = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kTail);
+  e.counter = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kSent);
+  return e;
+}
+
+device::Endpoint CudaIpcTransport::from(int channel, int peer) const {
+  device::Endpoint e;
+  if (peer == g_.rank) return e;
+  std::byte* theirs = inboxes_[static_cast<std::size_t>(peer)];
+  std::byte* mine = inboxes_[static_cast<std::size_t>(g_.rank)];
+  std::byte* data = mine + g_.dataOffset(channel, peer);
+  e.slots = data;
+  e.lines = reinterpret_cast<std::uint64_t*>(data + g_.slots * g_.slotBytes);
+  e.head = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kHead);
+  e.tail = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kTail);
+  e.counter = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kReceived);
+  return e;
+}
+
+std::uint32_t* CudaIpcTransport::abortWord(int rank) const {
+  return reinterpret_cast<std::uint32_t*>(inboxes_[static_cast<std::size_t>(rank)]);
+}
+
+}  // namespace weft::transport

@@ -1,0 +1,72 @@
+// The cuda_ipc transport: every rank's FIFOs live in one allocation of its GPU's memory (its
+// device inbox); every peer maps it, with CUDA IPC between processes, or directly between threads
+// of one process (with peer access enabled when their devices differ). Ranks sharing one device
+// are allowed: that is how a one-GPU machine runs several ranks.
+//
+// Layout of one rank's inbox, for n ranks, C channels and K slots per connection:
+//   [abort word]                         set by any rank's kernel when it fails
+//   [control of (channel, peer)] x C*n   head (peer's messages posted here), tail (this rank's
+//                                        messages the peer consumed), this rank's own counts
+//   [data of (channel, sender)] x C*n    K simple slots, then K ll slots (twice their payload)
+//   [staging of channel] x C             ll: (n + 1) payloads the kernel packs and unpacks in
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/device/schedule_kernel.hpp"
+#include "weft/status.hpp"
+
+namespace weft::transport {
+
+struct CudaIpcGeometry {
+  int nranks = 1;
+  int rank = 0;
+  int channels = 1;
+  int slots = 4;
+  std::size_t slotBytes = 256 * 1024;
+  std::size_t llPayload = 16 * 1024;
+
+  std::size_t controlOffset(int channel, int peer) const;
+  std::size_t dataOffset(int channel, int sender) const;
+  std::size_t stagingOffset() const;
+  std::size_t inboxBytes() const;
+};
+
+class CudaIpcTransport {
+ public:
+  // Collective over the bootstrap: allocates this rank's inbox on the current device, shares
+  // it, and maps every peer's (ranks with this process's pid directly, others with CUDA IPC).
+  // Every rank must run on this host.
+  static Result<std::unique_ptr<CudaIpcTransport>> create(const CudaIpcGeometry& g,
+                                                          boot::Bootstrap& bootstrap);
+  ~CudaIpcTransport();
+  CudaIpcTransport(const CudaIpcTransport&) = delete;
+  CudaIpcTransport& operator=(const CudaIpcTransport&) = delete;
+
+  const CudaIpcGeometry& geometry() const { return g_; }
+  int device() const { return device_; }
+  device::Endpoint to(int channel, int peer) const;
+  device::Endpoint from(int channel, int peer) const;
+  std::uint32_t* abortWord(int rank) const;
+  std::byte* staging() const {
+    return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
+  }
+  // "3 processes on GPU 0, 1 thread(s) ..." for the communicator's summary.
+  std::string describe() const { return description_; }
+
+ private:
+  CudaIpcTransport() = default;
+  CudaIpcGeometry g_;
+  int device_ = -1;
+  std::byte* own_ = nullptr;          // cudaMalloc'd
+  std::vector<std::byte*> inboxes_;   // by rank, as mapped here
+  std::vector<std::uint8_t> opened_;  // by rank: mapped with cudaIpcOpenMemHandle
+  std::string description_;
+};
+
+}  // namespace weft::transport
