@@ -116,26 +116,46 @@ class Comm {
   std::string summary() const { return weftCommSummary(h_); }
   Status abort() { return detail::status(weftCommAbort(h_)); }
 
-  Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op) {
+  // Host buffers block and take no stream; GPU buffers are enqueued on `stream` (a
+  // cudaStream_t) and return at once (weft.h says more).
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
+                   void* stream = nullptr) {
     return detail::status(
-        weftAllReduce(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
+        weftAllReduce(send, recv, count, detail::c(t), detail::c(op), h_, stream));
   }
-  Status allGather(const void* send, void* recv, std::size_t count, DataType t) {
-    return detail::status(weftAllGather(send, recv, count, detail::c(t), h_, nullptr));
+  Status allGather(const void* send, void* recv, std::size_t count, DataType t,
+                   void* stream = nullptr) {
+    return detail::status(weftAllGather(send, recv, count, detail::c(t), h_, stream));
   }
-  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType t, RedOp op) {
+  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
+                       void* stream = nullptr) {
     return detail::status(
-        weftReduceScatter(send, recv, count, detail::c(t), detail::c(op), h_, nullptr));
+        weftReduceScatter(send, recv, count, detail::c(t), detail::c(op), h_, stream));
   }
-  Status broadcast(const void* send, void* recv, std::size_t count, DataType t, int root) {
-    return detail::status(weftBroadcast(send, recv, count, detail::c(t), root, h_, nullptr));
+  Status broadcast(const void* send, void* recv, std::size_t count, DataType t, int root,
+                   void* stream = nullptr) {
+    return detail::status(weftBroadcast(send, recv, count, detail::c(t), root, h_, stream));
   }
-  Status reduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op, int root) {
+  Status reduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op, int root,
+                void* stream = nullptr) {
     return detail::status(
-        weftReduce(send, recv, count, detail::c(t), detail::c(op), root, h_, nullptr));
+        weftReduce(send, recv, count, detail::c(t), detail::c(op), root, h_, stream));
   }
-  Status allToAll(const void* send, void* recv, std::size_t count, DataType t) {
-    return detail::status(weftAllToAll(send, recv, count, detail::c(t), h_, nullptr));
+  Status allToAll(const void* send, void* recv, std::size_t count, DataType t,
+                  void* stream = nullptr) {
+    return detail::status(weftAllToAll(send, recv, count, detail::c(t), h_, stream));
+  }
+  // What stopped a GPU call after it was enqueued (timeout, abort), or ok.
+  Status asyncError() const {
+    weftResult_t r = weftSuccess;
+    if (Status s = detail::status(weftCommGetAsyncError(h_, &r)); !s) return s;
+    return detail::status(r);
+  }
+  // The GPU the communicator's GPU transport uses (-1 before its first GPU call).
+  int device() const {
+    int d = -1;
+    (void)weftCommDevice(h_, &d);
+    return d;
   }
   Status send(const void* buf, std::size_t count, DataType t, int peer) {
     return detail::status(weftSend(buf, count, detail::c(t), peer, h_, nullptr));
@@ -147,8 +167,8 @@ class Comm {
 
   // Typed forms: the DataType follows from T.
   template <typename T>
-  Status allReduce(const T* send, T* recv, std::size_t count, RedOp op) {
-    return allReduce(send, recv, count, dataTypeOf<T>(), op);
+  Status allReduce(const T* send, T* recv, std::size_t count, RedOp op, void* stream = nullptr) {
+    return allReduce(send, recv, count, dataTypeOf<T>(), op, stream);
   }
 
  private:

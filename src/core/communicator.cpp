@@ -512,6 +512,7 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
 Status Communicator::run(Collective coll, const void* input, void* output, std::size_t count,
                          DataType type, RedOp op, int root, void* stream) {
   if (Status s = checkUsable(std::string(name(coll)).c_str()); !s) return s;
+  if (count == 0) return {};
   if (exec::isDevicePointer(input) || exec::isDevicePointer(output))
     return runGpu(coll, input, output, count, type, op, root, stream);
   if (stream != nullptr) {
@@ -519,7 +520,6 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
                                           ": a stream was given with host buffers (streams "
                                           "order calls on GPU buffers; pass NULL)");
   }
-  if (count == 0) return {};
   const algo::Segments seg = algo::segments(coll, size_);
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);

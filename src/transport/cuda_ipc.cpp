@@ -73,10 +73,15 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
           "cuda_ipc: allocating the " + std::to_string(g.inboxBytes() >> 20) + " MiB device inbox",
           e);
     t->own_ = static_cast<std::byte*>(p);
-    if (cudaError_t e = cudaMemset(p, 0, g.inboxBytes()); e != cudaSuccess)
-      return cudaFailed("cuda_ipc: clearing the device inbox", e);
-    if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess)
-      return cudaFailed("cuda_ipc: clearing the device inbox", e);
+    // On a stream of its own: ranks that are threads of this process may have kernels running
+    // (other communicators), and a device-wide wait would wait for them.
+    cudaStream_t s = nullptr;
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess)
+      return cudaFailed("cuda_ipc: creating a stream", e);
+    cudaError_t e = cudaMemsetAsync(p, 0, g.inboxBytes(), s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    (void)cudaStreamDestroy(s);
+    if (e != cudaSuccess) return cudaFailed("cuda_ipc: clearing the device inbox", e);
     self.ipcOk = cudaIpcGetMemHandle(&self.handle, p) == cudaSuccess ? 1 : 0;
     (void)cudaGetLastError();
     (void)cudaDeviceGetPCIBusId(self.bus, sizeof self.bus, t->device_);

@@ -246,12 +246,23 @@ inline std::pair<std::size_t, std::size_t> sizes(Collective coll, std::size_t co
   }
 }
 
+// Where the buffers of a GPU run live: the test supplies device allocation, copies, each rank's
+// stream, and the wait for a rank's call (which returns its asynchronous error, or "").
+struct DeviceMemory {
+  std::function<std::byte*(int rank, std::size_t bytes)> alloc;
+  std::function<void(int rank, std::byte*)> release;
+  std::function<void(int rank, void* to, const void* from, std::size_t bytes)> copy;
+  std::function<void*(int rank)> stream;
+  std::function<std::string(Comm& comm, int rank)> finish;
+};
+
 // Runs one case on the ranks this process holds and checks every output element of theirs;
 // returns "" or the first failure. Every rank's input is a function of (seed, rank), so a rank
 // of a multi-process run computes its peers' inputs, and its expected output, by itself.
-// comms: all n ranks (threads), or just this process's rank `only` of n.
+// comms: all n ranks (threads), or just this process's rank `only` of n. With `gpu`, the
+// buffers are copied to device memory (poison included) and the results copied back.
 inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_t seed, int n = -1,
-                           int only = -1) {
+                           int only = -1, const DeviceMemory* gpu = nullptr) {
   if (n < 0) n = static_cast<int>(comms.size());
   auto mine = [&](int r) { return only < 0 || r == only; };
   auto commOf = [&](int r) -> Comm& { return comms[only < 0 ? static_cast<std::size_t>(r) : 0]; };
@@ -291,33 +302,61 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
     }
   }
   std::vector<Status> st(static_cast<std::size_t>(n));
+  // GPU: each rank's input and output in device memory, the pointers moved there.
+  std::vector<std::byte*> devIn(static_cast<std::size_t>(n)), devOut(devIn.size());
+  std::vector<std::string> async(static_cast<std::size_t>(n));
+  auto toDevice = [&](int r, const std::byte* p) -> std::byte* {
+    const auto R = static_cast<std::size_t>(r);
+    const std::byte* I = in[R].data();
+    const std::byte* O = out[R].data();
+    if (p >= I && p <= I + in[R].size()) return devIn[R] + (p - I);
+    return devOut[R] + (p - O);
+  };
   auto body = [&](int r) {
     Comm& comm = commOf(r);
-    const void* s = sendPtr[static_cast<std::size_t>(r)];
-    void* d = recvPtr[static_cast<std::size_t>(r)];
-    Status& x = st[static_cast<std::size_t>(r)];
+    const auto R = static_cast<std::size_t>(r);
+    const void* s = sendPtr[R];
+    void* d = recvPtr[R];
+    void* stream = nullptr;
+    if (gpu != nullptr) {
+      devIn[R] = gpu->alloc(r, std::max<std::size_t>(in[R].size(), 16));
+      devOut[R] = gpu->alloc(r, std::max<std::size_t>(out[R].size(), 16));
+      gpu->copy(r, devIn[R], in[R].data(), in[R].size());
+      gpu->copy(r, devOut[R], out[R].data(), out[R].size());
+      s = toDevice(r, sendPtr[R]);
+      d = toDevice(r, recvPtr[R]);
+      stream = gpu->stream(r);
+    }
+    Status& x = st[R];
     switch (c.coll) {
       case Collective::allReduce:
-        x = comm.allReduce(s, d, c.count, c.type, c.op);
+        x = comm.allReduce(s, d, c.count, c.type, c.op, stream);
         break;
       case Collective::allGather:
-        x = comm.allGather(s, d, c.count, c.type);
+        x = comm.allGather(s, d, c.count, c.type, stream);
         break;
       case Collective::reduceScatter:
-        x = comm.reduceScatter(s, d, c.count, c.type, c.op);
+        x = comm.reduceScatter(s, d, c.count, c.type, c.op, stream);
         break;
       case Collective::broadcast:
-        x = comm.broadcast(s, d, c.count, c.type, c.root);
+        x = comm.broadcast(s, d, c.count, c.type, c.root, stream);
         break;
       case Collective::reduce:
-        x = comm.reduce(s, d, c.count, c.type, c.op, c.root);
+        x = comm.reduce(s, d, c.count, c.type, c.op, c.root, stream);
         break;
       case Collective::allToAll:
-        x = comm.allToAll(s, d, c.count, c.type);
+        x = comm.allToAll(s, d, c.count, c.type, stream);
         break;
       default:
         x = Status(Code::internalError, "not a collective of this test");
         break;
+    }
+    if (gpu != nullptr) {
+      async[R] = gpu->finish(comm, r);
+      gpu->copy(r, in[R].data(), devIn[R], in[R].size());
+      gpu->copy(r, out[R].data(), devOut[R], out[R].size());
+      gpu->release(r, devIn[R]);
+      gpu->release(r, devOut[R]);
     }
   };
   if (only < 0) {
@@ -328,6 +367,8 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
   for (int r = 0; r < n; ++r) {
     if (mine(r) && !st[static_cast<std::size_t>(r)].isOk())
       return "rank " + std::to_string(r) + ": " + st[static_cast<std::size_t>(r)].toString();
+    if (mine(r) && !async[static_cast<std::size_t>(r)].empty())
+      return "rank " + std::to_string(r) + ": " + async[static_cast<std::size_t>(r)];
   }
   // The result buffer of each rank, and the expected value of each of its elements.
   for (int r = 0; r < n; ++r) {
@@ -386,7 +427,8 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
 // The matrix every transport and launch runs: each collective x dtype x op, sizes from 0 to
 // beyond a FIFO slot (the big one for common types only), in place and out of place, with
 // seeds from 1. Returns the failures (at most 10 described).
-inline std::vector<std::string> runMatrix(std::vector<Comm>& comms, int n, int only = -1) {
+inline std::vector<std::string> runMatrix(std::vector<Comm>& comms, int n, int only = -1,
+                                          const DeviceMemory* gpu = nullptr) {
   std::vector<std::string> failures;
   std::uint64_t seed = 1;
   for (Collective coll : {Collective::allReduce, Collective::reduceScatter, Collective::reduce,
@@ -403,7 +445,7 @@ inline std::vector<std::string> runMatrix(std::vector<Comm>& comms, int n, int o
             const int root =
                 hasRoot(coll) ? static_cast<int>(seed % static_cast<std::uint64_t>(n)) : 0;
             const Case c{coll, type, op, count, inPlace, root};
-            const std::string err = runCase(comms, c, seed++, n, only);
+            const std::string err = runCase(comms, c, seed++, n, only, gpu);
             if (!err.empty() && failures.size() < 10)
               failures.push_back(describe(c, n) + ": " + err);
           }

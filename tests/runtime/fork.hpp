@@ -1,0 +1,116 @@
+// Ranks as processes for the tests: fork n children, hand them the unique id, collect their
+// exit codes, and never wait forever; and the shared-memory segments they leave.
+#pragma once
+
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/weft.hpp"
+
+namespace weft::test {
+
+// Segments in /dev/shm created by these processes (weft names them /weft-<pid>-<random>); other
+// tests running at the same time have other pids.
+inline int segmentsOf(const std::vector<pid_t>& pids) {
+  int count = 0;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) {
+      for (pid_t p : pids) {
+        if (std::string(e->d_name).rfind("weft-" + std::to_string(p) + "-", 0) == 0) ++count;
+      }
+    }
+    closedir(d);
+  }
+  return count;
+}
+
+// Forks n ranks running body(rank, comm) -> exit code; returns each child's exit code (or -sig),
+// killing any still running after `limit`.
+// ThreadSanitizer cannot follow a process that forks while it has threads (the root listener)
+// and then starts threads: under it these tests skip; ASan runs them.
+#if defined(__SANITIZE_THREAD__)
+#define WEFT_SKIP_UNDER_TSAN() GTEST_SKIP() << "fork after threads is unsupported under TSan"
+#else
+#define WEFT_SKIP_UNDER_TSAN() (void)0
+#endif
+
+inline std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& body,
+                                  std::vector<pid_t>* children = nullptr,
+                                  std::chrono::seconds limit = std::chrono::seconds(60),
+                                  const std::function<void(int)>& beforeInit = nullptr) {
+  // The ranks are forked before the id exists, so no thread of this process (the id's root
+  // listener) can hold a lock across the fork; the id reaches them through a pipe.
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int r = 0; r < n; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) ADD_FAILURE() << "pipe";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[1]);
+      UniqueId id{};
+      std::size_t got = 0;
+      while (got < sizeof id) {
+        const ssize_t k = read(fds[0], reinterpret_cast<char*>(&id) + got, sizeof id - got);
+        if (k <= 0) _exit(91);
+        got += static_cast<std::size_t>(k);
+      }
+      if (beforeInit) beforeInit(r);
+      auto comm = Comm::initRank(n, id, r);
+      if (!comm) {
+        std::fprintf(stderr, "rank %d: init: %s\n", r, comm.status().toString().c_str());
+        _exit(90);
+      }
+      const int code = body(r, *comm);
+      _exit(code);
+    }
+    close(fds[0]);
+    pipes.push_back(fds[1]);
+    pids.push_back(pid);
+  }
+  auto id = UniqueId::make();
+  EXPECT_TRUE(id.isOk()) << id.status().toString();
+  for (int fd : pipes) {
+    if (id.isOk() && write(fd, &*id, sizeof *id) != static_cast<ssize_t>(sizeof *id))
+      ADD_FAILURE() << "write";
+    close(fd);
+  }
+  if (children != nullptr) *children = pids;
+  std::vector<int> codes(static_cast<std::size_t>(n), -1000);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (codes[static_cast<std::size_t>(r)] != -1000) continue;
+      int status = 0;
+      if (waitpid(pids[static_cast<std::size_t>(r)], &status, WNOHANG) > 0) {
+        codes[static_cast<std::size_t>(r)] =
+            WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r) {
+        if (codes[static_cast<std::size_t>(r)] == -1000) {
+          kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+          waitpid(pids[static_cast<std::size_t>(r)], nullptr, 0);
+          codes[static_cast<std::size_t>(r)] = -999;  // hung
+        }
+      }
+      break;
+    }
+    usleep(2000);
+  }
+  return codes;
+}
+
+}  // namespace weft::test
