@@ -244,9 +244,14 @@ class Runner {
       sp_.sent[q] = to_[q].counter != nullptr ? *to_[q].counter : 0;
       sp_.received[q] = from_[q].counter != nullptr ? *from_[q].counter : 0;
     }
-    if (threadIdx.x == 0) *sp_.failed = 0;
+    if (threadIdx.x == 0) {
+      // A communicator some kernel aborted runs nothing more (even what would not wait).
+      const std::uint32_t aborted = *reinterpret_cast<volatile std::uint32_t*>(a_.aborts[a_.rank]);
+      if (aborted != 0) fail(a_, 2, channel_, -1, -1);
+      *sp_.failed = aborted != 0 ? 1 : 0;
+    }
     __syncthreads();
-    bool ok = true;
+    bool ok = *sp_.failed == 0;
     for (std::size_t pass = 0; ok && pass < a_.passes; ++pass) {
       offset_ = code_.part * a_.partElems + pass * a_.sliceElems;
       room_ = lesser(a_.sliceElems, a_.partElems - pass * a_.sliceElems);

@@ -265,9 +265,10 @@ Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::u
 Status CudaExecutor::asyncError() const {
   const auto* e = static_cast<const volatile device::KernelError*>(error_);
   if (e == nullptr || e->code == 0) return {};
-  const std::string where = "GPU channel " + std::to_string(e->channel) + ", step " +
-                            std::to_string(e->step) + ", waiting for rank " +
-                            std::to_string(e->peer);
+  const std::string where =
+      e->peer < 0 ? "GPU channel " + std::to_string(e->channel) + ", at its start"
+                  : "GPU channel " + std::to_string(e->channel) + ", step " +
+                        std::to_string(e->step) + ", waiting for rank " + std::to_string(e->peer);
   if (e->code == 1) {
     return {Code::timeout, "rank " + std::to_string(rank_) + ": " + where + ": no progress in " +
                                std::to_string(options_.timeout.count() / 1000) +
