@@ -303,6 +303,14 @@ int runTune(const TuneArgs& args) {
         }
       }
       std::printf("\n");
+      if (!args.candidates) continue;
+      // Every candidate, cheapest estimate first: where the model and the simulator disagree.
+      for (const Candidate& c : r.candidates) {
+        std::printf(
+            "%8s  %-16s %10.1f %10s   est/sim %s\n", "", label(c.estimate).c_str(),
+            c.estimate.timeUs, c.sim ? std::to_string(c.sim->timeUs).substr(0, 9).c_str() : "n/a",
+            c.sim ? std::to_string(c.estimate.timeUs / c.sim->timeUs).substr(0, 5).c_str() : "n/a");
+      }
     }
     std::printf(
         "(busbw in GB/s from the simulated time, each algorithm at its better protocol; "

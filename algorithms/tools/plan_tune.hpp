@@ -12,7 +12,8 @@ struct TuneArgs {
   std::string sizes = "8:4G";
   std::string svg;
   std::string tuningFile;
-  bool summary = false;  // the worst regret per combination instead of the per-size table
+  bool summary = false;     // the worst regret per combination instead of the per-size table
+  bool candidates = false;  // the per-size table lists every candidate's estimate and sim
 };
 
 int runTune(const TuneArgs& args);

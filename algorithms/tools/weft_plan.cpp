@@ -315,6 +315,8 @@ int main(int argc, char** argv) {
   tuneCmd->add_option("--tuning", tune.tuningFile,
                       "JSON tuning file (else WEFT_TUNING_FILE, else defaults)");
   tuneCmd->add_flag("--summary", tune.summary, "only the worst regret of each combination");
+  tuneCmd->add_flag("--candidates", tune.candidates,
+                    "per size, every candidate's estimate next to its simulated time");
 
   CLI11_PARSE(app, argc, argv);
 
