@@ -35,7 +35,7 @@ class Hierarchical final : public Algorithm {
       Program& p = s.program(0, r);
       const int a = r / G, l = r % G;
       for (int k = 0; k < G; ++k) {
-        const int m = mod(k - l, G);
+        const int m = roundPartner(l, k, G);
         BlockList out;
         for (std::uint32_t b = 0; b < uN; ++b)
           out.add(input, b * uG + static_cast<std::uint32_t>(m));
@@ -48,7 +48,7 @@ class Hierarchical final : public Algorithm {
         }
       }
       for (int k = 0; k < N; ++k) {
-        const int c = mod(k - a, N);
+        const int c = roundPartner(a, k, N);
         BlockList staged;
         for (std::uint32_t j = 0; j < uG; ++j)
           staged.add(scratch, j * uN + static_cast<std::uint32_t>(c));

@@ -41,6 +41,21 @@ inline std::vector<int> allPeersOf(int r, int n) {
   return out;
 }
 
+// A round-robin schedule of m rounds on m players in which every round is an involution, every
+// pair of distinct players meets in exactly one round and every player meets itself in one.
+// Returns x's partner in round k. m even: round 0 is the identity and rounds 1..m-1 are the
+// circle method's perfect matchings (reflection on m-1 players, the one it fixes meeting player
+// m-1), so nobody idles while others exchange; m odd: round k reflects, x meets k - x, and the one
+// player it fixes has its own round then.
+constexpr int roundPartner(int x, int k, int m) {
+  if (m % 2 == 1) return mod(k - x, m);
+  if (k == 0) return x;
+  const int last = m - 1;
+  if (x == last) return k - 1;
+  const int q = mod(2 * (k - 1) - x, last);
+  return q == x ? last : q;
+}
+
 struct TreeNode {
   int parent = -1;
   std::vector<int> children;  // ascending

@@ -152,6 +152,50 @@ TEST(Hierarchical, EveryGroupSizeThatDividesTheRanks) {
   }
 }
 
+TEST(RoundPartner, EveryPairMeetsOnceAndEvenCountsNeverIdle) {
+  for (int m = 1; m <= 33; ++m) {
+    std::vector<std::vector<int>> met(static_cast<std::size_t>(m),
+                                      std::vector<int>(static_cast<std::size_t>(m), 0));
+    for (int k = 0; k < m; ++k) {
+      int fixed = 0;
+      for (int x = 0; x < m; ++x) {
+        const int y = roundPartner(x, k, m);
+        ASSERT_GE(y, 0);
+        ASSERT_LT(y, m);
+        EXPECT_EQ(roundPartner(y, k, m), x) << "m=" << m << " round " << k << " is an involution";
+        ++met[static_cast<std::size_t>(x)][static_cast<std::size_t>(y)];
+        fixed += y == x;
+      }
+      // Even counts: round 0 is everyone's own, and every other round a perfect matching.
+      const int expected = m % 2 == 1 ? 1 : (k == 0 ? m : 0);
+      EXPECT_EQ(fixed, expected) << "m=" << m << " round " << k;
+    }
+    for (const auto& row : met) {
+      for (int times : row) EXPECT_EQ(times, 1) << "m=" << m;
+    }
+  }
+}
+
+TEST(Hierarchical, NoRankRunsAheadInAnEvenExchange) {
+  // With even host and group counts every rank copies its own part in the first round of each
+  // phase and exchanges in every other: all ranks run the same sequence of step kinds, so none
+  // skips a round mid-phase and runs into its next partner's current exchange (which made the
+  // simulator see contention the model did not).
+  for (const auto& [n, G] : {std::pair{64, 8}, std::pair{16, 4}, std::pair{24, 2}}) {
+    Params params;
+    params.groupSize = G;
+    const Schedule s = *hierarchicalAlgorithm().build(Collective::allToAll, n, params);
+    auto kinds = [&](int r) {
+      std::vector<StepKind> out;
+      for (const Step& st : s.program(0, r).steps()) out.push_back(st.kind);
+      return out;
+    };
+    const auto first = kinds(0);
+    ASSERT_EQ(first.front(), StepKind::copy);
+    for (int r = 1; r < n; ++r) EXPECT_EQ(kinds(r), first) << "n=" << n << " G=" << G << " r=" << r;
+  }
+}
+
 TEST(Hierarchical, RejectsAGroupSizeThatDoesNotDivide) {
   Params params;
   params.groupSize = 3;
