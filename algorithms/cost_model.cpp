@@ -309,6 +309,56 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
     }
     g.ringCrossBw.push_back(hasNic && crossing > 0 ? 1 / crossing : 0);
   }
+  // Shifts by d across a row of hosts: the flows that wrap leave through their NIC and enter
+  // the next host through the receiver's.
+  g.nicOf.assign(static_cast<std::size_t>(G), -1);
+  for (int l = 0; l < G; ++l)
+    g.nicOf[static_cast<std::size_t>(l)] =
+        host.nearestNic(host.gpus()[static_cast<std::size_t>(l)]);
+  g.switchLatency = system.fabric().switchLatency;
+  g.shiftInsideBw.assign(static_cast<std::size_t>(G), 1e30);
+  g.shiftCrossBw.assign(static_cast<std::size_t>(G), 0);
+  for (int d = 1; d < G && hasNic; ++d) {
+    std::map<std::pair<int, bool>, int> load;
+    std::map<int, std::pair<int, int>> nicFlows;  // NIC -> (out, in)
+    std::vector<std::vector<topo::Hop>> inside, cross;
+    auto gpu = [&](int l) { return host.gpus()[static_cast<std::size_t>(l)]; };
+    for (int l = 0; l < G; ++l) {
+      const int m = l + d;
+      if (m < G) {
+        inside.push_back(host.route(gpu(l), gpu(m)));
+        continue;
+      }
+      const int out = g.nicOf[static_cast<std::size_t>(l)];
+      const int in = g.nicOf[static_cast<std::size_t>(m - G)];
+      cross.push_back(host.route(gpu(l), out));     // leaving this host
+      cross.push_back(host.route(in, gpu(m - G)));  // entering the next (the same links here)
+      ++nicFlows[out].first;
+      ++nicFlows[in].second;
+    }
+    for (const auto* part : {&inside, &cross}) {
+      for (const auto& route : *part) {
+        for (const topo::Hop& h : route) ++load[{h.link, h.forward}];
+      }
+    }
+    auto rate = [&](const std::vector<std::vector<topo::Hop>>& routes) {
+      double bw = 1e30;
+      for (const auto& route : routes) {
+        for (const topo::Hop& h : route) {
+          bw = std::min(bw, host.links()[static_cast<std::size_t>(h.link)].bandwidth /
+                                load[{h.link, h.forward}]);
+        }
+      }
+      return bw;
+    };
+    double crossBw = rate(cross);
+    for (const auto& [nic, io] : nicFlows) {
+      const double speed = host.nodes()[static_cast<std::size_t>(nic)].speedGBs;
+      crossBw = std::min(crossBw, speed / std::max(io.first, io.second));
+    }
+    g.shiftInsideBw[static_cast<std::size_t>(d)] = rate(inside);
+    g.shiftCrossBw[static_cast<std::size_t>(d)] = crossBw;
+  }
   double inverse = 0;
   for (int k = 0; k < G; ++k)
     inverse += 1.0 / pattern([&](int l) { return std::vector<int>{mod(k - l, G)}; });
@@ -404,18 +454,29 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   // the rounds one after another, each as slow as its most contended link (the matching
   // pattern); once several passes are in flight every round is busy at once, which is the
   // all-pairs pattern, bound by the busiest link alone.
+  // One rank's message with the links to itself: the narrowest host path, or the network path
+  // when the rank is alone on its NIC.
+  const double bwAlone =
+      multi ? std::min(t.bwIntra, g.netAlone * c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs)
+            : t.bwIntra;
+  auto together = [&](double block) { return G < 2 ? 0.0 : block / pat(g.allPairsBw); };
   auto exchange = [&](double block, double passes) {
     if (G < 2) return 0.0;
     const double rounds = (G - 1) * block / pat(g.matchingBw);
-    const double together = block / pat(g.allPairsBw);
-    return rounds / passes + (passes - 1) / passes * std::min(rounds, together);
+    return rounds / passes + (passes - 1) / passes * std::min(rounds, together(block));
   };
 
   Estimate e;
   e.algorithm = std::string(algorithm);
   e.protocol = proto;
-  // Hop latencies, each channel's postings of its messages, and the bytes over the links.
-  double lat = t.base, post = 0, bw = 0;
+  // Hop latencies, each channel's postings of its messages, and the bytes over the links. In the
+  // pipelined passes every step is busy at once on different slices, so phases that cross
+  // different links overlap there: `overlapped` is then the busiest link's time alone, where an
+  // algorithm knows it (negative: the phases stay in series, as in the first pass).
+  // `alone` is a rank's own transfers at the rate its messages get with nobody else on the links
+  // (negative: not known apart from `bw`); the pipelined passes are bound by the busiest link or
+  // by one channel's postings and its share of those transfers, whichever is longer.
+  double lat = t.base, post = 0, bw = 0, overlapped = -1, alone = -1;
   auto unsupportedHere = [&] {
     return unsupported(std::string(algorithm) + " has no estimate for " + std::string(name(coll)));
   };
@@ -613,16 +674,78 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double passes = slices(S / n);
     lat += (G - 1) * t.aIntra + (n - G) * t.aNet;
     post = passes * ((G - 1) * t.oIntra + (n - G) * t.oNet);
-    bw = exchange(S / n, passes) + (multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0);
+    const double across = multi ? (n - G) * (S / n) / std::min(t.bwIntra, t.bwNet) : 0;
+    bw = exchange(S / n, passes) + across;
+    overlapped = std::max(together(S / n), across);
+    alone = (n - 1) * (S / n) / bwAlone;
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
-    for (int d = 1; d < n; d *= 2) {
-      // Blocks whose index has this bit set.
-      const double blocks =
-          std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d);
-      lat += aStep;
-      post += slices(std::floor(n / 2.0) * S / n) * oStep;
-      bw += blocks * (S / n) / (multi ? bwStep : shift(d));
+    // The rotations into and out of scratch copy all n blocks: they set the passes.
+    const double passes = slices(S);
+    // Blocks whose index has bit d set.
+    auto moved = [&](int d) {
+      return (std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d)) *
+             (S / n);
+    };
+    if (!multi) {
+      for (int d = 1; d < n; d *= 2) {
+        lat += aStep;
+        post += passes * oStep;
+        bw += moved(d) / shift(d);
+      }
+    } else {
+      // Round d: rank r sends to r + d and waits for r - d. Before d reaches G, only the last d
+      // ranks of a host cross to the next one, so a round is not a network round for everyone:
+      // walk the critical path (a rank goes on once its own send is out and its message from
+      // r - d has landed). Ranks a host apart live the same timeline, so local indices suffice.
+      const double hopNet = c_.hopLatency[p][net];
+      auto sendCost = [&](int l, int d, bool withPosts, bool withBytes) {
+        const bool across = d >= G || l + d >= G;
+        const double rate =
+            !across  ? pat(g.shiftInsideBw[static_cast<std::size_t>(d)])
+            : d >= G ? bwStep
+                     : std::min(t.bwIntra, g.shiftCrossBw[static_cast<std::size_t>(d)] *
+                                               c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs);
+        return (withPosts ? passes * (across ? t.oNet : t.oIntra) : 0) +
+               (withBytes ? moved(d) / rate : 0);
+      };
+      auto latency = [&](int l, int d) {
+        if (d < G && l + d < G) return t.aIntra;
+        const int m = mod(l + d, G);
+        const bool sameRail =
+            g.nicOf[static_cast<std::size_t>(l)] == g.nicOf[static_cast<std::size_t>(m)];
+        return hopNet + (sameRail ? 1 : 3) * g.switchLatency;
+      };
+      auto criticalPath = [&](bool withPosts, bool withBytes) {
+        std::vector<double> ready(static_cast<std::size_t>(G), 0), next(ready.size());
+        for (int d = 1; d < n; d *= 2) {
+          for (int l = 0; l < G; ++l) {
+            const int src = mod(l - d, G);
+            next[static_cast<std::size_t>(l)] =
+                std::max(ready[static_cast<std::size_t>(l)] + sendCost(l, d, withPosts, withBytes),
+                         ready[static_cast<std::size_t>(src)] +
+                             sendCost(src, d, withPosts, withBytes) + latency(src, d));
+          }
+          std::swap(ready, next);
+        }
+        return *std::max_element(ready.begin(), ready.end());
+      };
+      const double hops = criticalPath(false, false), posted = criticalPath(true, false);
+      lat = t.base + hops;
+      post = posted - hops;
+      bw = criticalPath(true, true) - posted;
+      // Pipelined, the rounds inside hosts run beside those across: the busiest of the host
+      // links and the NICs bounds a pass.
+      double insideTime = 0, acrossTime = 0;
+      for (int d = 1; d < n; d *= 2) {
+        double inside = 0, across = 0;
+        for (int l = 0; l < G; ++l)
+          (d < G && l + d < G ? inside : across) =
+              std::max(d < G && l + d < G ? inside : across, sendCost(l, d, false, true));
+        insideTime += inside;
+        acrossTime += across;
+      }
+      overlapped = std::max(insideTime, acrossTime);
     }
   } else if (algorithm == "hierarchical") {
     if (coll != Collective::allToAll) return unsupportedHere();
@@ -631,7 +754,12 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double passes = slices(std::max(G, N) * S / n);
     lat += (G - 1) * t.aIntra + (N - 1) * t.aNet;
     post = passes * ((G - 1) * t.oIntra + (N - 1) * t.oNet);
-    bw = exchange(S / G, passes) + (multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0);
+    const double across = multi ? (N - 1) * (S / N) / std::min(t.bwIntra, t.bwNet) : 0;
+    bw = exchange(S / G, passes) + across;
+    // Once several passes are in flight, the exchange inside hosts of one slice runs beside the
+    // exchange across hosts of another: the NICs and the GPUs' host links carry them at once.
+    overlapped = std::max(together(S / G), across);
+    alone = ((G - 1) * (S / G) + (N - 1) * (S / N)) / bwAlone;
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
     lat += aStep;
@@ -645,7 +773,10 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   // postings cost only where one channel's postings and its share of the bytes outlast
   // everyone's bytes.
   const double C = channels, m = passCount;
-  const double steady = C > 1 ? std::max(post + bw / C, bw) : post + bw;
+  const double linkBound = overlapped >= 0 ? std::min(bw, overlapped) : bw;
+  const double steady = alone >= 0 ? std::max(post + std::min(bw, alone) / C, linkBound)
+                        : C > 1    ? std::max(post + bw / C, linkBound)
+                                   : post + bw;
   const double moving = (post + bw) / m + (m - 1) / m * steady;
   e.bandwidthUs = bw;
   e.latencyUs = lat + moving - bw;

@@ -78,6 +78,14 @@ struct RankGraph {
   int treeHopsInside = 0;
   std::vector<double> ringIntraBw;
   std::vector<double> ringCrossBw;
+  // A shift by d < G across a row of hosts (Bruck's early rounds): local GPU l sends to l + d,
+  // inside its host for l < G - d and to the next host's l + d - G otherwise, everyone at once.
+  // [d]: the per-flow bandwidth of the flows that stay inside and of those that cross (their
+  // GPU-NIC routes and NICs shared among them); [0] unused.
+  std::vector<double> shiftInsideBw;
+  std::vector<double> shiftCrossBw;
+  std::vector<int> nicOf;    // local GPU -> its NIC (node index; -1: none)
+  double switchLatency = 0;  // us per fabric switch: 1 between NICs of one rail, 3 across rails
 
   static RankGraph fromSystem(const topo::System& system);
 };

@@ -204,6 +204,46 @@ TEST(Simulator, MatchesTheModelWhereBothAreExact) {
   }
 }
 
+// The estimate of one candidate next to its simulated time, shaped as the tuner would run it.
+double estimateOverSimulated(const topo::System& sys, const std::string& algo, Collective coll,
+                             std::size_t bytes, Protocol proto) {
+  const Tuner t(RankGraph::fromSystem(sys));
+  const Simulator sim(sys);
+  for (const Estimate& e : t.allCandidates(coll, bytes)) {
+    if (e.algorithm != algo || e.protocol != proto) continue;
+    SimOptions o;
+    o.protocol = e.protocol;
+    o.aggregation = e.aggregation;
+    t.shape(e, bytes, o.channels, o.chunkBytes);
+    return e.timeUs / sim.run(*findAlgorithm(algo), coll, bytes, o)->timeUs;
+  }
+  ADD_FAILURE() << algo << " is not a candidate";
+  return 0;
+}
+
+TEST(CostModel, AllToAllAcrossHostsTracksTheSimulator) {
+  // Bruck's early rounds cross hosts only for the last ranks of each host, and its rotations set
+  // the passes: on single-GPU nodes and on HGX its critical path is the simulator's.
+  const topo::System oneGpu(fixture("h100_1gpu_node.xml"), 8), hgx(fixture("hgx_h100.xml"), 8);
+  for (std::size_t bytes : {8ull, 32ull << 10, 512ull << 10, 8ull << 20}) {
+    for (Protocol p : kAllProtocols) {
+      EXPECT_NEAR(estimateOverSimulated(oneGpu, "bruck", Collective::allToAll, bytes, p), 1.0, 0.02)
+          << bytes;
+      EXPECT_NEAR(estimateOverSimulated(hgx, "bruck", Collective::allToAll, bytes, p), 1.0, 0.05)
+          << bytes;
+    }
+  }
+  // Hierarchical in one pass is its two exchanges in series (it was 0.71 of the simulated time
+  // when hosts idled in turn and ran into their next partners); pipelined over many passes the
+  // two exchanges run side by side (LL, once 1.13).
+  EXPECT_NEAR(
+      estimateOverSimulated(hgx, "hierarchical", Collective::allToAll, 16 << 20, Protocol::simple),
+      1.0, 0.05);
+  EXPECT_NEAR(
+      estimateOverSimulated(hgx, "hierarchical", Collective::allToAll, 128 << 20, Protocol::ll),
+      1.0, 0.05);
+}
+
 TEST(Simulator, SymmetricReplayAgreesWithTheFullOne) {
   // 16 hosts, 128 ranks: small enough to replay in full, so host 0's replay can be checked.
   const topo::System sys(fixture("hgx_h100.xml"), 16);
