@@ -395,6 +395,8 @@ class Runner {
 
     // 2. The data: the same cases as the CpuExecutor's Runner.
     for (std::uint32_t j = 0; j < nblocks; ++j) {
+      // The operand lists live in shared memory: nobody may still read block j - 1's.
+      if (j > 0) __syncthreads();
       const std::size_t at = j * stride;
       Piece<T> s{}, d{};
       if (t.readsSrc) {
