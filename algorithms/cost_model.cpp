@@ -485,6 +485,51 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     return e;
   }
 
+  // Rounds in which rank r sends to r + d and waits for r - d (Bruck, PAT), across hosts. Before
+  // d reaches G only the last d ranks of a host cross to the next one, so a round is not a
+  // network round for everyone: walk the critical path (a rank goes on once its own send is out
+  // and its message from r - d has landed; only that message pays the latency). Ranks a host
+  // apart live the same timeline, so local indices suffice. Sets the hop latencies, postings and
+  // transfers along the path.
+  auto shiftRounds = [&](const std::vector<std::pair<int, double>>& rounds, double passes) {
+    const double hopNet = c_.hopLatency[p][net];
+    auto sendCost = [&](int l, int d, double moved, bool withPosts, bool withBytes) {
+      const bool across = d >= G || l + d >= G;
+      const double rate =
+          !across  ? pat(g.shiftInsideBw[static_cast<std::size_t>(d)])
+          : d >= G ? bwStep
+                   : std::min(t.bwIntra, g.shiftCrossBw[static_cast<std::size_t>(d)] *
+                                             c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs);
+      return (withPosts ? passes * (across ? t.oNet : t.oIntra) : 0) +
+             (withBytes ? moved / rate : 0);
+    };
+    auto latency = [&](int l, int d) {
+      if (d < G && l + d < G) return t.aIntra;
+      const int m = mod(l + d, G);
+      const bool sameRail =
+          g.nicOf[static_cast<std::size_t>(l)] == g.nicOf[static_cast<std::size_t>(m)];
+      return hopNet + (sameRail ? 1 : 3) * g.switchLatency;
+    };
+    auto criticalPath = [&](bool withPosts, bool withBytes) {
+      std::vector<double> ready(static_cast<std::size_t>(G), 0), next(ready.size());
+      for (const auto& [d, moved] : rounds) {
+        for (int l = 0; l < G; ++l) {
+          const int src = mod(l - d, G);
+          next[static_cast<std::size_t>(l)] = std::max(
+              ready[static_cast<std::size_t>(l)] + sendCost(l, d, moved, withPosts, withBytes),
+              ready[static_cast<std::size_t>(src)] + sendCost(src, d, moved, withPosts, withBytes) +
+                  latency(src, d));
+        }
+        std::swap(ready, next);
+      }
+      return *std::max_element(ready.begin(), ready.end());
+    };
+    const double hops = criticalPath(false, false), posted = criticalPath(true, false);
+    lat += hops;
+    post += posted - hops;
+    bw += criticalPath(true, true) - posted;
+  };
+
   if (algorithm == "ring") {
     double steps = 0, moved = 0;
     switch (coll) {
@@ -582,13 +627,22 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     // rounds move d blocks over distance d. A distance that is a multiple of the host size stays
     // on the same local GPU index (one rail); any other crosses hosts for some ranks.
     auto over = [&](int dist) { return multi ? std::min(shift(dist), t.bwNet) : shift(dist); };
-    for (int q = 1; q < Q; ++q) {
+    if (multi) {
+      std::vector<std::pair<int, double>> rounds;
+      for (int q = 1; q < Q; ++q) {
+        rounds.push_back({static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A,
+                          std::min(A, n - q * A) * block});
+      }
+      for (int d = 1; d < A; d *= 2) rounds.push_back({d, d * block});
+      shiftRounds(rounds, passes);
+    }
+    for (int q = 1; q < Q && !multi; ++q) {
       const int blocks = std::min(A, n - q * A);
       lat += aStep;
       post += passes * oStep;
       bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
     }
-    for (int d = 1; d < A; d *= 2) {
+    for (int d = 1; d < A && !multi; d *= 2) {
       lat += aStep;
       post += passes * oStep;
       bw += d * block / over(d);
@@ -619,11 +673,21 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // ready, plus its own pair's latency and transfer.
       const int extra = n - p2;
       auto real = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
-      auto pairCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
+      // A pair's latency: NICs of one rail are a switch apart, other rails three.
+      auto pairLatency = [&](int a, int b) {
+        if (a / G == b / G) return t.aIntra;
+        const bool sameRail = g.nicOf.empty() || g.nicOf[static_cast<std::size_t>(a % G)] ==
+                                                     g.nicOf[static_cast<std::size_t>(b % G)];
+        return c_.hopLatency[p][net] + (sameRail ? 1 : 3) * g.switchLatency;
+      };
+      // What the sender spends on its side of an exchange.
+      auto ownCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
         const bool inside = a / G == b / G;
-        return (inside ? t.aIntra : t.aNet) +
-               (withPosts ? passes * (inside ? t.oIntra : t.oNet) : 0) +
+        return (withPosts ? passes * (inside ? t.oIntra : t.oNet) : 0) +
                (withBytes ? moved / (inside ? t.bwIntra : std::min(t.bwIntra, t.bwNet)) : 0);
+      };
+      auto pairCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
+        return pairLatency(a, b) + ownCost(a, b, moved, withPosts, withBytes);
       };
       auto criticalPath = [&](bool withPosts, bool withBytes) {
         std::vector<double> ready(static_cast<std::size_t>(p2), 0), next(ready.size());
@@ -639,8 +703,11 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
           for (int v = 0; v < p2; ++v) {
             const int w = v ^ m;
             next[static_cast<std::size_t>(v)] =
-                std::max(ready[static_cast<std::size_t>(v)], ready[static_cast<std::size_t>(w)]) +
-                pairCost(real(v), real(w), double(m) / p2 * S, withPosts, withBytes);
+                // A rank goes on once its own side is out and its partner's has landed: only
+                // the partner's message pays the latency.
+                std::max(ready[static_cast<std::size_t>(v)],
+                         ready[static_cast<std::size_t>(w)] + pairLatency(real(v), real(w))) +
+                ownCost(real(v), real(w), double(m) / p2 * S, withPosts, withBytes);
           }
           std::swap(ready, next);
         }
@@ -694,58 +761,9 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
         bw += moved(d) / shift(d);
       }
     } else {
-      // Round d: rank r sends to r + d and waits for r - d. Before d reaches G, only the last d
-      // ranks of a host cross to the next one, so a round is not a network round for everyone:
-      // walk the critical path (a rank goes on once its own send is out and its message from
-      // r - d has landed). Ranks a host apart live the same timeline, so local indices suffice.
-      const double hopNet = c_.hopLatency[p][net];
-      auto sendCost = [&](int l, int d, bool withPosts, bool withBytes) {
-        const bool across = d >= G || l + d >= G;
-        const double rate =
-            !across  ? pat(g.shiftInsideBw[static_cast<std::size_t>(d)])
-            : d >= G ? bwStep
-                     : std::min(t.bwIntra, g.shiftCrossBw[static_cast<std::size_t>(d)] *
-                                               c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs);
-        return (withPosts ? passes * (across ? t.oNet : t.oIntra) : 0) +
-               (withBytes ? moved(d) / rate : 0);
-      };
-      auto latency = [&](int l, int d) {
-        if (d < G && l + d < G) return t.aIntra;
-        const int m = mod(l + d, G);
-        const bool sameRail =
-            g.nicOf[static_cast<std::size_t>(l)] == g.nicOf[static_cast<std::size_t>(m)];
-        return hopNet + (sameRail ? 1 : 3) * g.switchLatency;
-      };
-      auto criticalPath = [&](bool withPosts, bool withBytes) {
-        std::vector<double> ready(static_cast<std::size_t>(G), 0), next(ready.size());
-        for (int d = 1; d < n; d *= 2) {
-          for (int l = 0; l < G; ++l) {
-            const int src = mod(l - d, G);
-            next[static_cast<std::size_t>(l)] =
-                std::max(ready[static_cast<std::size_t>(l)] + sendCost(l, d, withPosts, withBytes),
-                         ready[static_cast<std::size_t>(src)] +
-                             sendCost(src, d, withPosts, withBytes) + latency(src, d));
-          }
-          std::swap(ready, next);
-        }
-        return *std::max_element(ready.begin(), ready.end());
-      };
-      const double hops = criticalPath(false, false), posted = criticalPath(true, false);
-      lat = t.base + hops;
-      post = posted - hops;
-      bw = criticalPath(true, true) - posted;
-      // Pipelined, the rounds inside hosts run beside those across: the busiest of the host
-      // links and the NICs bounds a pass.
-      double insideTime = 0, acrossTime = 0;
-      for (int d = 1; d < n; d *= 2) {
-        double inside = 0, across = 0;
-        for (int l = 0; l < G; ++l)
-          (d < G && l + d < G ? inside : across) =
-              std::max(d < G && l + d < G ? inside : across, sendCost(l, d, false, true));
-        insideTime += inside;
-        acrossTime += across;
-      }
-      overlapped = std::max(insideTime, acrossTime);
+      std::vector<std::pair<int, double>> rounds;
+      for (int d = 1; d < n; d *= 2) rounds.push_back({d, moved(d)});
+      shiftRounds(rounds, passes);
     }
   } else if (algorithm == "hierarchical") {
     if (coll != Collective::allToAll) return unsupportedHere();

@@ -307,9 +307,15 @@ int runTune(const TuneArgs& args) {
       // Every candidate, cheapest estimate first: where the model and the simulator disagree.
       for (const Candidate& c : r.candidates) {
         std::printf(
-            "%8s  %-16s %10.1f %10s   est/sim %s\n", "", label(c.estimate).c_str(),
-            c.estimate.timeUs, c.sim ? std::to_string(c.sim->timeUs).substr(0, 9).c_str() : "n/a",
+            "%8s  %-16s %10.1f %10s   est/sim %s", "", label(c.estimate).c_str(), c.estimate.timeUs,
+            c.sim ? std::to_string(c.sim->timeUs).substr(0, 9).c_str() : "n/a",
             c.sim ? std::to_string(c.estimate.timeUs / c.sim->timeUs).substr(0, 5).c_str() : "n/a");
+        if (c.sim) {
+          std::printf("   est latency %.1f bytes %.1f; sim pass %.1f, %d slices, period %.2f",
+                      c.estimate.latencyUs, c.estimate.bandwidthUs, c.sim->passUs, c.sim->slices,
+                      c.sim->busyUs);
+        }
+        std::printf("\n");
       }
     }
     std::printf(
