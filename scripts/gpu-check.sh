@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # The GPU suite, for a machine with a GPU and no package installs (the H200 test machine):
-# builds with CUDA, runs the GPU tests plainly and under compute-sanitizer, logs to $OUT.
+# builds with CUDA; runs the GPU tests (ranks as threads, and as processes both time-sliced and
+# under MPS, which the script starts and stops); runs them under compute-sanitizer memcheck and
+# racecheck; runs the GPU benchmarks; prints a short table last. Full logs go to $OUT.
+#   FULL=1   also the host unit and runtime suites
+#   BENCH=0  skip the benchmarks
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 OUT="${OUT:-$WEFT_ROOT/out}"
@@ -8,31 +12,74 @@ mkdir -p "$OUT"
 dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-configure_and_build "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON >"$OUT/build.log" 2>&1 || {
+# Only what this script runs (FULL=1: everything).
+targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench)
+[[ "${FULL:-0}" == 1 ]] && targets=()
+add_cuda_to_path
+{
+  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON &&
+    cmake --build "$dir" -j "$JOBS" "${targets[@]}"
+} >"$OUT/build.log" 2>&1 || {
   tail -50 "$OUT/build.log"
   exit 1
 }
 status=0
-run() {  # run NAME CMD...
-  local name="$1"
-  shift
-  if timeout 600 "$@" >"$OUT/$name.log" 2>&1; then
-    echo "PASS $name"
+summary=()
+run() {  # run NAME LIMIT_S CMD...
+  local name="$1" limit="$2"
+  shift 2
+  local t0=$SECONDS
+  if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
+    summary+=("PASS  $name ($((SECONDS - t0)) s)")
   else
-    echo "FAIL $name (see $name.log)"
+    summary+=("FAIL  $name ($((SECONDS - t0)) s, see $name.log)")
     tail -30 "$OUT/$name.log"
     status=1
   fi
 }
-run gpu-tests "$dir/tests/weft_gpu_tests"
-run unit-tests "$dir/tests/weft_unit_tests" --gtest_brief=1
-run runtime-tests "$dir/tests/weft_runtime_tests" --gtest_brief=1
-# Discovery against the real driver: NVML's GPUs and links, the CUDA driver's peer access.
-run topo "$dir/weft-topo" show
-run topo-dump "$dir/weft-topo" dump --out "$OUT/discovered.xml"
-if command -v compute-sanitizer >/dev/null; then
-  run memcheck compute-sanitizer --tool memcheck --error-exitcode 1 "$dir/tests/weft_gpu_tests" --gtest_filter='*Float32*:*Bfloat16*:*Float8e4m3*:*Rejects*'
-  run racecheck compute-sanitizer --tool racecheck --error-exitcode 1 "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'
+T="$dir/tests/weft_gpu_runtime_tests"
+
+run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
+# Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
+# 256 MB, graphs, faults.
+run gpu-threads 900 "$T" --gtest_filter='*GpuThreads*:GpuFaults*'
+# Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness), then under MPS.
+run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses*'
+if command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY="$OUT/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$OUT/mps-log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    run gpu-processes-mps 600 "$T" --gtest_filter='*GpuProcesses*'
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+  else
+    summary+=("SKIP  gpu-processes-mps (the MPS daemon did not start)")
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
-grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-tests.log" | tail -3
+if [[ "${FULL:-0}" == 1 ]]; then
+  run unit-tests 600 "$dir/tests/weft_unit_tests" --gtest_brief=1
+  run runtime-tests 900 "$dir/tests/weft_runtime_tests" --gtest_brief=1
+fi
+# Discovery against the real driver: NVML's GPUs and links, the CUDA driver's peer access.
+run topo 60 "$dir/weft-topo" show
+run topo-dump 60 "$dir/weft-topo" dump --out "$OUT/discovered.xml"
+if command -v compute-sanitizer >/dev/null; then
+  # The sanitizer serializes a process's kernels, so ranks that wait on each other run one per
+  # process (each its own sanitized process) or alone.
+  san=(compute-sanitizer --error-exitcode 1 --target-processes all)
+  run memcheck-kernels 600 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float32*:*Bfloat16*:*Float8e4m3*:*Rejects*'
+  run memcheck-one-rank 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuThreads*/1ranks:GpuFaults.Bad*'
+  run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses*/2ranks'
+  run racecheck-kernels 600 "${san[@]}" --tool racecheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'
+  run racecheck-one-rank 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuThreads.Every*/1ranks'
+fi
+if [[ "${BENCH:-1}" == 1 ]]; then
+  # The primitive against the device's copy bandwidth (bytes read + written).
+  run bench-primitives 300 "$dir/weft-bench" --benchmark_filter='^gpu/' --benchmark_min_time=0.2
+  grep -E '^gpu/' "$OUT/bench-primitives.log" | awk '{print $1, $NF}' >"$OUT/bench-table.txt" || true
+fi
+grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
+printf '%s\n' "${summary[@]}"
+[[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"
 exit $status

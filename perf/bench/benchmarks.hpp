@@ -10,5 +10,7 @@ void registerReduceBenchmarks();
 void registerConvertBenchmarks();
 // The shared-memory FIFO between two threads: ping-pong round trips and one-way streaming.
 void registerShmFifoBenchmarks();
+// The GPU's copy ceiling and the kernels' element-wise primitive (builds with CUDA only).
+void registerGpuBenchmarks();
 
 }  // namespace weft::bench

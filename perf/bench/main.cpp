@@ -8,6 +8,9 @@ int main(int argc, char** argv) {
   weft::bench::registerReduceBenchmarks();
   weft::bench::registerConvertBenchmarks();
   weft::bench::registerShmFifoBenchmarks();
+#if WEFT_BENCH_GPU
+  weft::bench::registerGpuBenchmarks();
+#endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();

@@ -521,6 +521,21 @@ __global__ void __launch_bounds__(kThreads) scheduleKernel(const LaunchArgs a) {
   Runner<T, Op, P>(a, static_cast<int>(blockIdx.x), shared).run();
 }
 
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads)
+    primitiveKernel(T* out, const T* a, const T* b, std::size_t count) {
+  // Each block one contiguous share, in whole 64-byte lines.
+  constexpr std::size_t kLine = 64 / sizeof(T);
+  const std::size_t share = (count + gridDim.x - 1) / gridDim.x;
+  const std::size_t per = (share + kLine - 1) / kLine * kLine;
+  const std::size_t begin = blockIdx.x * per;
+  if (begin >= count) return;
+  const std::size_t n = lesser(per, count - begin);
+  T* const outs[1] = {out + begin};
+  const T* const ins[2] = {a + begin, b == nullptr ? nullptr : b + begin};
+  elementwise<T, Op>(outs, 1, ins, b == nullptr ? 1 : 2, 1 << 30, n);
+}
+
 template <typename T>
 __global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
   using C = typename Compute<T>::type;
@@ -570,6 +585,21 @@ Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp
                  static_cast<cudaStream_t>(stream)>>>(args);
         return launchError("schedule kernel");
       });
+    });
+  });
+}
+
+Status launchPrimitive(void* out, const void* a, const void* b, std::size_t count, DataType type,
+                       RedOp op, int blocks, void* stream) {
+  if (count == 0) return {};
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return withOp(op, [&](auto reduction) {
+      using Op = decltype(reduction);
+      primitiveKernel<T, Op>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), count);
+      return launchError("primitive kernel");
     });
   });
 }

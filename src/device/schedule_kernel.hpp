@@ -79,6 +79,12 @@ inline constexpr int kThreads = 512;
 Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp op,
                       algo::Protocol proto, void* stream);
 
+// The element-wise primitive every step uses (16-byte vectors, four in flight per thread), alone
+// over a grid of `blocks` blocks: out = a (op) b, or a copy of a when b is null. What the
+// primitive's bandwidth is measured with (weft-bench).
+Status launchPrimitive(void* out, const void* a, const void* b, std::size_t count, DataType type,
+                       RedOp op, int blocks, void* stream);
+
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
 

@@ -1,0 +1,108 @@
+// The GPU primitives against the device's own copy: cudaMemcpyAsync device to device (the
+// ceiling), and the kernels' element-wise primitive copying (one input) and reducing (two inputs)
+// over a whole grid. Bytes count what is read plus what is written, as the ceiling's do. Timed
+// with CUDA events (manual time); skipped with an error where there is no GPU.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "perf/bench/benchmarks.hpp"
+#include "src/device/schedule_kernel.hpp"
+
+namespace weft::bench {
+namespace {
+
+struct DeviceBuffers {
+  explicit DeviceBuffers(std::size_t bytes) {
+    ok = cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+         cudaMalloc(&out, bytes) == cudaSuccess && cudaMemset(a, 0x3c, bytes) == cudaSuccess &&
+         cudaMemset(b, 0x3c, bytes) == cudaSuccess && cudaEventCreate(&start) == cudaSuccess &&
+         cudaEventCreate(&stop) == cudaSuccess;
+  }
+  ~DeviceBuffers() {
+    (void)cudaFree(a);
+    (void)cudaFree(b);
+    (void)cudaFree(out);
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+  }
+  void* a = nullptr;
+  void* b = nullptr;
+  void* out = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  bool ok = false;
+};
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int smCount() {
+  int sms = 0;
+  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms;
+}
+
+// kind: 0 cudaMemcpyAsync, 1 primitive copy, 2 primitive reduce (sum).
+void gpuBenchmark(benchmark::State& state, int kind, DataType type) {
+  if (!haveGpu()) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  const int blocks = static_cast<int>(state.range(1)) * smCount();
+  DeviceBuffers d(bytes);
+  if (!d.ok) {
+    state.SkipWithError("device allocation failed");
+    return;
+  }
+  const std::size_t count = bytes / sizeOf(type);
+  for (auto _ : state) {
+    (void)cudaEventRecord(d.start);
+    Status s;
+    if (kind == 0) {
+      (void)cudaMemcpyAsync(d.out, d.a, bytes, cudaMemcpyDeviceToDevice);
+    } else {
+      s = device::launchPrimitive(d.out, d.a, kind == 2 ? d.b : nullptr, count, type, RedOp::sum,
+                                  blocks, nullptr);
+    }
+    (void)cudaEventRecord(d.stop);
+    (void)cudaEventSynchronize(d.stop);
+    if (!s.isOk()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+    float ms = 0;
+    (void)cudaEventElapsedTime(&ms, d.start, d.stop);
+    state.SetIterationTime(static_cast<double>(ms) / 1e3);
+  }
+  const std::int64_t moved = static_cast<std::int64_t>(bytes) * (kind == 2 ? 3 : 2);
+  state.SetBytesProcessed(state.iterations() * moved);
+}
+
+void registerGpu(const std::string& label, int kind, DataType type) {
+  auto* b = benchmark::RegisterBenchmark(label.c_str(), gpuBenchmark, kind, type)
+                ->ArgNames({"bytes", "blocksPerSM"})
+                ->UseManualTime();
+  for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{64} << 20, std::int64_t{256} << 20,
+                             std::int64_t{1} << 30}) {
+    for (std::int64_t perSm : {1, 2, 4}) {
+      if (kind == 0 && perSm > 1) continue;
+      b->Args({bytes, perSm});
+    }
+  }
+}
+
+}  // namespace
+
+void registerGpuBenchmarks() {
+  registerGpu("gpu/memcpy", 0, DataType::u8);
+  for (DataType t : {DataType::f32, DataType::bf16}) {
+    registerGpu("gpu/copy/" + std::string(name(t)), 1, t);
+    registerGpu("gpu/reduce/" + std::string(name(t)), 2, t);
+  }
+}
+
+}  // namespace weft::bench
