@@ -11,11 +11,15 @@
 #include <optional>
 #include <vector>
 
+#include "algorithms/schedule.hpp"
+#include "algorithms/tuner.hpp"
 #include "perf/calibrate.hpp"
 #include "perf/collective.hpp"
 #include "perf/control.hpp"
 #include "perf/data_check.hpp"
+#include "perf/gpu.hpp"
 #include "perf/report.hpp"
+#include "src/core/communicator.hpp"
 #include "weft/weft.hpp"
 
 namespace weft::perf {
@@ -31,6 +35,24 @@ Buffer allocate(std::size_t bytes) {
   auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
   if (p != nullptr) std::memset(p, 0, bytes);
   return Buffer(p);
+}
+
+// What the tuner picks for a call on GPU buffers. weftCommPlan answers for host buffers (the
+// communicator's host tuner); a communicator plans its GPU calls with a second tuner, made at its
+// first GPU call over sameDeviceRankGraph with the same options. This is that tuner.
+// algorithm/protocol: WEFT_ALGO/WEFT_PROTO as --algos forces them ("" leaves the environment's).
+Result<algo::Tuner> gpuTuner(int nranks, const std::string& algorithm,
+                             const std::string& protocol) {
+  auto fromEnvironment = algo::TunerOptions::fromEnvironment();
+  if (!fromEnvironment) return fromEnvironment.status();
+  algo::TunerOptions options = std::move(*fromEnvironment);
+  if (!algorithm.empty() || !protocol.empty()) {
+    auto forced = algo::TunerOptions::from(algorithm, protocol, "");
+    if (!forced) return forced.status();
+    if (!algorithm.empty()) options.algorithms = forced->algorithms;
+    if (!protocol.empty()) options.protocol = forced->protocol;
+  }
+  return algo::Tuner(sameDeviceRankGraph(nranks), std::move(options));
 }
 
 class RankBench {
@@ -61,7 +83,22 @@ class RankBench {
                              std::optional<RedOp> op, int root, bool inPlace);
   Status callAt(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root, bool inPlace,
                 std::size_t shift);
-  Result<std::string> planOf(weftComm_t comm, const Layout& l, DataType type) const;
+  // `forced`: the --algos entry whose communicator `comm` is; nothing: the tuned one.
+  Result<std::string> planOf(weftComm_t comm, std::optional<std::size_t> forced, const Layout& l,
+                             DataType type) const;
+  // The timed calls: -n iterations of -m calls each, from the next slice of the buffers each.
+  Status enqueueTimed(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
+                      bool inPlace);
+  // Seconds per call of the timed loop on GPU buffers (CUDA events on the rank's stream).
+  Result<double> timeOnGpu(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
+                           bool inPlace);
+  // Waits for this rank's stream and reports an error any of its calls met after enqueueing.
+  Status finishGpu(weftComm_t comm);
+  Status joinPeer();
+  Peer* peer() const { return ctx_.peer != nullptr ? ctx_.peer : ownPeer_.get(); }
+  // The buffers the calls take: device memory on GPU, else the host buffers.
+  std::byte* sendBuffer() const { return gpu_ ? deviceSend_ : send_.get(); }
+  std::byte* recvBuffer() const { return gpu_ ? deviceRecv_ : recv_.get(); }
   bool serves(std::size_t k, const std::string& plan) const;
 
   ProcessContext& ctx_;
@@ -72,17 +109,44 @@ class RankBench {
   std::vector<Comm> forced_;                  // one per --algos entry
   std::unique_ptr<Calibration> calibration_;  // --calibrate
   std::size_t bufferBytes_ = 0;
+  // Host memory: the buffers of the calls. GPU memory: where checked data is made and read
+  // before it is copied in and after it is copied out.
   Buffer send_, recv_;
-  std::unique_ptr<Report> report_;  // rank 0 only
-  std::uint64_t checks_ = 0;        // checked runs so far: the seed of the next one
+  std::unique_ptr<GpuRank> gpu_;  // GPU memory: this rank's device and stream
+  std::byte* deviceSend_ = nullptr;
+  std::byte* deviceRecv_ = nullptr;
+  std::vector<algo::Tuner> gpuTuners_;  // GPU memory: the tuned one, then one per --algos entry
+  std::unique_ptr<Peer> ownPeer_;       // --compare nccl
+  std::string peerNote_;                // --compare nccl: which NCCL, or why it does not run
+  std::unique_ptr<Report> report_;      // rank 0 only
+  std::uint64_t checks_ = 0;            // checked runs so far: the seed of the next one
   int exitCode_ = kExitOk;
 };
 
 Status RankBench::join() {
+  // The device first: the communicator's GPU transport takes this thread's current device.
+  Status gpuStatus;
+  if (opt_.gpu()) {
+    auto gpu = GpuRank::create(rank_);
+    if (gpu) {
+      gpu_ = std::move(*gpu);
+    } else {
+      gpuStatus = gpu.status();
+    }
+  }
   auto comm = Comm::initRank(nranks_, UniqueId{ctx_.id}, rank_);
   if (!comm) return comm.status();
   comm_.emplace(std::move(*comm));
   control_.emplace(comm_->handle(), nranks_);
+  // Every rank runs on the memory every other does, or none runs (under mpirun each process
+  // looked for a GPU by itself).
+  auto ready = control_->sum(opt_.gpu() && gpuStatus.isOk() ? 1 : 0);
+  if (!ready) return ready.status();
+  if (!gpuStatus.isOk()) return gpuStatus;
+  if (opt_.gpu() && *ready != nranks_)
+    return {Code::unsupported, "rank " + std::to_string(rank_) + ": only " +
+                                   std::to_string(*ready) + " of " + std::to_string(nranks_) +
+                                   " ranks could use a GPU; run all on host memory (--host)"};
   if (!opt_.calibratePath.empty()) return {};  // no sweep: the calibration has its own buffer
   // Every size's buffers fit in maxBytes (the larger buffer is the size column).
   bufferBytes_ = (std::max<std::size_t>(opt_.maxBytes, 64) + 4095) / 4096 * 4096;
@@ -91,6 +155,31 @@ Status RankBench::join() {
   if (!send_ || !recv_)
     return {Code::systemError, "rank " + std::to_string(rank_) + ": cannot allocate two " +
                                    std::to_string(bufferBytes_) + "-byte buffers; lower -e"};
+  if (gpu_) {
+    auto send = gpu_->allocate(bufferBytes_);
+    if (!send) return send.status();
+    auto recv = gpu_->allocate(bufferBytes_);
+    if (!recv) return recv.status();
+    deviceSend_ = *send;
+    deviceRecv_ = *recv;
+    auto tuner = gpuTuner(nranks_, "", "");
+    if (!tuner) return tuner.status();
+    gpuTuners_.push_back(std::move(*tuner));
+  }
+  return {};
+}
+
+Status RankBench::joinPeer() {
+  if (opt_.compare != "nccl" || !gpu_) return {};
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  auto joined = joinNccl(*control_, gpu_->stream(), rank_, nranks_, host, gpu_->busId());
+  if (!joined) return joined.status();
+  ownPeer_ = std::move(joined->peer);
+  peerNote_ = ownPeer_ ? "compared with " + joined->description +
+                             " on the same buffers and stream: ratio = its time / weft's "
+                             "out-of-place time"
+                       : "--compare nccl: no NCCL time (N/A): " + joined->why;
   return {};
 }
 
@@ -101,18 +190,33 @@ Status RankBench::preamble() {
   // "rank 3 of 4, host memory, ..." -> "host memory, ..."
   if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
   char line[256];
-  std::snprintf(line, sizeof line,
-                "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] weft %s", rank_, 0,
-                static_cast<int>(getpid()), host, -1, summary.c_str());
+  if (gpu_) {
+    // As nccl-tests names a rank's GPU: its index, PCI bus and name.
+    std::snprintf(line, sizeof line, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s",
+                  rank_, 0, static_cast<int>(getpid()), host, gpu_->device(), gpu_->busId().c_str(),
+                  gpu_->name().c_str());
+  } else {
+    std::snprintf(line, sizeof line,
+                  "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host] weft %s", rank_, 0,
+                  static_cast<int>(getpid()), host, -1, summary.c_str());
+  }
   auto lines = control_->gather(line);
   if (!lines) return lines.status();
   if (rank_ != 0) return {};
-  report_ = std::make_unique<Report>(opt_, nranks_, ctx_.peer ? ctx_.peer->name() : "");
+  report_ = std::make_unique<Report>(opt_, nranks_, opt_.compare);
+  const std::string memory =
+      gpu_ ? "GPU memory (cudaMallocAsync; each rank its own non-blocking stream, device rank % "
+             "GPUs; times from CUDA events" +
+                 std::string(opt_.graphLaunches > 0
+                                 ? ", " + std::to_string(opt_.graphLaunches) +
+                                       " launches of a CUDA graph of the -n timed calls)"
+                                 : ")")
+           : "host memory";
   std::vector<std::string> notes = {
       "weft " + std::to_string(WEFT_VERSION_MAJOR) + "." + std::to_string(WEFT_VERSION_MINOR) +
-          "." + std::to_string(WEFT_VERSION_PATCH) + ", host memory: " + std::to_string(nranks_) +
-          " rank(s) = " + std::to_string(ctx_.nprocs) + " process(es) x " +
-          std::to_string(opt_.threads) + " thread(s), " + ctx_.launch,
+          "." + std::to_string(WEFT_VERSION_PATCH) + ", " + memory + ": " +
+          std::to_string(nranks_) + " rank(s) = " + std::to_string(ctx_.nprocs) +
+          " process(es) x " + std::to_string(opt_.threads) + " thread(s), " + ctx_.launch,
       std::string("check: ") + (opt_.checkIters > 0
                                     ? "inputs from (seed, rank, index), outputs poisoned; exact "
                                       "but for float sums past 2^p/nranks (perf/README.md)"
@@ -128,9 +232,14 @@ Status RankBench::preamble() {
   if (!opt_.calibratePath.empty())
     notes.push_back("--calibrate: no sweep; measures the cost model's host constants and writes " +
                     opt_.calibratePath + " (perf/README.md, Calibration)");
+  if (gpu_)
+    notes.push_back(
+        "algo/proto: the GPU tuner's pick (sameDeviceRankGraph; weftCommPlan answers for host "
+        "buffers)");
   if (ctx_.peer)
     notes.push_back("compared with " + ctx_.peer->name() +
                     ": ratio = its time / weft's out-of-place time");
+  if (!peerNote_.empty()) notes.push_back(peerNote_);
   report_->printPreamble(*lines, notes);
   return {};
 }
@@ -145,11 +254,27 @@ Status RankBench::joinForced() {
     if (!comm)
       return {comm.status().code(), "--algos " + f.label() + ": " + comm.status().message()};
     forced_.push_back(std::move(*comm));
+    if (gpu_) {
+      auto tuner = gpuTuner(nranks_, f.algorithm, f.protocol);
+      if (!tuner) return tuner.status();
+      gpuTuners_.push_back(std::move(*tuner));
+    }
   }
   return {};
 }
 
-Result<std::string> RankBench::planOf(weftComm_t comm, const Layout& l, DataType type) const {
+Result<std::string> RankBench::planOf(weftComm_t comm, std::optional<std::size_t> forced,
+                                      const Layout& l, DataType type) const {
+  if (gpu_) {
+    // The bytes a GPU call plans for: the message (the larger side) in bytes, as the runtime
+    // counts it.
+    const algo::Tuner& tuner = gpuTuners_[forced ? *forced + 1 : 0];
+    const std::size_t bytes =
+        std::size_t{algo::segments(opt_.collective, nranks_).message()} * l.count * sizeOf(type);
+    auto plan = tuner.plan(opt_.collective, bytes);
+    if (!plan) return plan.status();
+    return plan->algorithm + "/" + std::string(algo::name(plan->protocol));
+  }
   const PlanQuery q = planQuery(opt_.collective, l, type);
   char buf[128] = {};
   if (Status s =
@@ -173,10 +298,16 @@ Status RankBench::callAt(weftComm_t comm, const Layout& l, DataType type, RedOp 
   // the collective's stride (all-gather's input and reduce-scatter's output are r's block).
   const std::size_t e = sizeOf(type);
   const auto r = static_cast<std::size_t>(rank_);
-  std::byte* recv = recv_.get() + shift;
-  const std::byte* send = inPlace ? recv + r * l.sendInPlaceStride * e : send_.get() + shift;
+  std::byte* recv = recvBuffer() + shift;
+  const std::byte* send = inPlace ? recv + r * l.sendInPlaceStride * e : sendBuffer() + shift;
   std::byte* out = inPlace ? recv + r * l.recvInPlaceStride * e : recv;
-  return launch(opt_.collective, comm, send, out, l, type, op, root, rank_, nranks_);
+  return launch(opt_.collective, comm, send, out, l, type, op, root, rank_, nranks_,
+                gpu_ ? gpu_->stream() : nullptr);
+}
+
+Status RankBench::finishGpu(weftComm_t comm) {
+  if (Status s = gpu_->synchronize(); !s) return s;
+  return asyncError(comm);
 }
 
 Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType type,
@@ -187,6 +318,8 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
   std::byte* send = send_.get();
   std::byte* recv = recv_.get();
   const bool fills = fillsInput(c, rank_, root);
+  // The elements of the receive buffer the run may write or is checked for.
+  const std::size_t recvBytes = (inPlace ? std::max(l.sendCount, l.recvCount) : l.recvCount) * e;
   if (inPlace) {
     data.poison(recv, std::max(l.sendCount, l.recvCount));
     if (fills)
@@ -196,44 +329,109 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
     if (fills) data.fill(send, l.sendCount, rank_, 0);
     data.poison(recv, l.recvCount);
   }
+  // On GPU memory the data is made here and copied in; the result is copied out to be read.
+  if (gpu_) {
+    if (!inPlace && fills) {
+      if (Status s = gpu_->copyIn(deviceSend_, send, l.sendCount * e); !s) return s;
+    }
+    if (Status s = gpu_->copyIn(deviceRecv_, recv, recvBytes); !s) return s;
+  }
   // Every rank's buffers are ready before any rank's call could touch them.
   if (Status s = control_->barrier(); !s) return s;
   if (Status s = callAt(comm, l, type, op.value_or(RedOp::sum), root, inPlace, 0); !s) return s;
+  if (gpu_) {
+    if (Status s = finishGpu(comm); !s) return s;
+    if (Status s = gpu_->copyOut(recv, deviceRecv_, recvBytes); !s) return s;
+  }
   std::int64_t wrong = 0;
   for (const Expect& x : expectations(c, l, rank_, nranks_, root, inPlace))
     wrong += data.wrong(recv, x);
   return control_->sum(wrong);
 }
 
-Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataType type,
-                                       std::optional<RedOp> op, int root, bool inPlace) {
-  const RedOp redop = op.value_or(RedOp::sum);
-  const std::size_t e = sizeOf(type);
+Status RankBench::enqueueTimed(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
+                               bool inPlace) {
   // As nccl-tests: each iteration moves to the next slice of the buffers, so that small sizes
   // do not run from cache.
-  const std::size_t total = l.bytes(e);
+  const std::size_t total = l.bytes(sizeOf(type));
   const std::size_t steps = total > 0 ? std::max<std::size_t>(1, opt_.maxBytes / total) : 1;
   const int agg = opt_.aggIters;
-  if (Status s = callAt(comm, l, type, redop, root, inPlace, 0); !s) return s;
-  if (Status s = checked(weftBarrier(comm, nullptr), "weftBarrier"); !s) return s;
-  const auto start = std::chrono::steady_clock::now();
   for (int iter = 0; iter < opt_.iters; ++iter) {
     if (agg > 1) {
       if (Status s = checked(weftGroupStart(), "weftGroupStart"); !s) return s;
     }
     for (int a = 0; a < agg; ++a) {
       const auto i = static_cast<std::size_t>(iter * agg + a);
-      if (Status s = callAt(comm, l, type, redop, root, inPlace, total * (i % steps)); !s) return s;
+      if (Status s = callAt(comm, l, type, op, root, inPlace, total * (i % steps)); !s) return s;
     }
     if (agg > 1) {
       if (Status s = checked(weftGroupEnd(), "weftGroupEnd"); !s) return s;
     }
     if (opt_.blocking) {
+      if (gpu_) {
+        if (Status s = finishGpu(comm); !s) return s;
+      }
       if (Status s = checked(weftBarrier(comm, nullptr), "weftBarrier"); !s) return s;
     }
   }
-  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-  auto seconds = control_->combine(elapsed.count() / (opt_.iters * agg), opt_.average);
+  return {};
+}
+
+Result<double> RankBench::timeOnGpu(weftComm_t comm, const Layout& l, DataType type, RedOp op,
+                                    int root, bool inPlace) {
+  if (Status s = finishGpu(comm); !s) return s;
+  const bool graph = opt_.graphLaunches > 0;
+  if (graph) {
+    // -G: the timed calls become a graph, captured on this thread only (thread-local mode: the
+    // other ranks' threads keep enqueueing their own calls), launched -G times below.
+    if (Status s = gpu_->beginCapture(); !s) return s;
+    const Status captured = enqueueTimed(comm, l, type, op, root, inPlace);
+    const Status ended = gpu_->endCapture();  // even after a failed call: the stream leaves capture
+    if (!captured) return captured;
+    if (!ended) return ended;
+  }
+  // Every rank starts its timed calls together.
+  if (Status s = control_->barrier(); !s) return s;
+  const auto start = std::chrono::steady_clock::now();
+  if (Status s = gpu_->recordStart(); !s) return s;
+  for (int launch = 0; launch < std::max(1, opt_.graphLaunches); ++launch) {
+    if (Status s = graph ? gpu_->launchGraph() : enqueueTimed(comm, l, type, op, root, inPlace); !s)
+      return s;
+  }
+  if (Status s = gpu_->recordStop(); !s) return s;
+  // -C: the host's time to enqueue the calls, as nccl-tests' cputime.
+  const std::chrono::duration<double> enqueued = std::chrono::steady_clock::now() - start;
+  if (Status s = finishGpu(comm); !s) return s;
+  // Freed while no rank can be past the combine that follows, so no other rank's kernel waits
+  // for this one's next call (freeing may wait for the whole device).
+  gpu_->dropGraph();
+  auto elapsed = gpu_->elapsedSeconds();
+  if (!elapsed) return elapsed.status();
+  const double calls =
+      static_cast<double>(opt_.iters) * opt_.aggIters * std::max(1, opt_.graphLaunches);
+  return (opt_.reportCpuTime ? enqueued.count() : *elapsed) / calls;
+}
+
+Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataType type,
+                                       std::optional<RedOp> op, int root, bool inPlace) {
+  const RedOp redop = op.value_or(RedOp::sum);
+  const std::size_t e = sizeOf(type);
+  // One untimed call first: on GPU memory it copies this size's schedule to the device, which
+  // must happen before a graph capture.
+  if (Status s = callAt(comm, l, type, redop, root, inPlace, 0); !s) return s;
+  double perCall = 0;
+  if (gpu_) {
+    auto t = timeOnGpu(comm, l, type, redop, root, inPlace);
+    if (!t) return t.status();
+    perCall = *t;
+  } else {
+    if (Status s = checked(weftBarrier(comm, nullptr), "weftBarrier"); !s) return s;
+    const auto start = std::chrono::steady_clock::now();
+    if (Status s = enqueueTimed(comm, l, type, redop, root, inPlace); !s) return s;
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+    perCall = elapsed.count() / (opt_.iters * opt_.aggIters);
+  }
+  auto seconds = control_->combine(perCall, opt_.average);
   if (!seconds) return seconds.status();
   Measurement m;
   m.timeUs = *seconds * 1e6;
@@ -263,7 +461,7 @@ Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> o
   row.type = type;
   row.op = op;
   row.root = root;
-  auto plan = planOf(comm_->handle(), l, type);
+  auto plan = planOf(comm_->handle(), std::nullopt, l, type);
   if (!plan) return plan.status();
   row.plan = *plan;
   auto oop = measure(comm_->handle(), l, type, op, root, false);
@@ -273,7 +471,7 @@ Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> o
   if (!ip) return ip.status();
   row.inPlace = *ip;
   for (std::size_t k = 0; k < forced_.size(); ++k) {
-    auto forcedPlan = planOf(forced_[k].handle(), l, type);
+    auto forcedPlan = planOf(forced_[k].handle(), k, l, type);
     if (!forcedPlan) return forcedPlan.status();
     ForcedResult f{*forcedPlan, std::nullopt};
     if (serves(k, f.plan)) {
@@ -283,12 +481,11 @@ Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> o
     }
     row.forced.push_back(std::move(f));
   }
-  if (ctx_.peer != nullptr) {
+  if (Peer* p = peer(); p != nullptr) {
     // The same call, buffers and iteration count through the peer. Whether it can run the call
     // depends on the arguments alone, so every rank takes the same branch.
-    auto seconds =
-        ctx_.peer->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root,
-                                  send_.get(), recv_.get(), 1, opt_.iters * opt_.aggIters);
+    auto seconds = p->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root,
+                                     sendBuffer(), recvBuffer(), 1, opt_.iters * opt_.aggIters);
     if (seconds) {
       auto combined = control_->combine(*seconds, opt_.average);
       if (!combined) return combined.status();
@@ -305,7 +502,7 @@ Status RankBench::warmUp(weftComm_t comm, std::optional<std::size_t> forced, Dat
   for (std::size_t size : {opt_.maxBytes, opt_.minBytes}) {
     const Layout l = layoutFor(opt_.collective, size, sizeOf(type), nranks_);
     if (forced) {
-      auto plan = planOf(comm, l, type);
+      auto plan = planOf(comm, forced, l, type);
       if (!plan) return plan.status();
       if (!serves(*forced, *plan)) continue;
     }
@@ -323,6 +520,10 @@ Status RankBench::sweep(DataType type, std::optional<RedOp> op, int root) {
   const std::size_t elements = bufferBytes_ / sizeOf(type);
   timingData.fill(send_.get(), elements, rank_, 0);
   timingData.fill(recv_.get(), elements, rank_, 0);
+  if (gpu_) {
+    if (Status s = gpu_->copyIn(deviceSend_, send_.get(), bufferBytes_); !s) return s;
+    if (Status s = gpu_->copyIn(deviceRecv_, recv_.get(), bufferBytes_); !s) return s;
+  }
   const RedOp redop = op.value_or(RedOp::sum);
   if (Status s = warmUp(comm_->handle(), std::nullopt, type, redop, root); !s) return s;
   for (std::size_t k = 0; k < forced_.size(); ++k) {
@@ -339,6 +540,7 @@ Status RankBench::sweep(DataType type, std::optional<RedOp> op, int root) {
 
 Status RankBench::run() {
   if (Status s = join(); !s) return s;
+  if (Status s = joinPeer(); !s) return s;
   if (Status s = preamble(); !s) return s;
   if (!opt_.calibratePath.empty()) {
     calibration_ = std::make_unique<Calibration>(ctx_, thread_, *comm_, *control_);

@@ -127,38 +127,45 @@ std::vector<Expect> expectations(Collective c, const Layout& l, int rank, int nr
 }
 
 Status launch(Collective coll, weftComm_t comm, const void* send, void* recv, const Layout& l,
-              DataType type, RedOp op, int root, int rank, int nranks) {
+              DataType type, RedOp op, int root, int rank, int nranks, void* stream) {
   const auto redop = static_cast<weftRedOp_t>(op);
   switch (coll) {
     case Collective::allReduce:
-      return checked(weftAllReduce(send, recv, l.count, c(type), redop, comm, nullptr),
+      return checked(weftAllReduce(send, recv, l.count, c(type), redop, comm, stream),
                      "weftAllReduce");
     case Collective::allGather:
-      return checked(weftAllGather(send, recv, l.count, c(type), comm, nullptr), "weftAllGather");
+      return checked(weftAllGather(send, recv, l.count, c(type), comm, stream), "weftAllGather");
     case Collective::reduceScatter:
-      return checked(weftReduceScatter(send, recv, l.count, c(type), redop, comm, nullptr),
+      return checked(weftReduceScatter(send, recv, l.count, c(type), redop, comm, stream),
                      "weftReduceScatter");
     case Collective::broadcast:
-      return checked(weftBroadcast(send, recv, l.count, c(type), root, comm, nullptr),
+      return checked(weftBroadcast(send, recv, l.count, c(type), root, comm, stream),
                      "weftBroadcast");
     case Collective::reduce:
-      return checked(weftReduce(send, recv, l.count, c(type), redop, root, comm, nullptr),
+      return checked(weftReduce(send, recv, l.count, c(type), redop, root, comm, stream),
                      "weftReduce");
     case Collective::allToAll:
     case Collective::allToAllv:
-      return checked(weftAllToAll(send, recv, l.count, c(type), comm, nullptr), "weftAllToAll");
+      return checked(weftAllToAll(send, recv, l.count, c(type), comm, stream), "weftAllToAll");
     case Collective::sendRecv:
       break;
   }
   // A ring: send to the next rank, receive from the previous, both progressing together.
   const int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
   if (Status s = checked(weftGroupStart(), "weftGroupStart"); !s) return s;
-  Status sent = checked(weftSend(send, l.count, c(type), next, comm, nullptr), "weftSend");
-  Status received = checked(weftRecv(recv, l.count, c(type), prev, comm, nullptr), "weftRecv");
+  Status sent = checked(weftSend(send, l.count, c(type), next, comm, stream), "weftSend");
+  Status received = checked(weftRecv(recv, l.count, c(type), prev, comm, stream), "weftRecv");
   Status ended = checked(weftGroupEnd(), "weftGroupEnd");
   if (!sent) return sent;
   if (!received) return received;
   return ended;
+}
+
+Status asyncError(weftComm_t comm) {
+  weftResult_t error = weftSuccess;
+  if (Status s = checked(weftCommGetAsyncError(comm, &error), "weftCommGetAsyncError"); !s)
+    return s;
+  return checked(error, "a GPU call, after it was enqueued");
 }
 
 PlanQuery planQuery(Collective coll, const Layout& l, DataType type) {

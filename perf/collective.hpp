@@ -56,9 +56,13 @@ bool fillsInput(Collective c, int rank, int root);
 // A C ABI result as a Status naming the call and the library's message.
 Status checked(weftResult_t r, const char* what);
 
-// One call of the collective on `comm`.
+// One call of the collective on `comm`; on GPU buffers it is enqueued on `stream` (a
+// cudaStream_t), on host buffers `stream` is null and the call blocks.
 Status launch(Collective c, weftComm_t comm, const void* send, void* recv, const Layout& l,
-              DataType type, RedOp op, int root, int rank, int nranks);
+              DataType type, RedOp op, int root, int rank, int nranks, void* stream);
+
+// The error that stopped one of `comm`'s enqueued GPU calls, if any (weftCommGetAsyncError).
+Status asyncError(weftComm_t comm);
 
 // What weftCommPlan takes for the call: its collective and count, in its type (send/receive:
 // the bytes a rank sends, as uint8).

@@ -18,6 +18,7 @@
 
 #include "perf/bench.hpp"
 #include "perf/collective.hpp"
+#include "perf/gpu.hpp"
 #include "perf/peer.hpp"
 #include "weft/weft.h"
 
@@ -52,6 +53,42 @@ Status checkRanks(const Options& o, int nranks) {
   if (hasRoot(o.collective) && o.root >= nranks)
     return invalidArgument("root " + std::to_string(o.root) + " is not one of the " +
                            std::to_string(nranks) + " ranks");
+  return {};
+}
+
+// Decides where the buffers live before any rank starts (and before -np forks: the GPU probe runs
+// in a child of its own). GPU memory when --gpu asks, or by default where the build has CUDA, a
+// GPU is present and the run can use GPU buffers; host memory otherwise.
+Status resolveMemory(Options& o) {
+  const char* hostOnly = nullptr;
+  if (o.collective == Collective::sendRecv)
+    hostOnly = "sendrecv runs on host memory (weft's point-to-point takes no GPU buffers yet)";
+  if (!o.calibratePath.empty()) hostOnly = "--calibrate measures the host constants on host memory";
+  if (o.compare == "mpi") hostOnly = "--compare mpi times MPI on host memory";
+  const bool needsGpu = o.memory == Memory::gpu || o.graphLaunches > 0 || o.compare == "nccl";
+  const char* asked = o.memory == Memory::gpu ? "--gpu"
+                      : o.graphLaunches > 0   ? "-G"
+                      : o.compare == "nccl"   ? "--compare nccl"
+                                              : "";
+  if (o.memory == Memory::host) return {};
+  if (hostOnly != nullptr) {
+    if (needsGpu) return invalidArgument(std::string(asked) + ": " + hostOnly);
+    o.memory = Memory::host;
+    return {};
+  }
+  std::string why;
+  if (probeGpus(why) > 0) {
+    o.memory = Memory::gpu;
+  } else if (needsGpu) {
+    return {Code::unsupported,
+            std::string(asked) + " needs a GPU, but " + why + ": run on host memory (--host)"};
+  } else {
+    o.memory = Memory::host;
+  }
+  // Ranks as threads spin-wait on each other's kernels; with CUDA's lazy module loading, loading
+  // a kernel can wait for another thread's spinning one (/work/shared/DEVICE.md). Set before any
+  // rank touches CUDA; a value the user set stays.
+  if (o.gpu() && o.threads > 1) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   return {};
 }
 
@@ -230,9 +267,15 @@ int runUnderMpi(const Options& o) {
 
 }  // namespace
 
-int launchAndRun(const Options& o) {
+int launchAndRun(const Options& options) {
+  Options o = options;
+  if (Status s = resolveMemory(o); !s) return usage(s.message());
   const bool underMpi = launchedByMpi();
   const bool fromEnvironment = std::getenv("WEFT_RANK") != nullptr;
+  if (o.compare == "nccl" && !ncclBuilt())
+    return usage(
+        "--compare nccl: this weft-perf was built without NCCL (CMake looks for nccl.h and "
+        "libnccl.so; install NCCL and reconfigure)");
   if (o.compare == "mpi") {
 #ifndef WEFT_HAVE_MPI
     return usage(

@@ -108,8 +108,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   Options o;
   std::string collective, minBytes = "32M", maxBytes = "32M", stepBytes = "1M", type = "float",
                           op = "sum", compare, algos;
-  int ngpus = 1, parallelInit = 0, streamNull = 0, timeoutS = 0, cudaGraph = 0, cpuTime = 0,
-      registration = 0, blocking = 0;
+  int ngpus = 1, parallelInit = 0, streamNull = 0, timeoutS = 0, cpuTime = 0, registration = 0,
+      blocking = 0;
   CLI::App app{"weft-perf: nccl-tests-compatible benchmark of weft's collectives"};
   app.add_option("collective", collective,
                  "allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv")
@@ -141,16 +141,28 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
                  "time reported: 0 rank 0's, 1 mean over ranks, 2 min, 3 max")
       ->capture_default_str();
   app.add_option("-t,--nthreads", o.threads, "ranks (threads) per process")->capture_default_str();
-  app.add_option("-g,--ngpus", ngpus, "GPUs per thread: 1 (host memory)")->capture_default_str();
-  app.add_option("-R,--local_register", registration, "buffer registration (no-op on host)");
+  app.add_option("-g,--ngpus", ngpus, "GPUs per thread: 1 (one rank per thread)")
+      ->capture_default_str();
+  app.add_option("-R,--local_register", registration, "accepted; weft-perf registers no buffer");
   app.add_option("-p,--parallel_init", parallelInit, "accepted; ranks always init in parallel");
-  app.add_option("-y,--stream_null", streamNull, "accepted; host collectives take no stream");
+  app.add_option("-y,--stream_null", streamNull,
+                 "accepted; every rank always uses its own non-blocking stream");
   app.add_option("-T,--timeout", timeoutS, "seconds before a stuck call fails (WEFT_TIMEOUT_S)");
-  app.add_option("-G,--cudagraph", cudaGraph, "CUDA graph launches: 0 (host memory)");
+  app.add_option("-G,--cudagraph", o.graphLaunches,
+                 "capture the -n timed calls into a CUDA graph and time this many launches of it "
+                 "(GPU memory)")
+      ->capture_default_str();
+  bool gpu = false, host = false;
+  app.add_flag("--gpu", gpu,
+               "buffers in GPU memory, one stream per rank (the default when this build has CUDA "
+               "and a GPU is present)");
+  app.add_flag("--host", host, "buffers in host memory, even where a GPU is present");
   app.add_option("-C,--report_cputime", cpuTime, "label the time column cputime (0/1)");
   app.add_option("--np", o.processes,
                  "(or -np) fork this many local processes, -t ranks each, and wait for them");
-  app.add_option("--compare", compare, "also time the same calls through a peer library: mpi");
+  app.add_option("--compare", compare,
+                 "also time the same calls through a peer library: mpi (host memory, under "
+                 "mpirun) or nccl (GPU memory, one rank per GPU)");
   app.add_flag("--plain", o.plain,
                "print only nccl-tests' columns, for parsers that expect exactly thirteen");
   app.add_option("--json", o.jsonPath, "write every row to this JSON file");
@@ -204,9 +216,15 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   if (o.threads < 1) return fail("nthreads must be >= 1");
   if (ngpus != 1)
     return fail("-g " + std::to_string(ngpus) +
-                ": this build runs on host memory, one rank per thread: use -g 1 and -t or -np "
-                "for more ranks");
-  if (cudaGraph != 0) return fail("-G: CUDA graphs need GPU buffers; this build uses host memory");
+                ": weft-perf runs one rank per thread, each on one GPU (or host memory): use -g 1 "
+                "and -t or -np for more ranks");
+  if (o.graphLaunches < 0) return fail("-G must be >= 0");
+  if (gpu && host) return fail("--gpu and --host: choose one");
+  o.memory = gpu ? Memory::gpu : host ? Memory::host : Memory::automatic;
+  if (o.graphLaunches > 0 && host)
+    return fail("-G: CUDA graphs capture calls on GPU buffers; drop --host");
+  if (o.graphLaunches > 0 && blocking != 0)
+    return fail("-G with -z 1: a CUDA graph cannot hold the host barrier after each call");
   if (o.processes < 0) return fail("-np must be >= 1");
   o.blocking = blocking != 0;
   o.reportCpuTime = cpuTime != 0;
@@ -230,8 +248,11 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   } else {
     return fail("unknown op '" + op + "': use sum, prod, min, max, avg or all");
   }
-  if (!compare.empty() && compare != "mpi")
-    return fail("--compare " + compare + ": the peer this build knows is mpi");
+  if (!compare.empty() && compare != "mpi" && compare != "nccl")
+    return fail("--compare " + compare + ": the peers weft-perf knows are mpi and nccl");
+  if (compare == "nccl" && host)
+    return fail("--compare nccl times NCCL on GPU buffers; drop --host");
+  if (compare == "mpi" && gpu) return fail("--compare mpi times MPI on host buffers; drop --gpu");
   o.compare = compare;
   std::stringstream list(algos);
   for (std::string item; std::getline(list, item, ',');) {

@@ -1,6 +1,6 @@
 // weft-perf's command line: nccl-tests' flags with nccl-tests' defaults and meanings, plus the
-// launch (-np), comparison (--compare), export (--json, --svg), algorithm (--algos) and
-// calibration (--calibrate) options.
+// memory (--gpu, --host), launch (-np), comparison (--compare), export (--json, --svg), algorithm
+// (--algos) and calibration (--calibrate) options.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +23,10 @@ struct ForcedAlgorithm {
   std::string label() const { return protocol.empty() ? algorithm : algorithm + "/" + protocol; }
 };
 
+// Where the buffers live. `automatic` is resolved by launchAndRun before any rank starts: GPU
+// memory when the build has CUDA, a GPU is there and the run can use it; host memory otherwise.
+enum class Memory { automatic, host, gpu };
+
 struct Options {
   Collective collective = Collective::allReduce;
 
@@ -43,18 +47,23 @@ struct Options {
   int average = 1;  // 0 rank 0, 1 mean, 2 min, 3 max
   bool reportCpuTime = false;
 
+  Memory memory = Memory::automatic;  // --gpu, --host
+  int graphLaunches = 0;              // -G: launches of a CUDA graph of the -n timed calls
+
   int threads = 1;  // ranks per process
   int processes =
       0;  // -np: ranks this command forks; 0: launched by mpirun, another launcher, or 1
 
   bool plain = false;   // only nccl-tests' thirteen columns (the extras still go to --json)
-  std::string compare;  // "" or "mpi"
+  std::string compare;  // "", "mpi" or "nccl"
   std::string jsonPath;
   std::string svgPath;
   std::vector<ForcedAlgorithm> algos;
   std::uint64_t seed = 0x5eed;
   // --calibrate: measure the cost model's host constants and write them here instead of sweeping.
   std::string calibratePath;
+
+  bool gpu() const { return memory == Memory::gpu; }
 };
 
 // The table's names for types and ops, as nccl-tests prints them ("float", "bfloat16", "sum").

@@ -10,6 +10,8 @@
 
 namespace weft::perf {
 
+class Control;
+
 class Peer {
  public:
   virtual ~Peer() = default;
@@ -25,5 +27,18 @@ class Peer {
 // MPI's own collectives over MPI_COMM_WORLD (one rank per process); nullptr in a build without
 // MPI.
 std::unique_ptr<Peer> makeMpiPeer();
+
+// --compare nccl: this rank's NCCL peer, on its device buffers and stream, or (peer null) why
+// there is none where that is a fact of the run rather than an error (ranks sharing a GPU, which
+// NCCL refuses). Every rank calls it; `control` carries rank 0's NCCL id.
+struct NcclJoin {
+  std::unique_ptr<Peer> peer;
+  std::string why;          // when peer is null
+  std::string description;  // "NCCL 2.28.3 (/path/libnccl.so.2)"
+};
+Result<NcclJoin> joinNccl(Control& control, void* stream, int rank, int nranks,
+                          const std::string& host, const std::string& busId);
+// Whether this weft-perf was built with NCCL (CMake found nccl.h and libnccl).
+bool ncclBuilt();
 
 }  // namespace weft::perf

@@ -57,7 +57,8 @@ void Report::printPreamble(const std::vector<std::string>& rankLines,
       "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
       "agg iters: %d validation: %d graph: %d\n",
       o.threads, 1, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-      o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.checkIters, 0);
+      o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.checkIters,
+      o.graphLaunches);
   if (o.blocking)
     std::printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
   std::printf("#\n# Using devices\n");
