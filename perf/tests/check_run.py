@@ -15,6 +15,8 @@
 --exit N       the exit status must be N (default 0)
 --expect RE    stdout must match RE (repeatable)
 --expect-err RE  stderr must match RE (repeatable)
+--needs-gpu    a run that says it needs a GPU and finds none (exit 2, "needs a GPU") is skipped:
+               exit 77, which ctest reads as skipped (SKIP_RETURN_CODE)
 --env-ranks N  launch N copies with WEFT_COMM_ID/WEFT_RANK/WEFT_NRANKS instead of one; the
                checks apply to process 0's output
 """
@@ -164,6 +166,7 @@ def main():
     parser.add_argument("--expect", action="append", default=[])
     parser.add_argument("--expect-err", action="append", default=[])
     parser.add_argument("--env-ranks", type=int, default=0)
+    parser.add_argument("--needs-gpu", action="store_true")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -172,6 +175,9 @@ def main():
             os.remove(path)
     code, out, err = run(command, args.env_ranks)
     sys.stderr.write(err)
+    if args.needs_gpu and code == 2 and "needs a GPU" in err:
+        print("check_run: skipped: no GPU here")
+        sys.exit(77)
     if code != args.exit:
         fail(f"exit status {code}, expected {args.exit}", out)
     for pattern in args.expect:
