@@ -12,14 +12,12 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
-#include "algorithms/tuner.hpp"
 #include "perf/calibrate.hpp"
 #include "perf/collective.hpp"
 #include "perf/control.hpp"
 #include "perf/data_check.hpp"
 #include "perf/gpu.hpp"
 #include "perf/report.hpp"
-#include "src/core/communicator.hpp"
 #include "weft/weft.hpp"
 
 namespace weft::perf {
@@ -35,24 +33,6 @@ Buffer allocate(std::size_t bytes) {
   auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
   if (p != nullptr) std::memset(p, 0, bytes);
   return Buffer(p);
-}
-
-// What the tuner picks for a call on GPU buffers. weftCommPlan answers for host buffers (the
-// communicator's host tuner); a communicator plans its GPU calls with a second tuner, made at its
-// first GPU call over sameDeviceRankGraph with the same options. This is that tuner.
-// algorithm/protocol: WEFT_ALGO/WEFT_PROTO as --algos forces them ("" leaves the environment's).
-Result<algo::Tuner> gpuTuner(int nranks, const std::string& algorithm,
-                             const std::string& protocol) {
-  auto fromEnvironment = algo::TunerOptions::fromEnvironment();
-  if (!fromEnvironment) return fromEnvironment.status();
-  algo::TunerOptions options = std::move(*fromEnvironment);
-  if (!algorithm.empty() || !protocol.empty()) {
-    auto forced = algo::TunerOptions::from(algorithm, protocol, "");
-    if (!forced) return forced.status();
-    if (!algorithm.empty()) options.algorithms = forced->algorithms;
-    if (!protocol.empty()) options.protocol = forced->protocol;
-  }
-  return algo::Tuner(sameDeviceRankGraph(nranks), std::move(options));
 }
 
 class RankBench {
@@ -115,11 +95,10 @@ class RankBench {
   std::unique_ptr<GpuRank> gpu_;  // GPU memory: this rank's device and stream
   std::byte* deviceSend_ = nullptr;
   std::byte* deviceRecv_ = nullptr;
-  std::vector<algo::Tuner> gpuTuners_;  // GPU memory: the tuned one, then one per --algos entry
-  std::unique_ptr<Peer> ownPeer_;       // --compare nccl
-  std::string peerNote_;                // --compare nccl: which NCCL, or why it does not run
-  std::unique_ptr<Report> report_;      // rank 0 only
-  std::uint64_t checks_ = 0;            // checked runs so far: the seed of the next one
+  std::unique_ptr<Peer> ownPeer_;   // --compare nccl
+  std::string peerNote_;            // --compare nccl: which NCCL, or why it does not run
+  std::unique_ptr<Report> report_;  // rank 0 only
+  std::uint64_t checks_ = 0;        // checked runs so far: the seed of the next one
   int exitCode_ = kExitOk;
 };
 
@@ -162,9 +141,6 @@ Status RankBench::join() {
     if (!recv) return recv.status();
     deviceSend_ = *send;
     deviceRecv_ = *recv;
-    auto tuner = gpuTuner(nranks_, "", "");
-    if (!tuner) return tuner.status();
-    gpuTuners_.push_back(std::move(*tuner));
   }
   return {};
 }
@@ -233,9 +209,7 @@ Status RankBench::preamble() {
     notes.push_back("--calibrate: no sweep; measures the cost model's host constants and writes " +
                     opt_.calibratePath + " (perf/README.md, Calibration)");
   if (gpu_)
-    notes.push_back(
-        "algo/proto: the GPU tuner's pick (sameDeviceRankGraph; weftCommPlan answers for host "
-        "buffers)");
+    notes.push_back("algo/proto: the GPU tuner's pick (weftCommPlanMemory with weftGpuMemory)");
   if (ctx_.peer)
     notes.push_back("compared with " + ctx_.peer->name() +
                     ": ratio = its time / weft's out-of-place time");
@@ -254,31 +228,18 @@ Status RankBench::joinForced() {
     if (!comm)
       return {comm.status().code(), "--algos " + f.label() + ": " + comm.status().message()};
     forced_.push_back(std::move(*comm));
-    if (gpu_) {
-      auto tuner = gpuTuner(nranks_, f.algorithm, f.protocol);
-      if (!tuner) return tuner.status();
-      gpuTuners_.push_back(std::move(*tuner));
-    }
   }
   return {};
 }
 
-Result<std::string> RankBench::planOf(weftComm_t comm, std::optional<std::size_t> forced,
-                                      const Layout& l, DataType type) const {
-  if (gpu_) {
-    // The bytes a GPU call plans for: the message (the larger side) in bytes, as the runtime
-    // counts it.
-    const algo::Tuner& tuner = gpuTuners_[forced ? *forced + 1 : 0];
-    const std::size_t bytes =
-        std::size_t{algo::segments(opt_.collective, nranks_).message()} * l.count * sizeOf(type);
-    auto plan = tuner.plan(opt_.collective, bytes);
-    if (!plan) return plan.status();
-    return plan->algorithm + "/" + std::string(algo::name(plan->protocol));
-  }
+Result<std::string> RankBench::planOf(weftComm_t comm, std::optional<std::size_t>, const Layout& l,
+                                      DataType type) const {
+  // GPU buffers are planned by the communicator's GPU tuner: ask for that plan.
   const PlanQuery q = planQuery(opt_.collective, l, type);
   char buf[128] = {};
-  if (Status s =
-          checked(weftCommPlan(comm, q.coll, q.count, q.type, buf, sizeof buf), "weftCommPlan");
+  if (Status s = checked(weftCommPlanMemory(comm, q.coll, q.count, q.type,
+                                            gpu_ ? weftGpuMemory : weftHostMemory, buf, sizeof buf),
+                         "weftCommPlanMemory");
       !s)
     return s;
   return std::string(buf);

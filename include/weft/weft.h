@@ -93,6 +93,13 @@ WEFT_API const char* weftCommSummary(weftComm_t comm);
  * would; makes no communication. */
 WEFT_API weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
                                    weftDataType_t datatype, char* buf, size_t len);
+/* Where a call's buffers are, for weftCommPlanMemory. */
+typedef enum { weftHostMemory = 0, weftGpuMemory = 1 } weftMemory_t;
+/* weftCommPlan for a call on `memory`: GPU buffers are planned by the GPU tuner (another cost
+ * model), so their pick may differ from host buffers'. Makes no communication. */
+WEFT_API weftResult_t weftCommPlanMemory(weftComm_t comm, weftCollective_t coll, size_t count,
+                                         weftDataType_t datatype, weftMemory_t memory, char* buf,
+                                         size_t len);
 
 /* ---- collectives -------------------------------------------------------------------------- *
  * Host buffers: the call blocks until this rank's part is done; `stream` must be NULL.

@@ -300,14 +300,22 @@ const char* weftCommSummary(weftComm_t comm) {
 
 weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
                           weftDataType_t datatype, char* buf, size_t len) {
+  return weftCommPlanMemory(comm, coll, count, datatype, weftHostMemory, buf, len);
+}
+
+weftResult_t weftCommPlanMemory(weftComm_t comm, weftCollective_t coll, size_t count,
+                                weftDataType_t datatype, weftMemory_t memory, char* buf,
+                                size_t len) {
   if (static_cast<int>(coll) < 0 || coll >= weftNumCollectives)
     return invalid("weftCommPlan: invalid collective " + std::to_string(static_cast<int>(coll)));
+  if (memory != weftHostMemory && memory != weftGpuMemory)
+    return invalid("weftCommPlan: invalid memory " + std::to_string(static_cast<int>(memory)));
   if (weftResult_t r = checkArgs("weftCommPlan", datatype, weftSum, nullptr); r != weftSuccess)
     return r;
   if (buf == nullptr || len == 0) return invalid("weftCommPlan: buf is NULL or len is 0");
   return withComm(comm, "weftCommPlan", [&](weft::Communicator& c) -> weft::Status {
     auto plan = c.planFor(static_cast<weft::Collective>(coll), count,
-                          static_cast<weft::DataType>(datatype));
+                          static_cast<weft::DataType>(datatype), memory == weftGpuMemory);
     if (!plan) return plan.status();
     std::snprintf(buf, len, "%s/%s", plan->algorithm.c_str(),
                   std::string(weft::algo::name(plan->protocol)).c_str());

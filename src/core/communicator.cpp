@@ -601,7 +601,6 @@ Status Communicator::ensureGpu() {
   auto gpu = exec::CudaExecutor::create(o, *bootstrap_);
   if (!gpu) return fail(gpu.status());
   gpu_ = std::move(*gpu);
-  gpuTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), config_.tuner);
   return {};
 }
 
@@ -616,14 +615,9 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
   if (count == 0) return gpu_->asyncError();
   const algo::Segments seg = algo::segments(coll, size_);
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
-  const auto key = std::make_pair(static_cast<int>(coll), bytes);
-  auto it = gpuPlans_.find(key);
-  if (it == gpuPlans_.end()) {
-    auto plan = gpuTuner_->plan(coll, bytes);
-    if (!plan) return plan.status();
-    it = gpuPlans_.emplace(key, *plan).first;
-  }
-  const algo::Plan& plan = it->second;
+  auto planned = gpuPlanFor(coll, bytes);
+  if (!planned) return planned.status();
+  const algo::Plan plan = *planned;
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
@@ -694,14 +688,32 @@ Status checkCount(const char* what, std::size_t count, std::size_t segments, Dat
 
 }  // namespace
 
-Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, DataType type) {
+Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, DataType type,
+                                         bool gpu) {
   if (Status s = checkUsable("plan"); !s) return s;
   const std::size_t es = sizeOf(type);
-  if (coll == Collective::allToAllv || coll == Collective::sendRecv)
+  if (coll == Collective::allToAllv || coll == Collective::sendRecv) {
+    if (gpu) {
+      return Status(Code::unsupported,
+                    std::string(name(coll)) + " on GPU buffers is not supported yet: no GPU plan");
+    }
     return planFor(coll, count * es);
+  }
   if (Status s = checkCount("plan", count, static_cast<std::size_t>(size_), type); !s) return s;
   const std::size_t message = algo::segments(coll, size_).message();
-  return planFor(coll, message * count * es);
+  return gpu ? gpuPlanFor(coll, message * count * es) : planFor(coll, message * count * es);
+}
+
+Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
+  // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
+  // for without setting up the GPU transport.
+  if (!gpuTuner_)
+    gpuTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), config_.tuner);
+  const auto key = std::make_pair(static_cast<int>(coll), bytes);
+  if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
+  auto plan = gpuTuner_->plan(coll, bytes);
+  if (plan) gpuPlans_.emplace(key, *plan);
+  return plan;
 }
 
 Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,

@@ -117,8 +117,11 @@ class Communicator {
 
   // The plan the tuner makes for a call (what WEFT_DEBUG=INFO prints), made once per size.
   Result<algo::Plan> planFor(Collective coll, std::size_t bytes);
-  // The same for a call's count and type (what weftCommPlan reports).
-  Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type);
+  // The same for a call's count and type (what weftCommPlan reports); gpu: for a call on GPU
+  // buffers (the GPU tuner's plan, what such a call runs).
+  Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
+  // The GPU tuner's plan for a call of `bytes` (made once per size).
+  Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
 
  private:
   Communicator() = default;

@@ -316,6 +316,26 @@ TEST(Arguments, PlanQueryNamesTheTunersPickAndRejectsBadInput) {
   EXPECT_EQ(weftCommPlan(h, weftCollAllReduce, 8, weftNumDataTypes, buf, sizeof buf),
             weftInvalidArgument);
   EXPECT_EQ(weftCommPlan(h, weftCollAllReduce, 8, weftFloat32, nullptr, 4), weftInvalidArgument);
+  // GPU buffers' plans come from the GPU tuner, asked without setting up any GPU transport; a
+  // forced algorithm binds it as well.
+  for (int c : {weftCollAllReduce, weftCollAllGather, weftCollReduceScatter, weftCollAllToAll}) {
+    ASSERT_EQ(weftCommPlanMemory(h, static_cast<weftCollective_t>(c), 1 << 20, weftFloat32,
+                                 weftGpuMemory, buf, sizeof buf),
+              weftSuccess)
+        << c << ": " << weftGetLastError();
+    EXPECT_NE(std::string(buf).find('/'), std::string::npos) << buf;
+  }
+  ASSERT_EQ(weftCommPlanMemory(forced[0].handle(), weftCollAllReduce, 1 << 24, weftFloat32,
+                               weftGpuMemory, buf, sizeof buf),
+            weftSuccess);
+  EXPECT_EQ(std::string(buf).rfind("ring/", 0), 0u) << buf;
+  EXPECT_EQ(weftCommPlanMemory(h, weftCollAllReduce, 8, weftFloat32, static_cast<weftMemory_t>(7),
+                               buf, sizeof buf),
+            weftInvalidArgument);
+  EXPECT_EQ(
+      weftCommPlanMemory(h, weftCollAllToAllv, 8, weftFloat32, weftGpuMemory, buf, sizeof buf),
+      weftUnsupported);
+  EXPECT_EQ(comms[0].device(), -1);
 }
 
 TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
