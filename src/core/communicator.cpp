@@ -604,6 +604,10 @@ Status Communicator::ensureGpu() {
   return {};
 }
 
+namespace {
+constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
+}  // namespace
+
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
                             DataType type, RedOp op, int root, void* stream) {
   if (!exec::cudaBuilt()) {
@@ -617,7 +621,15 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto planned = gpuPlanFor(coll, bytes);
   if (!planned) return planned.status();
-  const algo::Plan plan = *planned;
+  algo::Plan plan = *planned;
+  // One channel is one thread block, one SM: a bulk call spreads over more of them than the
+  // tuner's host-shaped count, a block for every 512 KiB, as many as the FIFOs and the device's
+  // residency allow.
+  if (plan.protocol == algo::Protocol::simple) {
+    const auto wanted = static_cast<int>(
+        std::min<std::size_t>((bytes + kGpuBytesPerChannel - 1) / kGpuBytesPerChannel, 1024));
+    plan.channels = std::clamp(wanted, plan.channels, std::max(plan.channels, gpu_->channels()));
+  }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;

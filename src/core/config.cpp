@@ -53,7 +53,7 @@ Result<Config> Config::fromEnvironment() {
     c.maxChannels = static_cast<int>(*x);
   }
   if (env("WEFT_GPU_CHANNELS") != nullptr) {
-    auto x = number("WEFT_GPU_CHANNELS", 1, 32);
+    auto x = number("WEFT_GPU_CHANNELS", 1, 64);
     if (!x) return x.status();
     c.gpuChannels = static_cast<int>(*x);
   }

@@ -16,10 +16,10 @@ struct Config {
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
   std::string commId;                          // WEFT_COMM_ID=host:port
   std::string transport =
-      "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
-  int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
-  int fifoSlots = 4;    // slots per connection
-  int gpuChannels = 8;  // WEFT_GPU_CHANNELS (1-32): thread blocks of a GPU call at most
+      "auto";            // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
+  int maxChannels = 2;   // WEFT_MAX_CHANNELS (2-16): host threads per rank
+  int fifoSlots = 4;     // slots per connection
+  int gpuChannels = 16;  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.

@@ -615,6 +615,40 @@ Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, voi
   });
 }
 
+Result<int> residentBlocks(int nranks) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return Status(Code::systemError, "the device's SM count is unknown");
+  }
+  const std::size_t smem = Scratchpad::bytes(nranks);
+  int fewest = 1 << 30;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
+      for (Protocol p : algo::kAllProtocols) {
+        const int perSm = withType(static_cast<DataType>(t), [&](auto* tag) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          return withOp(op, [&](auto reduction) {
+            using Op = decltype(reduction);
+            return withProtocol(p, [&](auto pc) {
+              int blocks = 0;
+              if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                      &blocks, scheduleKernel<T, Op, decltype(pc)::value>, kThreads, smem) !=
+                  cudaSuccess)
+                blocks = 0;
+              return blocks;
+            });
+          });
+        });
+        fewest = std::min(fewest, perSm);
+      }
+    }
+  }
+  (void)cudaGetLastError();
+  if (fewest <= 0) return Status(Code::systemError, "the schedule kernel does not fit an SM");
+  return fewest * sms;
+}
+
 Status preload() {
   for (int t = 0; t < kNumDataTypes; ++t) {
     for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {

@@ -88,6 +88,11 @@ Status launchPrimitive(void* out, const void* a, const void* b, std::size_t coun
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
 
+// How many blocks of the schedule kernel (any dtype, op and protocol, at this rank count) the
+// current device holds at once. Ranks' kernels wait on each other, so every block of every
+// rank sharing a device must be resident together (MPS and threads run them concurrently).
+Result<int> residentBlocks(int nranks);
+
 // Loads every kernel this file defines, so that a kernel spinning on a peer never waits for the
 // lazy loading of another (see ../shared/DEVICE.md).
 Status preload();

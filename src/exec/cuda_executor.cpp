@@ -68,9 +68,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   g.slots = o.slots;
   g.slotBytes = o.slotBytes;
   g.llPayload = o.llPayload;
+  // Unknown occupancy (no device) fails in the transport's set-up, which says why.
+  if (auto resident = device::residentBlocks(n)) g.residentBlocks = *resident;
   auto ipc = transport::CudaIpcTransport::create(g, bootstrap);
   if (!ipc) return ipc.status();
   x->ipc_ = std::move(*ipc);
+  x->channels_ = std::min(C, x->ipc_->residentChannels());
   if (Status s = device::preload(); !s) return s;
 
   if (cudaError_t e = cudaHostAlloc(&x->error_, sizeof(device::KernelError),
@@ -140,7 +143,7 @@ int CudaExecutor::device() const {
 }
 
 std::string CudaExecutor::describe() const {
-  return ipc_->describe() + ", " + std::to_string(options_.channels) + " channel(s), " +
+  return ipc_->describe() + ", " + std::to_string(channels_) + " channel(s), " +
          std::to_string(options_.slots) + " x " + std::to_string(options_.slotBytes / 1024) +
          " KiB simple and " + std::to_string(options_.llPayload / 1024) + " KiB ll slots";
 }
@@ -198,10 +201,9 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
 Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffers& b,
                          algo::Protocol p, void* stream) {
   if (Status e = asyncError(); !e) return e;
-  if (s.channels.size() > static_cast<std::size_t>(options_.channels)) {
+  if (s.channels.size() > static_cast<std::size_t>(channels_)) {
     return internalError("a schedule of " + std::to_string(s.channels.size()) +
-                         " channels reached a GPU executor of " +
-                         std::to_string(options_.channels));
+                         " channels reached a GPU executor of " + std::to_string(channels_));
   }
   if (g.passes == 0) return {};
   auto code = upload(s);

@@ -34,7 +34,7 @@ bool cudaBuilt();
 bool isDevicePointer(const void* p);
 
 struct GpuOptions {
-  int channels = 8;                    // thread blocks per call at most
+  int channels = 16;                   // thread blocks per call at most
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
@@ -55,7 +55,9 @@ class CudaExecutor {
   CudaExecutor(const CudaExecutor&) = delete;
   CudaExecutor& operator=(const CudaExecutor&) = delete;
 
-  int channels() const { return options_.channels; }
+  // Channels a call may use: the options' at most, fewer where the ranks sharing a device could
+  // not all be resident at once.
+  int channels() const { return channels_; }
   int device() const;
   // The most bytes one message of the protocol carries.
   std::size_t messageBytes(algo::Protocol p) const {
@@ -79,6 +81,7 @@ class CudaExecutor {
 
   GpuOptions options_;
   int nranks_ = 1, rank_ = 0;
+  int channels_ = 1;
   std::unique_ptr<transport::CudaIpcTransport> ipc_;
   void* endpoints_ = nullptr;  // device: to[C * n], from[C * n], aborts[n]
   void* error_ = nullptr;      // host-mapped KernelError

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace weft::transport {
@@ -29,6 +30,7 @@ struct InboxRecord {
   std::int32_t pid;
   std::int32_t device;
   std::int32_t ipcOk;
+  std::int32_t residentBlocks;
   char bus[20];  // PCI bus id, for the summary and to tell devices apart across processes
 };
 
@@ -90,6 +92,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   self.address = reinterpret_cast<std::uintptr_t>(t->own_);
   self.pid = static_cast<std::int32_t>(getpid());
   self.device = local ? t->device_ : -1;
+  self.residentBlocks = g.residentBlocks;
   // Every rank learns of every failure here, so none waits for a peer that gave up.
   if (Status s = bootstrap.allGather(all.data(), sizeof(InboxRecord)); !s) return s;
   if (!local) return local;
@@ -147,6 +150,19 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   }
   // Nobody writes a peer's inbox before every rank has cleared its own and mapped the others.
   if (Status s = bootstrap.barrier(); !s) return s;
+  // Blocks per rank that keep every rank of the busiest device resident at once.
+  t->residentChannels_ = g.channels;
+  for (std::size_t q = 0; q < N; ++q) {
+    int sharing = 0;
+    for (std::size_t p = 0; p < N; ++p)
+      sharing += std::strncmp(all[p].bus, all[q].bus, sizeof all[q].bus) == 0 ? 1 : 0;
+    t->residentChannels_ = std::min(t->residentChannels_, all[q].residentBlocks / sharing);
+  }
+  if (t->residentChannels_ < 1) {
+    return Status(Code::unsupported,
+                  "cuda_ipc: too many ranks share one GPU for their kernels to be resident "
+                  "together (fewer ranks per GPU, or a GPU with more SMs)");
+  }
   t->description_ = "cuda_ipc on GPU " + std::to_string(t->device_) + " (" + self.bus + "), " +
                     std::to_string(sameDevice) + " of " + std::to_string(N) +
                     " rank(s) on this device, " + std::to_string(processes) +

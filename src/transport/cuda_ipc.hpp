@@ -30,6 +30,7 @@ struct CudaIpcGeometry {
   int slots = 4;
   std::size_t slotBytes = 256 * 1024;
   std::size_t llPayload = 16 * 1024;
+  int residentBlocks = 1 << 20;  // blocks of the kernel this rank's device holds at once
 
   std::size_t controlOffset(int channel, int peer) const;
   std::size_t dataOffset(int channel, int sender) const;
@@ -53,6 +54,9 @@ class CudaIpcTransport {
   device::Endpoint to(int channel, int peer) const;
   device::Endpoint from(int channel, int peer) const;
   std::uint32_t* abortWord(int rank) const;
+  // The most channels every rank may use so that all the blocks of all the ranks sharing each
+  // device are resident together (their kernels wait on each other).
+  int residentChannels() const { return residentChannels_; }
   std::byte* staging() const {
     return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
   }
@@ -67,6 +71,7 @@ class CudaIpcTransport {
   std::vector<std::byte*> inboxes_;   // by rank, as mapped here
   std::vector<std::uint8_t> opened_;  // by rank: mapped with cudaIpcOpenMemHandle
   std::string description_;
+  int residentChannels_ = 1;
 };
 
 }  // namespace weft::transport
