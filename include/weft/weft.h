@@ -129,7 +129,8 @@ WEFT_API weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t co
                                  void* stream);
 WEFT_API weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                    weftDataType_t datatype, weftComm_t comm, void* stream);
-/* Point-to-point, on host buffers (GPU buffers: not yet). A rank may send to itself inside a group
+/* Point-to-point, on host or GPU buffers (GPU: enqueued on `stream`, every send and receive of
+ * a group on one stream and one kind of memory). A rank may send to itself inside a group
  * that also holds the matching receive (the k-th send to itself meets the k-th receive from itself,
  * of the same size). */
 WEFT_API weftResult_t weftSend(const void* sendbuff, size_t count, weftDataType_t datatype,

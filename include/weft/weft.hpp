@@ -157,11 +157,11 @@ class Comm {
     (void)weftCommDevice(h_, &d);
     return d;
   }
-  Status send(const void* buf, std::size_t count, DataType t, int peer) {
-    return detail::status(weftSend(buf, count, detail::c(t), peer, h_, nullptr));
+  Status send(const void* buf, std::size_t count, DataType t, int peer, void* stream = nullptr) {
+    return detail::status(weftSend(buf, count, detail::c(t), peer, h_, stream));
   }
-  Status recv(void* buf, std::size_t count, DataType t, int peer) {
-    return detail::status(weftRecv(buf, count, detail::c(t), peer, h_, nullptr));
+  Status recv(void* buf, std::size_t count, DataType t, int peer, void* stream = nullptr) {
+    return detail::status(weftRecv(buf, count, detail::c(t), peer, h_, stream));
   }
   Status barrier() { return detail::status(weftBarrier(h_, nullptr)); }
 

@@ -391,7 +391,7 @@ weftResult_t pointToPoint(bool isSend, void* buf, size_t count, weftDataType_t d
   return withComm(comm, what, [&](weft::Communicator& c) {
     if (weft::Status s = c.checkP2p(what, buf, count, type, peer); !s) return s;
     weft::Communicator::P2pOp op{isSend, peer, static_cast<std::byte*>(buf),
-                                 count * weft::sizeOf(type)};
+                                 count * weft::sizeOf(type), stream};
     if (gGroupDepth > 0) {
       gGroup.push_back({comm, op, nullptr});
       return weft::Status{};
@@ -420,7 +420,7 @@ weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[], cons
     return r;
   return collective(comm, "weftAllToAllv", [=](weft::Communicator& c) {
     return c.allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
-                       static_cast<weft::DataType>(datatype));
+                       static_cast<weft::DataType>(datatype), stream);
   });
 }
 

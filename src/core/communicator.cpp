@@ -797,23 +797,44 @@ Status Communicator::checkP2p(const char* what, const void* buf, std::size_t cou
   return checkUsable(what);
 }
 
-Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer) {
+Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer,
+                          void* stream) {
   if (Status s = checkP2p("send", buf, count, type, peer); !s) return s;
-  return exchange(
-      {{true, peer, static_cast<std::byte*>(const_cast<void*>(buf)), count * sizeOf(type)}});
+  return exchange({{true, peer, static_cast<std::byte*>(const_cast<void*>(buf)),
+                    count * sizeOf(type), stream}});
 }
 
-Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer) {
+Status Communicator::recv(void* buf, std::size_t count, DataType type, int peer, void* stream) {
   if (Status s = checkP2p("recv", buf, count, type, peer); !s) return s;
-  return exchange({{false, peer, static_cast<std::byte*>(buf), count * sizeOf(type)}});
+  return exchange({{false, peer, static_cast<std::byte*>(buf), count * sizeOf(type), stream}});
 }
 
 Status Communicator::exchange(std::vector<P2pOp> ops) {
+  if (ops.empty()) return {};
+  // GPU buffers (every operation of the batch that moves bytes, on one stream), or host buffers
+  // (no stream).
+  std::size_t onGpu = 0, moving = 0;
   for (const P2pOp& op : ops) {
-    if (exec::isDevicePointer(op.buf)) {
-      return Status(Code::unsupported, std::string(op.isSend ? "send" : "recv") +
-                                           ": GPU buffers are not supported by point-to-point "
-                                           "calls yet (collectives are); use host buffers");
+    if (op.bytes == 0) continue;
+    ++moving;
+    onGpu += exec::isDevicePointer(op.buf) ? 1 : 0;
+  }
+  if (onGpu > 0 && onGpu < moving) {
+    return Status(Code::invalidUsage, "rank " + std::to_string(rank_) +
+                                          ": a batch of sends and receives mixes GPU and host "
+                                          "buffers; use one kind per group");
+  }
+  for (const P2pOp& op : ops) {
+    if (op.stream != ops.front().stream) {
+      return Status(Code::invalidUsage, "rank " + std::to_string(rank_) +
+                                            ": the sends and receives of one group must use "
+                                            "one stream");
+    }
+    if (onGpu == 0 && op.stream != nullptr) {
+      return Status(Code::invalidUsage,
+                    std::string(op.isSend ? "send" : "recv") +
+                        ": a stream was given with host buffers (streams order calls on GPU "
+                        "buffers; pass NULL)");
     }
   }
   // To itself (as NCCL allows inside a group): the k-th send meets the k-th receive, checked
@@ -834,6 +855,16 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
                              std::to_string(selfSends[k]->bytes) + " bytes meets a receive of " +
                              std::to_string(selfRecvs[k]->bytes));
     }
+  }
+  if (onGpu > 0) {
+    if (Status s = checkUsable("send/recv"); !s) return s;
+    if (!exec::cudaBuilt())
+      return Status(Code::unsupported, "send/recv: GPU buffers, but this build has no CUDA");
+    if (Status s = ensureGpu(); !s) return s;
+    std::vector<exec::CudaExecutor::P2p> batch;
+    for (const P2pOp& op : ops) batch.push_back({op.isSend, op.peer, op.buf, op.bytes});
+    if (Status s = gpu_->exchange(batch, ops.front().stream); !s) return fail(s);
+    return {};
   }
   for (std::size_t k = 0; k < selfSends.size(); ++k) {
     if (selfSends[k]->bytes > 0)
@@ -942,7 +973,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
 Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
                                const std::size_t* sendDispls, void* recv,
                                const std::size_t* recvCounts, const std::size_t* recvDispls,
-                               DataType type) {
+                               DataType type, void* stream) {
   const char* what = "allToAllv";
   if (sendCounts == nullptr || sendDispls == nullptr || recvCounts == nullptr ||
       recvDispls == nullptr)
@@ -977,15 +1008,19 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
   for (const algo::Step& st : p.steps()) {
     for (int q : p.sendPeers(st)) {
       const auto Q = static_cast<std::size_t>(q);
-      ops.push_back({true, q, in + sendDispls[Q] * es, sendCounts[Q] * es});
+      ops.push_back({true, q, in + sendDispls[Q] * es, sendCounts[Q] * es, stream});
     }
     for (int q : p.recvPeers(st)) {
       const auto Q = static_cast<std::size_t>(q);
-      ops.push_back({false, q, out + recvDispls[Q] * es, recvCounts[Q] * es});
+      ops.push_back({false, q, out + recvDispls[Q] * es, recvCounts[Q] * es, stream});
     }
   }
-  if (sendCounts[self] > 0)
-    std::memmove(out + recvDispls[self] * es, in + sendDispls[self] * es, sendCounts[self] * es);
+  // Its own block: a send to itself that the batch pairs with the receive (a memmove on the
+  // host, a device copy on the stream).
+  if (sendCounts[self] > 0) {
+    ops.push_back({true, rank_, in + sendDispls[self] * es, sendCounts[self] * es, stream});
+    ops.push_back({false, rank_, out + recvDispls[self] * es, recvCounts[self] * es, stream});
+  }
   return exchange(std::move(ops));
 }
 

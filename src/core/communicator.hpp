@@ -91,9 +91,10 @@ class Communicator {
   // Counts and displacements in elements, one per rank (MPI_Alltoallv's convention).
   Status allToAllv(const void* send, const std::size_t* sendCounts, const std::size_t* sendDispls,
                    void* recv, const std::size_t* recvCounts, const std::size_t* recvDispls,
-                   DataType type);
-  Status send(const void* buf, std::size_t count, DataType type, int peer);
-  Status recv(void* buf, std::size_t count, DataType type, int peer);
+                   DataType type, void* stream = nullptr);
+  // GPU buffers: enqueued on `stream`, as the collectives.
+  Status send(const void* buf, std::size_t count, DataType type, int peer, void* stream = nullptr);
+  Status recv(void* buf, std::size_t count, DataType type, int peer, void* stream = nullptr);
   Status barrier();
 
   // One send or receive of a batch that progresses together (a group, all-to-all-v).
@@ -102,6 +103,7 @@ class Communicator {
     int peer = 0;
     std::byte* buf = nullptr;
     std::size_t bytes = 0;
+    void* stream = nullptr;  // GPU buffers: the cudaStream_t it is ordered on
   };
   // Checks one point-to-point operation's arguments without running it.
   Status checkP2p(const char* what, const void* buf, std::size_t count, DataType type,

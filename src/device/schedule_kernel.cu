@@ -536,6 +536,71 @@ __global__ void __launch_bounds__(kThreads)
   elementwise<T, Op>(outs, 1, ins, b == nullptr ? 1 : 2, 1 << 30, n);
 }
 
+// Bytes from `from` to `to` by the whole block (16-byte vectors where both allow), loading
+// through L2 when a peer wrote them.
+__device__ void copyBytes(std::byte* to, const std::byte* from, std::size_t n, bool fromPeer) {
+  std::size_t done = 0;
+  if (aligned16(to) && aligned16(from)) {
+    const std::size_t nvec = n / 16;
+    const auto* src = reinterpret_cast<const uint4*>(from);
+    auto* dst = reinterpret_cast<uint4*>(to);
+    for (std::size_t i = threadIdx.x; i < nvec; i += blockDim.x)
+      dst[i] = loadShared(src + i, fromPeer);
+    done = nvec * 16;
+  }
+  for (std::size_t i = done + threadIdx.x; i < n; i += blockDim.x)
+    to[i] =
+        static_cast<std::byte>(loadElem(reinterpret_cast<const std::uint8_t*>(from) + i, fromPeer));
+}
+
+__global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const P2pArgs p) {
+  __shared__ int failed;
+  __shared__ std::uint64_t seq;
+  const P2pLane lane = p.lanes[blockIdx.x];
+  const Endpoint e = lane.isSend != 0 ? a.to[lane.peer] : a.from[lane.peer];  // channel 0
+  const std::size_t K = static_cast<std::size_t>(a.slots);
+  if (threadIdx.x == 0) {
+    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (failed != 0) fail(a, 2, 0, -1, -1);
+    seq = *e.counter;
+  }
+  __syncthreads();
+  for (int k = 0; failed == 0 && k < lane.count; ++k) {
+    const P2pOp op = p.ops[lane.first + k];
+    for (std::uint64_t off = 0; failed == 0 && off < op.bytes; off += a.slotBytes) {
+      const std::size_t len = lesser(a.slotBytes, op.bytes - off);
+      if (threadIdx.x == 0) {
+        Watch w(a);
+        const std::uint64_t* word = lane.isSend != 0 ? e.tail : e.head;
+        const std::uint64_t want = lane.isSend != 0 ? (seq + 1 > K ? seq + 1 - K : 0) : seq + 1;
+        while (loadAcquire(word) < want) {
+          if (int why = w.check(); why != 0) {
+            fail(a, why, 0, lane.peer, k);
+            failed = 1;
+            break;
+          }
+        }
+      }
+      __syncthreads();
+      if (failed != 0) break;
+      std::byte* slot = e.slots + (seq % K) * a.slotBytes;
+      if (lane.isSend != 0) {
+        copyBytes(slot, op.buf + off, len, false);
+      } else {
+        copyBytes(op.buf + off, slot, len, true);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence_system();
+        ++seq;
+        storeRelease(lane.isSend != 0 ? e.head : e.tail, seq);
+      }
+      __syncthreads();
+    }
+  }
+  if (threadIdx.x == 0) *e.counter = seq;
+}
+
 template <typename T>
 __global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
   using C = typename Compute<T>::type;
@@ -604,6 +669,13 @@ Status launchPrimitive(void* out, const void* a, const void* b, std::size_t coun
   });
 }
 
+Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream) {
+  if (p2p.nlanes == 0) return {};
+  p2pKernel<<<static_cast<unsigned>(p2p.nlanes), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      args, p2p);
+  return launchError("point-to-point kernel");
+}
+
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream) {
   if (count == 0) return {};
   return withType(type, [&](auto* tag) {
@@ -662,6 +734,7 @@ Status preload() {
               cudaError_t e =
                   cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
               if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
+              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, p2pKernel);
               return e;
             });
           });

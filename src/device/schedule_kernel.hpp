@@ -75,6 +75,30 @@ struct LaunchArgs {
 
 inline constexpr int kThreads = 512;
 
+// Point-to-point on GPU memory: each lane (one peer and direction) is a thread block that moves
+// its operations in call order through channel 0's connection with that peer, in messages of
+// one simple slot; lanes run side by side, so any matched pattern completes. The lists travel
+// in the kernel's parameters (graph-capturable), hence a bound on their length.
+inline constexpr int kMaxP2pOps = 768;
+inline constexpr int kMaxP2pLanes = 256;
+struct P2pOp {
+  std::byte* buf = nullptr;
+  std::uint64_t bytes = 0;
+};
+struct P2pLane {
+  std::int32_t peer = 0;
+  std::int32_t isSend = 0;
+  std::int32_t first = 0;  // ops[first, first + count)
+  std::int32_t count = 0;
+};
+struct P2pArgs {
+  std::int32_t nlanes = 0;
+  P2pLane lanes[kMaxP2pLanes];
+  P2pOp ops[kMaxP2pOps];
+};
+
+static_assert(sizeof(P2pArgs) + sizeof(LaunchArgs) < 32000, "kernel parameters are at most 32 KB");
+
 // Runs the schedule on `stream` (a cudaStream_t), one block per channel. avg reduces as sum.
 Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp op,
                       algo::Protocol proto, void* stream);
@@ -84,6 +108,10 @@ Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp
 // primitive's bandwidth is measured with (weft-bench).
 Status launchPrimitive(void* out, const void* a, const void* b, std::size_t count, DataType type,
                        RedOp op, int blocks, void* stream);
+
+// Runs every lane of `p2p` on `stream`: one block per lane. Of `args`, the endpoints, failure
+// words, slots and timeout are used.
+Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 
 #include "src/device/schedule_kernel.hpp"
 #include "src/transport/cuda_ipc.hpp"
@@ -218,23 +219,8 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
     scratch_ = static_cast<std::byte*>(fresh);
     scratchBytes_ = need;
   }
-  const std::size_t C = static_cast<std::size_t>(options_.channels);
-  const auto N = static_cast<std::size_t>(nranks_);
-  auto* eps = static_cast<const device::Endpoint*>(endpoints_);
-  device::LaunchArgs a;
+  device::LaunchArgs a = baseArgs();
   a.channels = static_cast<const device::ChannelCode*>(*code);
-  a.to = eps;
-  a.from = eps + C * N;
-  a.aborts = reinterpret_cast<std::uint32_t* const*>(eps + 2 * C * N);
-  a.staging = ipc_->staging();
-  a.hostAbort = hostAbortDevice_;
-  a.error = static_cast<device::KernelError*>(errorDevice_);
-  a.timeoutNs = static_cast<std::uint64_t>(options_.timeout.count()) * 1'000'000ull;
-  a.nranks = nranks_;
-  a.rank = rank_;
-  a.slots = options_.slots;
-  a.slotBytes = options_.slotBytes;
-  a.llPayload = options_.llPayload;
   a.blockElems = g.blockElems;
   a.partElems = g.partElems;
   a.sliceElems = g.sliceElems;
@@ -249,14 +235,81 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
           device::launchSchedule(a, static_cast<int>(s.channels.size()), b.type, b.op, p, stream);
       !st)
     return st;
-  if (!capturing(stream)) {
-    if (cudaError_t e =
-            cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
-        e != cudaSuccess)
-      return cudaFailed("recording the call's completion", e);
-    pending_ = true;
-  }
+  return recordLaunch(stream);
+}
+
+device::LaunchArgs CudaExecutor::baseArgs() const {
+  const std::size_t C = static_cast<std::size_t>(options_.channels);
+  const auto N = static_cast<std::size_t>(nranks_);
+  auto* eps = static_cast<const device::Endpoint*>(endpoints_);
+  device::LaunchArgs a;
+  a.to = eps;
+  a.from = eps + C * N;
+  a.aborts = reinterpret_cast<std::uint32_t* const*>(eps + 2 * C * N);
+  a.staging = ipc_->staging();
+  a.hostAbort = hostAbortDevice_;
+  a.error = static_cast<device::KernelError*>(errorDevice_);
+  a.timeoutNs = static_cast<std::uint64_t>(options_.timeout.count()) * 1'000'000ull;
+  a.nranks = nranks_;
+  a.rank = rank_;
+  a.slots = options_.slots;
+  a.slotBytes = options_.slotBytes;
+  a.llPayload = options_.llPayload;
+  return a;
+}
+
+Status CudaExecutor::recordLaunch(void* stream) {
+  if (capturing(stream)) return {};
+  if (cudaError_t e =
+          cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
+      e != cudaSuccess)
+    return cudaFailed("recording the call's completion", e);
+  pending_ = true;
   return {};
+}
+
+Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
+  if (Status e = asyncError(); !e) return e;
+  // To itself: device-to-device copies, in order, on the stream.
+  std::vector<const P2p*> selfSends, selfRecvs;
+  for (const P2p& op : ops) {
+    if (op.peer == rank_ && op.bytes > 0) (op.isSend ? selfSends : selfRecvs).push_back(&op);
+  }
+  for (std::size_t k = 0; k < selfSends.size() && k < selfRecvs.size(); ++k) {
+    if (cudaError_t e =
+            cudaMemcpyAsync(selfRecvs[k]->buf, selfSends[k]->buf, selfSends[k]->bytes,
+                            cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
+        e != cudaSuccess)
+      return cudaFailed("copying a send to itself", e);
+  }
+  // Lanes: per (direction, peer), the operations in call order.
+  std::map<std::pair<bool, int>, std::vector<const P2p*>> lanes;
+  for (const P2p& op : ops) {
+    if (op.peer != rank_ && op.bytes > 0) lanes[{op.isSend, op.peer}].push_back(&op);
+  }
+  std::size_t total = 0;
+  for (const auto& [key, list] : lanes) total += list.size();
+  if (lanes.size() > static_cast<std::size_t>(device::kMaxP2pLanes) ||
+      total > static_cast<std::size_t>(device::kMaxP2pOps)) {
+    return Status(Code::unsupported,
+                  "a batch of " + std::to_string(total) + " sends and receives with " +
+                      std::to_string(lanes.size()) + " (peer, direction) pairs on GPU memory: " +
+                      "at most " + std::to_string(device::kMaxP2pOps) + " and " +
+                      std::to_string(device::kMaxP2pLanes) + " in one group");
+  }
+  auto p2p = std::make_unique<device::P2pArgs>();
+  int next = 0;
+  for (const auto& [key, list] : lanes) {
+    device::P2pLane& lane = p2p->lanes[p2p->nlanes++];
+    lane.isSend = key.first ? 1 : 0;
+    lane.peer = key.second;
+    lane.first = next;
+    lane.count = static_cast<int>(list.size());
+    for (const P2p* op : list) p2p->ops[next++] = {op->buf, op->bytes};
+  }
+  if (p2p->nlanes == 0) return selfSends.empty() ? Status{} : recordLaunch(stream);
+  if (Status s = device::launchP2p(baseArgs(), *p2p, stream); !s) return s;
+  return recordLaunch(stream);
 }
 
 Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::uint64_t n,

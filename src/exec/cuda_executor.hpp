@@ -17,6 +17,7 @@
 #include "algorithms/cost_model.hpp"
 #include "algorithms/schedule.hpp"
 #include "src/bootstrap/bootstrap.hpp"
+#include "src/device/schedule_kernel.hpp"
 #include "src/exec/cpu_executor.hpp"
 #include "weft/status.hpp"
 
@@ -70,6 +71,15 @@ class CudaExecutor {
   Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
              void* stream);
   Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
+  // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
+  // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
+  struct P2p {
+    bool isSend = true;
+    int peer = 0;
+    std::byte* buf = nullptr;
+    std::size_t bytes = 0;
+  };
+  Status exchange(const std::vector<P2p>& ops, void* stream);
   // The failure a kernel recorded, if any.
   Status asyncError() const;
   // Waits for every kernel enqueued outside graph capture.
@@ -78,6 +88,9 @@ class CudaExecutor {
  private:
   CudaExecutor() = default;
   Result<const void*> upload(const algo::Schedule& s);
+  // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
+  ::weft::device::LaunchArgs baseArgs() const;
+  Status recordLaunch(void* stream);
 
   GpuOptions options_;
   int nranks_ = 1, rank_ = 0;

@@ -38,6 +38,10 @@ Status CudaExecutor::divide(void*, std::size_t, DataType, std::uint64_t, void*) 
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
+Status CudaExecutor::exchange(const std::vector<P2p>&, void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
 Status CudaExecutor::asyncError() const {
   return {};
 }

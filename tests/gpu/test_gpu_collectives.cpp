@@ -1,4 +1,5 @@
-// Collectives on GPU memory, against the double-precision reference with outputs poisoned:
+// Collectives and point-to-point on GPU memory, against the double-precision reference with
+// outputs poisoned:
 // ranks as threads of one process (a stream each) and as processes sharing the GPU (CUDA IPC);
 // every dtype at the tuner's picks, and every algorithm x protocol forced; CUDA graph capture and
 // replay; a peer that never comes (timeout) and abort() both end a waiting kernel with an error;
@@ -315,11 +316,16 @@ TEST(GpuFaults, BadInputIsRefusedAndChangesNothing) {
   const Status s = comms[0].allReduce(host.data(), out.data(), 16, RedOp::sum, streams[0]);
   EXPECT_EQ(s.code(), Code::invalidUsage) << s.toString();
   EXPECT_EQ(out, std::vector<float>(16, 5.0f));
-  // Point-to-point on GPU buffers is not there yet: said, not silently done.
+  // A group mixing GPU and host buffers, and a send of GPU buffers with a host-only call.
   float* d = nullptr;
   ASSERT_EQ(cudaMalloc(&d, 64), cudaSuccess);
-  const Status p = comms[0].send(d, 16, DataType::f32, 1);
-  EXPECT_EQ(p.code(), Code::unsupported) << p.toString();
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  ASSERT_EQ(weftSend(d, 16, weftFloat32, 1, comms[0].handle(), streams[0]), weftSuccess);
+  ASSERT_EQ(weftRecv(out.data(), 16, weftFloat32, 1, comms[0].handle(), nullptr), weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError()).find("mixes GPU and host"), std::string::npos)
+      << weftGetLastError();
+  EXPECT_EQ(out, std::vector<float>(16, 5.0f));
   // An invalid type on GPU buffers.
   EXPECT_EQ(comms[0].allReduce(d, d, 16, static_cast<DataType>(99), RedOp::sum, streams[0]).code(),
             Code::invalidArgument);
@@ -352,6 +358,105 @@ TEST(GpuFaults, NoDeviceMemoryLeaks) {
       << "free device memory fell from " << before << " to " << after;
   (void)cudaFree(buf);
 }
+
+// Point-to-point on GPU memory: a ring exchange in a group (sizes from nothing to several
+// slots), a send to itself, and all-to-all-v with uneven counts; every byte checked.
+class GpuP2p : public ::testing::TestWithParam<int> {};
+
+std::vector<float> pattern(std::size_t count, int rank, int salt) {
+  std::vector<float> v(count);
+  for (std::size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>((i * 31 + static_cast<std::size_t>(rank) * 7 + salt) % 1000);
+  return v;
+}
+
+TEST_P(GpuP2p, RingExchangeSelfSendAndAllToAllv) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  std::vector<Comm> comms = threadRanks(n);
+  ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+  Streams streams(n);
+  std::vector<std::string> errors(static_cast<std::size_t>(n));
+  onEveryRank(n, [&](int r) {
+    std::string& err = errors[static_cast<std::size_t>(r)];
+    cudaStream_t s = streams[r];
+    weftComm_t h = comms[static_cast<std::size_t>(r)].handle();
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    for (std::size_t count : {0ul, 1ul, 4099ul, 700001ul}) {
+      const std::size_t bytes = std::max<std::size_t>(count, 1) * sizeof(float);
+      float *in = nullptr, *out = nullptr, *self = nullptr;
+      (void)cudaMallocAsync(&in, bytes, s);
+      (void)cudaMallocAsync(&out, bytes, s);
+      (void)cudaMallocAsync(&self, bytes, s);
+      const std::vector<float> mine = pattern(count, r, 1);
+      (void)cudaMemcpyAsync(in, mine.data(), count * sizeof(float), cudaMemcpyHostToDevice, s);
+      (void)cudaMemsetAsync(out, 0xA5, bytes, s);
+      (void)cudaMemsetAsync(self, 0xA5, bytes, s);
+      bool ok = weftGroupStart() == weftSuccess;
+      ok = ok && weftSend(in, count, weftFloat32, next, h, s) == weftSuccess;
+      ok = ok && weftRecv(out, count, weftFloat32, prev, h, s) == weftSuccess;
+      ok = ok && weftSend(in, count, weftFloat32, r, h, s) == weftSuccess;
+      ok = ok && weftRecv(self, count, weftFloat32, r, h, s) == weftSuccess;
+      ok = weftGroupEnd() == weftSuccess && ok;
+      if (!ok) err = std::string("group: ") + weftGetLastError();
+      (void)cudaStreamSynchronize(s);
+      if (Status a = comms[static_cast<std::size_t>(r)].asyncError(); !a) err = a.toString();
+      std::vector<float> got(count), gotSelf(count);
+      (void)cudaMemcpy(got.data(), out, count * sizeof(float), cudaMemcpyDeviceToHost);
+      (void)cudaMemcpy(gotSelf.data(), self, count * sizeof(float), cudaMemcpyDeviceToHost);
+      if (err.empty() && got != pattern(count, prev, 1))
+        err = "ring exchange of " + std::to_string(count) + " floats: wrong data";
+      if (err.empty() && gotSelf != mine)
+        err = "send to itself of " + std::to_string(count) + " floats: wrong data";
+      (void)cudaFreeAsync(in, s);
+      (void)cudaFreeAsync(out, s);
+      (void)cudaFreeAsync(self, s);
+      if (!err.empty()) return;
+    }
+    // All-to-all-v: rank r sends (r + q) % 3 * 1000 + q elements to q.
+    const auto N = static_cast<std::size_t>(n);
+    std::vector<std::size_t> sc(N), sd(N), rc(N), rd(N);
+    std::size_t st = 0, rt = 0;
+    for (std::size_t q = 0; q < N; ++q) {
+      sc[q] = (static_cast<std::size_t>(r) + q) % 3 * 1000 + q;
+      rc[q] = (q + static_cast<std::size_t>(r)) % 3 * 1000 + static_cast<std::size_t>(r);
+      sd[q] = st;
+      rd[q] = rt;
+      st += sc[q];
+      rt += rc[q];
+    }
+    float *in = nullptr, *out = nullptr;
+    (void)cudaMallocAsync(&in, st * sizeof(float) + 4, s);
+    (void)cudaMallocAsync(&out, rt * sizeof(float) + 4, s);
+    const std::vector<float> mine = pattern(st, r, 2);
+    (void)cudaMemcpyAsync(in, mine.data(), st * sizeof(float), cudaMemcpyHostToDevice, s);
+    if (weftAllToAllv(in, sc.data(), sd.data(), out, rc.data(), rd.data(), weftFloat32, h, s) !=
+        weftSuccess)
+      err = std::string("all-to-all-v: ") + weftGetLastError();
+    (void)cudaStreamSynchronize(s);
+    std::vector<float> got(rt);
+    (void)cudaMemcpy(got.data(), out, rt * sizeof(float), cudaMemcpyDeviceToHost);
+    for (std::size_t q = 0; err.empty() && q < N; ++q) {
+      // What q sent this rank: its block for r, from its own input.
+      std::size_t off = 0;
+      for (std::size_t k = 0; k < static_cast<std::size_t>(r); ++k) off += (q + k) % 3 * 1000 + k;
+      const std::vector<float> theirs = pattern(off + rc[q], static_cast<int>(q), 2);
+      for (std::size_t i = 0; i < rc[q]; ++i) {
+        if (got[rd[q] + i] != theirs[off + i]) {
+          err = "all-to-all-v from rank " + std::to_string(q) + " element " + std::to_string(i);
+          break;
+        }
+      }
+    }
+    (void)cudaFreeAsync(in, s);
+    (void)cudaFreeAsync(out, s);
+    (void)cudaStreamSynchronize(s);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuP2p, ::testing::Values(1, 2, 3, 4, 8),
+                         [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
 // ---- ranks as processes sharing the GPU --------------------------------------------------
 
