@@ -630,6 +630,25 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         std::min<std::size_t>((bytes + kGpuBytesPerChannel - 1) / kGpuBytesPerChannel, 1024));
     plan.channels = std::clamp(wanted, plan.channels, std::max(plan.channels, gpu_->channels()));
   }
+  exec::Buffers b{input, output, nullptr, count, type, op};
+  auto finish = [&]() -> Status {
+    if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
+      const std::size_t n = std::size_t{seg.output} * count;
+      if (Status st = gpu_->divide(output, n, type, static_cast<std::uint64_t>(size_), stream); !st)
+        return fail(st);
+    }
+    return {};
+  };
+  if (coll == Collective::allReduce && plan.algorithm == "oneshot" && config_.gpuDirect &&
+      bytes <= gpu_->oneShotLimit()) {
+    if (config_.debug == "INFO" || config_.debug == "TRACE") {
+      if (rank_ == 0)
+        std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: oneshot, direct kernel (%s)\n",
+                     bytes, plan.reason.c_str());
+    }
+    if (Status st = gpu_->oneShot(b, stream); !st) return fail(st);
+    return finish();
+  }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
@@ -655,14 +674,8 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
                    plan.reason.c_str());
     }
   }
-  exec::Buffers b{input, output, nullptr, count, type, op};
   if (Status st = gpu_->run(s, g, b, plan.protocol, stream); !st) return fail(st);
-  if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
-    const std::size_t n = std::size_t{seg.output} * count;
-    if (Status st = gpu_->divide(output, n, type, static_cast<std::uint64_t>(size_), stream); !st)
-      return fail(st);
-  }
-  return {};
+  return finish();
 }
 
 Status Communicator::asyncError() const {

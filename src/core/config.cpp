@@ -52,6 +52,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.maxChannels = static_cast<int>(*x);
   }
+  if (env("WEFT_GPU_DIRECT") != nullptr) {
+    auto x = number("WEFT_GPU_DIRECT", 0, 1);
+    if (!x) return x.status();
+    c.gpuDirect = *x != 0;
+  }
   if (env("WEFT_GPU_CHANNELS") != nullptr) {
     auto x = number("WEFT_GPU_CHANNELS", 1, 64);
     if (!x) return x.status();

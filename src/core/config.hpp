@@ -16,9 +16,12 @@ struct Config {
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
   std::string commId;                          // WEFT_COMM_ID=host:port
   std::string transport =
-      "auto";            // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
-  int maxChannels = 2;   // WEFT_MAX_CHANNELS (2-16): host threads per rank
-  int fifoSlots = 4;     // slots per connection
+      "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
+  int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
+  int fifoSlots = 4;    // slots per connection
+  // WEFT_GPU_DIRECT (1, default / 0): a one-shot all-reduce on GPU memory runs the direct
+  // kernel (peers read each other's copy of the input) instead of the schedule over the FIFOs.
+  bool gpuDirect = true;
   int gpuChannels = 16;  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)

@@ -601,6 +601,70 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
   if (threadIdx.x == 0) *e.counter = seq;
 }
 
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads) oneShotKernel(const LaunchArgs a) {
+  __shared__ int failed;
+  __shared__ std::uint64_t call;
+  __shared__ const T* ins[64];
+  const int b = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) {
+    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (failed != 0) fail(a, 2, b, -1, -1);
+    call = a.directCounts[b] + 1;
+  }
+  __syncthreads();
+  if (failed != 0) return;
+  const std::size_t per = a.directSlabBytes / sizeof(T);
+  const std::size_t begin = static_cast<std::size_t>(b) * per;
+  const std::size_t n = begin < a.count ? lesser(per, a.count - begin) : 0;
+  const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
+  // 1. This rank's share into its slab, then its flag.
+  T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
+  {
+    T* const outs[1] = {mine};
+    const T* const from[1] = {static_cast<const T*>(a.input) + begin};
+    elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    storeRelease(a.directFlags[a.rank] + 8 * b, call);
+    // 2. Every peer's share of this call.
+    for (int q = 0; q < a.nranks && failed == 0; ++q) {
+      Watch w(a);
+      while (loadAcquire(a.directFlags[q] + 8 * b) < call) {
+        if (int why = w.check(); why != 0) {
+          fail(a, why, b, q, 0);
+          failed = 1;
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (failed == 0) {
+    // 3. The sum in rank order: ranks 0..63, then the running sum and up to 63 more at a time.
+    T* out = static_cast<T*>(a.output) + begin;
+    T* const outs[1] = {out};
+    for (int first = 0; first < a.nranks;) {
+      const int take = first == 0 ? (a.nranks < 64 ? a.nranks : 64)
+                                  : (a.nranks - first < 63 ? a.nranks - first : 63);
+      const int nins = first > 0 ? take + 1 : take;
+      if (threadIdx.x == 0) {
+        int k = 0;
+        if (first > 0) ins[k++] = out;
+        for (int q = first; q < first + take; ++q)
+          ins[k++] = reinterpret_cast<const T*>(a.directSlabs[q] + slab);
+      }
+      __syncthreads();
+      elementwise<T, Op>(outs, 1, ins, nins, first > 0 ? 1 : 0, n);
+      __syncthreads();
+      first += take;
+    }
+  }
+  if (threadIdx.x == 0) a.directCounts[b] = call;
+}
+
 template <typename T>
 __global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
   using C = typename Compute<T>::type;
@@ -676,6 +740,18 @@ Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream) {
   return launchError("point-to-point kernel");
 }
 
+Status launchOneShot(const LaunchArgs& args, int blocks, DataType type, RedOp op, void* stream) {
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return withOp(op, [&](auto reduction) {
+      using Op = decltype(reduction);
+      oneShotKernel<T, Op>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
+      return launchError("one-shot kernel");
+    });
+  });
+}
+
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream) {
   if (count == 0) return {};
   return withType(type, [&](auto* tag) {
@@ -735,6 +811,7 @@ Status preload() {
                   cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
               if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
               if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, p2pKernel);
+              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, oneShotKernel<T, Op>);
               return e;
             });
           });

@@ -71,6 +71,12 @@ struct LaunchArgs {
   const void* input = nullptr;
   void* output = nullptr;
   std::byte* scratch = nullptr;
+  // One-shot all-reduce (launchOneShot): every rank's per-block flags and slabs, this rank's
+  // per-block call counts.
+  std::uint64_t* const* directFlags = nullptr;  // [rank]
+  std::byte* const* directSlabs = nullptr;      // [rank]
+  std::uint64_t* directCounts = nullptr;
+  std::size_t directSlabBytes = 0;
 };
 
 inline constexpr int kThreads = 512;
@@ -112,6 +118,13 @@ Status launchPrimitive(void* out, const void* a, const void* b, std::size_t coun
 // Runs every lane of `p2p` on `stream`: one block per lane. Of `args`, the endpoints, failure
 // words, slots and timeout are used.
 Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream);
+
+// One-shot all-reduce of args.count elements from args.input to args.output (in place allowed),
+// over `blocks` blocks, each one slab's share: each rank copies its share into its slab, raises
+// its flag, waits for every peer's, and sums every rank's slab in rank order 0..n-1 — the same
+// order, so the same bits, on every rank. Double-buffered by each block's call parity: a slab is
+// rewritten two calls later, after every peer has shown (by its next flag) that it read it.
+Status launchOneShot(const LaunchArgs& args, int blocks, DataType type, RedOp op, void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

@@ -107,8 +107,15 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   std::vector<std::uint32_t*> aborts(static_cast<std::size_t>(n));
   // Its own word first in what the kernel checks most: aborts[rank].
   for (int q = 0; q < n; ++q) aborts[static_cast<std::size_t>(q)] = x->ipc_->abortWord(q);
+  // Then every rank's one-shot flags and slabs.
+  std::vector<void*> direct(2 * static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q) {
+    direct[static_cast<std::size_t>(q)] = x->ipc_->directFlags(q);
+    direct[static_cast<std::size_t>(n + q)] = x->ipc_->directSlabs(q);
+  }
   const std::size_t epBytes = eps.size() * sizeof(device::Endpoint);
-  const std::size_t bytes = epBytes + aborts.size() * sizeof(std::uint32_t*);
+  const std::size_t abortBytes = aborts.size() * sizeof(std::uint32_t*);
+  const std::size_t bytes = epBytes + abortBytes + direct.size() * sizeof(void*);
   if (cudaError_t e = cudaMalloc(&x->endpoints_, bytes); e != cudaSuccess)
     return cudaFailed("allocating the endpoint table", e);
   auto* base = static_cast<std::byte*>(x->endpoints_);
@@ -117,6 +124,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
     return cudaFailed("copying the endpoint table", e);
   if (cudaError_t e = cudaMemcpy(base + epBytes, aborts.data(),
                                  aborts.size() * sizeof(std::uint32_t*), cudaMemcpyHostToDevice);
+      e != cudaSuccess)
+    return cudaFailed("copying the endpoint table", e);
+  if (cudaError_t e = cudaMemcpy(base + epBytes + abortBytes, direct.data(),
+                                 direct.size() * sizeof(void*), cudaMemcpyHostToDevice);
       e != cudaSuccess)
     return cudaFailed("copying the endpoint table", e);
   cudaEvent_t ev = nullptr;
@@ -246,6 +257,11 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   a.to = eps;
   a.from = eps + C * N;
   a.aborts = reinterpret_cast<std::uint32_t* const*>(eps + 2 * C * N);
+  auto* const* direct = reinterpret_cast<void* const*>(a.aborts + N);
+  a.directFlags = reinterpret_cast<std::uint64_t* const*>(direct);
+  a.directSlabs = reinterpret_cast<std::byte* const*>(direct + N);
+  a.directCounts = ipc_->directCounts();
+  a.directSlabBytes = ipc_->geometry().directSlabBytes;
   a.staging = ipc_->staging();
   a.hostAbort = hostAbortDevice_;
   a.error = static_cast<device::KernelError*>(errorDevice_);
@@ -266,6 +282,28 @@ Status CudaExecutor::recordLaunch(void* stream) {
     return cudaFailed("recording the call's completion", e);
   pending_ = true;
   return {};
+}
+
+std::size_t CudaExecutor::oneShotLimit() const {
+  return std::size_t{transport::CudaIpcGeometry::kDirectBlocks} * ipc_->geometry().directSlabBytes;
+}
+
+Status CudaExecutor::oneShot(const Buffers& b, void* stream) {
+  if (Status e = asyncError(); !e) return e;
+  const std::size_t bytes = b.count * sizeOf(b.type);
+  if (bytes == 0) return {};
+  if (bytes > oneShotLimit()) {
+    return internalError("a one-shot all-reduce of " + std::to_string(bytes) +
+                         " bytes: more than its slabs hold");
+  }
+  device::LaunchArgs a = baseArgs();
+  a.input = b.input;
+  a.output = b.output;
+  a.count = b.count;
+  const std::size_t slab = a.directSlabBytes;
+  const auto blocks = static_cast<int>((bytes + slab - 1) / slab);
+  if (Status s = device::launchOneShot(a, blocks, b.type, b.op, stream); !s) return s;
+  return recordLaunch(stream);
 }
 
 Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {

@@ -71,6 +71,10 @@ class CudaExecutor {
   Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
              void* stream);
   Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
+  // The largest all-reduce the one-shot kernel takes (bytes), and the call: every rank copies its
+  // input where peers read it, and every rank sums all of them in rank order.
+  std::size_t oneShotLimit() const;
+  Status oneShot(const Buffers& b, void* stream);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {

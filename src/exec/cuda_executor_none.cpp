@@ -38,6 +38,14 @@ Status CudaExecutor::divide(void*, std::size_t, DataType, std::uint64_t, void*) 
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
+std::size_t CudaExecutor::oneShotLimit() const {
+  return 0;
+}
+
+Status CudaExecutor::oneShot(const Buffers&, void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
 Status CudaExecutor::exchange(const std::vector<P2p>&, void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }

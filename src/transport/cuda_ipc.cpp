@@ -54,8 +54,18 @@ std::size_t CudaIpcGeometry::stagingOffset() const {
   return dataOffset(channels, 0);
 }
 
+std::size_t CudaIpcGeometry::directOffset() const {
+  return roundUp(stagingOffset() + static_cast<std::size_t>(channels) * (nranks + 1) * llPayload,
+                 4096);
+}
+
+// Direct region: flags (64 bytes each), counts (8 bytes each), then the slabs.
+constexpr std::size_t kDirectFlags = 0, kDirectCounts = 64 * CudaIpcGeometry::kDirectBlocks,
+                      kDirectSlabs = 4096;
+static_assert(kDirectCounts + 8 * CudaIpcGeometry::kDirectBlocks <= kDirectSlabs);
+
 std::size_t CudaIpcGeometry::inboxBytes() const {
-  return stagingOffset() + static_cast<std::size_t>(channels) * (nranks + 1) * llPayload;
+  return directOffset() + kDirectSlabs + 2 * std::size_t{kDirectBlocks} * directSlabBytes;
 }
 
 Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpcGeometry& g,
@@ -203,6 +213,20 @@ device::Endpoint CudaIpcTransport::from(int channel, int peer) const {
   e.tail = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kTail);
   e.counter = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kReceived);
   return e;
+}
+
+std::uint64_t* CudaIpcTransport::directFlags(int rank) const {
+  return reinterpret_cast<std::uint64_t*>(inboxes_[static_cast<std::size_t>(rank)] +
+                                          g_.directOffset() + kDirectFlags);
+}
+
+std::uint64_t* CudaIpcTransport::directCounts() const {
+  return reinterpret_cast<std::uint64_t*>(inboxes_[static_cast<std::size_t>(g_.rank)] +
+                                          g_.directOffset() + kDirectCounts);
+}
+
+std::byte* CudaIpcTransport::directSlabs(int rank) const {
+  return inboxes_[static_cast<std::size_t>(rank)] + g_.directOffset() + kDirectSlabs;
 }
 
 std::uint32_t* CudaIpcTransport::abortWord(int rank) const {

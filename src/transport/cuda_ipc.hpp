@@ -9,6 +9,9 @@
 //                                        messages the peer consumed), this rank's own counts
 //   [data of (channel, sender)] x C*n    K simple slots, then K ll slots (twice their payload)
 //   [staging of channel] x C             ll: (n + 1) payloads the kernel packs and unpacks in
+//   [direct: flags, counts, slabs]       one-shot all-reduce: per block a flag (peers read it),
+//                                        a call count (its own), and two slabs (by call parity)
+//                                        that the rank copies its input into for peers to read
 #pragma once
 
 #include <cstddef>
@@ -31,10 +34,13 @@ struct CudaIpcGeometry {
   std::size_t slotBytes = 256 * 1024;
   std::size_t llPayload = 16 * 1024;
   int residentBlocks = 1 << 20;  // blocks of the kernel this rank's device holds at once
+  static constexpr int kDirectBlocks = 32;
+  std::size_t directSlabBytes = 128 * 1024;  // one block's share of a one-shot call at most
 
   std::size_t controlOffset(int channel, int peer) const;
   std::size_t dataOffset(int channel, int sender) const;
   std::size_t stagingOffset() const;
+  std::size_t directOffset() const;
   std::size_t inboxBytes() const;
 };
 
@@ -54,6 +60,11 @@ class CudaIpcTransport {
   device::Endpoint to(int channel, int peer) const;
   device::Endpoint from(int channel, int peer) const;
   std::uint32_t* abortWord(int rank) const;
+  // One-shot: rank's per-block flags (64 bytes apart), this rank's per-block call counts, and
+  // rank's slabs (block b, parity p at (2 b + p) * directSlabBytes).
+  std::uint64_t* directFlags(int rank) const;
+  std::uint64_t* directCounts() const;
+  std::byte* directSlabs(int rank) const;
   // The most channels every rank may use so that all the blocks of all the ranks sharing each
   // device are resident together (their kernels wait on each other).
   int residentChannels() const { return residentChannels_; }

@@ -160,6 +160,35 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
   }
 }
 
+// One-shot all-reduce both ways: the direct kernel (the default; every rank sums every rank's
+// copy of the input in rank order, so every rank holds the same bits) and the schedule through
+// the FIFOs (WEFT_GPU_DIRECT=0); sizes up to the direct kernel's largest, in and out of place.
+TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  std::uint64_t seed = 501;
+  for (const char* direct : {"1", "0"}) {
+    ScopedEnv algoEnv("WEFT_ALGO", "oneshot");
+    ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
+    std::vector<Comm> comms = threadRanks(n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+    Streams streams(n);
+    const DeviceMemory mem = deviceMemory(streams);
+    for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
+      for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 20}) {
+        if (count * sizeOf(type) > (4u << 20)) continue;
+        for (bool inPlace : {false, true}) {
+          for (RedOp op : {RedOp::sum, RedOp::avg, RedOp::max}) {
+            const Case c{Collective::allReduce, type, op, count, inPlace, 0};
+            const std::string err = runCase(comms, c, seed++, n, -1, &mem);
+            ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << " " << describe(c, n);
+          }
+        }
+      }
+    }
+  }
+}
+
 // 256 MB of float32 all-reduced, every element checked.
 TEST_P(GpuThreads, LargeAllReduce) {
   SKIP_WITHOUT_GPU();
