@@ -126,51 +126,52 @@ void ChannelWorkers::loop(std::size_t channel) {
   }
 }
 
-algo::RankGraph sharedMemoryRankGraph(int nranks) {
-  // Shared memory is one copy in and one copy out through the caches: every pattern gets the
-  // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table.
-  constexpr double kCopyGBs = 8.0;
+namespace {
+
+// n ranks on one host where every pattern gets the same per-rank bandwidth (GB/s) over hops
+// of one class, and a tree edge gets treeBw.
+algo::RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, double treeBw) {
   algo::RankGraph g;
   g.nranks = nranks;
   g.ranksPerHost = nranks;
   g.hosts = 1;
-  g.intraClass = topo::PathClass::phb;
-  g.intraBandwidth = kCopyGBs;
-  g.netPerRank = g.netAlone = kCopyGBs;
-  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, kCopyGBs);
-  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, kCopyGBs);
-  g.allPairsBw = kCopyGBs / std::max(1, nranks - 1);
-  g.matchingBw = kCopyGBs;
-  // A tree rank copies each slice through its FIFOs to and from three neighbours while its
-  // other tree runs too: on the H200 host (docs/perf.md, 8 ranks) the double binary tree ran at
-  // a fifth of twoshot's busbw, which this edge bandwidth reproduces. To be replaced by
-  // weft-perf --calibrate.
-  g.treeBw = kCopyGBs / 8;
-  g.ringIntraBw.assign(16, kCopyGBs);
-  g.ringCrossBw.assign(16, kCopyGBs);
+  g.intraClass = cls;
+  g.intraBandwidth = bandwidth;
+  g.netPerRank = g.netAlone = bandwidth;
+  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, bandwidth);
+  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, bandwidth);
+  g.allPairsBw = bandwidth / std::max(1, nranks - 1);
+  g.matchingBw = bandwidth;
+  g.treeBw = treeBw;
+  g.ringIntraBw.assign(16, bandwidth);
+  g.ringCrossBw.assign(16, bandwidth);
   int depth = 0;
   for (int m = 1; m < nranks; m *= 2) ++depth;
   g.treeHopsInside = depth;
   return g;
 }
 
+}  // namespace
+
+algo::RankGraph sharedMemoryRankGraph(int nranks) {
+  // Shared memory is one copy in and one copy out through the caches: every pattern gets the
+  // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table.
+  // A tree rank copies each slice through its FIFOs to and from three neighbours while its
+  // other tree runs too: on the H200 host (docs/perf.md, 8 ranks) the double binary tree ran at
+  // a fifth of twoshot's busbw, which an eighth of the copy bandwidth per edge reproduces. To be
+  // replaced by weft-perf --calibrate.
+  constexpr double kCopyGBs = 8.0;
+  return uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
+}
+
 algo::RankGraph sameDeviceRankGraph(int nranks) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: each
   // rank gets its share of the device's copy bandwidth (~4 TB/s counted as read + write, so
-  // ~2 TB/s of bytes moved), over an NVLink-class hop (flags through L2).
+  // ~2 TB/s of bytes moved), over an NVLink-class hop (flags through L2). The double binary
+  // tree ran at 0.4-0.9x twoshot's busbw on the H200 at 4 and 8 ranks (docs/perf.md): a quarter
+  // per edge. To be replaced by calibration on the GPU.
   const double perRank = 2000.0 / std::max(1, nranks);
-  algo::RankGraph g = sharedMemoryRankGraph(nranks);
-  g.intraClass = topo::PathClass::nvl;
-  g.intraBandwidth = perRank;
-  g.netPerRank = g.netAlone = perRank;
-  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, perRank);
-  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, perRank);
-  g.allPairsBw = perRank / std::max(1, nranks - 1);
-  g.matchingBw = perRank;
-  g.treeBw = perRank / 2;
-  g.ringIntraBw.assign(16, perRank);
-  g.ringCrossBw.assign(16, perRank);
-  return g;
+  return uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::create(
