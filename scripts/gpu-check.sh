@@ -13,7 +13,7 @@ dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
 # Only what this script runs (FULL=1: everything).
-targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench)
+targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench weft-perf)
 [[ "${FULL:-0}" == 1 ]] && targets=()
 add_cuda_to_path
 {
@@ -41,8 +41,8 @@ T="$dir/tests/weft_gpu_runtime_tests"
 
 run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
-# 256 MB, graphs, faults.
-run gpu-threads 900 "$T" --gtest_filter='*GpuThreads*:GpuFaults*'
+# one-shot both ways, 256 MB, graphs, point-to-point, faults.
+run gpu-threads 900 "$T" --gtest_filter='*GpuThreads*:*GpuP2p*:GpuFaults*'
 # Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness), then under MPS.
 run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses*'
 if command -v nvidia-cuda-mps-control >/dev/null; then
@@ -50,6 +50,12 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     run gpu-processes-mps 600 "$T" --gtest_filter='*GpuProcesses*'
+    if [[ "${BENCH:-1}" == 1 ]]; then
+      # All-reduce between processes sharing the GPU (MPS runs their kernels side by side).
+      for n in 2 4 8; do
+        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 1G -f 4 -w 3 -n 10
+      done
+    fi
     echo quit | nvidia-cuda-mps-control
     sleep 1
   else
@@ -77,9 +83,16 @@ fi
 if [[ "${BENCH:-1}" == 1 ]]; then
   # The primitive against the device's copy bandwidth (bytes read + written).
   run bench-primitives 300 "$dir/weft-bench" --benchmark_filter='^gpu/' --benchmark_min_time=0.2
+  # Small all-reduce latency, 2 ranks as threads, CUDA graph replay: one-shot against ring.
+  run perf-latency 120 "$dir/weft-perf" allreduce -t 2 -b 8 -e 256K -f 4 -G 20 -c 1 --algos oneshot,ring
   grep -E '^gpu/' "$OUT/bench-primitives.log" | awk '{print $1, $NF}' >"$OUT/bench-table.txt" || true
 fi
 grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
 printf '%s\n' "${summary[@]}"
 [[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"
+for f in "$OUT"/perf-*.log; do
+  [[ -f "$f" ]] || continue
+  echo "== $(basename "$f" .log): size, out-of-place time (us) and busbw (GB/s), algo/proto"
+  awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6, $8, $14}' "$f" | tail -6
+done
 exit $status
