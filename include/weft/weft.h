@@ -94,7 +94,11 @@ WEFT_API const char* weftCommSummary(weftComm_t comm);
 WEFT_API weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
                                    weftDataType_t datatype, char* buf, size_t len);
 /* Where a call's buffers are, for weftCommPlanMemory. */
-typedef enum { weftHostMemory = 0, weftGpuMemory = 1 } weftMemory_t;
+typedef enum {
+  weftHostMemory = 0,
+  weftGpuMemory = 1,
+  weftMemoryForceInt = 0x7fffffff /* the range of an int: any value a caller passes is valid */
+} weftMemory_t;
 /* weftCommPlan for a call on `memory`: GPU buffers are planned by the GPU tuner (another cost
  * model), so their pick may differ from host buffers'. Makes no communication. */
 WEFT_API weftResult_t weftCommPlanMemory(weftComm_t comm, weftCollective_t coll, size_t count,
