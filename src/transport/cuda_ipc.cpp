@@ -115,7 +115,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
 
   t->inboxes_.assign(N, nullptr);
   t->opened_.assign(N, 0);
-  int processes = 0, sameDevice = 0;
+  int processes = 0, sameDevice = 0, p2pPeers = 0;
   for (std::size_t q = 0; q < N; ++q) {
     const InboxRecord& r = all[q];
     const bool sameProcess = r.pid == self.pid;
@@ -125,21 +125,33 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
       t->inboxes_[q] = t->own_;
       continue;
     }
-    if (sameProcess) {
-      if (r.device != t->device_) {
-        int can = 0;
-        (void)cudaDeviceCanAccessPeer(&can, t->device_, r.device);
-        if (can == 0) {
-          return Status(Code::unsupported, "cuda_ipc: rank " + std::to_string(q) + "'s GPU " +
-                                               std::to_string(r.device) +
-                                               " is not peer-accessible from GPU " +
-                                               std::to_string(t->device_));
-        }
-        const cudaError_t e = cudaDeviceEnablePeerAccess(r.device, 0);
+    if (!onMyDevice) {
+      // Another GPU: this process must see it, and reach its memory over P2P (NVLink or PCIe).
+      int local = -1, can = 0;
+      if (cudaDeviceGetByPCIBusId(&local, r.bus) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return Status(Code::unsupported,
+                      "cuda_ipc: rank " + std::to_string(q) + "'s GPU (" + r.bus +
+                          ") is not visible to rank " + std::to_string(ME) +
+                          "'s process (CUDA_VISIBLE_DEVICES?); GPU buffers need every rank's GPU "
+                          "visible to every rank of the host");
+      }
+      (void)cudaDeviceCanAccessPeer(&can, t->device_, local);
+      if (can == 0) {
+        return Status(Code::unsupported, "cuda_ipc: no peer access from GPU " +
+                                             std::string(self.bus) + " to rank " +
+                                             std::to_string(q) + "'s GPU " + r.bus +
+                                             "; GPU buffers between them are not supported yet");
+      }
+      ++p2pPeers;
+      if (sameProcess) {
+        const cudaError_t e = cudaDeviceEnablePeerAccess(local, 0);
         if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-          return cudaFailed("cuda_ipc: enabling peer access to GPU " + std::to_string(r.device), e);
+          return cudaFailed("cuda_ipc: enabling peer access to GPU " + std::string(r.bus), e);
         (void)cudaGetLastError();
       }
+    }
+    if (sameProcess) {
       t->inboxes_[q] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.address));
       continue;
     }
@@ -175,7 +187,8 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   }
   t->description_ = "cuda_ipc on GPU " + std::to_string(t->device_) + " (" + self.bus + "), " +
                     std::to_string(sameDevice) + " of " + std::to_string(N) +
-                    " rank(s) on this device, " + std::to_string(processes) +
+                    " rank(s) on this device, " + std::to_string(p2pPeers) +
+                    " peer(s) on other GPUs through P2P, " + std::to_string(processes) +
                     " peer(s) in other processes";
   return t;
 }
