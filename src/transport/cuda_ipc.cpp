@@ -127,8 +127,8 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
     }
     if (!onMyDevice) {
       // Another GPU: this process must see it, and reach its memory over P2P (NVLink or PCIe).
-      int local = -1, can = 0;
-      if (cudaDeviceGetByPCIBusId(&local, r.bus) != cudaSuccess) {
+      int ordinal = -1, can = 0;
+      if (cudaDeviceGetByPCIBusId(&ordinal, r.bus) != cudaSuccess) {
         (void)cudaGetLastError();
         return Status(Code::unsupported,
                       "cuda_ipc: rank " + std::to_string(q) + "'s GPU (" + r.bus +
@@ -136,7 +136,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
                           "'s process (CUDA_VISIBLE_DEVICES?); GPU buffers need every rank's GPU "
                           "visible to every rank of the host");
       }
-      (void)cudaDeviceCanAccessPeer(&can, t->device_, local);
+      (void)cudaDeviceCanAccessPeer(&can, t->device_, ordinal);
       if (can == 0) {
         return Status(Code::unsupported, "cuda_ipc: no peer access from GPU " +
                                              std::string(self.bus) + " to rank " +
@@ -145,7 +145,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
       }
       ++p2pPeers;
       if (sameProcess) {
-        const cudaError_t e = cudaDeviceEnablePeerAccess(local, 0);
+        const cudaError_t e = cudaDeviceEnablePeerAccess(ordinal, 0);
         if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
           return cudaFailed("cuda_ipc: enabling peer access to GPU " + std::string(r.bus), e);
         (void)cudaGetLastError();
