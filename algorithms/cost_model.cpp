@@ -495,11 +495,14 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double hopNet = c_.hopLatency[p][net];
     auto sendCost = [&](int l, int d, double moved, bool withPosts, bool withBytes) {
       const bool across = d >= G || l + d >= G;
+      // A graph built by hand may lack the mixed-shift figures: every flow at the step's rate.
+      const bool mixedKnown = static_cast<std::size_t>(d) < g.shiftCrossBw.size() &&
+                              static_cast<std::size_t>(d) < g.shiftInsideBw.size();
       const double rate =
-          !across  ? pat(g.shiftInsideBw[static_cast<std::size_t>(d)])
-          : d >= G ? bwStep
-                   : std::min(t.bwIntra, g.shiftCrossBw[static_cast<std::size_t>(d)] *
-                                             c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs);
+          d >= G || !mixedKnown ? (across ? bwStep : shift(d))
+          : !across             ? pat(g.shiftInsideBw[static_cast<std::size_t>(d)])
+                                : std::min(t.bwIntra, g.shiftCrossBw[static_cast<std::size_t>(d)] *
+                                                          c_.bandwidthScale[net] * eff * kBytesPerUsPerGBs);
       return (withPosts ? passes * (across ? t.oNet : t.oIntra) : 0) +
              (withBytes ? moved / rate : 0);
     };
@@ -507,6 +510,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       if (d < G && l + d < G) return t.aIntra;
       const int m = mod(l + d, G);
       const bool sameRail =
+          static_cast<int>(g.nicOf.size()) < G ||
           g.nicOf[static_cast<std::size_t>(l)] == g.nicOf[static_cast<std::size_t>(m)];
       return hopNet + (sameRail ? 1 : 3) * g.switchLatency;
     };
@@ -676,8 +680,9 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // A pair's latency: NICs of one rail are a switch apart, other rails three.
       auto pairLatency = [&](int a, int b) {
         if (a / G == b / G) return t.aIntra;
-        const bool sameRail = g.nicOf.empty() || g.nicOf[static_cast<std::size_t>(a % G)] ==
-                                                     g.nicOf[static_cast<std::size_t>(b % G)];
+        const bool sameRail =
+            static_cast<int>(g.nicOf.size()) < G ||
+            g.nicOf[static_cast<std::size_t>(a % G)] == g.nicOf[static_cast<std::size_t>(b % G)];
         return c_.hopLatency[p][net] + (sameRail ? 1 : 3) * g.switchLatency;
       };
       // What the sender spends on its side of an exchange.
