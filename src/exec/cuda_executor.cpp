@@ -285,7 +285,9 @@ Status CudaExecutor::recordLaunch(void* stream) {
 }
 
 std::size_t CudaExecutor::oneShotLimit() const {
-  return std::size_t{transport::CudaIpcGeometry::kDirectBlocks} * ipc_->geometry().directSlabBytes;
+  // A block per slab, and no more blocks than can all be resident with the other ranks'.
+  const int blocks = std::min(transport::CudaIpcGeometry::kDirectBlocks, ipc_->residentChannels());
+  return static_cast<std::size_t>(blocks) * ipc_->geometry().directSlabBytes;
 }
 
 Status CudaExecutor::oneShot(const Buffers& b, void* stream) {
@@ -327,6 +329,13 @@ Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
   }
   std::size_t total = 0;
   for (const auto& [key, list] : lanes) total += list.size();
+  if (lanes.size() > static_cast<std::size_t>(ipc_->residentChannels())) {
+    return Status(Code::unsupported,
+                  "a group with " + std::to_string(lanes.size()) +
+                      " (peer, direction) pairs on GPU memory: the ranks sharing this GPU can "
+                      "keep only " +
+                      std::to_string(ipc_->residentChannels()) + " blocks each resident at once");
+  }
   if (lanes.size() > static_cast<std::size_t>(device::kMaxP2pLanes) ||
       total > static_cast<std::size_t>(device::kMaxP2pOps)) {
     return Status(Code::unsupported,

@@ -65,8 +65,8 @@ class CudaIpcTransport {
   std::uint64_t* directFlags(int rank) const;
   std::uint64_t* directCounts() const;
   std::byte* directSlabs(int rank) const;
-  // The most channels every rank may use so that all the blocks of all the ranks sharing each
-  // device are resident together (their kernels wait on each other).
+  // The most blocks each rank's kernel may have so that all the blocks of all the ranks sharing
+  // each device are resident together (their kernels wait on each other).
   int residentChannels() const { return residentChannels_; }
   std::byte* staging() const {
     return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
