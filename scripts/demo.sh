@@ -43,7 +43,7 @@ for coll in allreduce allgather reducescatter alltoall; do
       mpirun --oversubscribe -np "$NP" "$dir/weft-perf" "$coll" "${sizes[@]}" --compare mpi |
       grep -v "^#  Rank" | tee "$dir/demo-$coll.txt"
   else
-    timeout 900 "$dir/weft-perf" "$coll" -np "$NP" "${sizes[@]}" | grep -v "^#  Rank" |
+    timeout 900 "$dir/weft-perf" "$coll" -np "$NP" --host "${sizes[@]}" | grep -v "^#  Rank" |
       tee "$dir/demo-$coll.txt"
   fi
   summary+=("$(printf '%-14s %s' "$coll" "$(grep -E "Avg bus bandwidth|geometric mean" "$dir/demo-$coll.txt" |
@@ -53,7 +53,14 @@ done
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   log "GPU present: the device kernels' tests"
   "$dir/tests/weft_gpu_tests" --gtest_brief=1 || true
+  if [[ -x "$dir/weft-perf" ]]; then
+    log "weft-perf allreduce on GPU memory: $NP ranks as threads of one process sharing the GPU"
+    timeout 900 "$dir/weft-perf" allreduce --gpu -t "$NP" -b 8 -e 256M -f 8 -n 10 -w 2 |
+      grep -v "^#  Rank" | tee "$dir/demo-gpu-allreduce.txt"
+    summary+=("$(printf '%-14s %s' "allreduce/GPU" "$(grep -E "Avg bus bandwidth" \
+      "$dir/demo-gpu-allreduce.txt" | sed 's/^# *//')")")
+  fi
 fi
 
-log "summary: weft-perf on $NP ranks (busbw in GB/s; ratio > 1: weft faster than Open MPI)"
+log "summary: weft-perf on $NP ranks (busbw in GB/s; ratio > 1: weft faster than Open MPI; GPU: no peer)"
 printf '%s\n' "${summary[@]}"
