@@ -763,6 +763,29 @@ Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, voi
   });
 }
 
+namespace {
+
+// Calls fn(T*, Op, integral_constant<Protocol>) for every dtype x element-wise op x protocol the
+// kernels are instantiated for, until it returns an error.
+template <typename Fn>
+cudaError_t forEachInstance(Fn&& fn) {
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
+      for (Protocol p : algo::kAllProtocols) {
+        const cudaError_t err = withType(static_cast<DataType>(t), [&](auto* tag) {
+          return withOp(op, [&](auto reduction) {
+            return withProtocol(p, [&](auto pc) { return fn(tag, reduction, pc); });
+          });
+        });
+        if (err != cudaSuccess) return err;
+      }
+    }
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
 Result<int> residentBlocks(int nranks) {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -771,57 +794,37 @@ Result<int> residentBlocks(int nranks) {
   }
   const std::size_t smem = Scratchpad::bytes(nranks);
   int fewest = 1 << 30;
-  for (int t = 0; t < kNumDataTypes; ++t) {
-    for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
-      for (Protocol p : algo::kAllProtocols) {
-        const int perSm = withType(static_cast<DataType>(t), [&](auto* tag) {
-          using T = std::remove_pointer_t<decltype(tag)>;
-          return withOp(op, [&](auto reduction) {
-            using Op = decltype(reduction);
-            return withProtocol(p, [&](auto pc) {
-              int blocks = 0;
-              if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                      &blocks, scheduleKernel<T, Op, decltype(pc)::value>, kThreads, smem) !=
-                  cudaSuccess)
-                blocks = 0;
-              return blocks;
-            });
-          });
-        });
-        fewest = std::min(fewest, perSm);
-      }
-    }
-  }
+  (void)forEachInstance([&](auto* tag, auto reduction, auto pc) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &blocks, scheduleKernel<T, decltype(reduction), decltype(pc)::value>, kThreads, smem) !=
+        cudaSuccess)
+      blocks = 0;
+    fewest = std::min(fewest, blocks);
+    return cudaSuccess;
+  });
   (void)cudaGetLastError();
   if (fewest <= 0) return Status(Code::systemError, "the schedule kernel does not fit an SM");
   return fewest * sms;
 }
 
 Status preload() {
-  for (int t = 0; t < kNumDataTypes; ++t) {
-    for (RedOp op : {RedOp::sum, RedOp::prod, RedOp::min, RedOp::max}) {
-      for (Protocol p : algo::kAllProtocols) {
-        cudaError_t err = withType(static_cast<DataType>(t), [&](auto* tag) {
-          using T = std::remove_pointer_t<decltype(tag)>;
-          return withOp(op, [&](auto reduction) {
-            using Op = decltype(reduction);
-            return withProtocol(p, [&](auto pc) {
-              cudaFuncAttributes attr;
-              cudaError_t e =
-                  cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
-              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
-              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, p2pKernel);
-              if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, oneShotKernel<T, Op>);
-              return e;
-            });
-          });
-        });
-        if (err != cudaSuccess)
-          return {Code::systemError,
-                  std::string("loading the schedule kernels: ") + cudaGetErrorString(err)};
-      }
-    }
+  cudaFuncAttributes attr;
+  cudaError_t err = cudaFuncGetAttributes(&attr, p2pKernel);
+  if (err == cudaSuccess) {
+    err = forEachInstance([&](auto* tag, auto reduction, auto pc) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      using Op = decltype(reduction);
+      cudaError_t e = cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, oneShotKernel<T, Op>);
+      return e;
+    });
   }
+  if (err != cudaSuccess)
+    return {Code::systemError,
+            std::string("loading the schedule kernels: ") + cudaGetErrorString(err)};
   return {};
 }
 
