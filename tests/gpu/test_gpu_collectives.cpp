@@ -42,15 +42,18 @@ bool haveGpu() {
 
 // Device buffers for the harness: stream-ordered allocation and copies on each rank's stream,
 // so no rank's call waits for the whole device (where other ranks' kernels wait for it).
+// One stream per rank of n; or, for a process holding only rank `only`, one stream for it.
 struct Streams {
-  explicit Streams(int n) : s(static_cast<std::size_t>(n)) {
+  explicit Streams(int n, int only = -1)
+      : s(static_cast<std::size_t>(only < 0 ? n : 1)), only(only) {
     for (cudaStream_t& x : s) EXPECT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), 0);
   }
   ~Streams() {
     for (cudaStream_t x : s) (void)cudaStreamDestroy(x);
   }
-  cudaStream_t operator[](int r) const { return s[static_cast<std::size_t>(r)]; }
+  cudaStream_t operator[](int r) const { return s[only < 0 ? static_cast<std::size_t>(r) : 0]; }
   std::vector<cudaStream_t> s;
+  int only;
 };
 
 DeviceMemory deviceMemory(const Streams& streams) {
@@ -509,18 +512,8 @@ TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
       n,
       [n](int r, Comm& comm) {
         if (cudaSetDevice(0) != cudaSuccess) return 3;
-        Streams streams(1);
-        DeviceMemory mem = deviceMemory(streams);
-        // The harness indexes streams by rank; this process holds one.
-        mem.stream = [&streams](int) -> void* { return streams[0]; };
-        const auto alloc = mem.alloc;
-        mem.alloc = [alloc](int, std::size_t b) { return alloc(0, b); };
-        const auto release = mem.release;
-        mem.release = [release](int, std::byte* p) { release(0, p); };
-        const auto copy = mem.copy;
-        mem.copy = [copy](int, void* t, const void* f, std::size_t b) { copy(0, t, f, b); };
-        const auto finish = mem.finish;
-        mem.finish = [finish](Comm& c, int) { return finish(c, 0); };
+        const Streams streams(n, r);
+        const DeviceMemory mem = deviceMemory(streams);
         std::vector<Comm> mine;
         mine.push_back(std::move(comm));
         int bad = 0;
