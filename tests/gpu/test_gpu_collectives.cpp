@@ -44,8 +44,8 @@ bool haveGpu() {
 // so no rank's call waits for the whole device (where other ranks' kernels wait for it).
 // One stream per rank of n; or, for a process holding only rank `only`, one stream for it.
 struct Streams {
-  explicit Streams(int n, int only = -1)
-      : s(static_cast<std::size_t>(only < 0 ? n : 1)), only(only) {
+  explicit Streams(int n, int onlyRank = -1)
+      : s(static_cast<std::size_t>(onlyRank < 0 ? n : 1)), only(onlyRank) {
     for (cudaStream_t& x : s) EXPECT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), 0);
   }
   ~Streams() {
