@@ -5,6 +5,9 @@
 # racecheck; runs the GPU benchmarks; prints a short table last. Full logs go to $OUT.
 #   FULL=1   also the host unit and runtime suites
 #   BENCH=0  skip the benchmarks
+#   SAN=0    skip compute-sanitizer
+#   PERF_MAX the largest size of the MPS all-reduce sweeps (default 1G)
+#   ONLY     a gtest filter for the thread run (default: every thread, p2p and fault test)
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 OUT="${OUT:-$WEFT_ROOT/out}"
@@ -42,7 +45,7 @@ T="$dir/tests/weft_gpu_runtime_tests"
 run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
 # one-shot both ways, 256 MB, graphs, point-to-point, faults.
-run gpu-threads 900 "$T" --gtest_filter='*GpuThreads*:*GpuP2p*:GpuFaults*'
+run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*}"
 # Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness), then under MPS.
 run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses*'
 if command -v nvidia-cuda-mps-control >/dev/null; then
@@ -53,7 +56,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     if [[ "${BENCH:-1}" == 1 ]]; then
       # All-reduce between processes sharing the GPU (MPS runs their kernels side by side).
       for n in 2 4 8; do
-        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 1G -f 4 -w 3 -n 10
+        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-1G}" -f 4 -w 3 -n 10
       done
     fi
     echo quit | nvidia-cuda-mps-control
@@ -70,7 +73,7 @@ fi
 # Discovery against the real driver: NVML's GPUs and links, the CUDA driver's peer access.
 run topo 60 "$dir/weft-topo" show
 run topo-dump 60 "$dir/weft-topo" dump --out "$OUT/discovered.xml"
-if command -v compute-sanitizer >/dev/null; then
+if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   # The sanitizer serializes a process's kernels, so ranks that wait on each other run one per
   # process (each its own sanitized process) or alone.
   san=(compute-sanitizer --error-exitcode 1 --target-processes all)

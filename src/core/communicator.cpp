@@ -844,7 +844,8 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
                                             ": the sends and receives of one group must use "
                                             "one stream");
     }
-    if (onGpu == 0 && op.stream != nullptr) {
+    // Operations of no bytes are no-ops on either path (as in NCCL), whatever their buffers.
+    if (onGpu == 0 && moving > 0 && op.stream != nullptr) {
       return Status(Code::invalidUsage,
                     std::string(op.isSend ? "send" : "recv") +
                         ": a stream was given with host buffers (streams order calls on GPU "

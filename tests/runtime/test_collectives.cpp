@@ -254,6 +254,16 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   int dummy = 0;
   EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftSum, h, &dummy),
             weftInvalidUsage);
+  EXPECT_EQ(weftSend(in.data(), 8, weftFloat32, 1, h, &dummy), weftInvalidUsage);
+  EXPECT_NE(std::string(weftGetLastError()).find("a stream was given with host buffers"),
+            std::string::npos);
+  // Zero elements move nothing, so the stream does not matter (a collective and a send alike).
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 0, weftFloat32, weftSum, h, &dummy),
+            weftSuccess);
+  ASSERT_EQ(weftGroupStart(), weftSuccess);
+  EXPECT_EQ(weftSend(in.data(), 0, weftFloat32, 0, h, &dummy), weftSuccess);
+  EXPECT_EQ(weftRecv(out.data(), 0, weftFloat32, 0, h, &dummy), weftSuccess);
+  EXPECT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError();
   EXPECT_TRUE(untouched());
   // A destroyed communicator is an error, not a crash.
   weftComm_t stale = nullptr;
