@@ -681,13 +681,18 @@ void measure(const Schedule& s, VerifyReport& report) {
   const double unit = 1.0 / (double(s.messageBlocks()) * s.partsPerBlock);
   for (int r = 0; r < s.nranks; ++r) {
     std::uint32_t steps = 0, messages = 0;
-    std::uint64_t blocks = 0;
+    std::uint64_t blocks = 0, touched = 0;
     for (std::size_t c = 0; c < s.channels.size(); ++c) {
       const Program& p = s.program(c, r);
       steps += static_cast<std::uint32_t>(p.steps().size());
       for (const Step& st : p.steps()) {
-        if (st.nsend == 0) continue;
         const std::uint32_t nb = p.blocks(st);
+        const StepTraits t = traits(st.kind);
+        const std::uint64_t reads = (t.readsSrc ? 1u : 0u) + (t.recvs ? st.nrecv : 0u) +
+                                    (st.kind == StepKind::reduceLocal ? 1u : 0u);
+        const std::uint64_t writes = (t.writesDst ? 1u : 0u) + (t.sends ? st.nsend : 0u);
+        touched += (reads + writes) * nb;
+        if (st.nsend == 0) continue;
         messages += st.nsend;
         blocks += std::uint64_t{st.nsend} * nb;
         report.maxMessageBlocks = std::max(report.maxMessageBlocks, nb);
@@ -698,6 +703,8 @@ void measure(const Schedule& s, VerifyReport& report) {
     report.maxMessages = std::max(report.maxMessages, messages);
     report.maxBytes = std::max(report.maxBytes, bytes);
     report.totalBytes += bytes;
+    report.maxMemory = std::max(report.maxMemory, double(touched) * unit);
+    report.totalMemory += double(touched) * unit;
   }
 }
 

@@ -51,6 +51,12 @@ struct VerifyReport {
   double maxBytes = 0;                 // bytes sent, as a multiple of the message size
   double totalBytes = 0;               // the same summed over ranks
   std::uint32_t maxMessageBlocks = 0;  // the largest single message, in blocks
+  // Memory traffic, as a multiple of the message size: every byte a rank reads (its sources,
+  // each message out of its FIFO slot, the destination a local reduce folds into) or writes
+  // (its destinations, each message into the receiver's slot). On ranks sharing one GPU all of
+  // it goes through that device's memory.
+  double maxMemory = 0;
+  double totalMemory = 0;
 
   bool ok() const { return fault == Fault::none; }
 };

@@ -7,6 +7,7 @@
 #   BENCH=0  skip the benchmarks
 #   SAN=0    skip compute-sanitizer
 #   PERF_MAX the largest size of the MPS all-reduce sweeps (default 1G)
+#   PERF_ALGOS also sweep these algorithms forced (weft-perf --algos), e.g. ring,twoshot
 #   ONLY     a gtest filter for the thread run (default: every thread, p2p and fault test)
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -56,7 +57,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     if [[ "${BENCH:-1}" == 1 ]]; then
       # All-reduce between processes sharing the GPU (MPS runs their kernels side by side).
       for n in 2 4 8; do
-        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-1G}" -f 4 -w 3 -n 10
+        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-1G}" -f 4 -w 3 -n 10 ${PERF_ALGOS:+--algos "$PERF_ALGOS"}
       done
     fi
     echo quit | nvidia-cuda-mps-control

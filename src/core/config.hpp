@@ -22,7 +22,10 @@ struct Config {
   // WEFT_GPU_DIRECT (1, default / 0): a one-shot all-reduce on GPU memory runs the direct
   // kernel (peers read each other's copy of the input) instead of the schedule over the FIFOs.
   bool gpuDirect = true;
-  int gpuChannels = 16;  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most
+  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): 64 where
+  // at most two ranks share a GPU, 16 where more do (see CudaExecutor's channelsFor).
+  int gpuChannels = 0;
+  std::size_t gpuSlotBytes = 256 * 1024;   // WEFT_GPU_SLOT_BYTES: one bulk FIFO slot on GPU
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.

@@ -3,10 +3,12 @@
 #include <cuda_runtime.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "src/device/schedule_kernel.hpp"
 #include "src/transport/cuda_ipc.hpp"
@@ -81,6 +83,55 @@ bool driverLoaded() {
 
 }  // namespace
 
+namespace {
+
+// The channels of a call: as configured, or (0) chosen from how many ranks share a device:
+// 64 where one or two do, 16 where more do, never more than the device's SMs divided among its
+// ranks. Measured on one H200 (docs/perf.md), 256 MB ring all-reduce under MPS: 2 ranks 174 ->
+// 364 GB/s busbw from 16 to 64 channels; 4 ranks 137 GB/s at 16 but 85-88 at 33 (the most the
+// residency rule allows there: every SM taken). Collective over the bootstrap; every rank reaches
+// the same count, and ranks configured differently (their FIFOs would not line up) are refused.
+Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
+  struct Record {
+    char bus[32];
+    std::int32_t sms;
+    std::int32_t channels;
+    std::uint64_t slotBytes;
+  };
+  std::vector<Record> all(static_cast<std::size_t>(bootstrap.size()));
+  Record& self = all[static_cast<std::size_t>(bootstrap.rank())];
+  std::memset(&self, 0, sizeof self);
+  self.channels = o.channels;
+  self.slotBytes = o.slotBytes;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetPCIBusId(self.bus, sizeof self.bus, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&self.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    self.sms = 0;  // the transport's set-up then says what is wrong
+  }
+  if (Status s = bootstrap.allGather(all.data(), sizeof(Record)); !s) return s;
+  for (std::size_t q = 0; q < all.size(); ++q) {
+    if (all[q].channels != self.channels || all[q].slotBytes != self.slotBytes) {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(bootstrap.rank()) + " and rank " + std::to_string(q) +
+                        " differ in WEFT_GPU_CHANNELS or WEFT_GPU_SLOT_BYTES; set them alike on "
+                        "every rank");
+    }
+  }
+  if (o.channels > 0) return o.channels;
+  int channels = GpuOptions::kMaxAutoChannels;
+  for (const Record& r : all) {
+    int sharing = 0;
+    for (const Record& q : all) sharing += std::strncmp(q.bus, r.bus, sizeof r.bus) == 0 ? 1 : 0;
+    const int wanted = sharing <= 2 ? GpuOptions::kMaxAutoChannels : 16;
+    channels = std::min({channels, wanted, std::max(1, r.sms / sharing)});
+  }
+  return channels;
+}
+
+}  // namespace
+
 bool isDevicePointer(const void* p) {
   // Without the driver in the process there is no device memory, and asking the runtime would
   // initialize CUDA (which a later fork could not use).
@@ -99,7 +150,10 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   x->options_ = o;
   x->nranks_ = bootstrap.size();
   x->rank_ = bootstrap.rank();
-  const int n = x->nranks_, C = o.channels;
+  const int n = x->nranks_;
+  auto channels = channelsFor(o, bootstrap);
+  if (!channels) return channels.status();
+  const int C = *channels;
   transport::CudaIpcGeometry g;
   g.nranks = n;
   g.rank = x->rank_;
@@ -288,7 +342,7 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
 }
 
 device::LaunchArgs CudaExecutor::baseArgs() const {
-  const std::size_t C = static_cast<std::size_t>(options_.channels);
+  const std::size_t C = static_cast<std::size_t>(ipc_->geometry().channels);
   const auto N = static_cast<std::size_t>(nranks_);
   auto* eps = static_cast<const device::Endpoint*>(endpoints_);
   device::LaunchArgs a;

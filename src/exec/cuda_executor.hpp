@@ -35,7 +35,10 @@ bool cudaBuilt();
 bool isDevicePointer(const void* p);
 
 struct GpuOptions {
-  int channels = 16;                   // thread blocks per call at most
+  // Thread blocks per call at most; 0: kMaxAutoChannels where at most two ranks share each
+  // device, 16 where more do, and never more than a device's SMs divided among its ranks.
+  int channels = 0;
+  static constexpr int kMaxAutoChannels = 64;
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)

@@ -46,6 +46,7 @@ std::vector<DocRow> readTable() {
       header = cells(line);
       continue;
     }
+    if (line.rfind('|', 0) != 0) header.clear();  // the table ended; later ones are others'
     if (header.empty() || line.rfind("| ", 0) != 0 || line.rfind("| ---", 0) == 0) continue;
     const auto c = cells(line);
     if (c.size() != header.size()) continue;

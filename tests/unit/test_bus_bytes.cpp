@@ -29,6 +29,26 @@ TEST(BusBytes, RingAllReduceMovesTwoNMinusOneOverN) {
   }
 }
 
+// Memory traffic: each of ring's 2(n - 1) messages of S/n per rank is written into a slot and
+// read out of it, each reduce step reads the local operand too, and the last steps write the
+// output: (6n - 4) S over all ranks (docs/algorithms.md), the same split over channels.
+TEST(BusBytes, RingAllReduceTouchesSixNMinusFourMessagesOfMemory) {
+  for (int n = 2; n <= 64; ++n) {
+    const VerifyReport rep = costs(ringAlgorithm(), Collective::allReduce, n);
+    EXPECT_NEAR(rep.totalMemory, 6.0 * n - 4, 1e-9) << n;
+    EXPECT_NEAR(rep.maxMemory, (6.0 * n - 4) / n, 1e-9) << n;
+    const Schedule split = splitChannels(*ringAlgorithm().build(Collective::allReduce, n, {}), 3);
+    EXPECT_NEAR(verify(split).totalMemory, 6.0 * n - 4, 1e-9) << n;
+  }
+  // One-shot: each rank reads its input and writes it into n - 1 slots, then reads the input and
+  // the n - 1 slots and writes the output: 2n + 1 messages of S per rank.
+  for (int n = 2; n <= 16; ++n) {
+    EXPECT_NEAR(costs(oneshotAlgorithm(), Collective::allReduce, n).totalMemory,
+                double(n) * (2 * n + 1), 1e-9)
+        << n;
+  }
+}
+
 TEST(BusBytes, RingAllGatherAndReduceScatterMoveNMinusOneOverN) {
   for (int n = 2; n <= 64; ++n) {
     for (Collective c : {Collective::allGather, Collective::reduceScatter}) {

@@ -14,7 +14,7 @@ namespace {
 
 TEST(CudaIpcLayout, RegionsAreAlignedDisjointAndInside) {
   for (int n : {1, 2, 3, 8, 17}) {
-    for (int channels : {1, 2, 16}) {
+    for (int channels : {1, 2, 16, 33, 64}) {
       CudaIpcGeometry g;
       g.nranks = n;
       g.channels = channels;
