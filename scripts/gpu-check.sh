@@ -9,6 +9,10 @@
 #   PERF_MAX the largest size of the MPS all-reduce sweeps (default 1G)
 #   PERF_ALGOS also sweep these algorithms forced (weft-perf --algos), e.g. ring,twoshot
 #   ONLY     a gtest filter for the thread run (default: every thread, p2p and fault test)
+#   BUNDLE=1 leave $OUT holding only summary.txt and logs.tgz (every log, packed): for a runner
+#            that brings back only a few files
+#   DEADLINE seconds the whole script may take: each step's limit is cut to what is left, and
+#            steps that no longer fit are skipped, so the summary and the bundle still get written
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 OUT="${OUT:-$WEFT_ROOT/out}"
@@ -32,6 +36,14 @@ summary=()
 run() {  # run NAME LIMIT_S CMD...
   local name="$1" limit="$2"
   shift 2
+  if [[ -n "${DEADLINE:-}" ]]; then
+    local left=$((DEADLINE - SECONDS - 15))
+    if ((left < 10)); then
+      summary+=("SKIP  $name (DEADLINE)")
+      return
+    fi
+    ((limit > left)) && limit=$left
+  fi
   local t0=$SECONDS
   if timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; then
     summary+=("PASS  $name ($((SECONDS - t0)) s)")
@@ -50,7 +62,8 @@ run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults
 # Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness), then under MPS.
 run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses*'
 if command -v nvidia-cuda-mps-control >/dev/null; then
-  export CUDA_MPS_PIPE_DIRECTORY="$OUT/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$OUT/mps-log"
+  mps="$(mktemp -d)"
+  export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     run gpu-processes-mps 600 "$T" --gtest_filter='*GpuProcesses*'
@@ -91,12 +104,19 @@ if [[ "${BENCH:-1}" == 1 ]]; then
   run perf-latency 120 "$dir/weft-perf" allreduce -t 2 -b 8 -e 256K -f 4 -G 20 -c 1 --algos oneshot,ring
   grep -E '^gpu/' "$OUT/bench-primitives.log" | awk '{print $1, $NF}' >"$OUT/bench-table.txt" || true
 fi
-grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
-printf '%s\n' "${summary[@]}"
-[[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"
-for f in "$OUT"/perf-*.log; do
-  [[ -f "$f" ]] || continue
-  echo "== $(basename "$f" .log): size, out-of-place time (us) and busbw (GB/s), algo/proto"
-  awk '/^ +[0-9]+ +[0-9]+ /{print $1, $6, $8, $14}' "$f" | tail -6
-done
+{
+  grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
+  printf '%s\n' "${summary[@]}"
+  [[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"
+  for f in "$OUT"/perf-*.log; do
+    [[ -f "$f" ]] || continue
+    echo "== $(basename "$f" .log): the rows as weft-perf printed them"
+    grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)' "$f"
+  done
+} 2>/dev/null | tee "$OUT/summary.txt"
+if [[ "${BUNDLE:-0}" == 1 ]]; then
+  pack="$(mktemp -d)"
+  tar czf "$pack/logs.tgz" -C "$OUT" --exclude=./summary.txt . &&
+    find "$OUT" -mindepth 1 -not -name summary.txt -delete && mv "$pack/logs.tgz" "$OUT/"
+fi
 exit $status
