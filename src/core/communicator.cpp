@@ -608,6 +608,10 @@ Status Communicator::ensureGpu() {
 
 namespace {
 constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
+constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
+// The direct one-shot kernel's slabs: CudaIpcGeometry's kDirectBlocks x directSlabBytes (fewer
+// where residency caps the blocks).
+constexpr std::size_t kGpuDirectMaxBytes = 32 * 128 * 1024;
 }  // namespace
 
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
@@ -739,7 +743,27 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
   auto plan = gpuTuner_->plan(coll, bytes);
-  if (plan) gpuPlans_.emplace(key, *plan);
+  if (!plan) return plan;
+  // The ll protocol on GPU moves one 16 KiB message at a time per channel and takes no extra
+  // channels, so past small sizes it is far slower than the cost model says (4 ranks on the
+  // H200: 1.4-5 GB/s busbw at 128 KB - 2 MB, docs/perf.md); there the bulk protocol runs. A
+  // one-shot all-reduce the direct kernel serves (up to its 4 MiB of slabs) uses no protocol.
+  const bool direct = coll == Collective::allReduce && plan->algorithm == "oneshot" &&
+                      config_.gpuDirect && bytes <= kGpuDirectMaxBytes;
+  if (plan->protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes &&
+      !config_.tuner.protocol.has_value() && !direct) {
+    if (!gpuBulkTuner_) {
+      algo::TunerOptions bulk = config_.tuner;
+      bulk.protocol = algo::Protocol::simple;
+      gpuBulkTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), bulk);
+    }
+    auto simple = gpuBulkTuner_->plan(coll, bytes);
+    if (!simple) return simple;
+    simple->reason = "the bulk protocol past " + std::to_string(kGpuLlMaxBytes / 1024) +
+                     " KiB on GPU; " + simple->reason;
+    plan = std::move(simple);
+  }
+  gpuPlans_.emplace(key, *plan);
   return plan;
 }
 

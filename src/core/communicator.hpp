@@ -172,6 +172,7 @@ class Communicator {
   // GPU's costs with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Tuner> gpuTuner_;
+  std::unique_ptr<algo::Tuner> gpuBulkTuner_;  // the same, the bulk protocol only
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox

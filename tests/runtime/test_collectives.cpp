@@ -258,8 +258,7 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_NE(std::string(weftGetLastError()).find("a stream was given with host buffers"),
             std::string::npos);
   // Zero elements move nothing, so the stream does not matter (a collective and a send alike).
-  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 0, weftFloat32, weftSum, h, &dummy),
-            weftSuccess);
+  EXPECT_EQ(weftAllReduce(in.data(), out.data(), 0, weftFloat32, weftSum, h, &dummy), weftSuccess);
   ASSERT_EQ(weftGroupStart(), weftSuccess);
   EXPECT_EQ(weftSend(in.data(), 0, weftFloat32, 0, h, &dummy), weftSuccess);
   EXPECT_EQ(weftRecv(out.data(), 0, weftFloat32, 0, h, &dummy), weftSuccess);
@@ -346,6 +345,35 @@ TEST(Arguments, PlanQueryNamesTheTunersPickAndRejectsBadInput) {
       weftCommPlanMemory(h, weftCollAllToAllv, 8, weftFloat32, weftGpuMemory, buf, sizeof buf),
       weftUnsupported);
   EXPECT_EQ(comms[0].device(), -1);
+}
+
+// On GPU memory the ll protocol serves small calls only (past 64 KiB the bulk one runs), unless
+// WEFT_PROTO forces it or the call is a one-shot all-reduce for the direct kernel.
+TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
+  auto planOf = [](weftComm_t h, weftCollective_t c, std::size_t bytes) {
+    char buf[128] = {};
+    EXPECT_EQ(weftCommPlanMemory(h, c, bytes / 4, weftFloat32, weftGpuMemory, buf, sizeof buf),
+              weftSuccess);
+    return std::string(buf);
+  };
+  for (int n : {4, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    weftComm_t h = comms[0].handle();
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{16} << 10})
+      EXPECT_NE(planOf(h, weftCollAllReduce, bytes).find("/ll"), std::string::npos) << bytes;
+    for (weftCollective_t c : {weftCollAllReduce, weftCollAllGather, weftCollReduceScatter}) {
+      for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{2} << 20}) {
+        const std::string plan = planOf(h, c, bytes);
+        if (plan.rfind("oneshot/", 0) == 0 && c == weftCollAllReduce) continue;  // direct kernel
+        EXPECT_NE(plan.find("/simple"), std::string::npos)
+            << n << " ranks, " << bytes << ": " << plan;
+      }
+    }
+  }
+  setenv("WEFT_PROTO", "ll", 1);
+  std::vector<Comm> forced = makeComms(4);
+  unsetenv("WEFT_PROTO");
+  EXPECT_NE(planOf(forced[0].handle(), weftCollAllReduce, 2 << 20).find("/ll"), std::string::npos);
 }
 
 TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
