@@ -645,14 +645,15 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     }
     return {};
   };
-  if (coll == Collective::allReduce && plan.algorithm == "oneshot" && config_.gpuDirect &&
-      bytes <= gpu_->oneShotLimit()) {
+  const bool twoShot = plan.algorithm == "twoshot";
+  if (coll == Collective::allReduce && config_.gpuDirect && bytes <= gpu_->oneShotLimit() &&
+      (plan.algorithm == "oneshot" || (twoShot && config_.gpuDirectTwoShot))) {
     if (config_.debug == "INFO" || config_.debug == "TRACE") {
       if (rank_ == 0)
-        std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: oneshot, direct kernel (%s)\n",
-                     bytes, plan.reason.c_str());
+        std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
+                     bytes, plan.algorithm.c_str(), plan.reason.c_str());
     }
-    if (Status st = gpu_->oneShot(b, stream); !st) return fail(st);
+    if (Status st = gpu_->direct(b, twoShot, stream); !st) return fail(st);
     return finish();
   }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());

@@ -601,8 +601,58 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
   if (threadIdx.x == 0) *e.counter = seq;
 }
 
+// Thread 0 of block b: waits until word `word` of block b's flag reaches `call` on every rank;
+// false (with the failure recorded) if some rank never gets there.
+__device__ bool waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call, int step) {
+  for (int q = 0; q < a.nranks; ++q) {
+    Watch w(a);
+    while (loadAcquire(a.directFlags[q] + 8 * b + word) < call) {
+      if (int why = w.check(); why != 0) {
+        fail(a, why, b, q, step);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// outs = slab 0 (op) slab 1 (op) ... (op) slab n-1 over [at, at + n) of every rank's slab, in
+// rank order: ranks 0..63, then the running sum (outs[0]) and up to 63 more at a time; outs past
+// the first get only the final sum (one may be a slab a later group still reads). `ins` is
+// shared memory that thread 0 fills.
 template <typename T, typename Op>
-__global__ void __launch_bounds__(kThreads) oneShotKernel(const LaunchArgs a) {
+__device__ void sumInRankOrder(const LaunchArgs& a, std::size_t slab, std::size_t at, std::size_t n,
+                               T* const* outs, int nouts, const T** ins) {
+  for (int first = 0; first < a.nranks;) {
+    const int take = first == 0 ? (a.nranks < 64 ? a.nranks : 64)
+                                : (a.nranks - first < 63 ? a.nranks - first : 63);
+    const int nins = first > 0 ? take + 1 : take;
+    if (threadIdx.x == 0) {
+      int k = 0;
+      if (first > 0) ins[k++] = outs[0];
+      for (int q = first; q < first + take; ++q)
+        ins[k++] = reinterpret_cast<const T*>(a.directSlabs[q] + slab) + at;
+    }
+    __syncthreads();
+    const bool last = first + take >= a.nranks;
+    elementwise<T, Op>(outs, last ? nouts : 1, ins, nins, first > 0 ? 1 : 0, n);
+    __syncthreads();
+    first += take;
+  }
+}
+
+// The direct all-reduce kernels: block b takes the b-th slab's worth of the input and copies it
+// into its slab of this rank's inbox (two per block, alternating by the block's call count),
+// then raises word 0 of its flag to the call count.
+//   One-shot: it sums slab b of every rank, in rank order, into its output.
+//   Two-shot: the slab is cut into one piece per rank; it sums piece `rank` of every rank's
+//   slab, in rank order, into its output and back into its own slab, raises word 1, and copies
+//   every other rank's summed piece into its output.
+// Each element is summed in rank order on one rank only, so every rank gets the same bits.
+// A slab is rewritten two calls of that block later; in the call between, every rank waited for
+// every peer's word 0 of that call, which a peer raises only after finishing the call before.
+template <typename T, typename Op, bool TwoShot>
+__global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
   __shared__ std::uint64_t call;
   __shared__ const T* ins[64];
@@ -618,7 +668,8 @@ __global__ void __launch_bounds__(kThreads) oneShotKernel(const LaunchArgs a) {
   const std::size_t begin = static_cast<std::size_t>(b) * per;
   const std::size_t n = begin < a.count ? lesser(per, a.count - begin) : 0;
   const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
-  // 1. This rank's share into its slab, then its flag.
+  T* const out = static_cast<T*>(a.output) + begin;
+  // 1. This rank's share into its slab, then word 0 of its flag; every rank's share.
   T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
   {
     T* const outs[1] = {mine};
@@ -629,37 +680,42 @@ __global__ void __launch_bounds__(kThreads) oneShotKernel(const LaunchArgs a) {
   if (threadIdx.x == 0) {
     __threadfence_system();
     storeRelease(a.directFlags[a.rank] + 8 * b, call);
-    // 2. Every peer's share of this call.
-    for (int q = 0; q < a.nranks && failed == 0; ++q) {
-      Watch w(a);
-      while (loadAcquire(a.directFlags[q] + 8 * b) < call) {
-        if (int why = w.check(); why != 0) {
-          fail(a, why, b, q, 0);
-          failed = 1;
-          break;
-        }
-      }
-    }
+    if (!waitEveryRank(a, b, 0, call, 0)) failed = 1;
   }
   __syncthreads();
   if (failed == 0) {
-    // 3. The sum in rank order: ranks 0..63, then the running sum and up to 63 more at a time.
-    T* out = static_cast<T*>(a.output) + begin;
-    T* const outs[1] = {out};
-    for (int first = 0; first < a.nranks;) {
-      const int take = first == 0 ? (a.nranks < 64 ? a.nranks : 64)
-                                  : (a.nranks - first < 63 ? a.nranks - first : 63);
-      const int nins = first > 0 ? take + 1 : take;
+    if constexpr (!TwoShot) {
+      T* const outs[1] = {out};
+      sumInRankOrder<T, Op>(a, slab, 0, n, outs, 1, ins);
+    } else {
+      // Pieces start 16 bytes apart, so vectors serve them.
+      constexpr std::size_t kAlign = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
+      const auto R = static_cast<std::size_t>(a.nranks);
+      const std::size_t piece = ((n + R - 1) / R + kAlign - 1) / kAlign * kAlign;
+      auto pieceAt = [&](std::size_t q) { return q * piece < n ? q * piece : n; };
+      auto pieceLen = [&](std::size_t q) { return lesser(piece, n - pieceAt(q)); };
+      const auto me = static_cast<std::size_t>(a.rank);
+      // 2. Piece `rank` summed into the output and back into this rank's slab; word 1.
+      {
+        T* const outs[2] = {out + pieceAt(me), mine + pieceAt(me)};
+        sumInRankOrder<T, Op>(a, slab, pieceAt(me), pieceLen(me), outs, 2, ins);
+      }
       if (threadIdx.x == 0) {
-        int k = 0;
-        if (first > 0) ins[k++] = out;
-        for (int q = first; q < first + take; ++q)
-          ins[k++] = reinterpret_cast<const T*>(a.directSlabs[q] + slab);
+        __threadfence_system();
+        storeRelease(a.directFlags[a.rank] + 8 * b + 1, call);
+        if (!waitEveryRank(a, b, 1, call, 1)) failed = 1;
       }
       __syncthreads();
-      elementwise<T, Op>(outs, 1, ins, nins, first > 0 ? 1 : 0, n);
-      __syncthreads();
-      first += take;
+      // 3. Every other rank's summed piece, read from its slab.
+      if (failed == 0) {
+        for (std::size_t q = 0; q < R; ++q) {
+          if (q == me) continue;
+          T* const outs[1] = {out + pieceAt(q)};
+          const T* const from[1] = {reinterpret_cast<const T*>(a.directSlabs[q] + slab) +
+                                    pieceAt(q)};
+          elementwise<T, Op>(outs, 1, from, 1, 0, pieceLen(q));
+        }
+      }
     }
   }
   if (threadIdx.x == 0) a.directCounts[b] = call;
@@ -740,14 +796,16 @@ Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream) {
   return launchError("point-to-point kernel");
 }
 
-Status launchOneShot(const LaunchArgs& args, int blocks, DataType type, RedOp op, void* stream) {
+Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType type, RedOp op,
+                    void* stream) {
   return withType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     return withOp(op, [&](auto reduction) {
       using Op = decltype(reduction);
-      oneShotKernel<T, Op>
-          <<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args);
-      return launchError("one-shot kernel");
+      auto kernel = twoShot ? directKernel<T, Op, true> : directKernel<T, Op, false>;
+      kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          args);
+      return launchError(twoShot ? "two-shot kernel" : "one-shot kernel");
     });
   });
 }
@@ -818,7 +876,8 @@ Status preload() {
       using Op = decltype(reduction);
       cudaError_t e = cudaFuncGetAttributes(&attr, scheduleKernel<T, Op, decltype(pc)::value>);
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, oneShotKernel<T, Op>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, false>);
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, true>);
       return e;
     });
   }

@@ -71,8 +71,8 @@ struct LaunchArgs {
   const void* input = nullptr;
   void* output = nullptr;
   std::byte* scratch = nullptr;
-  // One-shot all-reduce (launchOneShot): every rank's per-block flags and slabs, this rank's
-  // per-block call counts.
+  // Direct all-reduce (launchDirect): every rank's per-block flags (words 0 and 1 of each
+  // 64-byte line) and slabs, this rank's per-block call counts.
   std::uint64_t* const* directFlags = nullptr;  // [rank]
   std::byte* const* directSlabs = nullptr;      // [rank]
   std::uint64_t* directCounts = nullptr;
@@ -119,12 +119,16 @@ Status launchPrimitive(void* out, const void* a, const void* b, std::size_t coun
 // words, slots and timeout are used.
 Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream);
 
-// One-shot all-reduce of args.count elements from args.input to args.output (in place allowed),
-// over `blocks` blocks, each one slab's share: each rank copies its share into its slab, raises
-// its flag, waits for every peer's, and sums every rank's slab in rank order 0..n-1 — the same
-// order, so the same bits, on every rank. Double-buffered by each block's call parity: a slab is
-// rewritten two calls later, after every peer has shown (by its next flag) that it read it.
-Status launchOneShot(const LaunchArgs& args, int blocks, DataType type, RedOp op, void* stream);
+// All-reduce of args.count elements from args.input to args.output (in place allowed) through
+// every rank's slabs, over `blocks` blocks, each one slab's share: each rank copies its share
+// into its slab, raises its flag and waits for every peer's. One-shot: each rank sums every
+// rank's slab in rank order 0..n-1. Two-shot: rank r sums piece r of every slab in rank order,
+// back into its slab, raises a second flag, and copies the other ranks' summed pieces. Either
+// way each element is summed in one order, so every rank gets the same bits. Double-buffered by
+// each block's call parity: a slab is rewritten two calls later, after every peer has shown (by
+// its next flag) that it read it.
+Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType type, RedOp op,
+                    void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

@@ -382,12 +382,12 @@ std::size_t CudaExecutor::oneShotLimit() const {
   return static_cast<std::size_t>(blocks) * ipc_->geometry().directSlabBytes;
 }
 
-Status CudaExecutor::oneShot(const Buffers& b, void* stream) {
+Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream) {
   if (Status e = asyncError(); !e) return e;
   const std::size_t bytes = b.count * sizeOf(b.type);
   if (bytes == 0) return {};
   if (bytes > oneShotLimit()) {
-    return internalError("a one-shot all-reduce of " + std::to_string(bytes) +
+    return internalError("a direct all-reduce of " + std::to_string(bytes) +
                          " bytes: more than its slabs hold");
   }
   device::LaunchArgs a = baseArgs();
@@ -396,7 +396,7 @@ Status CudaExecutor::oneShot(const Buffers& b, void* stream) {
   a.count = b.count;
   const std::size_t slab = a.directSlabBytes;
   const auto blocks = static_cast<int>((bytes + slab - 1) / slab);
-  if (Status s = device::launchOneShot(a, blocks, b.type, b.op, stream); !s) return s;
+  if (Status s = device::launchDirect(a, blocks, twoShot, b.type, b.op, stream); !s) return s;
   return recordLaunch(stream);
 }
 

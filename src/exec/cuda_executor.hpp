@@ -77,7 +77,8 @@ class CudaExecutor {
   // The largest all-reduce the one-shot kernel takes (bytes), and the call: every rank copies its
   // input where peers read it, and every rank sums all of them in rank order.
   std::size_t oneShotLimit() const;
-  Status oneShot(const Buffers& b, void* stream);
+  // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes.
+  Status direct(const Buffers& b, bool twoShot, void* stream);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {

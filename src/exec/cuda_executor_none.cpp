@@ -42,7 +42,7 @@ std::size_t CudaExecutor::oneShotLimit() const {
   return 0;
 }
 
-Status CudaExecutor::oneShot(const Buffers&, void*) {
+Status CudaExecutor::direct(const Buffers&, bool, void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 

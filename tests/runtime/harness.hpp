@@ -222,6 +222,8 @@ struct Case {
   std::size_t count;
   bool inPlace;
   int root;
+  // All-reduce only: every rank's output must be the same bits (a fixed summation order).
+  bool sameBits = false;
 };
 
 inline std::string describe(const Case& c, int n) {
@@ -369,6 +371,12 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
       return "rank " + std::to_string(r) + ": " + st[static_cast<std::size_t>(r)].toString();
     if (mine(r) && !async[static_cast<std::size_t>(r)].empty())
       return "rank " + std::to_string(r) + ": " + async[static_cast<std::size_t>(r)];
+  }
+  if (c.sameBits && c.coll == Collective::allReduce && only < 0) {
+    for (int r = 1; r < n; ++r) {
+      if (out[static_cast<std::size_t>(r)] != out[0])
+        return "rank " + std::to_string(r) + "'s result differs in its bits from rank 0's";
+    }
   }
   // The result buffer of each rank, and the expected value of each of its elements.
   for (int r = 0; r < n; ++r) {
