@@ -6,8 +6,10 @@
 #   FULL=1   also the host unit and runtime suites
 #   BENCH=0  skip the benchmarks
 #   SAN=0    skip compute-sanitizer
-#   PERF_MAX the largest size of the MPS all-reduce sweeps (default 1G)
-#   PERF_ALGOS also sweep these algorithms forced (weft-perf --algos), e.g. ring,twoshot
+#   PERF_MAX the largest size of the MPS all-reduce sweeps (default 256M)
+#   PERF_ALGOS also sweep these algorithms forced (weft-perf --algos; default ring,oneshot,twoshot,
+#            "" for none): the memory-bandwidth table gets a column for each
+#   COPY_TBS the device's copy bandwidth for that table (default: weft-bench's 1 GiB memcpy)
 #   ONLY     a gtest filter for the thread run (default: every thread, p2p and fault test)
 #   BUNDLE=1 leave $OUT holding only summary.txt and logs.tgz (every log, packed): for a runner
 #            that brings back only a few files
@@ -21,7 +23,7 @@ dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
 # Only what this script runs (FULL=1: everything).
-targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench weft-perf)
+targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench weft-perf weft-plan)
 [[ "${FULL:-0}" == 1 ]] && targets=()
 add_cuda_to_path
 {
@@ -69,8 +71,9 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     run gpu-processes-mps 600 "$T" --gtest_filter='*GpuProcesses*'
     if [[ "${BENCH:-1}" == 1 ]]; then
       # All-reduce between processes sharing the GPU (MPS runs their kernels side by side).
+      algos="${PERF_ALGOS-ring,oneshot,twoshot}"
       for n in 2 4 8; do
-        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-1G}" -f 4 -w 3 -n 10 ${PERF_ALGOS:+--algos "$PERF_ALGOS"}
+        WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-256M}" -f 4 -w 3 -n 10 ${algos:+--algos "$algos"}
       done
     fi
     echo quit | nvidia-cuda-mps-control
@@ -104,6 +107,20 @@ if [[ "${BENCH:-1}" == 1 ]]; then
   run perf-latency 120 "$dir/weft-perf" allreduce -t 2 -b 8 -e 256K -f 4 -G 20 -c 1 --algos oneshot,ring
   grep -E '^gpu/' "$OUT/bench-primitives.log" | awk '{print $1, $NF}' >"$OUT/bench-table.txt" || true
 fi
+# The MPS sweeps as a fraction of the device's memory bandwidth: each algorithm's memory traffic
+# (weft-plan verify) over the time, over the copy bandwidth weft-bench measured (1 GiB memcpy).
+copy_tbs="${COPY_TBS:-}"
+if [[ -z "$copy_tbs" && -f "$OUT/bench-primitives.log" ]]; then
+  copy_tbs="$(awk '/^gpu\/memcpy\/bytes:1073741824\// {
+      v = $NF; sub(/^bytes_per_second=/, "", v); x = v + 0
+      if (v ~ /Ti\/s$/) x *= 1.099511627776; else if (v ~ /Gi\/s$/) x *= 0.001073741824
+      printf "%.3f", x }' "$OUT/bench-primitives.log")"
+fi
+sweeps=("$OUT"/perf-allreduce-np*.log)
+if [[ -n "$copy_tbs" && -f "${sweeps[0]}" ]]; then
+  python3 "$WEFT_ROOT/scripts/gpu-memory-fraction.py" --plan "$dir/weft-plan" --copy-tbs "$copy_tbs" \
+    "${sweeps[@]}" >"$OUT/memory-fraction.txt" 2>&1 || true
+fi
 {
   grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
   printf '%s\n' "${summary[@]}"
@@ -113,6 +130,7 @@ fi
     echo "== $(basename "$f" .log): the rows as weft-perf printed them"
     grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)' "$f"
   done
+  [[ -f "$OUT/memory-fraction.txt" ]] && cat "$OUT/memory-fraction.txt"
 } 2>/dev/null | tee "$OUT/summary.txt"
 if [[ "${BUNDLE:-0}" == 1 ]]; then
   pack="$(mktemp -d)"
