@@ -56,6 +56,9 @@ run() {  # run NAME LIMIT_S CMD...
   fi
 }
 T="$dir/tests/weft_gpu_runtime_tests"
+# A call that makes no progress fails after 30 s instead of the default 300 (a hang would
+# otherwise eat the run); tests of the timeout set their own.
+export WEFT_TIMEOUT_S="${WEFT_TIMEOUT_S:-30}"
 
 run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
@@ -94,6 +97,7 @@ if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   # The sanitizer serializes a process's kernels, so ranks that wait on each other run one per
   # process (each its own sanitized process) or alone.
   san=(compute-sanitizer --error-exitcode 1 --target-processes all)
+  export WEFT_TIMEOUT_S=300  # sanitized kernels run many times slower
   run memcheck-kernels 600 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float32*:*Bfloat16*:*Float8e4m3*:*Rejects*'
   run memcheck-one-rank 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuThreads*/1ranks:GpuFaults.Bad*'
   run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses*/2ranks'

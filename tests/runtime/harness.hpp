@@ -366,12 +366,21 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
   } else {
     body(only);
   }
+  // Every rank's failure, the cause first: a rank that failed on its own (a timeout, a bad
+  // argument) rather than because a peer aborted the communicator.
+  std::string cause, echoes;
   for (int r = 0; r < n; ++r) {
-    if (mine(r) && !st[static_cast<std::size_t>(r)].isOk())
-      return "rank " + std::to_string(r) + ": " + st[static_cast<std::size_t>(r)].toString();
-    if (mine(r) && !async[static_cast<std::size_t>(r)].empty())
-      return "rank " + std::to_string(r) + ": " + async[static_cast<std::size_t>(r)];
+    if (!mine(r)) continue;
+    const auto R = static_cast<std::size_t>(r);
+    std::string why = !st[R].isOk() ? st[R].toString() : async[R];
+    if (why.empty()) continue;
+    why = "rank " + std::to_string(r) + ": " + why;
+    const bool echo = why.find("aborted") != std::string::npos;
+    std::string& into = echo || !cause.empty() ? echoes : cause;
+    into += (into.empty() ? "" : " | ") + why;
   }
+  if (!cause.empty() || !echoes.empty())
+    return cause.empty() ? echoes : echoes.empty() ? cause : cause + " | " + echoes;
   if (c.sameBits && c.coll == Collective::allReduce && only < 0) {
     for (int r = 1; r < n; ++r) {
       if (out[static_cast<std::size_t>(r)] != out[0])
