@@ -62,7 +62,8 @@ Result<TunerOptions> TunerOptions::fromEnvironment() {
 Tuner::Tuner(RankGraph graph, TunerOptions options)
     : graph_(graph), options_(std::move(options)), model_(options_.constants) {}
 
-std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool restricted) const {
+std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool restricted,
+                                        std::optional<Protocol> only) const {
   std::vector<Estimate> out;
   for (const Algorithm* a : algorithms()) {
     if (!a->supports(coll)) continue;
@@ -73,6 +74,7 @@ std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool
     }
     for (Protocol p : kAllProtocols) {
       if (restricted && options_.protocol && *options_.protocol != p) continue;
+      if (restricted && !options_.protocol && only && *only != p) continue;
       if (auto e = model_.estimate(a->name(), coll, bytes, p, graph_)) out.push_back(*e);
     }
   }
@@ -95,8 +97,8 @@ void Tuner::shape(const Estimate& e, std::size_t bytes, int& channels,
   CostModel::shape(e.protocol, bytes, graph_.ranksPerHost, channels, chunkBytes);
 }
 
-Result<Plan> Tuner::plan(Collective coll, std::size_t bytes) const {
-  std::vector<Estimate> c = candidates(coll, bytes, true);
+Result<Plan> Tuner::plan(Collective coll, std::size_t bytes, std::optional<Protocol> only) const {
+  std::vector<Estimate> c = candidates(coll, bytes, true, only);
   std::string reason;
   if (c.empty()) {
     c = candidates(coll, bytes, false);

@@ -39,7 +39,10 @@ class Tuner {
  public:
   Tuner(RankGraph graph, TunerOptions options = {});
 
-  Result<Plan> plan(Collective coll, std::size_t bytes) const;
+  // `only`: among the candidates the options allow, just this protocol's (the caller knows a
+  // protocol does not serve the call well); the options' own WEFT_PROTO wins over it.
+  Result<Plan> plan(Collective coll, std::size_t bytes,
+                    std::optional<Protocol> only = std::nullopt) const;
   // Every candidate the options allow, cheapest first.
   std::vector<Estimate> explain(Collective coll, std::size_t bytes) const;
   // The same without the options' restrictions: what each algorithm would cost.
@@ -52,7 +55,8 @@ class Tuner {
   const CostModel& model() const { return model_; }
 
  private:
-  std::vector<Estimate> candidates(Collective coll, std::size_t bytes, bool restricted) const;
+  std::vector<Estimate> candidates(Collective coll, std::size_t bytes, bool restricted,
+                                   std::optional<Protocol> only = std::nullopt) const;
 
   RankGraph graph_;
   TunerOptions options_;

@@ -11,6 +11,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "src/exec/host_reduce.hpp"
+#include "src/transport/cuda_ipc.hpp"
 
 namespace weft {
 namespace {
@@ -609,10 +610,13 @@ Status Communicator::ensureGpu() {
 namespace {
 constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
 constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
-// The direct one-shot kernel's slabs: CudaIpcGeometry's kDirectBlocks x directSlabBytes (fewer
-// where residency caps the blocks).
-constexpr std::size_t kGpuDirectMaxBytes = 32 * 128 * 1024;
 }  // namespace
+
+bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
+                                      std::size_t bytes, std::size_t limit) const {
+  return coll == Collective::allReduce && config_.gpuDirect && bytes <= limit &&
+         (algorithm == "oneshot" || (algorithm == "twoshot" && config_.gpuDirectTwoShot));
+}
 
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
                             DataType type, RedOp op, int root, void* stream) {
@@ -645,15 +649,13 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     }
     return {};
   };
-  const bool twoShot = plan.algorithm == "twoshot";
-  if (coll == Collective::allReduce && config_.gpuDirect && bytes <= gpu_->oneShotLimit() &&
-      (plan.algorithm == "oneshot" || (twoShot && config_.gpuDirectTwoShot))) {
+  if (directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
     if (config_.debug == "INFO" || config_.debug == "TRACE") {
       if (rank_ == 0)
         std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
                      bytes, plan.algorithm.c_str(), plan.reason.c_str());
     }
-    if (Status st = gpu_->direct(b, twoShot, stream); !st) return fail(st);
+    if (Status st = gpu_->direct(b, plan.algorithm == "twoshot", stream); !st) return fail(st);
     return finish();
   }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());
@@ -749,16 +751,11 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // channels, so past small sizes it is far slower than the cost model says (4 ranks on the
   // H200: 1.4-5 GB/s busbw at 128 KB - 2 MB, docs/perf.md); there the bulk protocol runs. A
   // one-shot all-reduce the direct kernel serves (up to its 4 MiB of slabs) uses no protocol.
-  const bool direct = coll == Collective::allReduce && plan->algorithm == "oneshot" &&
-                      config_.gpuDirect && bytes <= kGpuDirectMaxBytes;
   if (plan->protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes &&
-      !config_.tuner.protocol.has_value() && !direct) {
-    if (!gpuBulkTuner_) {
-      algo::TunerOptions bulk = config_.tuner;
-      bulk.protocol = algo::Protocol::simple;
-      gpuBulkTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), bulk);
-    }
-    auto simple = gpuBulkTuner_->plan(coll, bytes);
+      !config_.tuner.protocol.has_value() &&
+      !directKernelServes(coll, plan->algorithm, bytes,
+                          transport::CudaIpcGeometry::kDirectMaxBytes)) {
+    auto simple = gpuTuner_->plan(coll, bytes, algo::Protocol::simple);
     if (!simple) return simple;
     simple->reason = "the bulk protocol past " + std::to_string(kGpuLlMaxBytes / 1024) +
                      " KiB on GPU; " + simple->reason;

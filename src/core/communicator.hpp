@@ -124,6 +124,10 @@ class Communicator {
   Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
   // The GPU tuner's plan for a call of `bytes` (made once per size).
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
+  // Whether a direct all-reduce kernel runs this call (no schedule, no protocol), given the
+  // most bytes its slabs take.
+  bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
+                          std::size_t limit) const;
 
  private:
   Communicator() = default;
@@ -172,7 +176,6 @@ class Communicator {
   // GPU's costs with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Tuner> gpuTuner_;
-  std::unique_ptr<algo::Tuner> gpuBulkTuner_;  // the same, the bulk protocol only
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox

@@ -75,6 +75,20 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 
 // ---- element-wise work of the whole block ------------------------------------------------
 
+// Waits until *word >= want; false (with the failure recorded for channel, peer and step) if it
+// never gets there.
+__device__ bool waitAtLeast(const LaunchArgs& a, const std::uint64_t* word, std::uint64_t want,
+                            int channel, int peer, int step) {
+  Watch w(a);
+  while (loadAcquire(word) < want) {
+    if (int why = w.check(); why != 0) {
+      fail(a, why, channel, peer, step);
+      return false;
+    }
+  }
+  return true;
+}
+
 __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
@@ -304,14 +318,7 @@ class Runner {
 
   // Thread 0: waits until *word >= want; false (with the failure recorded) if it never does.
   __device__ bool waitFor(const std::uint64_t* word, std::uint64_t want, int peer, int step) {
-    Watch w(a_);
-    while (loadAcquire(word) < want) {
-      if (int why = w.check(); why != 0) {
-        fail(a_, why, channel_, peer, step);
-        return false;
-      }
-    }
-    return true;
+    return waitAtLeast(a_, word, want, channel_, peer, step);
   }
 
   // Every thread: copies the ll message `line` (nwords lines, flag `flag`) into `to`.
@@ -421,12 +428,7 @@ class Runner {
           n = s.elems;
           break;
         case StepKind::recv:
-          sp_.ins[nins++] = msg(0);
-          peers = fromPeers;
-          sp_.outs[nouts++] = d.at;
-          n = d.elems;
-          break;
-        case StepKind::recvCopySend:
+        case StepKind::recvCopySend:  // the forward to the send peers follows
           sp_.ins[nins++] = msg(0);
           peers = fromPeers;
           sp_.outs[nouts++] = d.at;
@@ -570,16 +572,9 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
     for (std::uint64_t off = 0; failed == 0 && off < op.bytes; off += a.slotBytes) {
       const std::size_t len = lesser(a.slotBytes, op.bytes - off);
       if (threadIdx.x == 0) {
-        Watch w(a);
         const std::uint64_t* word = lane.isSend != 0 ? e.tail : e.head;
         const std::uint64_t want = lane.isSend != 0 ? (seq + 1 > K ? seq + 1 - K : 0) : seq + 1;
-        while (loadAcquire(word) < want) {
-          if (int why = w.check(); why != 0) {
-            fail(a, why, 0, lane.peer, k);
-            failed = 1;
-            break;
-          }
-        }
+        if (!waitAtLeast(a, word, want, 0, lane.peer, k)) failed = 1;
       }
       __syncthreads();
       if (failed != 0) break;
@@ -605,13 +600,7 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
 // false (with the failure recorded) if some rank never gets there.
 __device__ bool waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call, int step) {
   for (int q = 0; q < a.nranks; ++q) {
-    Watch w(a);
-    while (loadAcquire(a.directFlags[q] + 8 * b + word) < call) {
-      if (int why = w.check(); why != 0) {
-        fail(a, why, b, q, step);
-        return false;
-      }
-    }
+    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, step)) return false;
   }
   return true;
 }

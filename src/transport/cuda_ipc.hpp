@@ -35,7 +35,10 @@ struct CudaIpcGeometry {
   std::size_t llPayload = 16 * 1024;
   int residentBlocks = 1 << 20;  // blocks of the kernel this rank's device holds at once
   static constexpr int kDirectBlocks = 32;
-  std::size_t directSlabBytes = 128 * 1024;  // one block's share of a one-shot call at most
+  static constexpr std::size_t kDirectSlabBytes = 128 * 1024;
+  // The most a direct all-reduce can carry (fewer blocks where residency caps them).
+  static constexpr std::size_t kDirectMaxBytes = kDirectBlocks * kDirectSlabBytes;
+  std::size_t directSlabBytes = kDirectSlabBytes;  // one block's share of a direct call at most
 
   std::size_t controlOffset(int channel, int peer) const;
   std::size_t dataOffset(int channel, int sender) const;
