@@ -6,9 +6,13 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
+#include <tuple>
 
+#include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/verifier.hpp"
 
 namespace weft::algo {
 
@@ -407,6 +411,28 @@ constexpr double kBytesPerUsPerGBs = 1e3;
 
 }  // namespace
 
+double CostModel::memoryTraffic(std::string_view algorithm, Collective coll, int nranks) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, int, int>, double> known;
+  const auto key = std::make_tuple(std::string(algorithm), static_cast<int>(coll), nranks);
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  double traffic = -1;
+  if (const Algorithm* a = findAlgorithm(algorithm); a != nullptr && a->supports(coll)) {
+    if (auto s = a->build(coll, nranks)) {
+      VerifyOptions o;
+      o.slices = 1;
+      const VerifyReport r = verify(*s, o);
+      if (r.ok()) traffic = r.totalMemory;
+    }
+  }
+  std::lock_guard lock(mutex);
+  known.emplace(key, traffic);
+  return traffic;
+}
+
 Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll, std::size_t bytes,
                                      Protocol proto, const RankGraph& g) const {
   const auto p = static_cast<std::size_t>(proto);
@@ -790,6 +816,15 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     bw = S / (multi ? bwStep : shift(1));
   } else {
     return unsupported("no estimate for algorithm " + std::string(algorithm));
+  }
+  if (g.deviceCopyGBs > 0) {
+    // One device's memory carries everything: the bytes term is the schedule's memory traffic,
+    // whatever links the algorithm would cross; hop latencies and postings stay as priced.
+    const double traffic = memoryTraffic(algorithm, coll, n);
+    if (traffic < 0) return unsupportedHere();
+    bw = traffic * S / (g.deviceCopyGBs * eff * kBytesPerUsPerGBs);
+    overlapped = -1;
+    alone = -1;
   }
   // The first pass pays postings and bytes in full. In the pipelined passes after it, channels
   // post their messages independently: while one posts, the others keep the links busy, so the

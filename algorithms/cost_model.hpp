@@ -86,6 +86,11 @@ struct RankGraph {
   std::vector<double> shiftCrossBw;
   std::vector<int> nicOf;    // local GPU -> its NIC (node index; -1: none)
   double switchLatency = 0;  // us per fabric switch: 1 between NICs of one rail, 3 across rails
+  // Ranks sharing one device (GPU): every byte a schedule reads or writes, its messages through
+  // the FIFO slots included, goes through that device's memory, which moves this many GB/s
+  // counted as read + written. Then an algorithm's bandwidth term is its memory traffic (the
+  // verifier's totalMemory) over this, in place of its transfers over links. 0: not shared.
+  double deviceCopyGBs = 0;
 
   static RankGraph fromSystem(const topo::System& system);
 };
@@ -114,6 +119,10 @@ class CostModel {
   // executor and the simulator use the same numbers; every slice is a message.
   static void shape(Protocol proto, std::size_t bytes, int ranksPerHost, int& channels,
                     std::size_t& chunkBytes);
+  // Bytes the algorithm's schedule reads and writes over all ranks, per byte of the message
+  // (the verifier's totalMemory on the schedule it generates); computed once per algorithm,
+  // collective and rank count. Negative when the algorithm has no schedule for it.
+  static double memoryTraffic(std::string_view algorithm, Collective coll, int nranks);
 
  private:
   CostConstants c_;

@@ -166,13 +166,16 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
 }
 
 algo::RankGraph sameDeviceRankGraph(int nranks) {
-  // Every message is a copy through the GPU's memory, which the ranks' kernels share: each
-  // rank gets its share of the device's copy bandwidth (~4 TB/s counted as read + write, so
-  // ~2 TB/s of bytes moved), over an NVLink-class hop (flags through L2). The double binary
-  // tree ran at 0.4-0.9x twoshot's busbw on the H200 at 4 and 8 ranks (docs/perf.md): a quarter
-  // per edge. To be replaced by calibration on the GPU.
+  // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
+  // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
+  // device's copy bandwidth, over NVLink-class hops (flags through L2). The schedules moved
+  // 2.5-2.9 TB/s of traffic at 256 MB on the H200 (4.2 TB/s memcpy; docs/perf.md), which ranks
+  // ring < two-shot < one-shot at every rank count as measured, with ring and two-shot within
+  // 12 %. The link figures stay for the estimates that read them.
   const double perRank = 2000.0 / std::max(1, nranks);
-  return uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
+  algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
+  g.deviceCopyGBs = 2800;
+  return g;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::create(
@@ -615,7 +618,7 @@ constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
 bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
                                       std::size_t bytes, std::size_t limit) const {
   return coll == Collective::allReduce && config_.gpuDirect && bytes <= limit &&
-         (algorithm == "oneshot" || (algorithm == "twoshot" && config_.gpuDirectTwoShot));
+         (algorithm == "oneshot" || algorithm == "twoshot");
 }
 
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
@@ -747,6 +750,26 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
   auto plan = gpuTuner_->plan(coll, bytes);
   if (!plan) return plan;
+  // Up to the direct kernels' limit an all-reduce's slabs stay in L2, where the model's memory
+  // traffic does not apply: one-shot's single flag round trip beat two-shot's two at every size
+  // from 8 B to 2 MB on 2, 4 and 8 ranks (2 MB on 8 ranks: even), and both beat every schedule
+  // through the FIFOs 4-6x at 2 MB (docs/perf.md).
+  const std::size_t directLimit =
+      gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
+  if (coll == Collective::allReduce && config_.gpuDirect && bytes <= directLimit &&
+      config_.tuner.algorithms.empty() && !config_.tuner.protocol.has_value() &&
+      plan->algorithm != "oneshot") {
+    auto one = gpuTuner_->explain(coll, bytes);
+    for (const algo::Estimate& e : one) {
+      if (e.algorithm != "oneshot") continue;
+      plan->algorithm = e.algorithm;
+      plan->protocol = e.protocol;
+      plan->estimateUs = e.timeUs;
+      plan->reason = "the direct one-shot kernel up to " + std::to_string(directLimit >> 10) +
+                     " KiB on GPU; " + plan->reason;
+      break;
+    }
+  }
   // The ll protocol on GPU moves one 16 KiB message at a time per channel and takes no extra
   // channels, so past small sizes it is far slower than the cost model says (4 ranks on the
   // H200: 1.4-5 GB/s busbw at 128 KB - 2 MB, docs/perf.md); there the bulk protocol runs. A
@@ -761,7 +784,9 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
                      " KiB on GPU; " + simple->reason;
     plan = std::move(simple);
   }
-  gpuPlans_.emplace(key, *plan);
+  // A plan asked for before the GPU is set up assumed the direct kernels' largest limit; the
+  // device's own may be smaller, so only plans made with it are kept.
+  if (gpu_) gpuPlans_.emplace(key, *plan);
   return plan;
 }
 

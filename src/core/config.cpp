@@ -53,10 +53,9 @@ Result<Config> Config::fromEnvironment() {
     c.maxChannels = static_cast<int>(*x);
   }
   if (env("WEFT_GPU_DIRECT") != nullptr) {
-    auto x = number("WEFT_GPU_DIRECT", 0, 2);
+    auto x = number("WEFT_GPU_DIRECT", 0, 1);
     if (!x) return x.status();
     c.gpuDirect = *x != 0;
-    c.gpuDirectTwoShot = *x == 2;
   }
   if (env("WEFT_GPU_CHANNELS") != nullptr) {
     auto x = number("WEFT_GPU_CHANNELS", 1, 64);

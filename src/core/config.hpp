@@ -19,13 +19,12 @@ struct Config {
       "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
   int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
   int fifoSlots = 4;    // slots per connection
-  // WEFT_GPU_DIRECT (1, default / 0 / 2): a one-shot all-reduce on GPU memory runs the direct
-  // kernel (peers read each other's copy of the input) instead of the schedule over the FIFOs;
-  // 2: a two-shot one too (not yet measured on a GPU, so not yet the default).
+  // WEFT_GPU_DIRECT (1, default / 0): a one-shot or two-shot all-reduce on GPU memory runs the
+  // direct kernel (peers read each other's copy of the input) instead of its schedule over the
+  // FIFOs.
   bool gpuDirect = true;
-  bool gpuDirectTwoShot = false;
-  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): 64 where
-  // at most two ranks share a GPU, 16 where more do (see CudaExecutor's channelsFor).
+  // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): the largest
+  // power of two at most 64 that leaves each rank sharing a GPU its own SMs (channelsFor).
   int gpuChannels = 0;
   std::size_t gpuSlotBytes = 256 * 1024;   // WEFT_GPU_SLOT_BYTES: one bulk FIFO slot on GPU
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES

@@ -85,12 +85,13 @@ bool driverLoaded() {
 
 namespace {
 
-// The channels of a call: as configured, or (0) chosen from how many ranks share a device:
-// 64 where one or two do, 16 where more do, never more than the device's SMs divided among its
-// ranks. Measured on one H200 (docs/perf.md), 256 MB ring all-reduce under MPS: 2 ranks 174 ->
-// 364 GB/s busbw from 16 to 64 channels; 4 ranks 137 GB/s at 16 but 85-88 at 33 (the most the
-// residency rule allows there: every SM taken). Collective over the bootstrap; every rank reaches
-// the same count, and ranks configured differently (their FIFOs would not line up) are refused.
+// The channels of a call: as configured, or (0) the largest power of two that gives every rank
+// sharing a device its own SMs, at most 64. Measured on one H200 (docs/perf.md), 256 MB
+// all-reduce under MPS: 2 ranks 174 -> 364 GB/s busbw (ring) from 16 to 64 channels; 4 ranks
+// 134 -> 188 GB/s from 16 to 32. (4 ranks at 24 and 33 channels ran at 55-88 GB/s: their pieces
+// were cut off 16-byte boundaries, which the geometry now avoids.) Collective over the
+// bootstrap; every rank reaches the same count, and ranks configured differently (their FIFOs
+// would not line up) are refused.
 Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
   struct Record {
     char bus[32];
@@ -124,8 +125,9 @@ Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
   for (const Record& r : all) {
     int sharing = 0;
     for (const Record& q : all) sharing += std::strncmp(q.bus, r.bus, sizeof r.bus) == 0 ? 1 : 0;
-    const int wanted = sharing <= 2 ? GpuOptions::kMaxAutoChannels : 16;
-    channels = std::min({channels, wanted, std::max(1, r.sms / sharing)});
+    int fits = 1;
+    while (fits * 2 <= r.sms / sharing) fits *= 2;
+    channels = std::min(channels, fits);
   }
   return channels;
 }

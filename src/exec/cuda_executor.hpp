@@ -35,8 +35,8 @@ bool cudaBuilt();
 bool isDevicePointer(const void* p);
 
 struct GpuOptions {
-  // Thread blocks per call at most; 0: kMaxAutoChannels where at most two ranks share each
-  // device, 16 where more do, and never more than a device's SMs divided among its ranks.
+  // Thread blocks per call at most; 0: the largest power of two at most kMaxAutoChannels and
+  // at most a device's SMs divided among the ranks sharing it.
   int channels = 0;
   static constexpr int kMaxAutoChannels = 64;
   int slots = 4;                       // per connection and protocol

@@ -376,6 +376,37 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
   EXPECT_NE(planOf(forced[0].handle(), weftCollAllReduce, 2 << 20).find("/ll"), std::string::npos);
 }
 
+// What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
+// the direct one-shot kernel up to its limit, and past it what the schedules' memory traffic
+// ranks first: ring at 2 and 4 ranks (8·S and 20·S against two-shot's 9·S and 21·S and
+// one-shot's 10·S and 36·S), never one-shot at 8 (136·S).
+TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
+  auto planOf = [](weftComm_t h, std::size_t bytes) {
+    char buf[128] = {};
+    EXPECT_EQ(weftCommPlanMemory(h, weftCollAllReduce, bytes / 4, weftFloat32, weftGpuMemory, buf,
+                                 sizeof buf),
+              weftSuccess);
+    return std::string(buf);
+  };
+  for (int n : {2, 4, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    weftComm_t h = comms[0].handle();
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{2} << 20})
+      EXPECT_EQ(planOf(h, bytes).rfind("oneshot/", 0), 0u) << n << " ranks, " << bytes;
+    const std::string bulk = planOf(h, std::size_t{256} << 20);
+    if (n < 8) {
+      EXPECT_EQ(bulk, "ring/simple") << n << " ranks";
+    } else {
+      EXPECT_EQ(bulk.find("oneshot"), std::string::npos) << bulk;
+    }
+  }
+  // An algorithm forced by WEFT_ALGO stays forced at small sizes.
+  setenv("WEFT_ALGO", "twoshot", 1);
+  std::vector<Comm> forced = makeComms(4);
+  unsetenv("WEFT_ALGO");
+  EXPECT_EQ(planOf(forced[0].handle(), 64 << 10).rfind("twoshot/", 0), 0u);
+}
+
 TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
   for (const auto& [var, value] :
        std::vector<std::pair<const char*, const char*>>{{"WEFT_TIMEOUT_S", "soon"},

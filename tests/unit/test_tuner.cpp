@@ -48,6 +48,31 @@ TEST(RankGraph, PatternBandwidthsFollowTheLinks) {
   EXPECT_NEAR(pcie2.netAlone, 24.0, 1e-6);  // alone, a GPU is held back by its PCIe Gen4 path
 }
 
+// Ranks sharing one device: the bytes term is the schedule's memory traffic (the verifier's) over
+// the device's copy bandwidth, whatever the links say.
+TEST(CostModel, RanksSharingADevicePayTheirMemoryTraffic) {
+  for (int n : {2, 4, 8}) {
+    EXPECT_DOUBLE_EQ(CostModel::memoryTraffic("ring", Collective::allReduce, n), 6.0 * n - 4) << n;
+    EXPECT_DOUBLE_EQ(CostModel::memoryTraffic("oneshot", Collective::allReduce, n),
+                     double(n) * (2 * n + 1))
+        << n;
+  }
+  EXPECT_LT(CostModel::memoryTraffic("ring", Collective::allToAll, 4), 0);  // no such schedule
+  RankGraph g = RankGraph::fromSystem(topo::System(fixture("hgx_h100.xml"), 1));
+  const std::size_t S = std::size_t{1} << 30;
+  const CostModel m;
+  auto ring = m.estimate("ring", Collective::allReduce, S, Protocol::simple, g);
+  ASSERT_TRUE(ring.isOk());
+  g.deviceCopyGBs = 4000;
+  auto shared = m.estimate("ring", Collective::allReduce, S, Protocol::simple, g);
+  ASSERT_TRUE(shared.isOk());
+  EXPECT_NEAR(shared->bandwidthUs, 44.0 * double(S) / 4e6, 1e-6);  // (6·8 − 4)·S at 4 TB/s
+  EXPECT_GT(shared->timeUs, ring->timeUs);  // one device's memory, not eight GPUs' links
+  auto oneshot = m.estimate("oneshot", Collective::allReduce, S, Protocol::simple, g);
+  ASSERT_TRUE(oneshot.isOk());
+  EXPECT_GT(oneshot->timeUs, 3 * shared->timeUs);  // 136·S against 44·S
+}
+
 TEST(Tuner, IsDeterministic) {
   const Tuner a = tunerFor("hgx_h100.xml", 8), b = tunerFor("hgx_h100.xml", 8);
   for (Collective c : {Collective::allReduce, Collective::allGather, Collective::allToAll}) {
