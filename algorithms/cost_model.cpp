@@ -411,26 +411,31 @@ constexpr double kBytesPerUsPerGBs = 1e3;
 
 }  // namespace
 
-double CostModel::memoryTraffic(std::string_view algorithm, Collective coll, int nranks) {
+CostModel::ScheduleShape CostModel::scheduleShape(std::string_view algorithm, Collective coll,
+                                                  int nranks) {
   static std::mutex mutex;
-  static std::map<std::tuple<std::string, int, int>, double> known;
+  static std::map<std::tuple<std::string, int, int>, ScheduleShape> known;
   const auto key = std::make_tuple(std::string(algorithm), static_cast<int>(coll), nranks);
   {
     std::lock_guard lock(mutex);
     if (auto it = known.find(key); it != known.end()) return it->second;
   }
-  double traffic = -1;
+  ScheduleShape shape;
   if (const Algorithm* a = findAlgorithm(algorithm); a != nullptr && a->supports(coll)) {
     if (auto s = a->build(coll, nranks)) {
       VerifyOptions o;
       o.slices = 1;
       const VerifyReport r = verify(*s, o);
-      if (r.ok()) traffic = r.totalMemory;
+      if (r.ok()) {
+        shape.traffic = r.totalMemory;
+        shape.blocksPerSegment = std::max<double>(1, s->blocksPerSegment);
+        shape.maxMessageBlocks = std::max<double>(1, r.maxMessageBlocks);
+      }
     }
   }
   std::lock_guard lock(mutex);
-  known.emplace(key, traffic);
-  return traffic;
+  known.emplace(key, shape);
+  return shape;
 }
 
 Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll, std::size_t bytes,
@@ -820,11 +825,19 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   if (g.deviceCopyGBs > 0) {
     // One device's memory carries everything: the bytes term is the schedule's memory traffic,
     // whatever links the algorithm would cross; hop latencies and postings stay as priced.
-    const double traffic = memoryTraffic(algorithm, coll, n);
-    if (traffic < 0) return unsupportedHere();
-    bw = traffic * S / (g.deviceCopyGBs * eff * kBytesPerUsPerGBs);
+    const ScheduleShape d = scheduleShape(algorithm, coll, n);
+    if (d.traffic < 0) return unsupportedHere();
+    bw = d.traffic * S / (g.deviceCopyGBs * eff * kBytesPerUsPerGBs);
     overlapped = -1;
     alone = -1;
+    if (proto == Protocol::simple) {
+      const double C =
+          std::clamp(std::ceil(S / g.deviceBytesPerChannel), 1.0, double(g.deviceChannels));
+      const double slice =
+          std::max(16.0, (g.deviceSlotBytes - 16 * d.maxMessageBlocks) / d.maxMessageBlocks);
+      const double passes = std::max(1.0, std::ceil(S / (d.blocksPerSegment * C * slice)));
+      lat += (passes - 1) * (lat - t.base);
+    }
   }
   // The first pass pays postings and bytes in full. In the pipelined passes after it, channels
   // post their messages independently: while one posts, the others keep the links busy, so the

@@ -91,6 +91,13 @@ struct RankGraph {
   // counted as read + written. Then an algorithm's bandwidth term is its memory traffic (the
   // verifier's totalMemory) over this, in place of its transfers over links. 0: not shared.
   double deviceCopyGBs = 0;
+  // How a bulk call is cut there: a channel (thread block) for every deviceBytesPerChannel, at
+  // most deviceChannels, each moving its share in slices of one FIFO slot, pass after pass. A
+  // block waits out the algorithm's chain of flags again in every pass (nothing pipelines the
+  // passes of one block), so the hop latencies are paid once per pass.
+  int deviceChannels = 16;
+  double deviceBytesPerChannel = 512 * 1024;
+  double deviceSlotBytes = 256 * 1024;
 
   static RankGraph fromSystem(const topo::System& system);
 };
@@ -119,10 +126,19 @@ class CostModel {
   // executor and the simulator use the same numbers; every slice is a message.
   static void shape(Protocol proto, std::size_t bytes, int ranksPerHost, int& channels,
                     std::size_t& chunkBytes);
-  // Bytes the algorithm's schedule reads and writes over all ranks, per byte of the message
-  // (the verifier's totalMemory on the schedule it generates); computed once per algorithm,
-  // collective and rank count. Negative when the algorithm has no schedule for it.
-  static double memoryTraffic(std::string_view algorithm, Collective coll, int nranks);
+  // What pricing ranks that share a device needs of an algorithm's schedule, computed once per
+  // algorithm, collective and rank count: bytes it reads and writes over all ranks per byte of
+  // the message (the verifier's totalMemory; negative when there is no such schedule), blocks
+  // per segment, and its largest message in blocks.
+  struct ScheduleShape {
+    double traffic = -1;
+    double blocksPerSegment = 1;
+    double maxMessageBlocks = 1;
+  };
+  static ScheduleShape scheduleShape(std::string_view algorithm, Collective coll, int nranks);
+  static double memoryTraffic(std::string_view algorithm, Collective coll, int nranks) {
+    return scheduleShape(algorithm, coll, nranks).traffic;
+  }
 
  private:
   CostConstants c_;

@@ -165,7 +165,7 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
   return uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
 }
 
-algo::RankGraph sameDeviceRankGraph(int nranks) {
+algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
   // device's copy bandwidth, over NVLink-class hops (flags through L2). The schedules moved
@@ -175,6 +175,8 @@ algo::RankGraph sameDeviceRankGraph(int nranks) {
   const double perRank = 2000.0 / std::max(1, nranks);
   algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
   g.deviceCopyGBs = 2800;
+  g.deviceChannels = channels;
+  g.deviceSlotBytes = static_cast<double>(slotBytes);
   return g;
 }
 
@@ -744,8 +746,26 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, Dat
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
   // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
   // for without setting up the GPU transport.
-  if (!gpuTuner_)
-    gpuTuner_ = std::make_unique<algo::Tuner>(sameDeviceRankGraph(size_), config_.tuner);
+  if (!gpuTuner_) {
+    // The channels a bulk call gets: the device's, or before it is set up the default for a
+    // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64).
+    int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
+    if (channels <= 0) {
+      const int room = std::min(64, 132 / std::max(1, size_));
+      channels = 1;
+      while (channels * 2 <= room) channels *= 2;
+    }
+    algo::TunerOptions options = config_.tuner;
+    if (options.tuningFile.empty()) {
+      // A dependent step of the bulk protocol on one device (flag store after a system fence,
+      // a poll through L2, the block's barriers): 6.5 us, what ring's 4 and 12 extra steps per
+      // pass over two-shot's cost at 128 MB on 4 and 8 ranks of the H200 (docs/perf.md).
+      options.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
+                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 6.5;
+    }
+    gpuTuner_ = std::make_unique<algo::Tuner>(
+        sameDeviceRankGraph(size_, channels, config_.gpuSlotBytes), options);
+  }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
   auto plan = gpuTuner_->plan(coll, bytes);

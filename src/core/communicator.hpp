@@ -186,6 +186,6 @@ class Communicator {
 // The cost model's view of n ranks on one host talking through shared memory.
 algo::RankGraph sharedMemoryRankGraph(int nranks);
 // The cost model's view of n ranks whose kernels share the memory of one GPU.
-algo::RankGraph sameDeviceRankGraph(int nranks);
+algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes);
 
 }  // namespace weft
