@@ -143,6 +143,19 @@ WEFT_API weftResult_t weftRecv(void* recvbuff, size_t count, weftDataType_t data
                                weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
 
+/* Registered buffers, as NCCL's local registration: `size` bytes at `buff` (GPU memory) that
+ * collectives of `comm` may read in place on the peers, without copying them first. Local calls
+ * (no communication); the ranks' buffers are exchanged at the first collective that passes a
+ * registered buffer, outside graph capture (a captured call before that copies as usual). As
+ * with NCCL, when one rank passes a registered buffer every rank must, at the same offset from
+ * its registered buffer's start; otherwise the call fails with an error after WEFT_TIMEOUT_S
+ * (it looks like a stuck peer). Today the out-of-place one-shot all-reduce of the direct kernel
+ * (up to its limit, 4 MiB on an H200) reads registered inputs in place; every other call treats
+ * a registered buffer as any other. weftCommDeregister waits for the communicator's enqueued
+ * GPU work, then forgets the buffer; weftCommDestroy deregisters what is left. */
+WEFT_API weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle);
+WEFT_API weftResult_t weftCommDeregister(weftComm_t comm, void* handle);
+
 /* All-to-all with a count and a displacement (both in elements) per peer, as MPI_Alltoallv.
  * sendcounts[q] on this rank must equal recvcounts[this rank] on rank q. */
 WEFT_API weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[],

@@ -164,6 +164,14 @@ class Comm {
     return detail::status(weftRecv(buf, count, detail::c(t), peer, h_, stream));
   }
   Status barrier() { return detail::status(weftBarrier(h_, nullptr)); }
+  // A GPU buffer collectives may read in place on the peers (weftCommRegister); the handle goes
+  // back to deregisterBuffer.
+  Result<void*> registerBuffer(void* buf, std::size_t bytes) {
+    void* h = nullptr;
+    if (Status s = detail::status(weftCommRegister(h_, buf, bytes, &h)); !s) return s;
+    return h;
+  }
+  Status deregisterBuffer(void* handle) { return detail::status(weftCommDeregister(h_, handle)); }
 
   // Typed forms: the DataType follows from T.
   template <typename T>

@@ -479,6 +479,21 @@ weftResult_t weftGroupEnd(void) {
   return weftSuccess;
 }
 
+weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle) {
+  if (handle == nullptr) return invalid("weftCommRegister: handle is NULL");
+  return withComm(comm, "weftCommRegister", [&](weft::Communicator& c) -> weft::Status {
+    auto h = c.registerBuffer(buff, size);
+    if (!h) return h.status();
+    *handle = *h;
+    return {};
+  });
+}
+
+weftResult_t weftCommDeregister(weftComm_t comm, void* handle) {
+  return withComm(comm, "weftCommDeregister",
+                  [&](weft::Communicator& c) { return c.deregisterBuffer(handle); });
+}
+
 weftResult_t weftBarrier(weftComm_t comm, void* stream) {
   if (weftResult_t r = checkStream(stream, "weftBarrier"); r != weftSuccess) return r;
   return withComm(comm, "weftBarrier", [](weft::Communicator& c) { return c.barrier(); });

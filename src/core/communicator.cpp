@@ -381,7 +381,48 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   return c;
 }
 
-Communicator::~Communicator() = default;
+Communicator::~Communicator() {
+  // Registered buffers are unmapped before the executor goes: no kernel may still read them.
+  if (gpu_ && !registrations_.empty()) (void)gpu_->synchronize();
+}
+
+Result<void*> Communicator::registerBuffer(void* buf, std::size_t bytes) {
+  if (buf == nullptr || bytes == 0) {
+    return Status(
+        Code::invalidArgument,
+        "weftCommRegister: " + std::string(buf == nullptr ? "buffer is NULL" : "0 bytes"));
+  }
+  auto r = std::make_unique<Registration>();
+  r->base = static_cast<std::byte*>(buf);
+  r->bytes = bytes;
+  registrations_.push_back(std::move(r));
+  return static_cast<void*>(registrations_.back().get());
+}
+
+Status Communicator::deregisterBuffer(void* handle) {
+  auto it = std::find_if(registrations_.begin(), registrations_.end(),
+                         [&](const auto& r) { return r.get() == handle; });
+  if (it == registrations_.end()) {
+    return Status(Code::invalidArgument,
+                  "weftCommDeregister: not a handle weftCommRegister gave on this communicator");
+  }
+  // Kernels enqueued on it may still read the peers' buffers through the mappings.
+  if ((*it)->peers && gpu_) {
+    if (Status s = gpu_->synchronize(); !s) return s;
+  }
+  registrations_.erase(it);
+  return {};
+}
+
+Communicator::Registration* Communicator::registrationHolding(const void* p, std::size_t bytes) {
+  const auto* b = static_cast<const std::byte*>(p);
+  for (const auto& r : registrations_) {
+    if (b >= r->base && bytes <= r->bytes &&
+        b - r->base <= static_cast<std::ptrdiff_t>(r->bytes - bytes))
+      return r.get();
+  }
+  return nullptr;
+}
 
 Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   if (Status s = checkUsable("split"); !s) return s;
@@ -660,7 +701,29 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
                      bytes, plan.algorithm.c_str(), plan.reason.c_str());
     }
-    if (Status st = gpu_->direct(b, plan.algorithm == "twoshot", stream); !st) return fail(st);
+    // One-shot out of place on a registered input: peers read it where it is (every rank's is
+    // registered, at the same offset: the NCCL rule). The ranks' buffers are exchanged at the
+    // first such call, outside graph capture (inside one, the slabs serve until then).
+    const exec::CudaExecutor::PeerInputs* peers = nullptr;
+    std::size_t offset = 0;
+    const auto* in = static_cast<const std::byte*>(input);
+    const auto* out = static_cast<const std::byte*>(output);
+    const bool overlap = in < out + bytes && out < in + bytes;
+    if (plan.algorithm == "oneshot" && !overlap) {
+      if (Registration* r = registrationHolding(input, bytes)) {
+        if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
+          auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
+          if (!mapped) return fail(mapped.status());
+          r->peers = std::move(*mapped);
+        }
+        if (r->peers) {
+          peers = r->peers.get();
+          offset = static_cast<std::size_t>(in - r->base);
+        }
+      }
+    }
+    if (Status st = gpu_->direct(b, plan.algorithm == "twoshot", stream, peers, offset); !st)
+      return fail(st);
     return finish();
   }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());

@@ -96,6 +96,11 @@ class Communicator {
   Status send(const void* buf, std::size_t count, DataType type, int peer, void* stream = nullptr);
   Status recv(void* buf, std::size_t count, DataType type, int peer, void* stream = nullptr);
   Status barrier();
+  // weftCommRegister / weftCommDeregister: a buffer (GPU memory) that collectives may read in
+  // place on every rank. Local calls; the ranks' buffers are exchanged at the first collective
+  // that uses them, which every rank must call with registered buffers at the same offset.
+  Result<void*> registerBuffer(void* buf, std::size_t bytes);
+  Status deregisterBuffer(void* handle);
 
   // One send or receive of a batch that progresses together (a group, all-to-all-v).
   struct P2pOp {
@@ -177,6 +182,15 @@ class Communicator {
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Tuner> gpuTuner_;
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
+  // Registered buffers, and once a collective used one, every rank's as mapped here. After
+  // gpu_: destroyed first (the destructor waits for the kernels that may read them).
+  struct Registration {
+    std::byte* base = nullptr;
+    std::size_t bytes = 0;
+    std::shared_ptr<exec::CudaExecutor::PeerInputs> peers;
+  };
+  std::vector<std::unique_ptr<Registration>> registrations_;
+  Registration* registrationHolding(const void* p, std::size_t bytes);
   std::vector<std::byte> scratch_;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;

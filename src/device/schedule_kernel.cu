@@ -605,13 +605,14 @@ __device__ bool waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_
   return true;
 }
 
-// outs = slab 0 (op) slab 1 (op) ... (op) slab n-1 over [at, at + n) of every rank's slab, in
-// rank order: ranks 0..63, then the running sum (outs[0]) and up to 63 more at a time; outs past
-// the first get only the final sum (one may be a slab a later group still reads). `ins` is
-// shared memory that thread 0 fills.
+// outs = rank 0's (op) rank 1's (op) ... (op) rank n-1's elements [at, at + n) of the buffers
+// bases[q] + offset (bytes), in rank order: ranks 0..63, then the running sum (outs[0]) and up to
+// 63 more at a time; outs past the first get only the final sum (one may be a slab a later group
+// still reads). `ins` is shared memory that thread 0 fills.
 template <typename T, typename Op>
-__device__ void sumInRankOrder(const LaunchArgs& a, std::size_t slab, std::size_t at, std::size_t n,
-                               T* const* outs, int nouts, const T** ins) {
+__device__ void sumInRankOrder(const LaunchArgs& a, std::byte* const* bases, std::size_t offset,
+                               std::size_t at, std::size_t n, T* const* outs, int nouts,
+                               const T** ins) {
   for (int first = 0; first < a.nranks;) {
     const int take = first == 0 ? (a.nranks < 64 ? a.nranks : 64)
                                 : (a.nranks - first < 63 ? a.nranks - first : 63);
@@ -620,7 +621,7 @@ __device__ void sumInRankOrder(const LaunchArgs& a, std::size_t slab, std::size_
       int k = 0;
       if (first > 0) ins[k++] = outs[0];
       for (int q = first; q < first + take; ++q)
-        ins[k++] = reinterpret_cast<const T*>(a.directSlabs[q] + slab) + at;
+        ins[k++] = reinterpret_cast<const T*>(bases[q] + offset) + at;
     }
     __syncthreads();
     const bool last = first + take >= a.nranks;
@@ -640,6 +641,10 @@ __device__ void sumInRankOrder(const LaunchArgs& a, std::size_t slab, std::size_
 // Each element is summed in rank order on one rank only, so every rank gets the same bits.
 // A slab is rewritten two calls of that block later; in the call between, every rank waited for
 // every peer's word 0 of that call, which a peer raises only after finishing the call before.
+//   One-shot on registered inputs (a.registered): no copy; word 0 says "my input is there" (it
+//   is, the kernel being ordered after whatever wrote it), every rank sums block b of every
+//   rank's input in place, then raises word 2 and waits for every rank's word 2 before it ends,
+//   so no rank's stream goes on to change an input a peer still reads.
 template <typename T, typename Op, bool TwoShot>
 __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
@@ -658,9 +663,11 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   const std::size_t n = begin < a.count ? lesser(per, a.count - begin) : 0;
   const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
   T* const out = static_cast<T*>(a.output) + begin;
-  // 1. This rank's share into its slab, then word 0 of its flag; every rank's share.
+  // 1. This rank's share into its slab (unless peers read its registered input), then word 0
+  // of its flag; every rank's share.
+  const bool inPlace = !TwoShot && a.registered != nullptr;
   T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
-  {
+  if (!inPlace) {
     T* const outs[1] = {mine};
     const T* const from[1] = {static_cast<const T*>(a.input) + begin};
     elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
@@ -675,7 +682,20 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   if (failed == 0) {
     if constexpr (!TwoShot) {
       T* const outs[1] = {out};
-      sumInRankOrder<T, Op>(a, slab, 0, n, outs, 1, ins);
+      if (inPlace) {
+        sumInRankOrder<T, Op>(a, a.registered, a.registeredOffset + begin * sizeof(T), 0, n, outs,
+                              1, ins);
+        // 2. Done reading every rank's input: word 2; then wait until every rank is.
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          __threadfence_system();
+          storeRelease(a.directFlags[a.rank] + 8 * b + 2, call);
+          if (!waitEveryRank(a, b, 2, call, 2)) failed = 1;
+        }
+        __syncthreads();
+      } else {
+        sumInRankOrder<T, Op>(a, a.directSlabs, slab, 0, n, outs, 1, ins);
+      }
     } else {
       // Pieces start 16 bytes apart, so vectors serve them.
       constexpr std::size_t kAlign = sizeof(T) >= 16 ? 1 : 16 / sizeof(T);
@@ -687,7 +707,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
       // 2. Piece `rank` summed into the output and back into this rank's slab; word 1.
       {
         T* const outs[2] = {out + pieceAt(me), mine + pieceAt(me)};
-        sumInRankOrder<T, Op>(a, slab, pieceAt(me), pieceLen(me), outs, 2, ins);
+        sumInRankOrder<T, Op>(a, a.directSlabs, slab, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
       if (threadIdx.x == 0) {
         __threadfence_system();

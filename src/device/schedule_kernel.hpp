@@ -71,12 +71,17 @@ struct LaunchArgs {
   const void* input = nullptr;
   void* output = nullptr;
   std::byte* scratch = nullptr;
-  // Direct all-reduce (launchDirect): every rank's per-block flags (words 0 and 1 of each
+  // Direct all-reduce (launchDirect): every rank's per-block flags (words 0, 1 and 2 of each
   // 64-byte line) and slabs, this rank's per-block call counts.
   std::uint64_t* const* directFlags = nullptr;  // [rank]
   std::byte* const* directSlabs = nullptr;      // [rank]
   std::uint64_t* directCounts = nullptr;
   std::size_t directSlabBytes = 0;
+  // One-shot on registered inputs: every rank's registered buffer as mapped here, and where this
+  // call's input sits in it (the same offset on every rank). Peers read the inputs in place:
+  // nothing is copied into the slabs, and no rank finishes before every rank has read.
+  std::byte* const* registered = nullptr;  // [rank], device memory; null: the slab path
+  std::size_t registeredOffset = 0;
 };
 
 inline constexpr int kThreads = 512;

@@ -24,7 +24,7 @@ std::size_t roundUp(std::size_t x, std::size_t to) {
   return (x + to - 1) / to * to;
 }
 
-bool capturing(void* stream) {
+bool streamCapturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -37,6 +37,10 @@ bool capturing(void* stream) {
 
 bool cudaBuilt() {
   return true;
+}
+
+bool CudaExecutor::capturing(void* stream) {
+  return streamCapturing(stream);
 }
 
 namespace {
@@ -369,7 +373,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
 }
 
 Status CudaExecutor::recordLaunch(void* stream) {
-  if (capturing(stream)) return {};
+  if (streamCapturing(stream)) return {};
   if (cudaError_t e =
           cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
       e != cudaSuccess)
@@ -384,7 +388,32 @@ std::size_t CudaExecutor::oneShotLimit() const {
   return static_cast<std::size_t>(blocks) * ipc_->geometry().directSlabBytes;
 }
 
-Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream) {
+struct CudaExecutor::PeerInputs {
+  transport::CudaIpcTransport::PeerBuffers buffers;
+  std::byte** device = nullptr;  // buffers.at, in device memory
+  ~PeerInputs() {
+    if (device != nullptr) (void)cudaFree(device);
+    transport::CudaIpcTransport::close(buffers);
+  }
+};
+
+Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(
+    const void* base, boot::Bootstrap& bootstrap) {
+  auto buffers = ipc_->mapPeerBuffers(base, bootstrap);
+  if (!buffers) return buffers.status();
+  auto p = std::make_shared<PeerInputs>();
+  p->buffers = std::move(*buffers);
+  const std::size_t bytes = p->buffers.at.size() * sizeof(std::byte*);
+  if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p->device), bytes); e != cudaSuccess)
+    return cudaFailed("allocating the registered buffers' table", e);
+  if (cudaError_t e = cudaMemcpy(p->device, p->buffers.at.data(), bytes, cudaMemcpyHostToDevice);
+      e != cudaSuccess)
+    return cudaFailed("copying the registered buffers' table", e);
+  return p;
+}
+
+Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers,
+                            std::size_t offset) {
   if (Status e = asyncError(); !e) return e;
   const std::size_t bytes = b.count * sizeOf(b.type);
   if (bytes == 0) return {};
@@ -396,6 +425,10 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream) {
   a.input = b.input;
   a.output = b.output;
   a.count = b.count;
+  if (peers != nullptr && !twoShot) {
+    a.registered = peers->device;
+    a.registeredOffset = offset;
+  }
   const std::size_t slab = a.directSlabBytes;
   const auto blocks = static_cast<int>((bytes + slab - 1) / slab);
   if (Status s = device::launchDirect(a, blocks, twoShot, b.type, b.op, stream); !s) return s;

@@ -77,8 +77,16 @@ class CudaExecutor {
   // The largest all-reduce the one-shot kernel takes (bytes), and the call: every rank copies its
   // input where peers read it, and every rank sums all of them in rank order.
   std::size_t oneShotLimit() const;
-  // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes.
-  Status direct(const Buffers& b, bool twoShot, void* stream);
+  // Every rank's registered buffer (weftCommRegister), as this rank's kernels reach it: collective
+  // over the bootstrap, each rank passing its own. Dropping the last reference unmaps them; the
+  // caller first makes sure no kernel still reads them.
+  struct PeerInputs;
+  Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
+  // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes. With
+  // `peers` (one-shot, out of place): every rank reads every rank's input in place, `offset`
+  // bytes into its registered buffer, instead of copying its own into the slabs.
+  Status direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers = nullptr,
+                std::size_t offset = 0);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {
@@ -90,6 +98,8 @@ class CudaExecutor {
   Status exchange(const std::vector<P2p>& ops, void* stream);
   // The failure a kernel recorded, if any.
   Status asyncError() const;
+  // Whether `stream` (a cudaStream_t) is being captured into a graph.
+  static bool capturing(void* stream);
   // Waits for every kernel enqueued outside graph capture.
   Status synchronize();
 

@@ -42,12 +42,23 @@ std::size_t CudaExecutor::oneShotLimit() const {
   return 0;
 }
 
-Status CudaExecutor::direct(const Buffers&, bool, void*) {
+struct CudaExecutor::PeerInputs {};
+
+Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(const void*,
+                                                                              boot::Bootstrap&) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
+Status CudaExecutor::direct(const Buffers&, bool, void*, const PeerInputs*, std::size_t) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
 Status CudaExecutor::exchange(const std::vector<P2p>&, void*) {
   return Status(Code::unsupported, "this build has no CUDA");
+}
+
+bool CudaExecutor::capturing(void*) {
+  return false;
 }
 
 Status CudaExecutor::asyncError() const {

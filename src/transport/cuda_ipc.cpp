@@ -1,10 +1,13 @@
 #include "src/transport/cuda_ipc.hpp"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace weft::transport {
 namespace {
@@ -34,7 +37,145 @@ struct InboxRecord {
   char bus[20];  // PCI bus id, for the summary and to tell devices apart across processes
 };
 
+// What each rank shares of a buffer it registered: the allocation holding it, where the buffer
+// sits in that allocation, and its address for ranks of the same process.
+struct BufferRecord {
+  cudaIpcMemHandle_t handle;
+  std::uint64_t address;
+  std::uint64_t offset;  // from the allocation's start
+  std::int32_t pid;
+  std::int32_t ipcOk;   // 1: handle valid; 0: not exportable (peers in its process need none)
+  std::int32_t device;  // 1: device (or managed) memory
+};
+
+// The start of the device allocation holding p, through the driver's cuMemGetAddressRange
+// (found at run time: nothing links against libcuda).
+Result<std::uintptr_t> allocationStart(const void* p) {
+  using GetRange = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+  static GetRange getRange = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      fn = nullptr;
+    }
+    return reinterpret_cast<GetRange>(fn);
+  }();
+  if (getRange == nullptr)
+    return Status(Code::systemError, "cuda_ipc: the driver offers no cuMemGetAddressRange");
+  CUdeviceptr start = 0;
+  std::size_t size = 0;
+  if (getRange(&start, &size, reinterpret_cast<CUdeviceptr>(p)) != CUDA_SUCCESS)
+    return Status(Code::invalidArgument, "cuda_ipc: the buffer is not device memory CUDA knows");
+  return static_cast<std::uintptr_t>(start);
+}
+
+// A process may map one allocation of another process once (CUDA IPC refuses a second open of
+// a handle): the mappings are shared, process-wide, counted.
+struct OpenedAllocation {
+  void* at = nullptr;
+  int users = 0;
+};
+std::mutex openedMutex;
+std::map<std::string, OpenedAllocation> opened;  // by handle bytes
+
+std::string keyOf(const cudaIpcMemHandle_t& h) {
+  return std::string(reinterpret_cast<const char*>(&h), sizeof h);
+}
+
+Result<void*> openShared(const cudaIpcMemHandle_t& h) {
+  std::lock_guard lock(openedMutex);
+  OpenedAllocation& o = opened[keyOf(h)];
+  if (o.users == 0) {
+    void* mapped = nullptr;
+    if (cudaError_t e = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
+        e != cudaSuccess) {
+      opened.erase(keyOf(h));
+      return cudaFailed("cuda_ipc: opening a peer's allocation", e);
+    }
+    o.at = mapped;
+  }
+  ++o.users;
+  return o.at;
+}
+
+void closeShared(void* at) {
+  std::lock_guard lock(openedMutex);
+  for (auto it = opened.begin(); it != opened.end(); ++it) {
+    if (it->second.at != at) continue;
+    if (--it->second.users == 0) {
+      (void)cudaIpcCloseMemHandle(at);
+      opened.erase(it);
+    }
+    return;
+  }
+}
+
 }  // namespace
+
+Result<CudaIpcTransport::PeerBuffers> CudaIpcTransport::mapPeerBuffers(
+    const void* base, boot::Bootstrap& bootstrap) const {
+  const auto N = static_cast<std::size_t>(g_.nranks), ME = static_cast<std::size_t>(g_.rank);
+  std::vector<BufferRecord> all(N);
+  BufferRecord& self = all[ME];
+  std::memset(&self, 0, sizeof self);
+  self.address = reinterpret_cast<std::uintptr_t>(base);
+  self.pid = static_cast<std::int32_t>(getpid());
+  cudaPointerAttributes attr{};
+  self.device = cudaPointerGetAttributes(&attr, base) == cudaSuccess &&
+                        (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+                    ? 1
+                    : 0;
+  (void)cudaGetLastError();
+  if (auto start = allocationStart(base)) {
+    self.offset = self.address - *start;
+    self.ipcOk =
+        cudaIpcGetMemHandle(&self.handle, reinterpret_cast<void*>(*start)) == cudaSuccess ? 1 : 0;
+    (void)cudaGetLastError();
+  }
+  // Every rank learns of every rank's failure, so none maps what a peer could not share.
+  if (Status s = bootstrap.allGather(all.data(), sizeof(BufferRecord)); !s) return s;
+  for (std::size_t q = 0; q < N; ++q) {
+    if (all[q].device == 0) {
+      return Status(Code::invalidArgument,
+                    "registered buffer: rank " + std::to_string(q) + "'s is not GPU memory");
+    }
+  }
+  PeerBuffers p;
+  p.at.assign(N, nullptr);
+  p.allocation.assign(N, nullptr);
+  for (std::size_t q = 0; q < N; ++q) {
+    const BufferRecord& r = all[q];
+    if (q == ME || r.pid == self.pid) {
+      p.at[q] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.address));
+      continue;
+    }
+    if (r.ipcOk == 0) {
+      close(p);
+      return Status(Code::unsupported, "registered buffer: rank " + std::to_string(q) +
+                                           " could not export its allocation through CUDA IPC");
+    }
+    auto mapped = openShared(r.handle);
+    if (!mapped) {
+      close(p);
+      return Status(mapped.status().code(), "registered buffer of rank " + std::to_string(q) +
+                                                ": " + mapped.status().message());
+    }
+    p.allocation[q] = static_cast<std::byte*>(*mapped);
+    p.at[q] = static_cast<std::byte*>(*mapped) + r.offset;
+  }
+  return p;
+}
+
+void CudaIpcTransport::close(PeerBuffers& p) {
+  for (std::byte*& a : p.allocation) {
+    if (a != nullptr) closeShared(a);
+    a = nullptr;
+  }
+  p.at.clear();
+}
 
 std::size_t CudaIpcGeometry::controlOffset(int channel, int peer) const {
   return kAbortBytes +

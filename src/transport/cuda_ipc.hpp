@@ -60,6 +60,17 @@ class CudaIpcTransport {
 
   const CudaIpcGeometry& geometry() const { return g_; }
   int device() const { return device_; }
+
+  // Every rank's buffer `base` (device memory it allocated), as this rank reaches it: its own
+  // directly, a peer in this process at its address, a peer in another process through CUDA
+  // IPC (the allocation holding it, opened here, at the same offset). Collective over the
+  // bootstrap; every rank passes its own buffer. close() undoes the IPC mappings.
+  struct PeerBuffers {
+    std::vector<std::byte*> at;          // by rank
+    std::vector<std::byte*> allocation;  // by rank: what cudaIpcOpenMemHandle returned, or null
+  };
+  Result<PeerBuffers> mapPeerBuffers(const void* base, boot::Bootstrap& bootstrap) const;
+  static void close(PeerBuffers& p);
   device::Endpoint to(int channel, int peer) const;
   device::Endpoint from(int channel, int peer) const;
   std::uint32_t* abortWord(int rank) const;

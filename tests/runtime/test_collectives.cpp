@@ -406,6 +406,40 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   EXPECT_EQ(planOf(forced[0].handle(), 64 << 10).rfind("twoshot/", 0), 0u);
 }
 
+// weftCommRegister / weftCommDeregister without a GPU: bad input is an error that changes
+// nothing; a handle deregisters once; host calls on registered memory run as ever; a
+// communicator destroyed with registrations left frees them (the sanitizer run would see a leak).
+TEST(Arguments, RegisterAndDeregisterCheckTheirInput) {
+  std::vector<Comm> comms = makeComms(2);
+  weftComm_t h = comms[0].handle();
+  std::vector<float> buf(1024, 1.0f);
+  void* handle = nullptr;
+  EXPECT_EQ(weftCommRegister(h, nullptr, 64, &handle), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("NULL"), std::string::npos) << weftGetLastError();
+  EXPECT_EQ(weftCommRegister(h, buf.data(), 0, &handle), weftInvalidArgument);
+  EXPECT_EQ(weftCommRegister(h, buf.data(), 64, nullptr), weftInvalidArgument);
+  EXPECT_EQ(handle, nullptr);
+  EXPECT_EQ(weftCommDeregister(h, buf.data()), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("weftCommDeregister"), std::string::npos);
+  auto a = comms[0].registerBuffer(buf.data(), buf.size() * sizeof(float));
+  auto b = comms[0].registerBuffer(buf.data() + 512, 64);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(weftCommDeregister(comms[1].handle(), *a), weftInvalidArgument);  // another comm's
+  EXPECT_TRUE(comms[0].deregisterBuffer(*a).isOk());
+  EXPECT_FALSE(comms[0].deregisterBuffer(*a).isOk());
+  // Host buffers inside a registration: the call runs as any host call.
+  std::vector<std::vector<float>> in(2, std::vector<float>(256)), out(2, std::vector<float>(256));
+  for (int r = 0; r < 2; ++r) std::fill(in[r].begin(), in[r].end(), float(r + 1));
+  auto c = comms[1].registerBuffer(in[1].data(), 256 * sizeof(float));
+  ASSERT_TRUE(c.isOk());
+  onEveryRank(2, [&](int r) {
+    EXPECT_TRUE(comms[r].allReduce(in[r].data(), out[r].data(), 256, RedOp::sum).isOk());
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(out[r][255], 3.0f);
+  // b and c are left registered: destroying the communicators frees them.
+}
+
 TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
   for (const auto& [var, value] :
        std::vector<std::pair<const char*, const char*>>{{"WEFT_TIMEOUT_S", "soon"},
