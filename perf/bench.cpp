@@ -53,6 +53,7 @@ class RankBench {
   Status join();
   Status preamble();
   Status joinForced();
+  Status registerBuffers();
   Status sweep(DataType type, std::optional<RedOp> op, int root);
   Status warmUp(weftComm_t comm, std::optional<std::size_t> forced, DataType type, RedOp op,
                 int root);
@@ -135,9 +136,9 @@ Status RankBench::join() {
     return {Code::systemError, "rank " + std::to_string(rank_) + ": cannot allocate two " +
                                    std::to_string(bufferBytes_) + "-byte buffers; lower -e"};
   if (gpu_) {
-    auto send = gpu_->allocate(bufferBytes_);
+    auto send = gpu_->allocate(bufferBytes_, opt_.registerBuffers);
     if (!send) return send.status();
-    auto recv = gpu_->allocate(bufferBytes_);
+    auto recv = gpu_->allocate(bufferBytes_, opt_.registerBuffers);
     if (!recv) return recv.status();
     deviceSend_ = *send;
     deviceRecv_ = *recv;
@@ -215,6 +216,21 @@ Status RankBench::preamble() {
                     ": ratio = its time / weft's out-of-place time");
   if (!peerNote_.empty()) notes.push_back(peerNote_);
   report_->printPreamble(*lines, notes);
+  return {};
+}
+
+Status RankBench::registerBuffers() {
+  // -R: every communicator may read the peers' buffers in place (handles freed with the
+  // communicators).
+  if (!opt_.registerBuffers || !gpu_) return {};
+  std::vector<Comm*> all{&*comm_};
+  for (Comm& c : forced_) all.push_back(&c);
+  for (Comm* c : all) {
+    for (std::byte* b : {deviceSend_, deviceRecv_}) {
+      if (auto h = c->registerBuffer(b, bufferBytes_); !h)
+        return {h.status().code(), "-R: " + h.status().message()};
+    }
+  }
   return {};
 }
 
@@ -511,6 +527,7 @@ Status RankBench::run() {
     return s;
   }
   if (Status s = joinForced(); !s) return s;
+  if (Status s = registerBuffers(); !s) return s;
   if (report_) report_->printHeader();
   std::vector<std::optional<RedOp>> ops;
   if (isReduction(opt_.collective)) {

@@ -122,14 +122,23 @@ GpuRank::~GpuRank() {
     for (void* p : allocations_) (void)cudaFreeAsync(p, asStream(stream_));
     (void)cudaStreamSynchronize(asStream(stream_));
   }
+  for (void* p : shareable_) (void)cudaFree(p);
   dropGraph();
   if (start_ != nullptr) (void)cudaEventDestroy(asEvent(start_));
   if (stop_ != nullptr) (void)cudaEventDestroy(asEvent(stop_));
   if (stream_ != nullptr) (void)cudaStreamDestroy(asStream(stream_));
 }
 
-Result<std::byte*> GpuRank::allocate(std::size_t bytes) {
+Result<std::byte*> GpuRank::allocate(std::size_t bytes, bool shareable) {
   void* p = nullptr;
+  if (shareable) {
+    if (Status s = cuda(cudaMalloc(&p, bytes),
+                        ("cudaMalloc of " + std::to_string(bytes) + " bytes (lower -e)").c_str());
+        !s)
+      return s;
+    shareable_.push_back(p);
+    return static_cast<std::byte*>(p);
+  }
   if (Status s =
           cuda(cudaMallocAsync(&p, bytes, asStream(stream_)),
                ("cudaMallocAsync of " + std::to_string(bytes) + " bytes (lower -e)").c_str());
@@ -235,7 +244,7 @@ Result<std::unique_ptr<GpuRank>> GpuRank::create(int) {
 
 GpuRank::~GpuRank() = default;
 
-Result<std::byte*> GpuRank::allocate(std::size_t) {
+Result<std::byte*> GpuRank::allocate(std::size_t, bool) {
   return cuda(0, "");
 }
 Status GpuRank::copyIn(void*, const void*, std::size_t) {

@@ -37,8 +37,9 @@ class GpuRank {
   const std::string& name() const { return name_; }    // "NVIDIA H200"
   void* stream() const { return stream_; }             // a cudaStream_t
 
-  // `bytes` of device memory, ordered on the stream; freed when the GpuRank goes.
-  Result<std::byte*> allocate(std::size_t bytes);
+  // `bytes` of device memory, ordered on the stream; freed when the GpuRank goes. `shareable`:
+  // a plain cudaMalloc allocation instead, which CUDA IPC can export (registered buffers).
+  Result<std::byte*> allocate(std::size_t bytes, bool shareable = false);
   // Copies between host and device memory on the stream, and waits for them.
   Status copyIn(void* device, const void* host, std::size_t bytes);
   Status copyOut(void* host, const void* device, std::size_t bytes);
@@ -70,7 +71,8 @@ class GpuRank {
   void* stop_ = nullptr;
   void* graph_ = nullptr;
   void* graphExec_ = nullptr;
-  std::vector<void*> allocations_;
+  std::vector<void*> allocations_;  // stream-ordered
+  std::vector<void*> shareable_;    // cudaMalloc'd
 };
 
 }  // namespace weft::perf

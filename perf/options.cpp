@@ -143,7 +143,10 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("-t,--nthreads", o.threads, "ranks (threads) per process")->capture_default_str();
   app.add_option("-g,--ngpus", ngpus, "GPUs per thread: 1 (one rank per thread)")
       ->capture_default_str();
-  app.add_option("-R,--local_register", registration, "accepted; weft-perf registers no buffer");
+  app.add_option("-R,--local_register", registration,
+                 "GPU memory: register the buffers with every communicator (weftCommRegister; "
+                 "1 and 2 alike), so kernels may read peers' buffers in place")
+      ->capture_default_str();
   app.add_option("-p,--parallel_init", parallelInit, "accepted; ranks always init in parallel");
   app.add_option("-y,--stream_null", streamNull,
                  "accepted; every rank always uses its own non-blocking stream");
@@ -230,7 +233,7 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   o.reportCpuTime = cpuTime != 0;
   (void)parallelInit;
   (void)streamNull;
-  (void)registration;
+  o.registerBuffers = registration != 0;
 
   if (type == "all") {
     o.types.assign(std::begin(kAllTypes), std::end(kAllTypes));

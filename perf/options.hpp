@@ -62,6 +62,9 @@ struct Options {
   std::uint64_t seed = 0x5eed;
   // --calibrate: measure the cost model's host constants and write them here instead of sweeping.
   std::string calibratePath;
+  // -R 1 (nccl-tests' local registration): the GPU buffers are plain cudaMalloc allocations,
+  // registered with every communicator (weftCommRegister), so peers may read them in place.
+  bool registerBuffers = false;
 
   bool gpu() const { return memory == Memory::gpu; }
 };
