@@ -78,6 +78,10 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
       for n in 2 4 8; do
         WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-256M}" -f 4 -w 3 -n 10 ${algos:+--algos "$algos"}
       done
+      # Registered buffers: the one-shot kernel reads the peers' inputs in place (no copy).
+      for n in 2 8; do
+        WEFT_TIMEOUT_S=60 run "perf-registered-np$n" 120 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 4M -f 4 -w 3 -n 20 -R 1
+      done
     fi
     echo quit | nvidia-cuda-mps-control
     sleep 1
