@@ -149,9 +149,9 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
  * registered buffer, outside graph capture (a captured call before that copies as usual). As
  * with NCCL, when one rank passes a registered buffer every rank must, at the same offset from
  * its registered buffer's start; otherwise the call fails with an error after WEFT_TIMEOUT_S
- * (it looks like a stuck peer). Today the out-of-place one-shot all-reduce of the direct kernel
- * (up to its limit, 4 MiB on an H200) reads registered inputs in place; every other call treats
- * a registered buffer as any other. weftCommDeregister waits for the communicator's enqueued
+ * (it looks like a stuck peer). Today the direct all-reduce kernels (one-shot and two-shot, out
+ * of place, up to their limit: 4 MiB on an H200) read registered inputs in place; every other
+ * call treats a registered buffer as any other. weftCommDeregister waits for the communicator's enqueued
  * GPU work, then forgets the buffer; weftCommDestroy deregisters what is left. */
 WEFT_API weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle);
 WEFT_API weftResult_t weftCommDeregister(weftComm_t comm, void* handle);

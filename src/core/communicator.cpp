@@ -701,7 +701,7 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
                      bytes, plan.algorithm.c_str(), plan.reason.c_str());
     }
-    // One-shot out of place on a registered input: peers read it where it is (every rank's is
+    // Out of place on a registered input: peers read it where it is (every rank's is
     // registered, at the same offset: the NCCL rule). The ranks' buffers are exchanged at the
     // first such call, outside graph capture (inside one, the slabs serve until then).
     const exec::CudaExecutor::PeerInputs* peers = nullptr;
@@ -709,7 +709,7 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     const auto* in = static_cast<const std::byte*>(input);
     const auto* out = static_cast<const std::byte*>(output);
     const bool overlap = in < out + bytes && out < in + bytes;
-    if (plan.algorithm == "oneshot" && !overlap) {
+    if (!overlap) {
       if (Registration* r = registrationHolding(input, bytes)) {
         if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
           auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);

@@ -641,10 +641,11 @@ __device__ void sumInRankOrder(const LaunchArgs& a, std::byte* const* bases, std
 // Each element is summed in rank order on one rank only, so every rank gets the same bits.
 // A slab is rewritten two calls of that block later; in the call between, every rank waited for
 // every peer's word 0 of that call, which a peer raises only after finishing the call before.
-//   One-shot on registered inputs (a.registered): no copy; word 0 says "my input is there" (it
-//   is, the kernel being ordered after whatever wrote it), every rank sums block b of every
-//   rank's input in place, then raises word 2 and waits for every rank's word 2 before it ends,
-//   so no rank's stream goes on to change an input a peer still reads.
+// On registered inputs (a.registered) nothing is copied: word 0 says "my input is there" (it is,
+// the kernel being ordered after whatever wrote it), and the sums read every rank's input in
+// place. No rank's stream may go on to change an input a peer still reads: one-shot raises
+// word 2 after summing and waits for every rank's; two-shot's wait for word 1 already is that
+// (a rank raises it after its last read of the inputs).
 template <typename T, typename Op, bool TwoShot>
 __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
@@ -665,7 +666,9 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   T* const out = static_cast<T*>(a.output) + begin;
   // 1. This rank's share into its slab (unless peers read its registered input), then word 0
   // of its flag; every rank's share.
-  const bool inPlace = !TwoShot && a.registered != nullptr;
+  const bool inPlace = a.registered != nullptr;
+  std::byte* const* const sources = inPlace ? a.registered : a.directSlabs;
+  const std::size_t sourceAt = inPlace ? a.registeredOffset + begin * sizeof(T) : slab;
   T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
   if (!inPlace) {
     T* const outs[1] = {mine};
@@ -682,9 +685,8 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   if (failed == 0) {
     if constexpr (!TwoShot) {
       T* const outs[1] = {out};
+      sumInRankOrder<T, Op>(a, sources, sourceAt, 0, n, outs, 1, ins);
       if (inPlace) {
-        sumInRankOrder<T, Op>(a, a.registered, a.registeredOffset + begin * sizeof(T), 0, n, outs,
-                              1, ins);
         // 2. Done reading every rank's input: word 2; then wait until every rank is.
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -693,8 +695,6 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
           if (!waitEveryRank(a, b, 2, call, 2)) failed = 1;
         }
         __syncthreads();
-      } else {
-        sumInRankOrder<T, Op>(a, a.directSlabs, slab, 0, n, outs, 1, ins);
       }
     } else {
       // Pieces start 16 bytes apart, so vectors serve them.
@@ -707,7 +707,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
       // 2. Piece `rank` summed into the output and back into this rank's slab; word 1.
       {
         T* const outs[2] = {out + pieceAt(me), mine + pieceAt(me)};
-        sumInRankOrder<T, Op>(a, a.directSlabs, slab, pieceAt(me), pieceLen(me), outs, 2, ins);
+        sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
       if (threadIdx.x == 0) {
         __threadfence_system();

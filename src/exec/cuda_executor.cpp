@@ -425,7 +425,7 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   a.input = b.input;
   a.output = b.output;
   a.count = b.count;
-  if (peers != nullptr && !twoShot) {
+  if (peers != nullptr) {
     a.registered = peers->device;
     a.registeredOffset = offset;
   }

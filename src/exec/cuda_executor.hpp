@@ -83,8 +83,8 @@ class CudaExecutor {
   struct PeerInputs;
   Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
   // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes. With
-  // `peers` (one-shot, out of place): every rank reads every rank's input in place, `offset`
-  // bytes into its registered buffer, instead of copying its own into the slabs.
+  // `peers` (out of place): every rank reads every rank's input in place, `offset` bytes into
+  // its registered buffer, instead of copying its own into the slabs.
   Status direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers = nullptr,
                 std::size_t offset = 0);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
