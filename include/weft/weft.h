@@ -148,11 +148,14 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
  * (no communication); the ranks' buffers are exchanged at the first collective that passes a
  * registered buffer, outside graph capture (a captured call before that copies as usual). As
  * with NCCL, when one rank passes a registered buffer every rank must, at the same offset from
- * its registered buffer's start; otherwise the call fails with an error after WEFT_TIMEOUT_S
- * (it looks like a stuck peer). Today the direct all-reduce kernels (one-shot and two-shot, out
- * of place, up to their limit: 4 MiB on an H200) read registered inputs in place; every other
- * call treats a registered buffer as any other. weftCommDeregister waits for the communicator's enqueued
- * GPU work, then forgets the buffer; weftCommDestroy deregisters what is left. */
+ * its registered buffer's start; otherwise the call fails with an error after WEFT_TIMEOUT_S (it
+ * looks like a stuck peer). Where some rank's buffer cannot be read in place (not GPU memory,
+ * or, across processes, an allocation CUDA IPC cannot export: a stream-ordered pool's, a VMM
+ * one's), every rank learns it at the exchange and its calls copy as usual. Today the direct
+ * all-reduce kernels (one-shot and two-shot, out of place, up to their limit: 4 MiB on an H200)
+ * read registered inputs in place; every other call treats a registered buffer as any other.
+ * weftCommDeregister waits for the communicator's enqueued GPU work, then forgets the buffer;
+ * weftCommDestroy deregisters what is left. */
 WEFT_API weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle);
 WEFT_API weftResult_t weftCommDeregister(weftComm_t comm, void* handle);
 

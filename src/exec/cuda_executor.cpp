@@ -403,6 +403,7 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(
   if (!buffers) return buffers.status();
   auto p = std::make_shared<PeerInputs>();
   p->buffers = std::move(*buffers);
+  if (p->buffers.at.empty()) return p;  // not readable in place: the slabs serve
   const std::size_t bytes = p->buffers.at.size() * sizeof(std::byte*);
   if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p->device), bytes); e != cudaSuccess)
     return cudaFailed("allocating the registered buffers' table", e);
@@ -425,7 +426,7 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   a.input = b.input;
   a.output = b.output;
   a.count = b.count;
-  if (peers != nullptr) {
+  if (peers != nullptr && peers->device != nullptr) {
     a.registered = peers->device;
     a.registeredOffset = offset;
   }

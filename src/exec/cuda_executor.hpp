@@ -79,7 +79,8 @@ class CudaExecutor {
   std::size_t oneShotLimit() const;
   // Every rank's registered buffer (weftCommRegister), as this rank's kernels reach it: collective
   // over the bootstrap, each rank passing its own. Dropping the last reference unmaps them; the
-  // caller first makes sure no kernel still reads them.
+  // caller first makes sure no kernel still reads them. Where some rank's buffer cannot be read
+  // in place (every rank learns it alike), direct() ignores them and the slabs serve.
   struct PeerInputs;
   Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
   // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes. With

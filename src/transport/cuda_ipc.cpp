@@ -135,15 +135,17 @@ Result<CudaIpcTransport::PeerBuffers> CudaIpcTransport::mapPeerBuffers(
         cudaIpcGetMemHandle(&self.handle, reinterpret_cast<void*>(*start)) == cudaSuccess ? 1 : 0;
     (void)cudaGetLastError();
   }
-  // Every rank learns of every rank's failure, so none maps what a peer could not share.
   if (Status s = bootstrap.allGather(all.data(), sizeof(BufferRecord)); !s) return s;
+  // Every rank decides from the same table, so all read in place or none does (a rank that
+  // reads a peer's input in place skips copying its own into the slabs): a buffer that is not
+  // GPU memory, or one a peer in another process cannot map, leaves the slabs to serve.
+  PeerBuffers p;
   for (std::size_t q = 0; q < N; ++q) {
-    if (all[q].device == 0) {
-      return Status(Code::invalidArgument,
-                    "registered buffer: rank " + std::to_string(q) + "'s is not GPU memory");
+    if (all[q].device == 0) return p;
+    for (std::size_t k = 0; k < N; ++k) {
+      if (all[k].pid != all[q].pid && all[q].ipcOk == 0) return p;
     }
   }
-  PeerBuffers p;
   p.at.assign(N, nullptr);
   p.allocation.assign(N, nullptr);
   for (std::size_t q = 0; q < N; ++q) {
@@ -151,11 +153,6 @@ Result<CudaIpcTransport::PeerBuffers> CudaIpcTransport::mapPeerBuffers(
     if (q == ME || r.pid == self.pid) {
       p.at[q] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.address));
       continue;
-    }
-    if (r.ipcOk == 0) {
-      close(p);
-      return Status(Code::unsupported, "registered buffer: rank " + std::to_string(q) +
-                                           " could not export its allocation through CUDA IPC");
     }
     auto mapped = openShared(r.handle);
     if (!mapped) {

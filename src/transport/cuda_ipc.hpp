@@ -64,7 +64,9 @@ class CudaIpcTransport {
   // Every rank's buffer `base` (device memory it allocated), as this rank reaches it: its own
   // directly, a peer in this process at its address, a peer in another process through CUDA
   // IPC (the allocation holding it, opened here, at the same offset). Collective over the
-  // bootstrap; every rank passes its own buffer. close() undoes the IPC mappings.
+  // bootstrap; every rank passes its own buffer. Empty (on every rank alike) when some rank's
+  // buffer is not GPU memory or cannot be mapped where it must be (a stream-ordered pool's,
+  // a VMM allocation's): then nobody reads in place. close() undoes the IPC mappings.
   struct PeerBuffers {
     std::vector<std::byte*> at;          // by rank
     std::vector<std::byte*> allocation;  // by rank: what cudaIpcOpenMemHandle returned, or null
