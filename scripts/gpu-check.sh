@@ -11,6 +11,9 @@
 #            "" for none): the memory-bandwidth table gets a column for each
 #   COPY_TBS the device's copy bandwidth for that table (default: weft-bench's 1 GiB memcpy)
 #   ONLY     a gtest filter for the thread run (default: every thread, p2p and fault test)
+#   CHANNELS a list of WEFT_GPU_CHANNELS values ("24 33") to also sweep 4 ranks at, 64-256 MB,
+#            ring and two-shot forced (uneven channel counts were 3x slower before the
+#            geometry cut pieces at 16-byte multiples)
 #   BUNDLE=1 leave $OUT holding only summary.txt and logs.tgz (every log, packed): for a runner
 #            that brings back only a few files
 #   DEADLINE seconds the whole script may take: each step's limit is cut to what is left, and
@@ -78,7 +81,10 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
       for n in 2 4 8; do
         WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-256M}" -f 4 -w 3 -n 10 ${algos:+--algos "$algos"}
       done
-      # Registered buffers: the one-shot kernel reads the peers' inputs in place (no copy).
+      for c in ${CHANNELS:-}; do
+        WEFT_GPU_CHANNELS="$c" WEFT_TIMEOUT_S=60 run "perf-channels-np4-c$c" 120 "$dir/weft-perf" allreduce -np 4 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,twoshot
+      done
+      # Registered buffers: the direct kernels read the peers' inputs in place (no copy).
       for n in 2 8; do
         WEFT_TIMEOUT_S=60 run "perf-registered-np$n" 120 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 4M -f 4 -w 3 -n 20 -R 1
       done
