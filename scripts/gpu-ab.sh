@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# An A/B experiment in one call of the GPU machine: builds weft-perf and weft-bench twice, side
+# by side (A with A_FLAGS, B with B_FLAGS as extra CUDA compiler flags, e.g. -DSOME_SWITCH=1),
+# starts MPS, and runs the same weft-perf sweeps with each, then the primitives' benchmark.
+# Writes summary.txt (every table row, per variant) and logs.tgz (every log) to $OUT.
+#   B_FLAGS  CUDA flags of variant B (required); A_FLAGS those of A (default none)
+#   SWEEPS   weft-perf argument lines, one per line (default: 256 MB all-reduce at 2, 4 and 8
+#            processes, ring, one-shot and two-shot forced)
+#   ENVS     environment settings for every sweep, e.g. "WEFT_GPU_SLOT_BYTES=1048576"
+#   BENCH=0  skip weft-bench
+set -uo pipefail
+source "$(dirname "$0")/common.sh"
+add_cuda_to_path
+OUT="${OUT:-$WEFT_ROOT/out}"
+logs="$OUT/logs"
+mkdir -p "$logs"
+: "${B_FLAGS:?set B_FLAGS to the CUDA flags of variant B}"
+sweeps="${SWEEPS:-allreduce -np 2 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,oneshot,twoshot
+allreduce -np 4 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,oneshot,twoshot
+allreduce -np 8 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,oneshot,twoshot}"
+summary="$OUT/summary.txt"
+: >"$summary"
+
+t0=$SECONDS
+for v in a b; do
+  flags="A_FLAGS"
+  [[ $v == b ]] && flags="B_FLAGS"
+  cmake -S "$WEFT_ROOT" -B "$WEFT_ROOT/build-ab-$v" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DWEFT_CUDA=ON "-DCMAKE_CUDA_FLAGS=${!flags:-}" >"$logs/configure-$v.log" 2>&1 || {
+    tail -20 "$logs/configure-$v.log"
+    exit 1
+  }
+done
+half=$(((JOBS + 1) / 2))
+cmake --build "$WEFT_ROOT/build-ab-a" -j "$half" --target weft-perf weft-bench >"$logs/build-a.log" 2>&1 &
+cmake --build "$WEFT_ROOT/build-ab-b" -j "$half" --target weft-perf weft-bench >"$logs/build-b.log" 2>&1
+b_status=$?
+wait $!
+a_status=$?
+echo "build: $((SECONDS - t0)) s (A ${A_FLAGS:-none}, B $B_FLAGS)" | tee -a "$summary"
+if ((a_status != 0 || b_status != 0)); then
+  tail -30 "$logs/build-a.log" "$logs/build-b.log"
+  exit 1
+fi
+
+mps="$(mktemp -d)"
+export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
+mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+nvidia-cuda-mps-control -d || echo "MPS did not start: processes time-slice" | tee -a "$summary"
+export WEFT_TIMEOUT_S="${WEFT_TIMEOUT_S:-60}"
+k=0
+while IFS= read -r line; do
+  [[ -z "$line" ]] && continue
+  k=$((k + 1))
+  for v in a b; do
+    name="sweep$k-$v"
+    # shellcheck disable=SC2086  # the line is weft-perf's arguments, split on purpose
+    env ${ENVS:-} timeout 120 "$WEFT_ROOT/build-ab-$v/weft-perf" $line >"$logs/$name.log" 2>&1
+    echo "== $name (rc $?): weft-perf $line" >>"$summary"
+    grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)' "$logs/$name.log" >>"$summary"
+  done
+done <<<"$sweeps"
+echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+if [[ "${BENCH:-1}" == 1 ]]; then
+  for v in a b; do
+    timeout 150 "$WEFT_ROOT/build-ab-$v/weft-bench" --benchmark_filter='^gpu/' \
+      --benchmark_min_time=0.2 >"$logs/bench-$v.log" 2>&1
+    echo "== bench $v" >>"$summary"
+    grep -E '^gpu/' "$logs/bench-$v.log" | awk '{print $1, $NF}' >>"$summary"
+  done
+fi
+cat "$summary"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$logs"
