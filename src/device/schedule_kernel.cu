@@ -14,10 +14,20 @@ using algo::Step;
 using algo::StepKind;
 
 // ---- memory operations at system scope: peers may be other processes ---------------------
+// An experiment, off unless compiled in (scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_FENCE_DEVICE=1):
+// the flags and fences of the data path at device scope, which is enough only when every rank
+// shares one GPU (what the H200 test machine runs), to measure what system scope costs there.
+#if defined(WEFT_GPU_FENCE_DEVICE)
+#define WEFT_SCOPE "gpu"
+#define WEFT_FENCE() __threadfence()
+#else
+#define WEFT_SCOPE "sys"
+#define WEFT_FENCE() __threadfence_system()
+#endif
 
 __device__ __forceinline__ std::uint64_t loadAcquire(const std::uint64_t* p) {
   std::uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  asm volatile("ld.acquire." WEFT_SCOPE ".global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
   return v;
 }
 __device__ __forceinline__ std::uint64_t loadVolatile(const std::uint64_t* p) {
@@ -29,7 +39,7 @@ __device__ __forceinline__ void storeVolatile(std::uint64_t* p, std::uint64_t v)
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ void storeRelease(std::uint64_t* p, std::uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  asm volatile("st.release." WEFT_SCOPE ".global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ std::uint64_t globalTimer() {
   std::uint64_t t;
@@ -492,7 +502,7 @@ class Runner {
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      if (st.nsend > 0 || st.nrecv > 0) __threadfence_system();
+      if (st.nsend > 0 || st.nrecv > 0) WEFT_FENCE();
       for (std::uint32_t k = 0; k < st.nsend; ++k) {
         const int q = sendPeers[k];
         ++sp_.sent[q];
@@ -586,7 +596,7 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        __threadfence_system();
+        WEFT_FENCE();
         ++seq;
         storeRelease(lane.isSend != 0 ? e.head : e.tail, seq);
       }
@@ -677,7 +687,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence_system();
+    WEFT_FENCE();
     storeRelease(a.directFlags[a.rank] + 8 * b, call);
     if (!waitEveryRank(a, b, 0, call, 0)) failed = 1;
   }
@@ -690,7 +700,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         // 2. Done reading every rank's input: word 2; then wait until every rank is.
         __syncthreads();
         if (threadIdx.x == 0) {
-          __threadfence_system();
+          WEFT_FENCE();
           storeRelease(a.directFlags[a.rank] + 8 * b + 2, call);
           if (!waitEveryRank(a, b, 2, call, 2)) failed = 1;
         }
@@ -710,7 +720,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
       if (threadIdx.x == 0) {
-        __threadfence_system();
+        WEFT_FENCE();
         storeRelease(a.directFlags[a.rank] + 8 * b + 1, call);
         if (!waitEveryRank(a, b, 1, call, 1)) failed = 1;
       }
