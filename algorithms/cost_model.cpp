@@ -833,8 +833,9 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     if (proto == Protocol::simple) {
       const double C =
           std::clamp(std::ceil(S / g.deviceBytesPerChannel), 1.0, double(g.deviceChannels));
+      // A slice is its share of the slot, cut at 16 bytes (as exec::Geometry cuts it).
       const double slice =
-          std::max(16.0, (g.deviceSlotBytes - 16 * d.maxMessageBlocks) / d.maxMessageBlocks);
+          std::max(16.0, std::floor(g.deviceSlotBytes / d.maxMessageBlocks / 16) * 16);
       const double passes = std::max(1.0, std::ceil(S / (d.blocksPerSegment * C * slice)));
       lat += (passes - 1) * (lat - t.base);
     }

@@ -165,6 +165,12 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
   return uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
 }
 
+namespace {
+// A bulk GPU call takes a channel (thread block) for every this many bytes, as many as it has.
+constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
+constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
+}  // namespace
+
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
@@ -176,6 +182,7 @@ algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBy
   algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
   g.deviceCopyGBs = 2800;
   g.deviceChannels = channels;
+  g.deviceBytesPerChannel = static_cast<double>(kGpuBytesPerChannel);
   g.deviceSlotBytes = static_cast<double>(slotBytes);
   return g;
 }
@@ -653,11 +660,6 @@ Status Communicator::ensureGpu() {
   return {};
 }
 
-namespace {
-constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
-constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
-}  // namespace
-
 bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
                                       std::size_t bytes, std::size_t limit) const {
   return coll == Collective::allReduce && config_.gpuDirect && bytes <= limit &&
@@ -812,11 +814,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     // The channels a bulk call gets: the device's, or before it is set up the default for a
     // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64).
     int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
-    if (channels <= 0) {
-      const int room = std::min(64, 132 / std::max(1, size_));
-      channels = 1;
-      while (channels * 2 <= room) channels *= 2;
-    }
+    if (channels <= 0) channels = exec::GpuOptions::autoChannels(132, size_);
     algo::TunerOptions options = config_.tuner;
     if (options.tuningFile.empty()) {
       // A dependent step of the bulk protocol on one device (flag store after a system fence,
@@ -838,9 +836,8 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // through the FIFOs 4-6x at 2 MB (docs/perf.md).
   const std::size_t directLimit =
       gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
-  if (coll == Collective::allReduce && config_.gpuDirect && bytes <= directLimit &&
-      config_.tuner.algorithms.empty() && !config_.tuner.protocol.has_value() &&
-      plan->algorithm != "oneshot") {
+  if (directKernelServes(coll, "oneshot", bytes, directLimit) && config_.tuner.algorithms.empty() &&
+      !config_.tuner.protocol.has_value() && plan->algorithm != "oneshot") {
     auto one = gpuTuner_->explain(coll, bytes);
     for (const algo::Estimate& e : one) {
       if (e.algorithm != "oneshot") continue;
@@ -855,11 +852,10 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // The ll protocol on GPU moves one 16 KiB message at a time per channel and takes no extra
   // channels, so past small sizes it is far slower than the cost model says (4 ranks on the
   // H200: 1.4-5 GB/s busbw at 128 KB - 2 MB, docs/perf.md); there the bulk protocol runs. A
-  // one-shot all-reduce the direct kernel serves (up to its 4 MiB of slabs) uses no protocol.
+  // direct all-reduce kernel uses no protocol.
   if (plan->protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes &&
       !config_.tuner.protocol.has_value() &&
-      !directKernelServes(coll, plan->algorithm, bytes,
-                          transport::CudaIpcGeometry::kDirectMaxBytes)) {
+      !directKernelServes(coll, plan->algorithm, bytes, directLimit)) {
     auto simple = gpuTuner_->plan(coll, bytes, algo::Protocol::simple);
     if (!simple) return simple;
     simple->reason = "the bulk protocol past " + std::to_string(kGpuLlMaxBytes / 1024) +

@@ -24,7 +24,9 @@ std::size_t roundUp(std::size_t x, std::size_t to) {
   return (x + to - 1) / to * to;
 }
 
-bool streamCapturing(void* stream) {
+}  // namespace
+
+bool CudaExecutor::capturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -33,14 +35,8 @@ bool streamCapturing(void* stream) {
   return status != cudaStreamCaptureStatusNone;
 }
 
-}  // namespace
-
 bool cudaBuilt() {
   return true;
-}
-
-bool CudaExecutor::capturing(void* stream) {
-  return streamCapturing(stream);
 }
 
 namespace {
@@ -85,10 +81,6 @@ bool driverLoaded() {
   return scan.found;
 }
 
-}  // namespace
-
-namespace {
-
 // The channels of a call: as configured, or (0) the largest power of two that gives every rank
 // sharing a device its own SMs, at most 64. Measured on one H200 (docs/perf.md), 256 MB
 // all-reduce under MPS: 2 ranks 174 -> 364 GB/s busbw (ring) from 16 to 64 channels; 4 ranks
@@ -129,9 +121,7 @@ Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
   for (const Record& r : all) {
     int sharing = 0;
     for (const Record& q : all) sharing += std::strncmp(q.bus, r.bus, sizeof r.bus) == 0 ? 1 : 0;
-    int fits = 1;
-    while (fits * 2 <= r.sms / sharing) fits *= 2;
-    channels = std::min(channels, fits);
+    channels = std::min(channels, GpuOptions::autoChannels(r.sms, sharing));
   }
   return channels;
 }
@@ -373,7 +363,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
 }
 
 Status CudaExecutor::recordLaunch(void* stream) {
-  if (streamCapturing(stream)) return {};
+  if (capturing(stream)) return {};
   if (cudaError_t e =
           cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
       e != cudaSuccess)

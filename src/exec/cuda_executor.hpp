@@ -39,6 +39,13 @@ struct GpuOptions {
   // at most a device's SMs divided among the ranks sharing it.
   int channels = 0;
   static constexpr int kMaxAutoChannels = 64;
+  // The default for `ranksSharing` ranks on a device of `sms` SMs.
+  static constexpr int autoChannels(int sms, int ranksSharing) {
+    const int room = sms / (ranksSharing > 0 ? ranksSharing : 1);
+    int c = 1;
+    while (c * 2 <= room && c * 2 <= kMaxAutoChannels) c *= 2;
+    return c;
+  }
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
