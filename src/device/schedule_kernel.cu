@@ -68,13 +68,26 @@ class Watch {
   std::uint32_t spins_ = 0;
 };
 
+// What a wait saw when it gave up, for the error message.
+struct Seen {
+  int pass = -1;
+  int line = -1;
+  std::uint64_t have = 0;
+  std::uint64_t want = 0;
+};
+
 // Records why the kernel stopped and aborts every rank's kernels.
-__device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int step) {
+__device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int step,
+                     Seen seen = {}) {
   volatile KernelError* e = a.error;
   if (e->code == 0) {
     e->channel = channel;
     e->peer = peer;
     e->step = step;
+    e->pass = seen.pass;
+    e->line = seen.line;
+    e->have = seen.have;
+    e->want = seen.want;
     __threadfence_system();
     e->code = code;
   }
@@ -88,11 +101,12 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 // Waits until *word >= want; false (with the failure recorded for channel, peer and step) if it
 // never gets there.
 __device__ bool waitAtLeast(const LaunchArgs& a, const std::uint64_t* word, std::uint64_t want,
-                            int channel, int peer, int step) {
+                            int channel, int peer, int step, int pass = -1) {
   Watch w(a);
-  while (loadAcquire(word) < want) {
+  std::uint64_t have;
+  while ((have = loadAcquire(word)) < want) {
     if (int why = w.check(); why != 0) {
-      fail(a, why, channel, peer, step);
+      fail(a, why, channel, peer, step, Seen{pass, -1, have, want});
       return false;
     }
   }
@@ -277,6 +291,7 @@ class Runner {
     __syncthreads();
     bool ok = *sp_.failed == 0;
     for (std::size_t pass = 0; ok && pass < a_.passes; ++pass) {
+      pass_ = static_cast<int>(pass);
       offset_ = code_.part * a_.partElems + pass * a_.sliceElems;
       room_ = lesser(a_.sliceElems, a_.partElems - pass * a_.sliceElems);
       for (std::uint32_t i = 0; ok && i < code_.nsteps; ++i) ok = step(i);
@@ -328,7 +343,7 @@ class Runner {
 
   // Thread 0: waits until *word >= want; false (with the failure recorded) if it never does.
   __device__ bool waitFor(const std::uint64_t* word, std::uint64_t want, int peer, int step) {
-    return waitAtLeast(a_, word, want, channel_, peer, step);
+    return waitAtLeast(a_, word, want, channel_, peer, step, pass_);
   }
 
   // Every thread: copies the ll message `line` (nwords lines, flag `flag`) into `to`.
@@ -339,7 +354,8 @@ class Runner {
       std::uint64_t v;
       while (static_cast<std::uint32_t>((v = loadVolatile(lines + i)) >> 32) != flag) {
         if (int why = w.check(); why != 0) {
-          fail(a_, why, channel_, peer, step);
+          fail(a_, why, channel_, peer, step,
+               Seen{pass_, static_cast<int>(i), static_cast<std::uint32_t>(v >> 32), flag});
           *sp_.failed = 1;
           return false;
         }
@@ -525,6 +541,7 @@ class Runner {
   Scratchpad sp_;
   std::byte* stage_ = nullptr;
   std::size_t offset_ = 0, room_ = 0;
+  int pass_ = 0;
 };
 
 template <typename T, typename Op, Protocol P>

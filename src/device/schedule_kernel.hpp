@@ -48,6 +48,10 @@ struct KernelError {
   std::int32_t channel = -1;
   std::int32_t peer = -1;
   std::int32_t step = -1;
+  std::int32_t pass = -1;  // the pass of the schedule's steps, where there is one
+  std::int32_t line = -1;  // ll: the line waited for
+  std::uint64_t have = 0;  // what the awaited word (or the ll line's flag) held
+  std::uint64_t want = 0;  // what it waited for
 };
 
 struct LaunchArgs {

@@ -485,10 +485,18 @@ Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::u
 Status CudaExecutor::asyncError() const {
   const auto* e = static_cast<const volatile device::KernelError*>(error_);
   if (e == nullptr || e->code == 0) return {};
-  const std::string where =
-      e->peer < 0 ? "GPU channel " + std::to_string(e->channel) + ", at its start"
-                  : "GPU channel " + std::to_string(e->channel) + ", step " +
-                        std::to_string(e->step) + ", waiting for rank " + std::to_string(e->peer);
+  std::string where = "GPU channel " + std::to_string(e->channel);
+  if (e->peer < 0) {
+    where += ", at its start";
+  } else {
+    if (e->pass >= 0) where += ", pass " + std::to_string(e->pass);
+    where += ", step " + std::to_string(e->step) + ", waiting for rank " + std::to_string(e->peer);
+    // What the awaited word held: a count short of the one wanted, or an ll line's flag.
+    if (e->want != 0) {
+      where += (e->line >= 0 ? " (ll line " + std::to_string(e->line) + " has flag " : " (has ") +
+               std::to_string(e->have) + ", wants " + std::to_string(e->want) + ")";
+    }
+  }
   if (e->code == 1) {
     return {Code::timeout, "rank " + std::to_string(rank_) + ": " + where + ": no progress in " +
                                std::to_string(options_.timeout.count() / 1000) +
