@@ -13,22 +13,43 @@ using algo::Span;
 using algo::Step;
 using algo::StepKind;
 
-// ---- memory operations at system scope: peers may be other processes ---------------------
-// An experiment, off unless compiled in (scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_FENCE_DEVICE=1):
-// the flags and fences of the data path at device scope, which is enough only when every rank
-// shares one GPU (what the H200 test machine runs), to measure what system scope costs there.
-#if defined(WEFT_GPU_FENCE_DEVICE)
-#define WEFT_SCOPE "gpu"
-#define WEFT_FENCE() __threadfence()
+// ---- memory operations between ranks -------------------------------------------------------
+// At device scope where every rank shares this GPU (LaunchArgs::deviceScope), else at system
+// scope: peers may be other GPUs. WEFT_GPU_SYSTEM_SCOPE=1 at compile time keeps system scope
+// everywhere (to measure the difference: scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_SYSTEM_SCOPE=1).
+#if defined(WEFT_GPU_SYSTEM_SCOPE)
+__device__ __forceinline__ bool gpuScope(const LaunchArgs&) {
+  return false;
+}
 #else
-#define WEFT_SCOPE "sys"
-#define WEFT_FENCE() __threadfence_system()
+__device__ __forceinline__ bool gpuScope(const LaunchArgs& a) {
+  return a.deviceScope != 0;
+}
 #endif
 
-__device__ __forceinline__ std::uint64_t loadAcquire(const std::uint64_t* p) {
+__device__ __forceinline__ std::uint64_t loadAcquire(const LaunchArgs& a, const std::uint64_t* p) {
   std::uint64_t v;
-  asm volatile("ld.acquire." WEFT_SCOPE ".global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  if (gpuScope(a)) {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  } else {
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  }
   return v;
+}
+__device__ __forceinline__ void storeRelease(const LaunchArgs& a, std::uint64_t* p,
+                                             std::uint64_t v) {
+  if (gpuScope(a)) {
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  } else {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+}
+__device__ __forceinline__ void fence(const LaunchArgs& a) {
+  if (gpuScope(a)) {
+    __threadfence();
+  } else {
+    __threadfence_system();
+  }
 }
 __device__ __forceinline__ std::uint64_t loadVolatile(const std::uint64_t* p) {
   std::uint64_t v;
@@ -37,9 +58,6 @@ __device__ __forceinline__ std::uint64_t loadVolatile(const std::uint64_t* p) {
 }
 __device__ __forceinline__ void storeVolatile(std::uint64_t* p, std::uint64_t v) {
   asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ void storeRelease(std::uint64_t* p, std::uint64_t v) {
-  asm volatile("st.release." WEFT_SCOPE ".global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ std::uint64_t globalTimer() {
   std::uint64_t t;
@@ -104,7 +122,7 @@ __device__ bool waitAtLeast(const LaunchArgs& a, const std::uint64_t* word, std:
                             int channel, int peer, int step, int pass = -1) {
   Watch w(a);
   std::uint64_t have;
-  while ((have = loadAcquire(word)) < want) {
+  while ((have = loadAcquire(a, word)) < want) {
     if (int why = w.check(); why != 0) {
       fail(a, why, channel, peer, step, Seen{pass, -1, have, want});
       return false;
@@ -518,15 +536,15 @@ class Runner {
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      if (st.nsend > 0 || st.nrecv > 0) WEFT_FENCE();
+      if (st.nsend > 0 || st.nrecv > 0) fence(a_);
       for (std::uint32_t k = 0; k < st.nsend; ++k) {
         const int q = sendPeers[k];
         ++sp_.sent[q];
-        if constexpr (P == Protocol::simple) storeRelease(to_[q].head, sp_.sent[q]);
+        if constexpr (P == Protocol::simple) storeRelease(a_, to_[q].head, sp_.sent[q]);
       }
       for (std::uint32_t k = 0; k < st.nrecv; ++k) {
         const int q = recvPeers[k];
-        storeRelease(from_[q].tail, ++sp_.received[q]);
+        storeRelease(a_, from_[q].tail, ++sp_.received[q]);
       }
     }
     __syncthreads();
@@ -613,9 +631,9 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
       }
       __syncthreads();
       if (threadIdx.x == 0) {
-        WEFT_FENCE();
+        fence(a);
         ++seq;
-        storeRelease(lane.isSend != 0 ? e.head : e.tail, seq);
+        storeRelease(a, lane.isSend != 0 ? e.head : e.tail, seq);
       }
       __syncthreads();
     }
@@ -623,13 +641,16 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
   if (threadIdx.x == 0) *e.counter = seq;
 }
 
-// Thread 0 of block b: waits until word `word` of block b's flag reaches `call` on every rank;
-// false (with the failure recorded) if some rank never gets there.
-__device__ bool waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call, int step) {
-  for (int q = 0; q < a.nranks; ++q) {
-    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, step)) return false;
+// Every thread of block b: waits until word `word` of block b's flag reaches `call` on every
+// rank, thread q watching rank q (so the ranks' flags are polled side by side, not one after
+// another: at 8 ranks that was 8 round trips a barrier); `failed` (shared) is set if some rank
+// never gets there. Ends with the block synchronized.
+__device__ void waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call, int step,
+                              int* failed) {
+  for (int q = static_cast<int>(threadIdx.x); q < a.nranks; q += static_cast<int>(blockDim.x)) {
+    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, step)) *failed = 1;
   }
-  return true;
+  __syncthreads();
 }
 
 // outs = rank 0's (op) rank 1's (op) ... (op) rank n-1's elements [at, at + n) of the buffers
@@ -704,11 +725,10 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    WEFT_FENCE();
-    storeRelease(a.directFlags[a.rank] + 8 * b, call);
-    if (!waitEveryRank(a, b, 0, call, 0)) failed = 1;
+    fence(a);
+    storeRelease(a, a.directFlags[a.rank] + 8 * b, call);
   }
-  __syncthreads();
+  waitEveryRank(a, b, 0, call, 0, &failed);
   if (failed == 0) {
     if constexpr (!TwoShot) {
       T* const outs[1] = {out};
@@ -717,11 +737,10 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         // 2. Done reading every rank's input: word 2; then wait until every rank is.
         __syncthreads();
         if (threadIdx.x == 0) {
-          WEFT_FENCE();
-          storeRelease(a.directFlags[a.rank] + 8 * b + 2, call);
-          if (!waitEveryRank(a, b, 2, call, 2)) failed = 1;
+          fence(a);
+          storeRelease(a, a.directFlags[a.rank] + 8 * b + 2, call);
         }
-        __syncthreads();
+        waitEveryRank(a, b, 2, call, 2, &failed);
       }
     } else {
       // Pieces start 16 bytes apart, so vectors serve them.
@@ -737,11 +756,10 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
       if (threadIdx.x == 0) {
-        WEFT_FENCE();
-        storeRelease(a.directFlags[a.rank] + 8 * b + 1, call);
-        if (!waitEveryRank(a, b, 1, call, 1)) failed = 1;
+        fence(a);
+        storeRelease(a, a.directFlags[a.rank] + 8 * b + 1, call);
       }
-      __syncthreads();
+      waitEveryRank(a, b, 1, call, 1, &failed);
       // 3. Every other rank's summed piece, read from its slab.
       if (failed == 0) {
         for (std::size_t q = 0; q < R; ++q) {

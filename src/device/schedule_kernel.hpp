@@ -66,6 +66,10 @@ struct LaunchArgs {
   std::uint64_t timeoutNs = 0;
   int nranks = 1, rank = 0;
   int slots = 4;
+  // 1 when every rank's kernels run on this GPU (threads or processes sharing it): the flags and
+  // fences between ranks then need device scope only, not system scope (which also orders
+  // against the host and other GPUs; on the H200 device scope was 3-16 % faster).
+  int deviceScope = 0;
   std::size_t slotBytes = 0;  // simple slot
   std::size_t llPayload = 0;  // bytes of data an ll slot carries (half its lines' bytes)
   // Geometry (exec::Geometry), and the stride each block's slice takes in a message.

@@ -359,6 +359,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   a.slots = options_.slots;
   a.slotBytes = options_.slotBytes;
   a.llPayload = options_.llPayload;
+  a.deviceScope = ipc_->allOnThisDevice() ? 1 : 0;
   return a;
 }
 

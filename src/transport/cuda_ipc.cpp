@@ -310,6 +310,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   }
   // Nobody writes a peer's inbox before every rank has cleared its own and mapped the others.
   if (Status s = bootstrap.barrier(); !s) return s;
+  t->allOnThisDevice_ = sameDevice == static_cast<int>(N);
   // Blocks per rank that keep every rank of the busiest device resident at once.
   t->residentChannels_ = 1 << 30;
   for (std::size_t q = 0; q < N; ++q) {

@@ -84,6 +84,8 @@ class CudaIpcTransport {
   // The most blocks each rank's kernel may have so that all the blocks of all the ranks sharing
   // each device are resident together (their kernels wait on each other).
   int residentChannels() const { return residentChannels_; }
+  // Every rank of the communicator runs on this GPU (threads or processes sharing it).
+  bool allOnThisDevice() const { return allOnThisDevice_; }
   std::byte* staging() const {
     return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
   }
@@ -99,6 +101,7 @@ class CudaIpcTransport {
   std::vector<std::uint8_t> opened_;  // by rank: mapped with cudaIpcOpenMemHandle
   std::string description_;
   int residentChannels_ = 1;
+  bool allOnThisDevice_ = false;
 };
 
 }  // namespace weft::transport
