@@ -84,9 +84,11 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
       for c in ${CHANNELS:-}; do
         WEFT_GPU_CHANNELS="$c" WEFT_TIMEOUT_S=60 run "perf-channels-np4-c$c" 120 "$dir/weft-perf" allreduce -np 4 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,twoshot
       done
-      # Registered buffers: the direct kernels read the peers' inputs in place (no copy).
-      for n in 2 8; do
-        WEFT_TIMEOUT_S=60 run "perf-registered-np$n" 120 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 4M -f 4 -w 3 -n 20 -R 1
+      # Registered buffers: the direct kernels read the peers' inputs in place (no copy);
+      # WEFT_GPU_REGISTERED=1 (REGISTERED) makes one-shot do so at every rank count, to compare
+      # with the perf-allreduce rows (the slabs) and so keep the auto policy's rank limit true.
+      for n in 2 4 8; do
+        WEFT_GPU_REGISTERED="${REGISTERED:-1}" WEFT_TIMEOUT_S=60 run "perf-registered-np$n" 120 "$dir/weft-perf" allreduce -np "$n" -b 8 -e 4M -f 4 -w 3 -n 20 -R 1 --algos oneshot,twoshot
       done
     fi
     echo quit | nvidia-cuda-mps-control

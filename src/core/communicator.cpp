@@ -666,6 +666,11 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
          (algorithm == "oneshot" || algorithm == "twoshot");
 }
 
+bool Communicator::readsRegisteredInPlace(bool twoShot) const {
+  if (config_.gpuRegistered >= 0) return config_.gpuRegistered == 1;
+  return twoShot || size_ <= Config::kRegisteredOneShotRanks;
+}
+
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
                             DataType type, RedOp op, int root, void* stream) {
   if (!exec::cudaBuilt()) {
@@ -706,12 +711,13 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     // Out of place on a registered input: peers read it where it is (every rank's is
     // registered, at the same offset: the NCCL rule). The ranks' buffers are exchanged at the
     // first such call, outside graph capture (inside one, the slabs serve until then).
+    const bool twoShot = plan.algorithm == "twoshot";
     const exec::CudaExecutor::PeerInputs* peers = nullptr;
     std::size_t offset = 0;
     const auto* in = static_cast<const std::byte*>(input);
     const auto* out = static_cast<const std::byte*>(output);
     const bool overlap = in < out + bytes && out < in + bytes;
-    if (!overlap) {
+    if (!overlap && readsRegisteredInPlace(twoShot)) {
       if (Registration* r = registrationHolding(input, bytes)) {
         if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
           auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
@@ -724,8 +730,7 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         }
       }
     }
-    if (Status st = gpu_->direct(b, plan.algorithm == "twoshot", stream, peers, offset); !st)
-      return fail(st);
+    if (Status st = gpu_->direct(b, twoShot, stream, peers, offset); !st) return fail(st);
     return finish();
   }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());

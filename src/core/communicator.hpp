@@ -133,6 +133,9 @@ class Communicator {
   // most bytes its slabs take.
   bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
                           std::size_t limit) const;
+  // Whether that kernel reads registered inputs in place (WEFT_GPU_REGISTERED; every rank
+  // decides alike, as the kernels' barriers require).
+  bool readsRegisteredInPlace(bool twoShot) const;
 
  private:
   Communicator() = default;

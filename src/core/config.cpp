@@ -57,6 +57,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.gpuDirect = *x != 0;
   }
+  if (const char* v = env("WEFT_GPU_REGISTERED"); v != nullptr && std::string(v) != "auto") {
+    auto x = number("WEFT_GPU_REGISTERED", 0, 1);
+    if (!x) return x.status();
+    c.gpuRegistered = static_cast<int>(*x);
+  }
   if (env("WEFT_GPU_CHANNELS") != nullptr) {
     auto x = number("WEFT_GPU_CHANNELS", 1, 64);
     if (!x) return x.status();

@@ -231,112 +231,118 @@ TEST_P(GpuThreads, LargeAllReduce) {
 TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
-  for (const char* algo : {"oneshot", "twoshot"}) {
-    ScopedEnv algoEnv("WEFT_ALGO", algo);
-    std::vector<Comm> comms = threadRanks(n);
-    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
-    Streams streams(n);
-    const std::size_t region = std::size_t{4} << 20;
-    std::vector<std::byte*> base(static_cast<std::size_t>(n)), out(base.size());
-    std::vector<void*> handle(base.size());
-    for (int r = 0; r < n; ++r) {
-      const auto R = static_cast<std::size_t>(r);
-      ASSERT_EQ(cudaMalloc(&base[R], region), cudaSuccess);
-      ASSERT_EQ(cudaMalloc(&out[R], region), cudaSuccess);
-      auto h = comms[R].registerBuffer(base[R], region);
-      ASSERT_TRUE(h.isOk()) << h.status().toString();
-      handle[R] = *h;
-    }
-    auto value = [](int r, std::size_t i, int round) {
-      return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13 + round) % 101);
-    };
-    // One round: fill every input, poison every output, run `call` on every rank, check.
-    auto check = [&](std::size_t offset, std::size_t count, bool inPlace, int tag,
-                     const std::function<Status(int, float*, float*)>& call) {
-      const std::size_t bytes = count * sizeof(float);
-      std::vector<std::string> errors(base.size());
-      onEveryRank(n, [&](int r) {
-        const auto R = static_cast<std::size_t>(r);
-        std::vector<float> host(count);
-        for (std::size_t i = 0; i < count; ++i) host[i] = value(r, i, tag);
-        auto* in = reinterpret_cast<float*>(base[R] + offset);
-        auto* to = inPlace ? in : reinterpret_cast<float*>(out[R]);
-        EXPECT_EQ(cudaMemcpyAsync(in, host.data(), bytes, cudaMemcpyHostToDevice, streams[r]),
-                  cudaSuccess);
-        if (!inPlace) {
-          EXPECT_EQ(cudaMemsetAsync(to, 0xA5, bytes, streams[r]), cudaSuccess);
-        }
-        const Status st = call(r, in, to);
-        if (!st.isOk()) errors[R] = st.toString();
-        EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
-        const Status async = comms[R].asyncError();
-        if (!async.isOk()) errors[R] = async.toString();
-      });
-      for (const std::string& e : errors) ASSERT_EQ(e, "") << "count " << count;
+  // 1: read in place wherever every rank's buffer is registered; auto: one-shot only up to
+  // Config::kRegisteredOneShotRanks ranks (the slabs beyond), so both paths meet these checks.
+  for (const char* mode : {"1", "auto"}) {
+    for (const char* algo : {"oneshot", "twoshot"}) {
+      ScopedEnv modeEnv("WEFT_GPU_REGISTERED", mode);
+      ScopedEnv algoEnv("WEFT_ALGO", algo);
+      std::vector<Comm> comms = threadRanks(n);
+      ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+      Streams streams(n);
+      const std::size_t region = std::size_t{4} << 20;
+      std::vector<std::byte*> base(static_cast<std::size_t>(n)), out(base.size());
+      std::vector<void*> handle(base.size());
       for (int r = 0; r < n; ++r) {
         const auto R = static_cast<std::size_t>(r);
-        std::vector<float> got(count), kept(count);
-        ASSERT_EQ(cudaMemcpy(got.data(), inPlace ? base[R] + offset : out[R], bytes,
-                             cudaMemcpyDeviceToHost),
-                  cudaSuccess);
-        if (!inPlace) {
-          ASSERT_EQ(cudaMemcpy(kept.data(), base[R] + offset, bytes, cudaMemcpyDeviceToHost),
+        ASSERT_EQ(cudaMalloc(&base[R], region), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&out[R], region), cudaSuccess);
+        auto h = comms[R].registerBuffer(base[R], region);
+        ASSERT_TRUE(h.isOk()) << h.status().toString();
+        handle[R] = *h;
+      }
+      auto value = [](int r, std::size_t i, int round) {
+        return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13 + round) % 101);
+      };
+      // One round: fill every input, poison every output, run `call` on every rank, check.
+      auto check = [&](std::size_t offset, std::size_t count, bool inPlace, int tag,
+                       const std::function<Status(int, float*, float*)>& call) {
+        const std::size_t bytes = count * sizeof(float);
+        std::vector<std::string> errors(base.size());
+        onEveryRank(n, [&](int r) {
+          const auto R = static_cast<std::size_t>(r);
+          std::vector<float> host(count);
+          for (std::size_t i = 0; i < count; ++i) host[i] = value(r, i, tag);
+          auto* in = reinterpret_cast<float*>(base[R] + offset);
+          auto* to = inPlace ? in : reinterpret_cast<float*>(out[R]);
+          EXPECT_EQ(cudaMemcpyAsync(in, host.data(), bytes, cudaMemcpyHostToDevice, streams[r]),
                     cudaSuccess);
-        }
-        for (std::size_t i = 0; i < count; ++i) {
-          float sum = 0;
-          for (int q = 0; q < n; ++q) sum += value(q, i, tag);
-          ASSERT_EQ(got[i], sum) << algo << " rank " << r << " i " << i << " count " << count;
           if (!inPlace) {
-            ASSERT_EQ(kept[i], value(r, i, tag)) << "input changed, rank " << r;
+            EXPECT_EQ(cudaMemsetAsync(to, 0xA5, bytes, streams[r]), cudaSuccess);
+          }
+          const Status st = call(r, in, to);
+          if (!st.isOk()) errors[R] = st.toString();
+          EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+          const Status async = comms[R].asyncError();
+          if (!async.isOk()) errors[R] = async.toString();
+        });
+        for (const std::string& e : errors) ASSERT_EQ(e, "") << "count " << count;
+        for (int r = 0; r < n; ++r) {
+          const auto R = static_cast<std::size_t>(r);
+          std::vector<float> got(count), kept(count);
+          ASSERT_EQ(cudaMemcpy(got.data(), inPlace ? base[R] + offset : out[R], bytes,
+                               cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          if (!inPlace) {
+            ASSERT_EQ(cudaMemcpy(kept.data(), base[R] + offset, bytes, cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+          }
+          for (std::size_t i = 0; i < count; ++i) {
+            float sum = 0;
+            for (int q = 0; q < n; ++q) sum += value(q, i, tag);
+            ASSERT_EQ(got[i], sum) << algo << " rank " << r << " i " << i << " count " << count;
+            if (!inPlace) {
+              ASSERT_EQ(kept[i], value(r, i, tag)) << "input changed, rank " << r;
+            }
+          }
+        }
+      };
+      auto plain = [&](int r, float* in, float* to, std::size_t count) {
+        return comms[static_cast<std::size_t>(r)].allReduce(in, to, count, RedOp::sum, streams[r]);
+      };
+      int tag = 0;
+      for (std::size_t offset : {std::size_t{0}, std::size_t{4096} + 16}) {
+        for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 19}) {
+          for (bool inPlace : {false, true}) {
+            check(offset, count, inPlace, ++tag,
+                  [&](int r, float* in, float* to) { return plain(r, in, to, count); });
           }
         }
       }
-    };
-    auto plain = [&](int r, float* in, float* to, std::size_t count) {
-      return comms[static_cast<std::size_t>(r)].allReduce(in, to, count, RedOp::sum, streams[r]);
-    };
-    int tag = 0;
-    for (std::size_t offset : {std::size_t{0}, std::size_t{4096} + 16}) {
-      for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 19}) {
-        for (bool inPlace : {false, true}) {
-          check(offset, count, inPlace, ++tag,
-                [&](int r, float* in, float* to) { return plain(r, in, to, count); });
-        }
-      }
-    }
-    // Captured after the first call mapped the peers' buffers; replayed with fresh inputs.
-    const std::size_t count = 65537;
-    std::vector<cudaGraphExec_t> graphs(base.size());
-    onEveryRank(n, [&](int r) {
-      const auto R = static_cast<std::size_t>(r);
-      auto* in = reinterpret_cast<float*>(base[R]);
-      auto* to = reinterpret_cast<float*>(out[R]);
-      cudaGraph_t graph = nullptr;
-      EXPECT_EQ(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal), cudaSuccess);
-      EXPECT_TRUE(plain(r, in, to, count).isOk());
-      EXPECT_EQ(cudaStreamEndCapture(streams[r], &graph), cudaSuccess);
-      EXPECT_EQ(cudaGraphInstantiate(&graphs[R], graph, 0), cudaSuccess);
-      (void)cudaGraphDestroy(graph);
-    });
-    for (int replay = 0; replay < 3; ++replay) {
-      check(0, count, false, ++tag, [&](int r, float*, float*) {
-        return cudaGraphLaunch(graphs[static_cast<std::size_t>(r)], streams[r]) == cudaSuccess
-                   ? Status{}
-                   : Status(Code::systemError, "graph launch");
+      // Captured after the first call mapped the peers' buffers; replayed with fresh inputs.
+      const std::size_t count = 65537;
+      std::vector<cudaGraphExec_t> graphs(base.size());
+      onEveryRank(n, [&](int r) {
+        const auto R = static_cast<std::size_t>(r);
+        auto* in = reinterpret_cast<float*>(base[R]);
+        auto* to = reinterpret_cast<float*>(out[R]);
+        cudaGraph_t graph = nullptr;
+        EXPECT_EQ(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal),
+                  cudaSuccess);
+        EXPECT_TRUE(plain(r, in, to, count).isOk());
+        EXPECT_EQ(cudaStreamEndCapture(streams[r], &graph), cudaSuccess);
+        EXPECT_EQ(cudaGraphInstantiate(&graphs[R], graph, 0), cudaSuccess);
+        (void)cudaGraphDestroy(graph);
       });
-    }
-    for (cudaGraphExec_t g : graphs) (void)cudaGraphExecDestroy(g);
-    for (int r = 0; r < n; ++r) {
-      const auto R = static_cast<std::size_t>(r);
-      EXPECT_TRUE(comms[R].deregisterBuffer(handle[R]).isOk());
-      EXPECT_FALSE(comms[R].deregisterBuffer(handle[R]).isOk());  // twice: unknown
-    }
-    check(16, 65537, false, ++tag,
-          [&](int r, float* in, float* to) { return plain(r, in, to, 65537); });
-    for (int r = 0; r < n; ++r) {
-      (void)cudaFree(base[static_cast<std::size_t>(r)]);
-      (void)cudaFree(out[static_cast<std::size_t>(r)]);
+      for (int replay = 0; replay < 3; ++replay) {
+        check(0, count, false, ++tag, [&](int r, float*, float*) {
+          return cudaGraphLaunch(graphs[static_cast<std::size_t>(r)], streams[r]) == cudaSuccess
+                     ? Status{}
+                     : Status(Code::systemError, "graph launch");
+        });
+      }
+      for (cudaGraphExec_t g : graphs) (void)cudaGraphExecDestroy(g);
+      for (int r = 0; r < n; ++r) {
+        const auto R = static_cast<std::size_t>(r);
+        EXPECT_TRUE(comms[R].deregisterBuffer(handle[R]).isOk());
+        EXPECT_FALSE(comms[R].deregisterBuffer(handle[R]).isOk());  // twice: unknown
+      }
+      check(16, 65537, false, ++tag,
+            [&](int r, float* in, float* to) { return plain(r, in, to, 65537); });
+      for (int r = 0; r < n; ++r) {
+        (void)cudaFree(base[static_cast<std::size_t>(r)]);
+        (void)cudaFree(out[static_cast<std::size_t>(r)]);
+      }
     }
   }
 }

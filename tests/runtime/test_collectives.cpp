@@ -445,6 +445,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
        std::vector<std::pair<const char*, const char*>>{{"WEFT_TIMEOUT_S", "soon"},
                                                         {"WEFT_MAX_CHANNELS", "1"},
                                                         {"WEFT_TRANSPORT", "verbs"},
+                                                        {"WEFT_GPU_REGISTERED", "2"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};
