@@ -169,6 +169,10 @@ namespace {
 // A bulk GPU call takes a channel (thread block) for every this many bytes, as many as it has.
 constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
 constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
+// The direct all-reduce kernels: one-shot up to this many bytes, and at any size below
+// kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md).
+constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
+constexpr int kGpuTwoShotDirectRanks = 4;
 }  // namespace
 
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
@@ -836,21 +840,25 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   auto plan = gpuTuner_->plan(coll, bytes);
   if (!plan) return plan;
   // Up to the direct kernels' limit an all-reduce's slabs stay in L2, where the model's memory
-  // traffic does not apply: one-shot's single flag round trip beat two-shot's two at every size
-  // from 8 B to 2 MB on 2, 4 and 8 ranks (2 MB on 8 ranks: even), and both beat every schedule
-  // through the FIFOs 4-6x at 2 MB (docs/perf.md).
+  // traffic does not apply, and the direct kernels beat every schedule through the FIFOs (4-6x
+  // at 2 MB). Between them (H200, device-scope flags, docs/perf.md): one-shot's single flag
+  // round trip wins small calls at every rank count, and up to the limit at 2 ranks; from
+  // 128 KB on 4 and 8 ranks two-shot's smaller traffic wins (8 ranks at 2 MB: 40 against 48 us,
+  // 34 against 49 on registered inputs).
   const std::size_t directLimit =
       gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
-  if (directKernelServes(coll, "oneshot", bytes, directLimit) && config_.tuner.algorithms.empty() &&
-      !config_.tuner.protocol.has_value() && plan->algorithm != "oneshot") {
-    auto one = gpuTuner_->explain(coll, bytes);
-    for (const algo::Estimate& e : one) {
-      if (e.algorithm != "oneshot") continue;
+  const char* direct =
+      size_ >= kGpuTwoShotDirectRanks && bytes > kGpuOneShotDirectBytes ? "twoshot" : "oneshot";
+  if (directKernelServes(coll, direct, bytes, directLimit) && config_.tuner.algorithms.empty() &&
+      !config_.tuner.protocol.has_value() && plan->algorithm != direct) {
+    auto all = gpuTuner_->explain(coll, bytes);
+    for (const algo::Estimate& e : all) {
+      if (e.algorithm != direct) continue;
       plan->algorithm = e.algorithm;
       plan->protocol = e.protocol;
       plan->estimateUs = e.timeUs;
-      plan->reason = "the direct one-shot kernel up to " + std::to_string(directLimit >> 10) +
-                     " KiB on GPU; " + plan->reason;
+      plan->reason = "the direct " + std::string(direct) + " kernel up to " +
+                     std::to_string(directLimit >> 10) + " KiB on GPU; " + plan->reason;
       break;
     }
   }

@@ -364,7 +364,10 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
     for (weftCollective_t c : {weftCollAllReduce, weftCollAllGather, weftCollReduceScatter}) {
       for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{2} << 20}) {
         const std::string plan = planOf(h, c, bytes);
-        if (plan.rfind("oneshot/", 0) == 0 && c == weftCollAllReduce) continue;  // direct kernel
+        // The direct kernels (one-shot, two-shot up to their limit) use no protocol.
+        if (c == weftCollAllReduce &&
+            (plan.rfind("oneshot/", 0) == 0 || plan.rfind("twoshot/", 0) == 0))
+          continue;
         EXPECT_NE(plan.find("/simple"), std::string::npos)
             << n << " ranks, " << bytes << ": " << plan;
       }
@@ -377,7 +380,8 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 }
 
 // What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
-// the direct one-shot kernel up to its limit; past it, the fastest measured on the H200 at 32
+// the direct kernels up to their limit (one-shot to 64 KiB and at any size on 2 ranks, two-shot
+// beyond on 4 and 8); past it, the fastest measured on the H200 at 32
 // and 128 MB (docs/perf.md): ring at 2 ranks (memory traffic 8·S against two-shot's 9·S), and
 // two-shot at 4 and 8, where ring's 20·S and 44·S against 21·S and 45·S do not pay for its
 // 6 and 14 dependent steps per pass against two.
@@ -392,8 +396,13 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   for (int n : {2, 4, 8}) {
     std::vector<Comm> comms = makeComms(n);
     weftComm_t h = comms[0].handle();
-    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10, std::size_t{2} << 20})
+    // The direct kernels: one-shot up to 64 KiB, and at any size on 2 ranks; two-shot beyond.
+    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10})
       EXPECT_EQ(planOf(h, bytes).rfind("oneshot/", 0), 0u) << n << " ranks, " << bytes;
+    for (std::size_t bytes : {std::size_t{128} << 10, std::size_t{2} << 20}) {
+      EXPECT_EQ(planOf(h, bytes).rfind(n == 2 ? "oneshot/" : "twoshot/", 0), 0u)
+          << n << " ranks, " << bytes << ": " << planOf(h, bytes);
+    }
     for (std::size_t mb : {32, 256}) {
       EXPECT_EQ(planOf(h, mb << 20), n == 2 ? "ring/simple" : "twoshot/simple")
           << n << " ranks, " << mb << " MB";
