@@ -497,6 +497,15 @@ Status CudaExecutor::asyncError() const {
       where += (e->line >= 0 ? " (ll line " + std::to_string(e->line) + " has flag " : " (has ") +
                std::to_string(e->have) + ", wants " + std::to_string(e->want) + ")";
     }
+    // And the peer's own counts on this connection, as its last finished kernel left them: a
+    // peer whose kernel finished having sent nothing new never sent, one that counts the
+    // message wanted as sent wrote it where it is not read.
+    if (e->code == 1 && e->pass >= 0) {
+      if (auto c = ipc_->peerCounts(e->channel, e->peer)) {
+        where += "; rank " + std::to_string(e->peer) + " counts " + std::to_string(c->sent) +
+                 " sent here and " + std::to_string(c->received) + " received from here";
+      }
+    }
   }
   if (e->code == 1) {
     return {Code::timeout, "rank " + std::to_string(rank_) + ": " + where + ": no progress in " +

@@ -367,6 +367,22 @@ device::Endpoint CudaIpcTransport::from(int channel, int peer) const {
   return e;
 }
 
+Result<CudaIpcTransport::Counts> CudaIpcTransport::peerCounts(int channel, int peer) const {
+  if (channel < 0 || channel >= g_.channels || peer < 0 || peer >= g_.nranks || peer == g_.rank)
+    return Status(Code::invalidArgument, "cuda_ipc: no connection to count");
+  const std::byte* control =
+      inboxes_[static_cast<std::size_t>(peer)] + g_.controlOffset(channel, g_.rank);
+  Counts c;
+  if (cudaError_t e = cudaMemcpy(&c.sent, control + kSent, sizeof c.sent, cudaMemcpyDeviceToHost);
+      e != cudaSuccess)
+    return cudaFailed("cuda_ipc: reading rank " + std::to_string(peer) + "'s counts", e);
+  if (cudaError_t e =
+          cudaMemcpy(&c.received, control + kReceived, sizeof c.received, cudaMemcpyDeviceToHost);
+      e != cudaSuccess)
+    return cudaFailed("cuda_ipc: reading rank " + std::to_string(peer) + "'s counts", e);
+  return c;
+}
+
 std::uint64_t* CudaIpcTransport::directFlags(int rank) const {
   return reinterpret_cast<std::uint64_t*>(inboxes_[static_cast<std::size_t>(rank)] +
                                           g_.directOffset() + kDirectFlags);

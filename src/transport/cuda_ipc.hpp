@@ -76,6 +76,13 @@ class CudaIpcTransport {
   device::Endpoint to(int channel, int peer) const;
   device::Endpoint from(int channel, int peer) const;
   std::uint32_t* abortWord(int rank) const;
+  // What `peer` has counted on its connection with this rank on `channel`: messages sent here
+  // and received from here, as its kernels left them at their end (read from its inbox; for a
+  // timeout's message, to tell a peer that never sent from one whose messages went astray).
+  struct Counts {
+    std::uint64_t sent = 0, received = 0;
+  };
+  Result<Counts> peerCounts(int channel, int peer) const;
   // One-shot: rank's per-block flags (64 bytes apart), this rank's per-block call counts, and
   // rank's slabs (block b, parity p at (2 b + p) * directSlabBytes).
   std::uint64_t* directFlags(int rank) const;
