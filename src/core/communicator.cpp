@@ -819,14 +819,20 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, Dat
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
   // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
   // for without setting up the GPU transport.
+  // The channels a bulk call gets: the device's, or before it is set up the default for a
+  // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64). A
+  // tuner made on that guess is made again once the device says otherwise.
+  int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
+  if (channels <= 0) channels = exec::GpuOptions::autoChannels(132, size_);
+  if (gpuTuner_ && gpuTunerChannels_ != channels) {
+    gpuTuner_.reset();
+    gpuPlans_.clear();
+  }
   if (!gpuTuner_) {
-    // The channels a bulk call gets: the device's, or before it is set up the default for a
-    // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64).
-    int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
-    if (channels <= 0) channels = exec::GpuOptions::autoChannels(132, size_);
+    gpuTunerChannels_ = channels;
     algo::TunerOptions options = config_.tuner;
     if (options.tuningFile.empty()) {
-      // A dependent step of the bulk protocol on one device (flag store after a system fence,
+      // A dependent step of the bulk protocol on one device (flag store after a fence,
       // a poll through L2, the block's barriers): 6.5 us, what ring's 4 and 12 extra steps per
       // pass over two-shot's cost at 128 MB on 4 and 8 ranks of the H200 (docs/perf.md).
       options.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]

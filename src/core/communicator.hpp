@@ -184,6 +184,7 @@ class Communicator {
   // GPU's costs with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Tuner> gpuTuner_;
+  int gpuTunerChannels_ = 0;  // the channels gpuTuner_'s graph was made with
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   // Registered buffers, and once a collective used one, every rank's as mapped here. After
   // gpu_: destroyed first (the destructor waits for the kernels that may read them).

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,17 +19,33 @@
 
 namespace weft::test {
 
+// The names in /dev/shm now.
+inline std::set<std::string> shmNames() {
+  std::set<std::string> names;
+  if (DIR* d = opendir("/dev/shm")) {
+    while (dirent* e = readdir(d)) names.insert(e->d_name);
+    closedir(d);
+  }
+  return names;
+}
+
+// The /dev/shm names present when forkRanks last forked: a segment some earlier process of the
+// same pid left behind (one killed before it could unlink; pids are reused, 32768 by default)
+// is not these children's.
+inline std::set<std::string>& shmBeforeFork() {
+  static std::set<std::string> names;
+  return names;
+}
+
 // Segments in /dev/shm created by these processes (weft names them /weft-<pid>-<random>); other
 // tests running at the same time have other pids.
 inline int segmentsOf(const std::vector<pid_t>& pids) {
   int count = 0;
-  if (DIR* d = opendir("/dev/shm")) {
-    while (dirent* e = readdir(d)) {
-      for (pid_t p : pids) {
-        if (std::string(e->d_name).rfind("weft-" + std::to_string(p) + "-", 0) == 0) ++count;
-      }
+  for (const std::string& name : shmNames()) {
+    if (shmBeforeFork().count(name) != 0) continue;
+    for (pid_t p : pids) {
+      if (name.rfind("weft-" + std::to_string(p) + "-", 0) == 0) ++count;
     }
-    closedir(d);
   }
   return count;
 }
@@ -51,6 +68,7 @@ inline std::vector<int> forkRanks(int n, const std::function<int(int, Comm&)>& b
   // listener) can hold a lock across the fork; the id reaches them through a pipe.
   std::vector<pid_t> pids;
   std::vector<int> pipes;
+  shmBeforeFork() = shmNames();
   for (int r = 0; r < n; ++r) {
     int fds[2];
     if (pipe(fds) != 0) ADD_FAILURE() << "pipe";
