@@ -684,7 +684,7 @@ TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GpuProcesses, ::testing::Values(2, 3, 4),
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuProcesses, ::testing::Values(2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
 }  // namespace
