@@ -173,6 +173,10 @@ constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
 // kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md).
 constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
 constexpr int kGpuTwoShotDirectRanks = 4;
+// By default two-shot reads registered inputs in place at any rank count, one-shot up to this
+// many ranks: past them its extra barrier (every rank waits until all are done reading) cost
+// more than the copy it saves (8 ranks on the H200: 37 against 31 us at 128 KB, docs/perf.md).
+constexpr int kGpuRegisteredOneShotRanks = 2;
 }  // namespace
 
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
@@ -672,7 +676,7 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
 
 bool Communicator::readsRegisteredInPlace(bool twoShot) const {
   if (config_.gpuRegistered >= 0) return config_.gpuRegistered == 1;
-  return twoShot || size_ <= Config::kRegisteredOneShotRanks;
+  return twoShot || size_ <= kGpuRegisteredOneShotRanks;
 }
 
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,

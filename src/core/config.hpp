@@ -24,13 +24,12 @@ struct Config {
   // FIFOs.
   bool gpuDirect = true;
   // WEFT_GPU_REGISTERED: whether the direct kernels read registered inputs in place. -1 (auto,
-  // the default): two-shot always, one-shot up to kRegisteredOneShotRanks ranks (its extra
-  // barrier, every rank waiting until all are done reading, cost more than the copy it saves at
-  // 8 ranks on the H200); 0: never (the slabs); 1: wherever every rank's buffer is registered.
+  // the default): where it measured faster (Communicator::readsRegisteredInPlace); 0: never (the
+  // slabs); 1: wherever every rank's buffer is registered.
   int gpuRegistered = -1;
-  static constexpr int kRegisteredOneShotRanks = 2;
   // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): the largest
-  // power of two at most 64 that leaves each rank sharing a GPU its own SMs (channelsFor).
+  // power of two at most 64 that leaves each rank sharing a GPU its own SMs
+  // (GpuOptions::autoChannels).
   int gpuChannels = 0;
   std::size_t gpuSlotBytes = 256 * 1024;   // WEFT_GPU_SLOT_BYTES: one bulk FIFO slot on GPU
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES

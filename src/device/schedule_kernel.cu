@@ -641,14 +641,20 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
   if (threadIdx.x == 0) *e.counter = seq;
 }
 
-// Every thread of block b: waits until word `word` of block b's flag reaches `call` on every
-// rank, thread q watching rank q (so the ranks' flags are polled side by side, not one after
-// another: at 8 ranks that was 8 round trips a barrier); `failed` (shared) is set if some rank
-// never gets there. Ends with the block synchronized.
-__device__ void waitEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call, int step,
-                              int* failed) {
+// A barrier of block b across the ranks on word `word` of its flag: once the whole block is done
+// with what comes before, thread 0 raises this rank's word to `call`; then every thread waits
+// until the word reaches `call` on every rank, thread q watching rank q (so the ranks' flags are
+// polled side by side, not one after another: at 8 ranks that was 8 round trips a barrier).
+// `failed` (shared) is set if some rank never gets there. Ends with the block synchronized.
+__device__ void barrierEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call,
+                                 int* failed) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence(a);
+    storeRelease(a, a.directFlags[a.rank] + 8 * b + word, call);
+  }
   for (int q = static_cast<int>(threadIdx.x); q < a.nranks; q += static_cast<int>(blockDim.x)) {
-    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, step)) *failed = 1;
+    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, word)) *failed = 1;
   }
   __syncthreads();
 }
@@ -723,24 +729,14 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
     const T* const from[1] = {static_cast<const T*>(a.input) + begin};
     elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    fence(a);
-    storeRelease(a, a.directFlags[a.rank] + 8 * b, call);
-  }
-  waitEveryRank(a, b, 0, call, 0, &failed);
+  barrierEveryRank(a, b, 0, call, &failed);
   if (failed == 0) {
     if constexpr (!TwoShot) {
       T* const outs[1] = {out};
       sumInRankOrder<T, Op>(a, sources, sourceAt, 0, n, outs, 1, ins);
       if (inPlace) {
         // 2. Done reading every rank's input: word 2; then wait until every rank is.
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          fence(a);
-          storeRelease(a, a.directFlags[a.rank] + 8 * b + 2, call);
-        }
-        waitEveryRank(a, b, 2, call, 2, &failed);
+        barrierEveryRank(a, b, 2, call, &failed);
       }
     } else {
       // Pieces start 16 bytes apart, so vectors serve them.
@@ -755,11 +751,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         T* const outs[2] = {out + pieceAt(me), mine + pieceAt(me)};
         sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
-      if (threadIdx.x == 0) {
-        fence(a);
-        storeRelease(a, a.directFlags[a.rank] + 8 * b + 1, call);
-      }
-      waitEveryRank(a, b, 1, call, 1, &failed);
+      barrierEveryRank(a, b, 1, call, &failed);
       // 3. Every other rank's summed piece, read from its slab.
       if (failed == 0) {
         for (std::size_t q = 0; q < R; ++q) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
 
 namespace weft::exec {
@@ -11,14 +12,6 @@ namespace {
 using algo::Buf;
 using algo::Span;
 using algo::StepKind;
-
-std::size_t ceilDiv(std::size_t a, std::size_t b) {
-  return b == 0 ? 0 : (a + b - 1) / b;
-}
-
-std::size_t roundUp(std::size_t a, std::size_t m) {
-  return ceilDiv(a, m) * m;
-}
 
 // A reference message holds one of these per block: where the sender's piece is, and its length.
 struct Reference {

@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "src/core/sizes.hpp"
 #include "src/device/schedule_kernel.hpp"
 #include "src/transport/cuda_ipc.hpp"
 
@@ -18,10 +19,6 @@ namespace {
 
 Status cudaFailed(const std::string& what, cudaError_t err) {
   return {Code::systemError, what + ": " + cudaGetErrorString(err)};
-}
-
-std::size_t roundUp(std::size_t x, std::size_t to) {
-  return (x + to - 1) / to * to;
 }
 
 }  // namespace

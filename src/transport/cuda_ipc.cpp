@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 
+#include "src/core/sizes.hpp"
+
 namespace weft::transport {
 namespace {
 
@@ -17,10 +19,6 @@ constexpr std::size_t kControlBytes = 256;  // head, tail and counts, each on it
 
 // Where the words of one (channel, peer) control block sit.
 constexpr std::size_t kHead = 0, kTail = 64, kSent = 128, kReceived = 192;
-
-std::size_t roundUp(std::size_t x, std::size_t to) {
-  return (x + to - 1) / to * to;
-}
 
 Status cudaFailed(const std::string& what, cudaError_t err) {
   return {Code::systemError, what + ": " + cudaGetErrorString(err)};

@@ -11,16 +11,14 @@
 #include <cstring>
 #include <new>
 
+#include "src/core/sizes.hpp"
+
 namespace weft::transport {
 namespace {
 
 constexpr std::size_t kCacheLine = 64;
 constexpr std::size_t kControlBytes = 4096;
 constexpr std::uint64_t kReferenceBit = std::uint64_t{1} << 63;  // in a slot's size
-
-std::size_t roundUp(std::size_t x, std::size_t to) {
-  return (x + to - 1) / to * to;
-}
 
 Status sysError(const std::string& what) {
   return {Code::systemError, what + ": " + std::strerror(errno)};

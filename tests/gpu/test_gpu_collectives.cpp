@@ -232,7 +232,7 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   // 1: read in place wherever every rank's buffer is registered; auto: one-shot only up to
-  // Config::kRegisteredOneShotRanks ranks (the slabs beyond), so both paths meet these checks.
+  // 2 ranks (the slabs beyond), so both paths meet these checks.
   for (const char* mode : {"1", "auto"}) {
     for (const char* algo : {"oneshot", "twoshot"}) {
       ScopedEnv modeEnv("WEFT_GPU_REGISTERED", mode);
