@@ -4,14 +4,11 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/algorithm.hpp"
+#include "src/core/sizes.hpp"
 #include "src/exec/cpu_executor.hpp"
 
 namespace weft::exec {
 namespace {
-
-std::size_t roundUp16(std::size_t bytes) {
-  return (bytes + 15) / 16 * 16;
-}
 
 TEST(Geometry, PiecesStartOnSixteenBytesAndStridesFitTheMessage) {
   for (const char* name : {"ring", "dbtree", "twoshot", "oneshot", "rhd"}) {
@@ -33,7 +30,7 @@ TEST(Geometry, PiecesStartOnSixteenBytesAndStridesFitTheMessage) {
             EXPECT_EQ(g.blockElems % v, 0u) << at;
             EXPECT_EQ(g.partElems % v, 0u) << at;
             EXPECT_EQ(g.sliceElems % v, 0u) << at;
-            EXPECT_LE(roundUp16(g.sliceElems * es) * maxBlocks, message) << at;
+            EXPECT_LE(roundUp(g.sliceElems * es, 16) * maxBlocks, message) << at;
             EXPECT_GE(g.blockElems * s->blocksPerSegment, count) << at;
             EXPECT_GE(g.partElems * s->partsPerBlock, g.blockElems) << at;
             EXPECT_GE(g.passes * g.sliceElems, g.partElems) << at;
