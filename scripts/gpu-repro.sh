@@ -4,9 +4,10 @@
 # "NAME=VALUE" words, one variant each), then the MPS sweeps named in SWEEPS (weft-perf argument
 # lists separated by ';'). Logs, one summary and one bundle under $OUT.
 #   FILTER    gtest filter (default: the forced-algorithm test at 8 ranks)
-#   FORCED    WEFT_TEST_FORCED for it (default: "ring/ll dbtree/ll")
+#   FORCED    WEFT_TEST_FORCED for it (default: "ring/ll dbtree/ll"; "all": every pair)
 #   REPEAT    runs per variant (default 3)
 #   VARIANTS  e.g. "CUDA_DEVICE_MAX_CONNECTIONS=32"
+#   DEADLINE  seconds after which no further repeat starts (default 420)
 #   SWEEPS    e.g. "allreduce -np 2 -b 8 -e 4M -R 1;WEFT_GPU_CHANNELS=24 allreduce -np 4 ..."
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -24,8 +25,13 @@ add_cuda_to_path
 summary=()
 T="$dir/tests/weft_gpu_runtime_tests"
 export WEFT_TIMEOUT_S="${WEFT_TIMEOUT_S:-10}" WEFT_TEST_FORCED="${FORCED-ring/ll dbtree/ll}"
+[[ "$WEFT_TEST_FORCED" == all ]] && unset WEFT_TEST_FORCED
 for v in "" ${VARIANTS:-}; do
   for ((i = 1; i <= ${REPEAT:-3}; ++i)); do
+    if ((SECONDS > ${DEADLINE:-420})); then
+      summary+=("SKIP  repeat $i ${v:-default}: past DEADLINE")
+      continue
+    fi
     name="repro${v:+-${v%%=*}}-$i"
     t0=$SECONDS
     if env ${v:+"$v"} timeout 300 "$T" --gtest_filter="${FILTER:-*EveryAlgorithmAndProtocolForced/8ranks}" >"$OUT/$name.log" 2>&1; then

@@ -201,20 +201,18 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   const std::size_t epBytes = eps.size() * sizeof(device::Endpoint);
   const std::size_t abortBytes = aborts.size() * sizeof(std::uint32_t*);
   const std::size_t bytes = epBytes + abortBytes + direct.size() * sizeof(void*);
+  cudaStream_t copies = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking); e != cudaSuccess)
+    return cudaFailed("creating the upload stream", e);
+  x->copies_ = copies;
   if (cudaError_t e = cudaMalloc(&x->endpoints_, bytes); e != cudaSuccess)
     return cudaFailed("allocating the endpoint table", e);
-  auto* base = static_cast<std::byte*>(x->endpoints_);
-  if (cudaError_t e = cudaMemcpy(base, eps.data(), epBytes, cudaMemcpyHostToDevice);
-      e != cudaSuccess)
-    return cudaFailed("copying the endpoint table", e);
-  if (cudaError_t e = cudaMemcpy(base + epBytes, aborts.data(),
-                                 aborts.size() * sizeof(std::uint32_t*), cudaMemcpyHostToDevice);
-      e != cudaSuccess)
-    return cudaFailed("copying the endpoint table", e);
-  if (cudaError_t e = cudaMemcpy(base + epBytes + abortBytes, direct.data(),
-                                 direct.size() * sizeof(void*), cudaMemcpyHostToDevice);
-      e != cudaSuccess)
-    return cudaFailed("copying the endpoint table", e);
+  std::vector<std::byte> table(bytes);
+  std::memcpy(table.data(), eps.data(), epBytes);
+  std::memcpy(table.data() + epBytes, aborts.data(), abortBytes);
+  std::memcpy(table.data() + epBytes + abortBytes, direct.data(), direct.size() * sizeof(void*));
+  if (Status s = x->toDevice(x->endpoints_, table.data(), bytes, "copying the endpoint table"); !s)
+    return s;
   cudaEvent_t ev = nullptr;
   if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess)
     return cudaFailed("creating the completion event", e);
@@ -231,6 +229,7 @@ CudaExecutor::~CudaExecutor() {
   if (error_ != nullptr) (void)cudaFreeHost(error_);
   if (registered_) (void)cudaHostUnregister(options_.controlPage);
   if (done_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+  if (copies_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copies_));
   ipc_.reset();
   (void)cudaGetLastError();
 }
@@ -243,6 +242,14 @@ std::string CudaExecutor::describe() const {
   return ipc_->describe() + ", " + std::to_string(channels_) + " channel(s), " +
          std::to_string(options_.slots) + " x " + std::to_string(options_.slotBytes / 1024) +
          " KiB simple and " + std::to_string(options_.llPayload / 1024) + " KiB ll slots";
+}
+
+Status CudaExecutor::toDevice(void* dev, const void* host, std::size_t bytes,
+                              const std::string& what) {
+  auto* s = static_cast<cudaStream_t>(copies_);
+  cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  return e == cudaSuccess ? Status{} : cudaFailed(what, e);
 }
 
 Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
@@ -284,12 +291,12 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
     std::memcpy(host.data() + parts[ch].spans, p.spanPool().data(),
                 p.spanPool().size() * sizeof(algo::Span));
   }
-  if (cudaError_t e = cudaMemcpy(dev, host.data(), at, cudaMemcpyHostToDevice); e != cudaSuccess) {
+  if (Status st = toDevice(dev, host.data(), at,
+                           "copying a schedule to the device (the first call of each size class "
+                           "must not be inside a CUDA graph capture)");
+      !st) {
     (void)cudaFree(dev);
-    return cudaFailed(
-        "copying a schedule to the device (the first call of each size class "
-        "must not be inside a CUDA graph capture)",
-        e);
+    return st;
   }
   uploads_.emplace(&s, dev);
   return static_cast<const void*>(dev);
@@ -395,9 +402,10 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(
   const std::size_t bytes = p->buffers.at.size() * sizeof(std::byte*);
   if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&p->device), bytes); e != cudaSuccess)
     return cudaFailed("allocating the registered buffers' table", e);
-  if (cudaError_t e = cudaMemcpy(p->device, p->buffers.at.data(), bytes, cudaMemcpyHostToDevice);
-      e != cudaSuccess)
-    return cudaFailed("copying the registered buffers' table", e);
+  if (Status s =
+          toDevice(p->device, p->buffers.at.data(), bytes, "copying the registered buffers' table");
+      !s)
+    return s;
   return p;
 }
 

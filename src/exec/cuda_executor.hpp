@@ -114,6 +114,10 @@ class CudaExecutor {
  private:
   CudaExecutor() = default;
   Result<const void*> upload(const algo::Schedule& s);
+  // Copies host memory to the device and returns once it is there, on a stream of its own:
+  // cudaMemcpy from pageable memory may return before its DMA lands, unordered with the
+  // non-blocking streams collectives run on (a kernel could read the old bytes).
+  Status toDevice(void* dev, const void* host, std::size_t bytes, const std::string& what);
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
   Status recordLaunch(void* stream);
@@ -132,6 +136,7 @@ class CudaExecutor {
   std::size_t scratchBytes_ = 0;
   std::vector<void*> retired_;  // earlier scratch, kept: captured graphs may still use it
   void* done_ = nullptr;        // cudaEvent_t after the last launch outside capture
+  void* copies_ = nullptr;      // cudaStream_t (non-blocking) of toDevice
   bool pending_ = false;
 };
 
