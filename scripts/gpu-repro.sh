@@ -8,6 +8,7 @@
 #   REPEAT    runs per variant (default 3)
 #   VARIANTS  e.g. "CUDA_DEVICE_MAX_CONNECTIONS=32"
 #   DEADLINE  seconds after which no further repeat starts (default 420)
+#   RUN_TIMEOUT  seconds one repeat may take (default 300)
 #   SWEEPS    e.g. "allreduce -np 2 -b 8 -e 4M -R 1;WEFT_GPU_CHANNELS=24 allreduce -np 4 ..."
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -34,7 +35,7 @@ for v in "" ${VARIANTS:-}; do
     fi
     name="repro${v:+-${v%%=*}}-$i"
     t0=$SECONDS
-    if env ${v:+"$v"} timeout 300 "$T" --gtest_filter="${FILTER:-*EveryAlgorithmAndProtocolForced/8ranks}" >"$OUT/$name.log" 2>&1; then
+    if env ${v:+"$v"} timeout "${RUN_TIMEOUT:-300}" "$T" --gtest_filter="${FILTER:-*EveryAlgorithmAndProtocolForced/8ranks}" >"$OUT/$name.log" 2>&1; then
       summary+=("PASS  $name ${v:-default} ($((SECONDS - t0)) s)")
     else
       summary+=("FAIL  $name ${v:-default} ($((SECONDS - t0)) s): $(grep -m1 -A3 'Which is' "$OUT/$name.log" | tr '\n' ' ' | cut -c1-600)")
