@@ -6,7 +6,8 @@
 #   B_FLAGS  CUDA flags of variant B (required); A_FLAGS those of A (default none)
 #   SWEEPS   weft-perf argument lines, one per line (default: 256 MB all-reduce at 2, 4 and 8
 #            processes, ring, one-shot and two-shot forced)
-#   ENVS     environment settings for every sweep, e.g. "WEFT_GPU_SLOT_BYTES=1048576"
+#   ENVS     environment settings for every sweep, e.g. "WEFT_GPU_SLOT_BYTES=1048576"; a sweep
+#            line may also start with its own NAME=VALUE words
 #   BENCH=0  skip weft-bench
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -54,8 +55,15 @@ while IFS= read -r line; do
   k=$((k + 1))
   for v in a b; do
     name="sweep$k-$v"
-    # shellcheck disable=SC2086  # the line is weft-perf's arguments, split on purpose
-    env ${ENVS:-} timeout 120 "$WEFT_ROOT/build-ab-$v/weft-perf" $line >"$logs/$name.log" 2>&1
+    read -ra words <<<"$line"
+    envs=()
+    while [[ ${#words[@]} -gt 0 && "${words[0]}" == *=* ]]; do
+      envs+=("${words[0]}")
+      words=("${words[@]:1}")
+    done
+    # shellcheck disable=SC2086  # ENVS is a list of settings, split on purpose
+    env ${ENVS:-} "${envs[@]}" timeout 120 "$WEFT_ROOT/build-ab-$v/weft-perf" "${words[@]}" \
+      >"$logs/$name.log" 2>&1
     echo "== $name (rc $?): weft-perf $line" >>"$summary"
     grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)' "$logs/$name.log" >>"$summary"
   done

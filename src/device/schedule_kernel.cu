@@ -114,6 +114,12 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
   __threadfence_system();
 }
 
+// Vectors each thread keeps in flight per operand in the element-wise loop (an A/B switch:
+// scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=8).
+#ifndef WEFT_GPU_UNROLL
+#define WEFT_GPU_UNROLL 4
+#endif
+
 // ---- element-wise work of the whole block ------------------------------------------------
 
 // Waits until *word >= want; false (with the failure recorded for channel, peer and step) if it
@@ -191,7 +197,7 @@ __device__ void elementwise(T* const* outs, int nouts, const T* const* ins, int 
                             std::size_t n) {
   if (n == 0 || nouts == 0) return;
   constexpr std::size_t kPerVec = sizeof(uint4) / sizeof(T);
-  constexpr int kUnroll = 4;
+  constexpr int kUnroll = WEFT_GPU_UNROLL;
   bool vec = true;
   for (int k = 0; k < nins; ++k) vec = vec && aligned16(ins[k]);
   for (int o = 0; o < nouts; ++o) vec = vec && aligned16(outs[o]);
