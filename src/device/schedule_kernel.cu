@@ -114,10 +114,12 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
   __threadfence_system();
 }
 
-// Vectors each thread keeps in flight per operand in the element-wise loop (an A/B switch:
-// scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=8).
+// Vectors each thread keeps in flight per operand in the element-wise loop: 8 x 16 bytes x 512
+// threads = 64 KiB per SM (one block per SM: the kernel takes ~100-128 registers). 8 against 4
+// on the H200, 128 MB all-reduce under MPS: 4 ranks 224 -> 237 GB/s busbw, 8 ranks 110 -> 118
+// (docs/perf.md, 2026-11-30b). An A/B switch: scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=4.
 #ifndef WEFT_GPU_UNROLL
-#define WEFT_GPU_UNROLL 4
+#define WEFT_GPU_UNROLL 8
 #endif
 
 // ---- element-wise work of the whole block ------------------------------------------------
