@@ -262,30 +262,39 @@ struct Piece {
   std::size_t elems = 0;
 };
 
-// Per-block state in shared memory, sized by the rank count at launch.
+// Per-block state in shared memory, sized by the rank count at launch. The counts are the
+// block's (thread q loads and stores entry q at the kernel's ends; thread 0 advances them when a
+// step posts, between barriers). The message and operand lists are each warp's own: its lane 0
+// writes them and the warp reads them after __syncwarp, so no thread reads a list another warp
+// may be rewriting (every thread writing the same values into one shared list is a data race,
+// which compute-sanitizer racecheck reports).
 struct Scratchpad {
+  static constexpr int kWarps = kThreads / 32;
   std::uint64_t* sent;      // [nranks] messages posted to each peer
   std::uint64_t* received;  // [nranks] messages consumed from each peer
-  const std::byte** msgs;   // [nranks] this step's received messages
-  std::byte** targets;      // [nranks] where this step's message to each send peer is written
-  const void** ins;         // [nranks + 1]
-  void** outs;              // [nranks + 2]
   int* failed;
+  // This thread's warp's lists:
+  const std::byte** msgs;  // [nranks] this step's received messages
+  std::byte** targets;     // [nranks] where this step's message to each send peer is written
+  const void** ins;        // [nranks + 1]
+  void** outs;             // [nranks + 2]
 
+  static __host__ __device__ std::size_t perWarp(std::size_t n) { return 8 * (4 * n + 3); }
   static __host__ __device__ std::size_t bytes(int nranks) {
     const auto n = static_cast<std::size_t>(nranks);
-    return 16 * n + 8 * (n + n + (n + 1) + (n + 2)) + 16;
+    return 16 * n + 16 + kWarps * perWarp(n);
   }
   __device__ static Scratchpad carve(std::byte* base, int nranks) {
     const auto n = static_cast<std::size_t>(nranks);
     Scratchpad s;
     s.sent = reinterpret_cast<std::uint64_t*>(base);
     s.received = reinterpret_cast<std::uint64_t*>(base + 8 * n);
-    s.msgs = reinterpret_cast<const std::byte**>(base + 16 * n);
-    s.targets = reinterpret_cast<std::byte**>(base + 24 * n);
-    s.ins = reinterpret_cast<const void**>(base + 32 * n);
-    s.outs = reinterpret_cast<void**>(base + 40 * n + 8);
-    s.failed = reinterpret_cast<int*>(base + 48 * n + 24);
+    s.failed = reinterpret_cast<int*>(base + 16 * n);
+    std::byte* mine = base + 16 * n + 16 + (threadIdx.x / 32) * perWarp(n);
+    s.msgs = reinterpret_cast<const std::byte**>(mine);
+    s.targets = reinterpret_cast<std::byte**>(mine + 8 * n);
+    s.ins = reinterpret_cast<const void**>(mine + 16 * n);
+    s.outs = reinterpret_cast<void**>(mine + 24 * n + 8);
     return s;
   }
 };
@@ -435,7 +444,8 @@ class Runner {
     __syncthreads();
     if (*sp_.failed != 0) return false;
 
-    for (std::uint32_t k = 0; k < st.nrecv; ++k) {
+    const bool leader = (threadIdx.x & 31u) == 0;
+    for (std::uint32_t k = 0; leader && k < st.nrecv; ++k) {
       const int q = recvPeers[k];
       if constexpr (P == Protocol::simple) {
         sp_.msgs[k] = from_[q].slots + (sp_.received[q] % K) * a_.slotBytes;
@@ -446,16 +456,17 @@ class Runner {
     // Where this step's message is written: every send peer's slot (simple), or the staging
     // area that is then packed into every peer's lines (ll).
     const std::uint32_t ntargets = P == Protocol::simple ? st.nsend : (st.nsend > 0 ? 1 : 0);
-    for (std::uint32_t k = 0; k < ntargets; ++k) {
+    for (std::uint32_t k = 0; leader && k < ntargets; ++k) {
       const int q = sendPeers[k];
       sp_.targets[k] =
           P == Protocol::simple ? to_[q].slots + (sp_.sent[q] % K) * a_.slotBytes : stage_;
     }
+    __syncwarp();
 
     // 2. The data: the same cases as the CpuExecutor's Runner.
     for (std::uint32_t j = 0; j < nblocks; ++j) {
-      // The operand lists live in shared memory: nobody may still read block j - 1's.
-      if (j > 0) __syncthreads();
+      // The warp's operand lists: none of its lanes may still read block j - 1's.
+      if (j > 0) __syncwarp();
       const std::size_t at = j * stride;
       Piece<T> s{}, d{};
       if (t.readsSrc) {
@@ -467,6 +478,14 @@ class Runner {
         d = piece(b.buf, b.block);
       }
       int nins = 0, nouts = 0;
+      auto in = [&](const void* p) {
+        if (leader) sp_.ins[nins] = p;
+        ++nins;
+      };
+      auto out = [&](void* p) {
+        if (leader) sp_.outs[nouts] = p;
+        ++nouts;
+      };
       std::size_t n = 0;
       auto msg = [&](std::uint32_t k) { return reinterpret_cast<const T*>(sp_.msgs[k] + at); };
       auto target = [&](std::uint32_t k) { return reinterpret_cast<T*>(sp_.targets[k] + at); };
@@ -475,45 +494,46 @@ class Runner {
       int peers = 1 << 30;
       switch (st.kind) {
         case StepKind::send:
-          sp_.ins[nins++] = s.at;
-          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          in(s.at);
+          for (std::uint32_t k = 0; k < ntargets; ++k) out(target(k));
           n = s.elems;
           break;
         case StepKind::recv:
         case StepKind::recvCopySend:  // the forward to the send peers follows
-          sp_.ins[nins++] = msg(0);
+          in(msg(0));
           peers = fromPeers;
-          sp_.outs[nouts++] = d.at;
+          out(d.at);
           n = d.elems;
           break;
         case StepKind::recvReduceSend:
-          sp_.ins[nins++] = s.at;
-          for (std::uint32_t k = 0; k < st.nrecv; ++k) sp_.ins[nins++] = msg(k);
+          in(s.at);
+          for (std::uint32_t k = 0; k < st.nrecv; ++k) in(msg(k));
           peers = fromPeers + 1;
-          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          for (std::uint32_t k = 0; k < ntargets; ++k) out(target(k));
           n = s.elems;
           break;
         case StepKind::recvReduceCopy:
         case StepKind::recvReduceCopySend:
-          sp_.ins[nins++] = s.at;
-          for (std::uint32_t k = 0; k < st.nrecv; ++k) sp_.ins[nins++] = msg(k);
+          in(s.at);
+          for (std::uint32_t k = 0; k < st.nrecv; ++k) in(msg(k));
           peers = fromPeers + 1;
-          sp_.outs[nouts++] = d.at;
-          for (std::uint32_t k = 0; k < ntargets; ++k) sp_.outs[nouts++] = target(k);
+          out(d.at);
+          for (std::uint32_t k = 0; k < ntargets; ++k) out(target(k));
           n = lesser(s.elems, d.elems);
           break;
         case StepKind::copy:
-          sp_.ins[nins++] = s.at;
-          sp_.outs[nouts++] = d.at;
+          in(s.at);
+          out(d.at);
           n = s.at == d.at ? 0 : lesser(s.elems, d.elems);
           break;
         case StepKind::reduceLocal:
-          sp_.ins[nins++] = d.at;
-          sp_.ins[nins++] = s.at;
-          sp_.outs[nouts++] = d.at;
+          in(d.at);
+          in(s.at);
+          out(d.at);
           n = lesser(s.elems, d.elems);
           break;
       }
+      __syncwarp();
       elementwise<T, Op>(reinterpret_cast<T* const*>(sp_.outs), nouts,
                          reinterpret_cast<const T* const*>(sp_.ins), nins, peers, n);
       if (st.kind == StepKind::recvCopySend && ntargets > 0) {

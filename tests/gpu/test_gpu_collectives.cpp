@@ -633,10 +633,19 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuP2p, ::testing::Values(1, 2, 3, 4, 8),
 
 // ---- ranks as processes sharing the GPU --------------------------------------------------
 
-bool cudaLoadedHere() {
+// Whether the CUDA driver is initialized in this process (a forked child could not use it then).
+// Loaded is not initialized: compute-sanitizer loads the driver into the process it starts, and
+// its forked children still set CUDA up themselves (so the process tests run under it too).
+bool cudaInitializedHere() {
   void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (h != nullptr) dlclose(h);
-  return h != nullptr;
+  if (h == nullptr) return false;
+  using GetCurrent = int (*)(void**);
+  auto get = reinterpret_cast<GetCurrent>(dlsym(h, "cuCtxGetCurrent"));
+  void* ctx = nullptr;
+  constexpr int kNotInitialized = 3;  // CUDA_ERROR_NOT_INITIALIZED
+  const bool initialized = get == nullptr || get(&ctx) != kNotInitialized;
+  dlclose(h);
+  return initialized;
 }
 
 class GpuProcesses : public ::testing::TestWithParam<int> {};
@@ -644,7 +653,7 @@ class GpuProcesses : public ::testing::TestWithParam<int> {};
 // Each rank its own process (CUDA IPC between them), checking its own output.
 TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
   SKIP_WITHOUT_GPU();
-  if (cudaLoadedHere())
+  if (cudaInitializedHere())
     GTEST_SKIP() << "CUDA is already initialized in this process; run this suite on its own "
                     "(ctest runs every test in its own process)";
   const int n = GetParam();
