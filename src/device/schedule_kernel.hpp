@@ -122,7 +122,7 @@ static_assert(sizeof(P2pArgs) + sizeof(LaunchArgs) < 32000, "kernel parameters a
 Status launchSchedule(const LaunchArgs& args, int channels, DataType type, RedOp op,
                       algo::Protocol proto, void* stream);
 
-// The element-wise primitive every step uses (16-byte vectors, four in flight per thread), alone
+// The element-wise primitive every step uses (16-byte vectors, eight in flight per thread), alone
 // over a grid of `blocks` blocks: out = a (op) b, or a copy of a when b is null. What the
 // primitive's bandwidth is measured with (weft-bench).
 Status launchPrimitive(void* out, const void* a, const void* b, std::size_t count, DataType type,
