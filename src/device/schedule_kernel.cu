@@ -122,6 +122,20 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 #define WEFT_GPU_UNROLL 8
 #endif
 
+// Two A/B switches for the bulk protocol's post, both on by default (measure before changing):
+//  - WEFT_GPU_POST_FENCE=0: no fence before thread 0's release stores. A release after the
+//    block barrier is cumulative in the PTX memory model, so the block's data writes (and its
+//    reads of the slots it frees) are ordered before it without one.
+//  - WEFT_GPU_SIMPLE_POST_BARRIER=0: no block barrier after the simple protocol's post. Nothing
+//    of the next step reads what thread 0 advanced before that step's first barrier (the ll
+//    protocol's unpacking does, so ll keeps it).
+#ifndef WEFT_GPU_POST_FENCE
+#define WEFT_GPU_POST_FENCE 1
+#endif
+#ifndef WEFT_GPU_SIMPLE_POST_BARRIER
+#define WEFT_GPU_SIMPLE_POST_BARRIER 1
+#endif
+
 // ---- element-wise work of the whole block ------------------------------------------------
 
 // Waits until *word >= want; false (with the failure recorded for channel, peer and step) if it
@@ -564,7 +578,7 @@ class Runner {
       __syncthreads();
     }
     if (threadIdx.x == 0) {
-      if (st.nsend > 0 || st.nrecv > 0) fence(a_);
+      if (WEFT_GPU_POST_FENCE != 0 && (st.nsend > 0 || st.nrecv > 0)) fence(a_);
       for (std::uint32_t k = 0; k < st.nsend; ++k) {
         const int q = sendPeers[k];
         ++sp_.sent[q];
@@ -575,7 +589,7 @@ class Runner {
         storeRelease(a_, from_[q].tail, ++sp_.received[q]);
       }
     }
-    __syncthreads();
+    if (P == Protocol::ll || WEFT_GPU_SIMPLE_POST_BARRIER != 0) __syncthreads();
     return true;
   }
 
