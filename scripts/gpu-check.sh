@@ -16,6 +16,8 @@
 #            geometry cut pieces at 16-byte multiples)
 #   BUNDLE=1 leave $OUT holding only summary.txt and logs.tgz (every log, packed): for a runner
 #            that brings back only a few files
+#   CUDA_FLAGS extra nvcc flags of the build, e.g. -DWEFT_GPU_FUSE_STEPS=1 (a kernel A/B switch
+#            under the whole suite)
 #   DEADLINE seconds the whole script may take: each step's limit is cut to what is left, and
 #            steps that no longer fit are skipped, so the summary and the bundle still get written
 set -uo pipefail
@@ -30,7 +32,8 @@ targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench wef
 [[ "${FULL:-0}" == 1 ]] && targets=()
 add_cuda_to_path
 {
-  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON &&
+  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON \
+    "-DCMAKE_CUDA_FLAGS=${CUDA_FLAGS:-}" &&
     cmake --build "$dir" -j "$JOBS" "${targets[@]}"
 } >"$OUT/build.log" 2>&1 || {
   tail -50 "$OUT/build.log"

@@ -9,6 +9,7 @@
 #   VARIANTS  e.g. "CUDA_DEVICE_MAX_CONNECTIONS=32"
 #   DEADLINE  seconds after which no further repeat starts (default 420)
 #   RUN_TIMEOUT  seconds one repeat may take (default 300)
+#   CUDA_FLAGS extra nvcc flags of the build (a kernel A/B switch)
 #   SWEEPS    e.g. "allreduce -np 2 -b 8 -e 4M -R 1;WEFT_GPU_CHANNELS=24 allreduce -np 4 ..."
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -17,7 +18,8 @@ mkdir -p "$OUT"
 dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 add_cuda_to_path
 {
-  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON &&
+  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON \
+    "-DCMAKE_CUDA_FLAGS=${CUDA_FLAGS:-}" &&
     cmake --build "$dir" -j "$JOBS" --target weft_gpu_runtime_tests weft-perf
 } >"$OUT/build.log" 2>&1 || {
   tail -50 "$OUT/build.log"
