@@ -337,7 +337,8 @@ int runTune(const TuneArgs& args) {
     double worst = 0;
     std::size_t worstBytes = 0;
     std::string worstPick = {}, worstBest = {};
-    int unsimulated = 0;
+    int unsimulated = 0;  // sizes whose pick was not simulated (no regret there)
+    int skipped = 0;      // candidates not simulated, over all sizes (left out of "best")
   };
   std::vector<Job> jobs;
   for (std::size_t h = 0; h < hosts.size(); ++h) {
@@ -351,6 +352,7 @@ int runTune(const TuneArgs& args) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
       for (const SizeRow& r : sweep(system, j.coll, sizes, *options)) {
+        for (const Candidate& c : r.candidates) j.skipped += c.sim ? 0 : 1;
         if (!r.regret) {
           ++j.unsimulated;
           continue;
@@ -370,14 +372,15 @@ int runTune(const TuneArgs& args) {
   worker();
   for (auto& t : pool) t.join();
   std::printf("%-24s %6s %7s %-14s %8s %8s %-16s %-16s %s\n", "fixture", "nodes", "ranks",
-              "collective", "regret", "at", "pick there", "best there", "sizes not simulated");
+              "collective", "regret", "at", "pick there", "best there",
+              "sizes not simulated, candidates not simulated");
   double overall = 0;
   for (const Job& j : jobs) {
     overall = std::max(overall, j.worst);
-    std::printf("%-24s %6d %7d %-14s %8.3f %8s %-16s %-16s %d\n", hostNames[j.host].c_str(),
+    std::printf("%-24s %6d %7d %-14s %8.3f %8s %-16s %-16s %d, %d\n", hostNames[j.host].c_str(),
                 j.nodes, j.nodes * static_cast<int>(hosts[j.host].gpus().size()),
                 std::string(name(j.coll)).c_str(), j.worst, human(j.worstBytes).c_str(),
-                j.worstPick.c_str(), j.worstBest.c_str(), j.unsimulated);
+                j.worstPick.c_str(), j.worstBest.c_str(), j.unsimulated, j.skipped);
   }
   std::printf("worst regret over %zu sizes (%s..%s, x%d): %.3f\n", sizes.size(),
               human(sizes.front()).c_str(), human(sizes.back()).c_str(), factor, overall);
