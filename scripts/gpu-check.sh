@@ -116,7 +116,10 @@ if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   export WEFT_TIMEOUT_S=300  # sanitized kernels run many times slower
   run memcheck-kernels 600 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float32*:*Bfloat16*:*Float8e4m3*:*Rejects*'
   run memcheck-one-rank 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuThreads*/1ranks:GpuFaults.Bad*'
-  run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses*/2ranks'
+  # Ranks as forked processes: the sanitizer follows each child (it loads the driver into this
+  # process, but the test forks before CUDA is initialized).
+  run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses*/2ranks:*GpuProcesses*/3ranks'
+  run racecheck-processes 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuProcesses*/2ranks'
   run racecheck-kernels 600 "${san[@]}" --tool racecheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'
   run racecheck-one-rank 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuThreads.Every*/1ranks'
 fi
