@@ -43,6 +43,16 @@ class Algorithm {
   // by G), so a simulator may replay one host's ranks and shift their timelines.
   virtual bool translationSymmetric(Collective) const { return false; }
 
+  // Whether, on nranks ranks in hosts of groupSize, every host lives host 0's timeline and the
+  // message from (host b, local m) to (host 0, local l) leaves when host 0's rank m sends to
+  // (host b, local l): in every round each host exchanges with one other host, which exchanges
+  // with it in that round too (a matching of hosts per round, as the circle method and XOR
+  // pairings make), and every host's ranks pair their local indices alike. A simulator may then
+  // replay host 0's ranks alone, reading each message from the mirrored connection.
+  virtual bool hostSwapSymmetric(Collective, int /*nranks*/, int /*groupSize*/) const {
+    return false;
+  }
+
   // The schedule, or an error saying why this algorithm cannot serve the request.
   Result<Schedule> build(Collective coll, int nranks, const Params& params = {}) const;
 

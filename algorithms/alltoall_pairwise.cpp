@@ -37,6 +37,14 @@ class Pairwise final : public Algorithm {
       : Algorithm("pairwise", "n-1 pairwise exchanges, one block each; serves all-to-all-v",
                   {Collective::allToAll, Collective::allToAllv}) {}
 
+  // With an even number of hosts every host plays every round of the hosts' tournament (with
+  // an odd number each sits one out, a different one per host, and the hosts' timelines differ).
+  // (All-to-all-v's counts differ per pair, so only all-to-all.)
+  bool hostSwapSymmetric(Collective coll, int n, int groupSize) const override {
+    const int G = groupSize > 1 && n % groupSize == 0 ? groupSize : 1;
+    return coll == Collective::allToAll && (n / G) % 2 == 0;
+  }
+
  protected:
   // Ranks are (host a, local l) with G = the group size. A round is a pair of tournament rounds,
   // one over hosts and one over local indices, the hosts' identity round first: the exchanges

@@ -34,10 +34,12 @@ int Simulator::resourcesPerHost() const {
   return static_cast<int>(2 * system_.host().links().size() + 2 * system_.host().nodes().size());
 }
 
-// Pairwise, halving-doubling and hierarchical pair ranks by reflection or XOR, trees and chains
-// are rooted: they replay in full. The generators say which of theirs are translation-symmetric.
+// Trees and chains are rooted: they replay in full. The generators say which of theirs are
+// translation-symmetric (peers at fixed offsets) or host-swap-symmetric (pairwise all-to-all:
+// hosts matched round by round).
 bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
-  return a.translationSymmetric(coll);
+  return a.translationSymmetric(coll) ||
+         a.hostSwapSymmetric(coll, system_.ranks(), system_.gpusPerHost());
 }
 
 bool Simulator::replaysHostZero(const Algorithm& a, Collective coll) const {
@@ -103,8 +105,9 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   if (opt.forceRepresentative && !usesSymmetry(algo, coll)) {
     return invalidArgument("simulator: " + std::string(algo.name()) + " " +
                            std::string(name(coll)) +
-                           " is not translation-symmetric; it can only be replayed in full");
+                           " has no symmetry between hosts here; it can only be replayed in full");
   }
+  const bool translation = algo.translationSymmetric(coll);
   res.representative = opt.forceRepresentative || (!opt.forceFull && replaysHostZero(algo, coll));
   if (res.representative) {
     for (int r = 0; r < G; ++r) params.onlyRanks.push_back(r);
@@ -170,7 +173,9 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
 
   // Dense ids for connections (channel, from, to). With symmetry only host 0's ranks run: rank
   // q lives the timeline of host 0's rank q mod G shifted by whole hosts, so its j-th message to
-  // r is host 0's (q mod G)'s j-th message to r - (q - q mod G), sent at the same time.
+  // r is host 0's (q mod G)'s j-th message to r - (q - q mod G), sent at the same time. With
+  // host-swap symmetry its j-th message to host 0's rank r is instead host 0's (q mod G)'s j-th
+  // message to rank r of q's host.
   std::unordered_map<std::uint64_t, std::uint32_t> ids;
   auto idOf = [&](std::size_t c, int from, int to) {
     const std::uint64_t k =
@@ -188,6 +193,10 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
       const auto recvs = p.recvPeers(st);
       for (std::size_t i = 0; i < recvs.size(); ++i) {
         const int q = recvs[i];
+        if (res.representative && !translation) {
+          pr.conn[st.peerBegin + i] = idOf(pr.channel, q % G, q - q % G + pr.rank);
+          continue;
+        }
         const int shift = res.representative ? q - q % G : 0;
         pr.conn[st.peerBegin + i] = idOf(pr.channel, q - shift, mod(pr.rank - shift, n));
       }
