@@ -17,6 +17,14 @@ class Hierarchical final : public Algorithm {
                   "of nodes",
                   {Collective::allToAll}) {}
 
+  // With groups that are the hosts and an even number of them, every host plays every round of
+  // the hosts' tournament (each copies its own part in round 0); with an odd number each copies
+  // in a round of its own and the hosts' timelines differ.
+  bool hostSwapSymmetric(Collective, int n, int groupSize) const override {
+    return groupSize >= 1 && hierarchicalGroupSize(n, groupSize) == groupSize &&
+           n % groupSize == 0 && (n / groupSize) % 2 == 0;
+  }
+
  protected:
   // Rank (a, l) = a*G + l. Phase 1 gathers at (a, m) everything node a sends to local index m
   // anywhere: scratch[l*N + b] holds rank (a,l)'s block for (b,m). Phase 2 sends scratch[l*N + c]

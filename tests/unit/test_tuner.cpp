@@ -289,30 +289,36 @@ TEST(Simulator, SymmetricReplayAgreesWithTheFullOne) {
   }
 }
 
-// Pairwise all-to-all matches hosts round by round: host 0's replay reads each message from the
-// mirrored connection (host b's m to host 0's l is sent when host 0's m sends to host b's l).
+// Pairwise and hierarchical all-to-all match hosts round by round: host 0's replay reads each
+// message from the mirrored connection (host b's m to host 0's l is sent when host 0's m sends
+// to host b's l).
 TEST(Simulator, HostSwapReplayAgreesWithTheFullOne) {
   for (const char* f : {"hgx_h100.xml", "pcie_8gpu_2socket.xml", "h100_1gpu_node.xml"}) {
     const topo::System sys(fixture(f), 16);
     const Simulator sim(sys);
-    ASSERT_TRUE(sim.usesSymmetry(pairwiseAlgorithm(), Collective::allToAll)) << f;
-    EXPECT_FALSE(sim.usesSymmetry(pairwiseAlgorithm(), Collective::allToAllv)) << f;
-    for (Protocol p : {Protocol::ll, Protocol::simple}) {
-      for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{16} << 20}) {
-        SimOptions full, host0;
-        full.protocol = host0.protocol = p;
-        full.forceFull = true;
-        host0.forceRepresentative = true;
-        const SimResult x = *sim.run(pairwiseAlgorithm(), Collective::allToAll, bytes, full);
-        const SimResult y = *sim.run(pairwiseAlgorithm(), Collective::allToAll, bytes, host0);
-        EXPECT_TRUE(y.representative);
-        EXPECT_NEAR(y.timeUs / x.timeUs, 1.0, 0.02) << f << " " << name(p) << " " << bytes;
+    for (const Algorithm* a : {&pairwiseAlgorithm(), &hierarchicalAlgorithm()}) {
+      ASSERT_TRUE(sim.usesSymmetry(*a, Collective::allToAll)) << f << " " << a->name();
+      for (Protocol p : {Protocol::ll, Protocol::simple}) {
+        for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{16} << 20}) {
+          SimOptions full, host0;
+          full.protocol = host0.protocol = p;
+          full.forceFull = true;
+          host0.forceRepresentative = true;
+          const SimResult x = *sim.run(*a, Collective::allToAll, bytes, full);
+          const SimResult y = *sim.run(*a, Collective::allToAll, bytes, host0);
+          EXPECT_TRUE(y.representative);
+          EXPECT_NEAR(y.timeUs / x.timeUs, 1.0, 0.02)
+              << f << " " << a->name() << " " << name(p) << " " << bytes;
+        }
       }
     }
+    EXPECT_FALSE(sim.usesSymmetry(pairwiseAlgorithm(), Collective::allToAllv)) << f;
   }
-  // An odd number of hosts: each sits out a different round, so the hosts' timelines differ.
+  // An odd number of hosts: each sits out (or copies in) a round of its own, so the hosts'
+  // timelines differ.
   const topo::System odd(fixture("hgx_h100.xml"), 15);
   EXPECT_FALSE(Simulator(odd).usesSymmetry(pairwiseAlgorithm(), Collective::allToAll));
+  EXPECT_FALSE(Simulator(odd).usesSymmetry(hierarchicalAlgorithm(), Collective::allToAll));
 }
 
 TEST(Simulator, ReplaysSixteenThousandRanks) {
