@@ -18,9 +18,10 @@
 //    then lives the timeline of host 0's rank q mod G shifted by whole hosts, and a host's
 //    inbound flows mirror its outbound ones, so host 0's links see what every host's do. This is
 //    how 16,384 ranks replay in seconds: the generator builds host 0's programs only.
-//    Schedules that pair ranks by reflection or XOR (pairwise, halving-doubling, hierarchical)
-//    replay in full; pairwise and hierarchical all-to-all are O(n) steps per rank, so at
-//    thousands of ranks they are the slow ones.
+//    Host-swap-symmetric schedules (pairwise and hierarchical all-to-all on an even number of
+//    hosts: a matching of hosts per round) replay host 0 the same way, but a message from host
+//    b's rank m to host 0's rank l is read from host 0's m to host b's l (the mirror).
+//    Halving-doubling (XOR pairs) and trees replay in full.
 #pragma once
 
 #include <cstddef>
