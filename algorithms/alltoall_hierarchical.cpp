@@ -21,8 +21,7 @@ class Hierarchical final : public Algorithm {
   // the hosts' tournament (each copies its own part in round 0); with an odd number each copies
   // in a round of its own and the hosts' timelines differ.
   bool hostSwapSymmetric(Collective, int n, int groupSize) const override {
-    return groupSize >= 1 && hierarchicalGroupSize(n, groupSize) == groupSize &&
-           n % groupSize == 0 && (n / groupSize) % 2 == 0;
+    return groupSize >= 1 && n % groupSize == 0 && (n / groupSize) % 2 == 0;
   }
 
  protected:

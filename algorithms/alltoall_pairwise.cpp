@@ -31,6 +31,11 @@ int opponent(int x, int k, int m) {
   return q == x ? last : q;
 }
 
+// The ranks a host holds: the group size where it divides the ranks, else 1.
+int hostSize(int n, int groupSize) {
+  return groupSize > 1 && n % groupSize == 0 ? groupSize : 1;
+}
+
 class Pairwise final : public Algorithm {
  public:
   Pairwise()
@@ -41,8 +46,7 @@ class Pairwise final : public Algorithm {
   // an odd number each sits one out, a different one per host, and the hosts' timelines differ).
   // (All-to-all-v's counts differ per pair, so only all-to-all.)
   bool hostSwapSymmetric(Collective coll, int n, int groupSize) const override {
-    const int G = groupSize > 1 && n % groupSize == 0 ? groupSize : 1;
-    return coll == Collective::allToAll && (n / G) % 2 == 0;
+    return coll == Collective::allToAll && (n / hostSize(n, groupSize)) % 2 == 0;
   }
 
  protected:
@@ -54,7 +58,7 @@ class Pairwise final : public Algorithm {
   // exchange moves the same block index both ways: sending before receiving keeps the in-place
   // form correct.
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {
-    const int G = params.groupSize > 1 && n % params.groupSize == 0 ? params.groupSize : 1;
+    const int G = hostSize(n, params.groupSize);
     const int N = n / G;
     Schedule s = Schedule::make(coll, n, "pairwise", 1);
     for (int r : ranksToBuild(params, n)) {

@@ -35,8 +35,8 @@ int Simulator::resourcesPerHost() const {
 }
 
 // Trees and chains are rooted: they replay in full. The generators say which of theirs are
-// translation-symmetric (peers at fixed offsets) or host-swap-symmetric (pairwise all-to-all:
-// hosts matched round by round).
+// translation-symmetric (peers at fixed offsets) or host-swap-symmetric (pairwise and
+// hierarchical all-to-all: hosts matched round by round).
 bool Simulator::usesSymmetry(const Algorithm& a, Collective coll) const {
   return a.translationSymmetric(coll) ||
          a.hostSwapSymmetric(coll, system_.ranks(), system_.gpusPerHost());
