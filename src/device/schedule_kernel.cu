@@ -135,6 +135,12 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 #ifndef WEFT_GPU_SIMPLE_POST_BARRIER
 #define WEFT_GPU_SIMPLE_POST_BARRIER 1
 #endif
+// WEFT_GPU_FUSE_STEPS=1: a run of plain sends (or receives) to distinct peers shares one wait,
+// barrier, fence and post (two-shot's n - 1 sends and n - 1 receives per pass); off by default
+// until measured.
+#ifndef WEFT_GPU_FUSE_STEPS
+#define WEFT_GPU_FUSE_STEPS 0
+#endif
 
 // ---- element-wise work of the whole block ------------------------------------------------
 
@@ -343,7 +349,7 @@ class Runner {
       pass_ = static_cast<int>(pass);
       offset_ = code_.part * a_.partElems + pass * a_.sliceElems;
       room_ = lesser(a_.sliceElems, a_.partElems - pass * a_.sliceElems);
-      for (std::uint32_t i = 0; ok && i < code_.nsteps; ++i) ok = step(i);
+      for (std::uint32_t i = 0, used = 1; ok && i < code_.nsteps; i += used) ok = step(i, used);
     }
     __syncthreads();
     for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
@@ -414,53 +420,64 @@ class Runner {
     return true;
   }
 
-  __device__ bool step(std::uint32_t index) {
-    const Step st = code_.steps[index];
-    const algo::StepTraits t = algo::traits(st.kind);
-    const int* recvPeers = code_.peers + st.peerBegin;
-    const int* sendPeers = recvPeers + st.nrecv;
-    const Span* src = code_.spans + st.srcBegin;
-    const Span* dst = code_.spans + st.dstBegin;
-    const std::uint32_t nsrc = blocksIn(src, st.nsrc), ndst = blocksIn(dst, st.ndst);
-    const std::uint32_t nblocks = nsrc > ndst ? nsrc : ndst;
-    const std::size_t stride = a_.strideBytes;
-    const std::size_t msgBytes = nblocks * stride;
+  // One step as the kernel reads it.
+  struct View {
+    Step st;
+    algo::StepTraits t;
+    const int* recvPeers;
+    const int* sendPeers;
+    const Span* src;
+    const Span* dst;
+    std::uint32_t nsrc, ndst, nblocks;
+    std::size_t msgBytes;
+    int idx;
+  };
+  __device__ View view(std::uint32_t index) const {
+    View v;
+    v.st = code_.steps[index];
+    v.t = algo::traits(v.st.kind);
+    v.recvPeers = code_.peers + v.st.peerBegin;
+    v.sendPeers = v.recvPeers + v.st.nrecv;
+    v.src = code_.spans + v.st.srcBegin;
+    v.dst = code_.spans + v.st.dstBegin;
+    v.nsrc = blocksIn(v.src, v.st.nsrc);
+    v.ndst = blocksIn(v.dst, v.st.ndst);
+    v.nblocks = v.nsrc > v.ndst ? v.nsrc : v.ndst;
+    v.msgBytes = v.nblocks * a_.strideBytes;
+    v.idx = static_cast<int>(index);
+    return v;
+  }
+
+  // Thread 0: waits for room at every send peer and (simple) every receive peer's message;
+  // false, with the failure recorded, if one never comes.
+  __device__ bool waitRoomAndMessages(const View& v) {
     const std::size_t K = static_cast<std::size_t>(a_.slots);
-    const int idx = static_cast<int>(index);
-
-    // 1. Room at every send peer; the message of every receive peer.
-    if (threadIdx.x == 0) {
-      bool ok = true;
-      for (std::uint32_t k = 0; ok && k < st.nsend; ++k) {
-        const int q = sendPeers[k];
-        // Slot sent % K is free once the receiver has consumed message sent - K.
-        ok = waitFor(to_[q].tail, sp_.sent[q] + 1 > K ? sp_.sent[q] + 1 - K : 0, q, idx);
-      }
-      if (P == Protocol::simple) {
-        for (std::uint32_t k = 0; ok && k < st.nrecv; ++k) {
-          const int q = recvPeers[k];
-          ok = waitFor(from_[q].head, sp_.received[q] + 1, q, idx);
-        }
-      }
-      if (!ok) *sp_.failed = 1;
+    bool ok = true;
+    for (std::uint32_t k = 0; ok && k < v.st.nsend; ++k) {
+      const int q = v.sendPeers[k];
+      // Slot sent % K is free once the receiver has consumed message sent - K.
+      ok = waitFor(to_[q].tail, sp_.sent[q] + 1 > K ? sp_.sent[q] + 1 - K : 0, q, v.idx);
     }
-    if constexpr (P == Protocol::ll) {
-      const std::size_t lineCount = 2 * a_.llPayload / 8;
-      for (std::uint32_t k = 0; k < st.nrecv; ++k) {
-        const int q = recvPeers[k];
-        const std::uint64_t n = sp_.received[q];
-        auto* into = reinterpret_cast<std::uint32_t*>(stage_ + (1 + k) * a_.llPayload);
-        if (!unpack(from_[q].lines + (n % K) * lineCount, into, msgBytes / 4,
-                    static_cast<std::uint32_t>(n + 1), q, idx))
-          break;
+    if (P == Protocol::simple) {
+      for (std::uint32_t k = 0; ok && k < v.st.nrecv; ++k) {
+        const int q = v.recvPeers[k];
+        ok = waitFor(from_[q].head, sp_.received[q] + 1, q, v.idx);
       }
     }
-    __syncthreads();
-    if (*sp_.failed != 0) return false;
+    return ok;
+  }
 
+  // Every thread: the step's data, from its sources and received messages to its destination
+  // and its messages (simple: straight into the send peers' slots; ll: into the staging area).
+  // Rewrites this warp's lists, so no lane may still read an earlier step's.
+  __device__ void move(const View& v) {
+    const Step& st = v.st;
+    const std::size_t stride = a_.strideBytes;
+    const std::size_t K = static_cast<std::size_t>(a_.slots);
     const bool leader = (threadIdx.x & 31u) == 0;
+    __syncwarp();
     for (std::uint32_t k = 0; leader && k < st.nrecv; ++k) {
-      const int q = recvPeers[k];
+      const int q = v.recvPeers[k];
       if constexpr (P == Protocol::simple) {
         sp_.msgs[k] = from_[q].slots + (sp_.received[q] % K) * a_.slotBytes;
       } else {
@@ -471,24 +488,24 @@ class Runner {
     // area that is then packed into every peer's lines (ll).
     const std::uint32_t ntargets = P == Protocol::simple ? st.nsend : (st.nsend > 0 ? 1 : 0);
     for (std::uint32_t k = 0; leader && k < ntargets; ++k) {
-      const int q = sendPeers[k];
+      const int q = v.sendPeers[k];
       sp_.targets[k] =
           P == Protocol::simple ? to_[q].slots + (sp_.sent[q] % K) * a_.slotBytes : stage_;
     }
     __syncwarp();
 
-    // 2. The data: the same cases as the CpuExecutor's Runner.
-    for (std::uint32_t j = 0; j < nblocks; ++j) {
+    // The same cases as the CpuExecutor's Runner.
+    for (std::uint32_t j = 0; j < v.nblocks; ++j) {
       // The warp's operand lists: none of its lanes may still read block j - 1's.
       if (j > 0) __syncwarp();
       const std::size_t at = j * stride;
       Piece<T> s{}, d{};
-      if (t.readsSrc) {
-        const auto b = blockAt(src, st.nsrc, j);
+      if (v.t.readsSrc) {
+        const auto b = blockAt(v.src, st.nsrc, j);
         s = piece(b.buf, b.block);
       }
-      if (t.writesDst) {
-        const auto b = blockAt(dst, st.ndst, j);
+      if (v.t.writesDst) {
+        const auto b = blockAt(v.dst, st.ndst, j);
         d = piece(b.buf, b.block);
       }
       int nins = 0, nouts = 0;
@@ -555,39 +572,122 @@ class Runner {
         const std::size_t words = stride / sizeof(uint4);
         const auto* from = reinterpret_cast<const uint4*>(sp_.msgs[0] + at);
         for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) {
-          const uint4 v = loadShared(from + i, P == Protocol::simple);
+          const uint4 x = loadShared(from + i, P == Protocol::simple);
           for (std::uint32_t k = 0; k < ntargets; ++k)
-            reinterpret_cast<uint4*>(sp_.targets[k] + at)[i] = v;
+            reinterpret_cast<uint4*>(sp_.targets[k] + at)[i] = x;
         }
       }
     }
+  }
+
+  // Thread 0, after the fence: the step's messages posted and its received ones freed.
+  __device__ void publish(const View& v) {
+    for (std::uint32_t k = 0; k < v.st.nsend; ++k) {
+      const int q = v.sendPeers[k];
+      ++sp_.sent[q];
+      if constexpr (P == Protocol::simple) storeRelease(a_, to_[q].head, sp_.sent[q]);
+    }
+    for (std::uint32_t k = 0; k < v.st.nrecv; ++k) {
+      const int q = v.recvPeers[k];
+      storeRelease(a_, from_[q].tail, ++sp_.received[q]);
+    }
+  }
+
+  // How many steps from `index` on run as one (WEFT_GPU_FUSE_STEPS, the simple protocol): a run
+  // of plain sends, each to one peer, or of plain receives, each from one, every peer distinct
+  // (each message's slot comes from its peer's count, which the group advances only at its
+  // end). They touch no block another of them touches but through their own messages, so they
+  // share one wait, one barrier, one fence and one post instead of one each.
+  __device__ std::uint32_t fusable(std::uint32_t index) const {
+    if constexpr (P != Protocol::simple || WEFT_GPU_FUSE_STEPS == 0) {
+      return 1;
+    } else {
+      auto shape = [&](const Step& x) {
+        if (x.kind == StepKind::send && x.nrecv == 0 && x.nsend == 1) return 1;
+        if (x.kind == StepKind::recv && x.nrecv == 1 && x.nsend == 0) return 2;
+        return 0;
+      };
+      const int kind = shape(code_.steps[index]);
+      if (kind == 0) return 1;
+      constexpr std::uint32_t kMaxFusedSteps = 32;
+      std::uint32_t count = 1;
+      while (index + count < code_.nsteps && count < kMaxFusedSteps) {
+        const Step& x = code_.steps[index + count];
+        if (shape(x) != kind) break;
+        const int q = code_.peers[x.peerBegin];
+        bool repeated = false;
+        for (std::uint32_t g = 0; g < count; ++g)
+          repeated = repeated || code_.peers[code_.steps[index + g].peerBegin] == q;
+        if (repeated) break;
+        ++count;
+      }
+      return count;
+    }
+  }
+
+  // Runs the step at `index` (and, fused, the ones after it): false if the block must stop.
+  // `used` is how many steps ran.
+  __device__ bool step(std::uint32_t index, std::uint32_t& used) {
+    used = fusable(index);
+    if (used > 1) {
+      if (threadIdx.x == 0) {
+        bool ok = true;
+        for (std::uint32_t g = 0; ok && g < used; ++g) ok = waitRoomAndMessages(view(index + g));
+        if (!ok) *sp_.failed = 1;
+      }
+      __syncthreads();
+      if (*sp_.failed != 0) return false;
+      for (std::uint32_t g = 0; g < used; ++g) move(view(index + g));
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (WEFT_GPU_POST_FENCE != 0) fence(a_);
+        for (std::uint32_t g = 0; g < used; ++g) publish(view(index + g));
+      }
+      if (WEFT_GPU_SIMPLE_POST_BARRIER != 0) __syncthreads();
+      return true;
+    }
+    const View v = view(index);
+    const Step& st = v.st;
+
+    // 1. Room at every send peer; the message of every receive peer.
+    if (threadIdx.x == 0 && !waitRoomAndMessages(v)) *sp_.failed = 1;
+    if constexpr (P == Protocol::ll) {
+      const std::size_t K = static_cast<std::size_t>(a_.slots);
+      const std::size_t lineCount = 2 * a_.llPayload / 8;
+      for (std::uint32_t k = 0; k < st.nrecv; ++k) {
+        const int q = v.recvPeers[k];
+        const std::uint64_t n = sp_.received[q];
+        auto* into = reinterpret_cast<std::uint32_t*>(stage_ + (1 + k) * a_.llPayload);
+        if (!unpack(from_[q].lines + (n % K) * lineCount, into, v.msgBytes / 4,
+                    static_cast<std::uint32_t>(n + 1), q, v.idx))
+          break;
+      }
+    }
+    __syncthreads();
+    if (*sp_.failed != 0) return false;
+
+    // 2. The data.
+    move(v);
     __syncthreads();
 
     // 3. Post: ll packs the staged message into every send peer's lines, flag and data together.
     if constexpr (P == Protocol::ll) {
+      const std::size_t K = static_cast<std::size_t>(a_.slots);
       const std::size_t lineCount = 2 * a_.llPayload / 8;
       const auto* words = reinterpret_cast<const std::uint32_t*>(stage_);
       for (std::uint32_t k = 0; k < st.nsend; ++k) {
-        const int q = sendPeers[k];
+        const int q = v.sendPeers[k];
         const std::uint64_t n = sp_.sent[q];
         std::uint64_t* lines = to_[q].lines + (n % K) * lineCount;
         const std::uint64_t flag = static_cast<std::uint32_t>(n + 1);
-        for (std::size_t i = threadIdx.x; i < msgBytes / 4; i += blockDim.x)
+        for (std::size_t i = threadIdx.x; i < v.msgBytes / 4; i += blockDim.x)
           storeVolatile(lines + i, flag << 32 | words[i]);
       }
       __syncthreads();
     }
     if (threadIdx.x == 0) {
       if (WEFT_GPU_POST_FENCE != 0 && (st.nsend > 0 || st.nrecv > 0)) fence(a_);
-      for (std::uint32_t k = 0; k < st.nsend; ++k) {
-        const int q = sendPeers[k];
-        ++sp_.sent[q];
-        if constexpr (P == Protocol::simple) storeRelease(a_, to_[q].head, sp_.sent[q]);
-      }
-      for (std::uint32_t k = 0; k < st.nrecv; ++k) {
-        const int q = recvPeers[k];
-        storeRelease(a_, from_[q].tail, ++sp_.received[q]);
-      }
+      publish(v);
     }
     if (P == Protocol::ll || WEFT_GPU_SIMPLE_POST_BARRIER != 0) __syncthreads();
     return true;
