@@ -4,6 +4,7 @@
 # starts MPS, and runs the same weft-perf sweeps with each, then the primitives' benchmark.
 # Writes summary.txt (every table row, per variant) and logs.tgz (every log) to $OUT.
 #   B_FLAGS  CUDA flags of variant B (required); A_FLAGS those of A (default none)
+#   C_FLAGS, D_FLAGS  optional variants C and D, built and run beside A and B when set
 #   SWEEPS   weft-perf argument lines, one per line (default: 256 MB all-reduce at 2, 4 and 8
 #            processes, ring, one-shot and two-shot forced)
 #   ENVS     environment settings for every sweep, e.g. "WEFT_GPU_SLOT_BYTES=1048576"; a sweep
@@ -22,27 +23,35 @@ allreduce -np 8 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,oneshot,twoshot}
 summary="$OUT/summary.txt"
 : >"$summary"
 
+variants=(a b)
+[[ -n "${C_FLAGS:-}" ]] && variants+=(c)
+[[ -n "${D_FLAGS:-}" ]] && variants+=(d)
 t0=$SECONDS
-for v in a b; do
-  flags="A_FLAGS"
-  [[ $v == b ]] && flags="B_FLAGS"
+for v in "${variants[@]}"; do
+  flags="${v^^}_FLAGS"
   cmake -S "$WEFT_ROOT" -B "$WEFT_ROOT/build-ab-$v" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DWEFT_CUDA=ON "-DCMAKE_CUDA_FLAGS=${!flags:-}" >"$logs/configure-$v.log" 2>&1 || {
     tail -20 "$logs/configure-$v.log"
     exit 1
   }
 done
-half=$(((JOBS + 1) / 2))
-cmake --build "$WEFT_ROOT/build-ab-a" -j "$half" --target weft-perf weft-bench >"$logs/build-a.log" 2>&1 &
-cmake --build "$WEFT_ROOT/build-ab-b" -j "$half" --target weft-perf weft-bench >"$logs/build-b.log" 2>&1
-b_status=$?
-wait $!
-a_status=$?
-echo "build: $((SECONDS - t0)) s (A ${A_FLAGS:-none}, B $B_FLAGS)" | tee -a "$summary"
-if ((a_status != 0 || b_status != 0)); then
-  tail -30 "$logs/build-a.log" "$logs/build-b.log"
-  exit 1
-fi
+share=$(((JOBS + ${#variants[@]} - 1) / ${#variants[@]}))
+pids=()
+for v in "${variants[@]}"; do
+  cmake --build "$WEFT_ROOT/build-ab-$v" -j "$share" --target weft-perf weft-bench \
+    >"$logs/build-$v.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!variants[@]}"; do
+  wait "${pids[$i]}" || {
+    failed=1
+    tail -30 "$logs/build-${variants[$i]}.log"
+  }
+done
+echo "build: $((SECONDS - t0)) s (A ${A_FLAGS:-none}, B $B_FLAGS, C ${C_FLAGS:-unset}, D ${D_FLAGS:-unset})" |
+  tee -a "$summary"
+((failed == 0)) || exit 1
 
 mps="$(mktemp -d)"
 export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
@@ -53,7 +62,7 @@ k=0
 while IFS= read -r line; do
   [[ -z "$line" ]] && continue
   k=$((k + 1))
-  for v in a b; do
+  for v in "${variants[@]}"; do
     name="sweep$k-$v"
     read -ra words <<<"$line"
     envs=()
@@ -70,7 +79,7 @@ while IFS= read -r line; do
 done <<<"$sweeps"
 echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
 if [[ "${BENCH:-1}" == 1 ]]; then
-  for v in a b; do
+  for v in "${variants[@]}"; do
     timeout 150 "$WEFT_ROOT/build-ab-$v/weft-bench" --benchmark_filter='^gpu/' \
       --benchmark_min_time=0.2 >"$logs/bench-$v.log" 2>&1
     echo "== bench $v" >>"$summary"
