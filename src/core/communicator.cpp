@@ -716,16 +716,18 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
                      bytes, plan.algorithm.c_str(), plan.reason.c_str());
     }
-    // Out of place on a registered input: peers read it where it is (every rank's is
-    // registered, at the same offset: the NCCL rule). The ranks' buffers are exchanged at the
-    // first such call, outside graph capture (inside one, the slabs serve until then).
+    // On a registered input: peers read it where it is (every rank's is registered, at the
+    // same offset: the NCCL rule). Out of place, or exactly in place for two-shot (each piece of
+    // an input is read by one rank, which writes it only after; one-shot's sum would overwrite
+    // what peers still read). The ranks' buffers are exchanged at the first such call, outside
+    // graph capture (inside one, the slabs serve until then).
     const bool twoShot = plan.algorithm == "twoshot";
     const exec::CudaExecutor::PeerInputs* peers = nullptr;
     std::size_t offset = 0;
     const auto* in = static_cast<const std::byte*>(input);
     const auto* out = static_cast<const std::byte*>(output);
     const bool overlap = in < out + bytes && out < in + bytes;
-    if (!overlap && readsRegisteredInPlace(twoShot)) {
+    if ((!overlap || (twoShot && in == out)) && readsRegisteredInPlace(twoShot)) {
       if (Registration* r = registrationHolding(input, bytes)) {
         if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
           auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);

@@ -841,7 +841,9 @@ __device__ void sumInRankOrder(const LaunchArgs& a, std::byte* const* bases, std
 // the kernel being ordered after whatever wrote it), and the sums read every rank's input in
 // place. No rank's stream may go on to change an input a peer still reads: one-shot raises
 // word 2 after summing and waits for every rank's; two-shot's wait for word 1 already is that
-// (a rank raises it after its last read of the inputs).
+// (a rank raises it after its last read of the inputs). Two-shot may also run in place on them:
+// piece q of every input is read by rank q alone, which writes its sum there only after reading
+// it, and copies the other pieces in only after word 1, when every rank is done reading.
 template <typename T, typename Op, bool TwoShot>
 __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
@@ -888,9 +890,11 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
       auto pieceAt = [&](std::size_t q) { return q * piece < n ? q * piece : n; };
       auto pieceLen = [&](std::size_t q) { return lesser(piece, n - pieceAt(q)); };
       const auto me = static_cast<std::size_t>(a.rank);
-      // 2. Piece `rank` summed into the output and back into this rank's slab; word 1.
+      // 2. Piece `rank` summed into this rank's slab and its output; word 1. The slab comes
+      // first: past 64 ranks the running sum lives in outs[0], and the output may be this
+      // rank's registered input (an in-place call), whose piece a later group still reads.
       {
-        T* const outs[2] = {out + pieceAt(me), mine + pieceAt(me)};
+        T* const outs[2] = {mine + pieceAt(me), out + pieceAt(me)};
         sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), outs, 2, ins);
       }
       barrierEveryRank(a, b, 1, call, &failed);

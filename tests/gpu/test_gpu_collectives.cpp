@@ -222,12 +222,12 @@ TEST_P(GpuThreads, LargeAllReduce) {
   EXPECT_EQ(runCase(comms, c, 99, n, -1, &mem), "");
 }
 
-// Captured once into a CUDA graph per rank, replayed with fresh inputs each time.
 // Registered inputs (weftCommRegister): the one-shot and two-shot direct kernels read them in
 // place on the peers. Every rank registers a buffer and passes inputs at the same offsets in it:
 // exact sums (small integers), outputs poisoned, inputs unchanged, and the same once deregistered
-// (the slabs again), in place (the slabs: a peer may still read what the sum would overwrite) and
-// inside a CUDA graph captured after the first call.
+// (the slabs again), in place (two-shot still reads in place; one-shot takes the slabs, since
+// its sum would overwrite what a peer may still read) and inside a CUDA graph captured after the
+// first call.
 TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
@@ -347,6 +347,7 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   }
 }
 
+// Captured once into a CUDA graph per rank, replayed with fresh inputs each time.
 TEST_P(GpuThreads, GraphCaptureAndReplay) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
