@@ -766,8 +766,23 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     const double intra = G > 1 ? per / pat(g.allPairsBw) : 0;  // all G-1 flows at once
     const double inter = multi ? (n - G) * per / t.bwNet : 0;
     const double phase = std::max(intra, inter);
-    const double posting = slices(per) * ((G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0));
-    lat += (one ? 1 : 2) * aStep;
+    const double passes = slices(per);
+    const double posting = passes * ((G - 1) * t.oIntra + (multi ? (n - G) * t.oNet : 0));
+    // One-shot's sends, and two-shot's gather, are one step that posts a message to every peer:
+    // each transfer starts as soon as it is posted, so in the first pass the postings and the
+    // bytes overlap: it takes the longer of all postings plus the last message alone and the
+    // first posting plus all bytes. (Two-shot's scatter is a step per peer: each send occupies
+    // its rank for the posting and the transfer, one after another. In the pipelined passes a
+    // rank's postings stay in series with its transfers, as priced below.)
+    const double postPass = posting / passes, bytesPass = phase / passes;
+    const double lastAlone = per / passes / (multi ? t.bwNet : t.bwIntra);
+    const double firstPost = G > 1 ? t.oIntra : t.oNet;
+    // (On one device's memory, below, the bytes are memory traffic, priced as measured there.)
+    const double hidden =
+        g.deviceCopyGBs > 0
+            ? 0
+            : postPass - (std::max(postPass + lastAlone, firstPost + bytesPass) - bytesPass);
+    lat += (one ? 1 : 2) * aStep - hidden;
     post = (one ? 1 : 2) * posting;
     bw = (one ? 1 : 2) * phase;
   } else if (algorithm == "pairwise") {
