@@ -122,22 +122,24 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 #define WEFT_GPU_UNROLL 8
 #endif
 
-// Two A/B switches for the bulk protocol's post, both on by default (measure before changing):
-//  - WEFT_GPU_POST_FENCE=0: no fence before thread 0's release stores. A release after the
-//    block barrier is cumulative in the PTX memory model, so the block's data writes (and its
-//    reads of the slots it frees) are ordered before it without one.
-//  - WEFT_GPU_SIMPLE_POST_BARRIER=0: no block barrier after the simple protocol's post. Nothing
+// Two switches for the bulk protocol's post, both off by default since measured (docs/perf.md,
+// 2026-11-30c: each alone took 8 ranks' 128 MB all-reduce from 117 to 122-126 GB/s busbw on the
+// H200 under MPS; =1 restores the old code for an A/B):
+//  - WEFT_GPU_POST_FENCE=1: a fence before thread 0's release stores. Without it, the release
+//    after the block barrier is cumulative in the PTX memory model, so the block's data writes
+//    (and its reads of the slots it frees) are ordered before it all the same.
+//  - WEFT_GPU_SIMPLE_POST_BARRIER=1: a block barrier after the simple protocol's post. Nothing
 //    of the next step reads what thread 0 advanced before that step's first barrier (the ll
-//    protocol's unpacking does, so ll keeps it).
+//    protocol's unpacking does, so ll keeps it), and the kernel's end has its own barrier.
 #ifndef WEFT_GPU_POST_FENCE
-#define WEFT_GPU_POST_FENCE 1
+#define WEFT_GPU_POST_FENCE 0
 #endif
 #ifndef WEFT_GPU_SIMPLE_POST_BARRIER
-#define WEFT_GPU_SIMPLE_POST_BARRIER 1
+#define WEFT_GPU_SIMPLE_POST_BARRIER 0
 #endif
 // WEFT_GPU_FUSE_STEPS=1: a run of plain sends (or receives) to distinct peers shares one wait,
-// barrier, fence and post (two-shot's n - 1 sends and n - 1 receives per pass); off by default
-// until measured.
+// barrier, fence and post (two-shot's n - 1 sends and n - 1 receives per pass). Off: measured
+// slower (8 ranks, 128 MB all-reduce 117 -> 115 GB/s, all-to-all 96 -> 88; 2026-11-30c).
 #ifndef WEFT_GPU_FUSE_STEPS
 #define WEFT_GPU_FUSE_STEPS 0
 #endif
