@@ -247,29 +247,45 @@ RankGraph RankGraph::fromSystem(const topo::System& system) {
   {
     const int n = g.nranks;
     const auto tree = binaryTree(n);
+    // A hop across hosts between GPUs of one rail (the same NIC index) crosses one fabric switch,
+    // between rails three (the simulator's rule, and rhd's below).
+    auto railOf = [&](int r) {
+      return host.nearestNic(host.gpus()[static_cast<std::size_t>(r % G)]);
+    };
+    struct Path {
+      int across = 0, crossRail = 0, inside = 0;
+      auto key() const { return std::make_tuple(across, crossRail, inside); }
+    };
+    Path deepest;
     for (int t = 0; t < 2; ++t) {
       // Position -> rank as the all-reduce trees place them (dbtree.cpp).
       auto rankAt = [&](int p) { return t == 0 ? p : (n % 2 == 0 ? n - 1 - p : mod(p + 1, n)); };
       // Children come after parents in no fixed order, so walk from the root.
-      std::vector<std::pair<int, int>> hops(static_cast<std::size_t>(n), {0, 0});
+      std::vector<Path> hops(static_cast<std::size_t>(n));
       std::vector<int> stack{0};
       while (!stack.empty()) {
         const int p = stack.back();
         stack.pop_back();
         for (int c : tree[static_cast<std::size_t>(p)].children) {
-          auto h = hops[static_cast<std::size_t>(p)];
-          (rankAt(c) / G == rankAt(p) / G ? h.second : h.first) += 1;
+          Path h = hops[static_cast<std::size_t>(p)];
+          const int a = rankAt(p), b = rankAt(c);
+          if (a / G == b / G) {
+            ++h.inside;
+          } else {
+            ++h.across;
+            if (railOf(a) != railOf(b)) ++h.crossRail;
+          }
           hops[static_cast<std::size_t>(c)] = h;
           stack.push_back(c);
         }
       }
-      for (const auto& [across, inside] : hops) {
-        if (std::make_pair(across, inside) > std::make_pair(g.treeHopsAcross, g.treeHopsInside)) {
-          g.treeHopsAcross = across;
-          g.treeHopsInside = inside;
-        }
+      for (const Path& h : hops) {
+        if (h.key() > deepest.key()) deepest = h;
       }
     }
+    g.treeHopsAcross = deepest.across;
+    g.treeHopsCrossRail = deepest.crossRail;
+    g.treeHopsInside = deepest.inside;
   }
   const bool hasNic = !host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0;
   for (int C = 1; C <= std::max(1, std::min(G, 16)); ++C) {
@@ -623,8 +639,11 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     }
   } else if (algorithm == "dbtree") {
     // Depth: the in-order tree climbs log2(G) levels inside a host, then log2(N) across hosts.
-    const double depth =
-        g.treeHopsInside * (t.aIntra + t.oIntra) + g.treeHopsAcross * (t.aNet + t.oNet);
+    // t.aNet charges two fabric switches, between a rail's one and three across rails: each hop
+    // pays its own.
+    const double depth = g.treeHopsInside * (t.aIntra + t.oIntra) +
+                         g.treeHopsAcross * (t.aNet + t.oNet) +
+                         (2 * g.treeHopsCrossRail - g.treeHopsAcross) * g.switchLatency;
     // Every edge of both trees carries half the data each way; edges share links as the tree
     // pattern says (four flows per GPU on a switch: up once, down twice, and the other tree's up).
     const double edge = G > 1 ? pat(g.treeBw) : 1e300;

@@ -75,6 +75,7 @@ struct RankGraph {
   // The worst root-to-leaf path of the double binary tree's two trees on this placement: hops
   // that cross hosts, then hops that stay inside one (hosts cut subtrees unless G is a power of 2).
   int treeHopsAcross = 0;
+  int treeHopsCrossRail = 0;  // of those across hosts, the hops between rails
   int treeHopsInside = 0;
   std::vector<double> ringIntraBw;
   std::vector<double> ringCrossBw;
