@@ -20,6 +20,10 @@
 #            under the whole suite)
 #   DEADLINE seconds the whole script may take: each step's limit is cut to what is left, and
 #            steps that no longer fit are skipped, so the summary and the bundle still get written
+#   SWEEPS   extra weft-perf argument lines, one per line, run under MPS after the process tests
+#            (a line may start with NAME=VALUE settings for it, e.g. WEFT_GPU_CHANNELS=12)
+#   SAN_STEPS the compute-sanitizer steps to run, by name (e.g. "racecheck-processes
+#            memcheck-processes"; default every one)
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 OUT="${OUT:-$WEFT_ROOT/out}"
@@ -44,6 +48,11 @@ summary=()
 run() {  # run NAME LIMIT_S CMD...
   local name="$1" limit="$2"
   shift 2
+  if [[ -n "${SAN_STEPS:-}" && ($name == memcheck-* || $name == racecheck-*) &&
+    " $SAN_STEPS " != *" $name "* ]]; then
+    summary+=("SKIP  $name (SAN_STEPS)")
+    return
+  fi
   if [[ -n "${DEADLINE:-}" ]]; then
     local left=$((DEADLINE - SECONDS - 15))
     if ((left < 10)); then
@@ -79,6 +88,19 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
   if nvidia-cuda-mps-control -d; then
     run gpu-processes-mps 600 "$T" --gtest_filter='*GpuProcesses*'
+    k=0
+    while IFS= read -r line; do
+      [[ -z "$line" ]] && continue
+      k=$((k + 1))
+      read -ra words <<<"$line"
+      envs=()
+      while [[ ${#words[@]} -gt 0 && "${words[0]}" == *=* ]]; do
+        envs+=("${words[0]}")
+        words=("${words[@]:1}")
+      done
+      echo "perf-sweep$k: weft-perf $line" >>"$OUT/sweeps.txt"
+      WEFT_TIMEOUT_S=60 run "perf-sweep$k" 150 env "${envs[@]}" "$dir/weft-perf" "${words[@]}"
+    done <<<"${SWEEPS:-}"
     if [[ "${BENCH:-1}" == 1 ]]; then
       # All-reduce between processes sharing the GPU (MPS runs their kernels side by side).
       algos="${PERF_ALGOS-ring,oneshot,twoshot}"
@@ -148,6 +170,7 @@ fi
   grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
   printf '%s\n' "${summary[@]}"
   [[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"
+  [[ -f "$OUT/sweeps.txt" ]] && cat "$OUT/sweeps.txt"
   for f in "$OUT"/perf-*.log; do
     [[ -f "$f" ]] || continue
     echo "== $(basename "$f" .log): the rows as weft-perf printed them"
