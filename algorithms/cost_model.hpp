@@ -95,10 +95,14 @@ struct RankGraph {
   // How a bulk call is cut there: a channel (thread block) for every deviceBytesPerChannel, at
   // most deviceChannels, each moving its share in slices of one FIFO slot, pass after pass. A
   // block waits out the algorithm's chain of flags again in every pass (nothing pipelines the
-  // passes of one block), so the hop latencies are paid once per pass.
+  // passes of one block), so the hop latencies are paid per pass, in proportion to the share
+  // of a full pass it moves, plus deviceFlagShare of one pass's chain once per call (the flags'
+  // own round trips); an all-peers wait (two-shot) adds deviceAllPeersUs per peer past one.
   int deviceChannels = 16;
   double deviceBytesPerChannel = 512 * 1024;
   double deviceSlotBytes = 256 * 1024;
+  double deviceFlagShare = 0.15;
+  double deviceAllPeersUs = 0;
 
   static RankGraph fromSystem(const topo::System& system);
 };

@@ -192,6 +192,9 @@ algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBy
   g.deviceChannels = channels;
   g.deviceBytesPerChannel = static_cast<double>(kGpuBytesPerChannel);
   g.deviceSlotBytes = static_cast<double>(slotBytes);
+  // Two-shot's waits on every peer: 6 us per peer past one, the fixed cost it paid over ring
+  // on the H200 (8 MB to 128 MB at 4 and 8 ranks, 2026-11-30c: 11 and 35 us more; docs/perf.md).
+  g.deviceAllPeersUs = 6.0;
   return g;
 }
 
@@ -838,11 +841,13 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     gpuTunerChannels_ = channels;
     algo::TunerOptions options = config_.tuner;
     if (options.tuningFile.empty()) {
-      // A dependent step of the bulk protocol on one device (flag store after a fence,
-      // a poll through L2, the block's barriers): 6.5 us, what ring's 4 and 12 extra steps per
-      // pass over two-shot's cost at 128 MB on 4 and 8 ranks of the H200 (docs/perf.md).
+      // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
+      // the block's barriers), per full pass: 4.5 us, what ring's 12 extra steps per pass over
+      // two-shot's cost at 128 MB on 8 ranks of the H200 once two-shot's all-peers wait is
+      // priced apart (2026-11-30c, after the post's fence and barrier went; 6.5 before them;
+      // docs/perf.md).
       options.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
-                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 6.5;
+                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 4.5;
     }
     gpuTuner_ = std::make_unique<algo::Tuner>(
         sameDeviceRankGraph(size_, channels, config_.gpuSlotBytes), options);
