@@ -224,9 +224,12 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
       static_cast<std::size_t>(res.representative ? 1 : system_.hosts()) *
       static_cast<std::size_t>(R);
 
-  // First guess at what runs together: flows of the same step index share each link they cross.
+  // First guess at what runs together: the steps of the same index share each link they cross,
+  // a rank's step counting once however many of its messages cross it. Those messages leave one
+  // posting apart, so they queue only where one takes longer alone than a posting: message i of
+  // the step then waits out i times the difference.
   {
-    std::vector<int> load(resourceCount, 0);
+    std::vector<double> load(resourceCount, 0);
     std::vector<int> touched;
     for (std::size_t k = 0; k < maxSteps; ++k) {
       for (int pass = 0; pass < 2; ++pass) {
@@ -235,19 +238,23 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
           if (k >= p.steps().size()) continue;
           const Step& st = p.steps()[k];
           const auto sends = p.sendPeers(st);
+          const double weight = 1.0 / static_cast<double>(std::max<std::size_t>(1, sends.size()));
           for (std::size_t i = 0; i < sends.size(); ++i) {
             const Flow& f = *pr.flow[st.peerBegin + st.nrecv + i];
             if (pass == 0) {
               for (int id : f.resources) {
-                if (load[static_cast<std::size_t>(id)]++ == 0) touched.push_back(id);
+                if (load[static_cast<std::size_t>(id)] == 0) touched.push_back(id);
+                load[static_cast<std::size_t>(id)] += weight;
               }
               continue;
             }
             double rate = std::numeric_limits<double>::infinity();
             for (int id : f.resources)
-              rate = std::min(rate, capacity(id) / load[static_cast<std::size_t>(id)]);
+              rate =
+                  std::min(rate, capacity(id) / std::max(1.0, load[static_cast<std::size_t>(id)]));
+            const double alone = std::isinf(rate) ? 0 : p.blocks(st) * sliceBlock / rate;
             pr.seconds[st.peerBegin + st.nrecv + i] =
-                std::isinf(rate) ? 0 : p.blocks(st) * sliceBlock / rate;
+                alone + static_cast<double>(i) * std::max(0.0, alone - f.overhead);
           }
         }
       }
