@@ -30,6 +30,17 @@ install_dependencies() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# split_settings LINE: a sweep line's leading NAME=VALUE words into the array envs, the rest
+# (weft-perf's arguments) into the array words.
+split_settings() {
+  read -ra words <<<"$1"
+  envs=()
+  while [[ ${#words[@]} -gt 0 && "${words[0]}" == *=* ]]; do
+    envs+=("${words[0]}")
+    words=("${words[@]:1}")
+  done
+}
+
 # The CUDA toolkit lives outside PATH on the project's machines.
 add_cuda_to_path() {
   if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then

@@ -12,6 +12,7 @@
 #            line may also start with its own NAME=VALUE words
 #   BENCH=0  skip weft-bench
 set -uo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "$0")/common.sh"
 add_cuda_to_path
 OUT="${OUT:-$WEFT_ROOT/out}"
@@ -65,12 +66,7 @@ while IFS= read -r line; do
   k=$((k + 1))
   for v in "${variants[@]}"; do
     name="sweep$k-$v"
-    read -ra words <<<"$line"
-    envs=()
-    while [[ ${#words[@]} -gt 0 && "${words[0]}" == *=* ]]; do
-      envs+=("${words[0]}")
-      words=("${words[@]:1}")
-    done
+    split_settings "$line"
     # shellcheck disable=SC2086  # ENVS is a list of settings, split on purpose
     env ${ENVS:-} "${envs[@]}" timeout 120 "$WEFT_ROOT/build-ab-$v/weft-perf" "${words[@]}" \
       >"$logs/$name.log" 2>&1

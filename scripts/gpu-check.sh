@@ -25,6 +25,7 @@
 #   SAN_STEPS the compute-sanitizer steps to run, by name (e.g. "racecheck-processes
 #            memcheck-processes"; default every one)
 set -uo pipefail
+# shellcheck source=scripts/common.sh
 source "$(dirname "$0")/common.sh"
 OUT="${OUT:-$WEFT_ROOT/out}"
 mkdir -p "$OUT"
@@ -92,12 +93,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
     while IFS= read -r line; do
       [[ -z "$line" ]] && continue
       k=$((k + 1))
-      read -ra words <<<"$line"
-      envs=()
-      while [[ ${#words[@]} -gt 0 && "${words[0]}" == *=* ]]; do
-        envs+=("${words[0]}")
-        words=("${words[@]:1}")
-      done
+      split_settings "$line"
       echo "perf-sweep$k: weft-perf $line" >>"$OUT/sweeps.txt"
       WEFT_TIMEOUT_S=60 run "perf-sweep$k" 150 env "${envs[@]}" "$dir/weft-perf" "${words[@]}"
     done <<<"${SWEEPS:-}"
