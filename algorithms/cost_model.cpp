@@ -868,10 +868,8 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       const double C =
           std::clamp(std::ceil(S / g.deviceBytesPerChannel), 1.0, double(g.deviceChannels));
       // A slice is its share of the slot, cut at 16 bytes (as exec::Geometry cuts it).
-      const bool allPairs = algorithm == "oneshot" || algorithm == "twoshot";
-      const double message =
-          allPairs ? std::min(g.deviceSlotBytes, g.deviceAllPairsMessageBytes) : g.deviceSlotBytes;
-      const double slice = std::max(16.0, std::floor(message / d.maxMessageBlocks / 16) * 16);
+      const double slice =
+          std::max(16.0, std::floor(g.deviceSlotBytes / d.maxMessageBlocks / 16) * 16);
       // The chain of flags of a pass costs in proportion to the bytes the pass moves (a pass of
       // a quarter slot cost a quarter, measured), plus each flag's round trip once per call;
       // an algorithm whose steps wait on every peer at once (two-shot's reduce and gather)

@@ -103,8 +103,6 @@ struct RankGraph {
   double deviceSlotBytes = 256 * 1024;
   double deviceFlagShare = 0.15;
   double deviceAllPeersUs = 0;
-  // The largest message of the all-pairs schedules (one-shot, two-shot) there, whatever the slot.
-  double deviceAllPairsMessageBytes = 1e30;
 
   static RankGraph fromSystem(const topo::System& system);
 };

@@ -177,11 +177,6 @@ constexpr int kGpuTwoShotDirectRanks = 4;
 // many ranks: past them its extra barrier (every rank waits until all are done reading) cost
 // more than the copy it saves (8 ranks on the H200: 37 against 31 us at 128 KB, docs/perf.md).
 constexpr int kGpuRegisteredOneShotRanks = 2;
-// Two-shot's steps keep a message to every peer in flight per pass: past 256 KiB it lost on the
-// H200 (8 ranks, 128 MB: 124 GB/s busbw with 256 KiB slots, 116 with 512 KiB, 100 with 1 MiB)
-// where ring gained (115, 126, 121; docs/perf.md). Larger slots (WEFT_GPU_SLOT_BYTES) serve
-// ring's messages, and the all-pairs schedules keep theirs at this.
-constexpr std::size_t kGpuAllPairsMessageBytes = 256 * 1024;
 }  // namespace
 
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
@@ -197,7 +192,6 @@ algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBy
   g.deviceChannels = channels;
   g.deviceBytesPerChannel = static_cast<double>(kGpuBytesPerChannel);
   g.deviceSlotBytes = static_cast<double>(slotBytes);
-  g.deviceAllPairsMessageBytes = static_cast<double>(kGpuAllPairsMessageBytes);
   // Two-shot's waits on every peer: 6 us per peer past one, the fixed cost it paid over ring
   // on the H200 (8 MB to 128 MB at 4 and 8 ranks, 2026-11-30c: 11 and 35 us more; docs/perf.md).
   g.deviceAllPeersUs = 6.0;
@@ -764,9 +758,7 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
                                          std::to_string((*cached)->maxBlocks) +
                                          " blocks in one step, more than a GPU slot holds");
   }
-  std::size_t message = std::min(capacity, std::max<std::size_t>(plan.chunkBytes, 4096));
-  if (plan.algorithm == "twoshot" || plan.algorithm == "oneshot")
-    message = std::min(message, kGpuAllPairsMessageBytes);
+  const std::size_t message = std::min(capacity, std::max<std::size_t>(plan.chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
   if (config_.debug == "INFO" || config_.debug == "TRACE") {
     if (rank_ == 0) {
