@@ -871,7 +871,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       const double slice =
           std::max(16.0, std::floor(g.deviceSlotBytes / d.maxMessageBlocks / 16) * 16);
       // The chain of flags of a pass costs in proportion to the bytes the pass moves (a pass of
-      // a quarter slot cost a quarter, measured), plus each flag's round trip once per call;
+      // a quarter slot a quarter: fitted on the H200), plus each flag's round trip once per call;
       // an algorithm whose steps wait on every peer at once (two-shot's reduce and gather)
       // also waits out the slowest of them, a fixed cost that grows with the peers.
       const double passes = S / (d.blocksPerSegment * C * slice);
