@@ -1,5 +1,6 @@
 #include "src/core/config.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "src/transport/ucx.hpp"
@@ -17,8 +18,14 @@ Result<double> number(const char* name, double lo, double hi) {
   char* end = nullptr;
   const double x = std::strtod(v, &end);
   if (end == v || *end != '\0' || !(x >= lo && x <= hi)) {
-    return invalidArgument(std::string(name) + "=" + v + ": expected a number from " +
-                           std::to_string(lo) + " to " + std::to_string(hi));
+    // Bounds as people write them: 2 to 16, 0.5 to 1048576 (not 2.000000).
+    auto shown = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.15g", b);
+      return std::string(buf);
+    };
+    return invalidArgument(std::string(name) + "=" + v + ": expected a number from " + shown(lo) +
+                           " to " + shown(hi));
   }
   return x;
 }
