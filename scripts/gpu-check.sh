@@ -16,7 +16,7 @@
 #            geometry cut pieces at 16-byte multiples)
 #   BUNDLE=1 leave $OUT holding only summary.txt and logs.tgz (every log, packed): for a runner
 #            that brings back only a few files
-#   CUDA_FLAGS extra nvcc flags of the build, e.g. -DWEFT_GPU_FUSE_STEPS=1 (a kernel A/B switch
+#   CUDA_FLAGS extra nvcc flags of the build, e.g. -DWEFT_GPU_POST_FENCE=1 (a kernel A/B switch
 #            under the whole suite)
 #   DEADLINE seconds the whole script may take: each step's limit is cut to what is left, and
 #            steps that no longer fit are skipped, so the summary and the bundle still get written

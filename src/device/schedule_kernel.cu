@@ -137,12 +137,6 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 #ifndef WEFT_GPU_SIMPLE_POST_BARRIER
 #define WEFT_GPU_SIMPLE_POST_BARRIER 0
 #endif
-// WEFT_GPU_FUSE_STEPS=1: a run of plain sends (or receives) to distinct peers shares one wait,
-// barrier, fence and post (two-shot's n - 1 sends and n - 1 receives per pass). Off: measured
-// slower (8 ranks, 128 MB all-reduce 117 -> 115 GB/s, all-to-all 96 -> 88; 2026-11-30c).
-#ifndef WEFT_GPU_FUSE_STEPS
-#define WEFT_GPU_FUSE_STEPS 0
-#endif
 
 // ---- element-wise work of the whole block ------------------------------------------------
 
@@ -351,7 +345,7 @@ class Runner {
       pass_ = static_cast<int>(pass);
       offset_ = code_.part * a_.partElems + pass * a_.sliceElems;
       room_ = lesser(a_.sliceElems, a_.partElems - pass * a_.sliceElems);
-      for (std::uint32_t i = 0, used = 1; ok && i < code_.nsteps; i += used) ok = step(i, used);
+      for (std::uint32_t i = 0; ok && i < code_.nsteps; ++i) ok = step(i);
     }
     __syncthreads();
     for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
@@ -595,59 +589,8 @@ class Runner {
     }
   }
 
-  // How many steps from `index` on run as one (WEFT_GPU_FUSE_STEPS, the simple protocol): a run
-  // of plain sends, each to one peer, or of plain receives, each from one, every peer distinct
-  // (each message's slot comes from its peer's count, which the group advances only at its
-  // end). They touch no block another of them touches but through their own messages, so they
-  // share one wait, one barrier, one fence and one post instead of one each.
-  __device__ std::uint32_t fusable(std::uint32_t index) const {
-    if constexpr (P != Protocol::simple || WEFT_GPU_FUSE_STEPS == 0) {
-      return 1;
-    } else {
-      auto shape = [&](const Step& x) {
-        if (x.kind == StepKind::send && x.nrecv == 0 && x.nsend == 1) return 1;
-        if (x.kind == StepKind::recv && x.nrecv == 1 && x.nsend == 0) return 2;
-        return 0;
-      };
-      const int kind = shape(code_.steps[index]);
-      if (kind == 0) return 1;
-      constexpr std::uint32_t kMaxFusedSteps = 32;
-      std::uint32_t count = 1;
-      while (index + count < code_.nsteps && count < kMaxFusedSteps) {
-        const Step& x = code_.steps[index + count];
-        if (shape(x) != kind) break;
-        const int q = code_.peers[x.peerBegin];
-        bool repeated = false;
-        for (std::uint32_t g = 0; g < count; ++g)
-          repeated = repeated || code_.peers[code_.steps[index + g].peerBegin] == q;
-        if (repeated) break;
-        ++count;
-      }
-      return count;
-    }
-  }
-
-  // Runs the step at `index` (and, fused, the ones after it): false if the block must stop.
-  // `used` is how many steps ran.
-  __device__ bool step(std::uint32_t index, std::uint32_t& used) {
-    used = fusable(index);
-    if (used > 1) {
-      if (threadIdx.x == 0) {
-        bool ok = true;
-        for (std::uint32_t g = 0; ok && g < used; ++g) ok = waitRoomAndMessages(view(index + g));
-        if (!ok) *sp_.failed = 1;
-      }
-      __syncthreads();
-      if (*sp_.failed != 0) return false;
-      for (std::uint32_t g = 0; g < used; ++g) move(view(index + g));
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        if (WEFT_GPU_POST_FENCE != 0) fence(a_);
-        for (std::uint32_t g = 0; g < used; ++g) publish(view(index + g));
-      }
-      if (WEFT_GPU_SIMPLE_POST_BARRIER != 0) __syncthreads();
-      return true;
-    }
+  // Runs the step at `index`: false if the block must stop.
+  __device__ bool step(std::uint32_t index) {
     const View v = view(index);
     const Step& st = v.st;
 
