@@ -656,6 +656,7 @@ Status Communicator::ensureGpu() {
   exec::GpuOptions o;
   o.channels = config_.gpuChannels;
   o.slotBytes = config_.gpuSlotBytes;
+  o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.
   const auto* word = reinterpret_cast<const std::byte*>(abortFlag_);

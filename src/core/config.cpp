@@ -90,6 +90,7 @@ Result<Config> Config::fromEnvironment() {
     c.singleCopyBytes = static_cast<std::size_t>(*x);
   }
   if (const char* v = env("WEFT_DEBUG")) c.debug = v;
+  if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();

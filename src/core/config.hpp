@@ -37,6 +37,10 @@ struct Config {
   // are read straight from the sender's buffer; 0 turns it off.
   std::size_t singleCopyBytes = 256 * 1024;
   std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
+  // WEFT_GPU_TRACE=PREFIX (a diagnostic): each rank's GPU executor keeps when each block of its
+  // last schedule kernels started, waited and moved each step, and writes it to PREFIX.RANK when
+  // the communicator is destroyed (scripts/gpu-trace.py reads the files).
+  std::string gpuTrace;
   // WEFT_TEST_HOST_ID: for tests, this process claims to run on a host of that name, so ranks of
   // one machine can play several hosts (UCX between them, shm within each).
   std::string testHostId;

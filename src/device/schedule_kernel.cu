@@ -261,6 +261,23 @@ __device__ void elementwise(T* const* outs, int nouts, const T* const* ins, int 
   }
 }
 
+// Bytes from `from` to `to` by the whole block (16-byte vectors where both allow), loading
+// through L2 when a peer wrote them.
+__device__ void copyBytes(std::byte* to, const std::byte* from, std::size_t n, bool fromPeer) {
+  std::size_t done = 0;
+  if (aligned16(to) && aligned16(from)) {
+    const std::size_t nvec = n / 16;
+    const auto* src = reinterpret_cast<const uint4*>(from);
+    auto* dst = reinterpret_cast<uint4*>(to);
+    for (std::size_t i = threadIdx.x; i < nvec; i += blockDim.x)
+      dst[i] = loadShared(src + i, fromPeer);
+    done = nvec * 16;
+  }
+  for (std::size_t i = done + threadIdx.x; i < n; i += blockDim.x)
+    to[i] =
+        static_cast<std::byte>(loadElem(reinterpret_cast<const std::uint8_t*>(from) + i, fromPeer));
+}
+
 // ---- the interpreter -----------------------------------------------------------------------
 
 __device__ __forceinline__ std::size_t lesser(std::size_t a, std::size_t b) {
@@ -329,6 +346,14 @@ class Runner {
   }
 
   __device__ void run() {
+    if (a_.trace != nullptr && threadIdx.x == 0) {
+      trace_ = a_.trace + static_cast<std::size_t>(channel_) * kTraceWords;
+      trace_[0] = a_.traceCall;
+      trace_[1] = globalTimer();
+      std::uint32_t sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      trace_[4] = sm;
+    }
     for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
       sp_.sent[q] = to_[q].counter != nullptr ? *to_[q].counter : 0;
       sp_.received[q] = from_[q].counter != nullptr ? *from_[q].counter : 0;
@@ -348,6 +373,10 @@ class Runner {
       for (std::uint32_t i = 0; ok && i < code_.nsteps; ++i) ok = step(i);
     }
     __syncthreads();
+    if (trace_ != nullptr) {
+      trace_[2] = globalTimer();
+      trace_[3] = traced_;
+    }
     for (int q = threadIdx.x; q < a_.nranks; q += blockDim.x) {
       if (to_[q].counter != nullptr) *to_[q].counter = sp_.sent[q];
       if (from_[q].counter != nullptr) *from_[q].counter = sp_.received[q];
@@ -526,10 +555,16 @@ class Runner {
           n = s.elems;
           break;
         case StepKind::recv:
-        case StepKind::recvCopySend:  // the forward to the send peers follows
           in(msg(0));
           peers = fromPeers;
           out(d.at);
+          n = d.elems;
+          break;
+        case StepKind::recvCopySend:  // what lies past this rank's piece follows
+          in(msg(0));
+          peers = fromPeers;
+          out(d.at);
+          for (std::uint32_t k = 0; k < ntargets; ++k) out(target(k));
           n = d.elems;
           break;
         case StepKind::recvReduceSend:
@@ -563,14 +598,19 @@ class Runner {
       __syncwarp();
       elementwise<T, Op>(reinterpret_cast<T* const*>(sp_.outs), nouts,
                          reinterpret_cast<const T* const*>(sp_.ins), nins, peers, n);
-      if (st.kind == StepKind::recvCopySend && ntargets > 0) {
-        // Forward the whole slice: a downstream block may be longer than this rank's.
-        const std::size_t words = stride / sizeof(uint4);
-        const auto* from = reinterpret_cast<const uint4*>(sp_.msgs[0] + at);
-        for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) {
-          const uint4 x = loadShared(from + i, P == Protocol::simple);
-          for (std::uint32_t k = 0; k < ntargets; ++k)
-            reinterpret_cast<uint4*>(sp_.targets[k] + at)[i] = x;
+      if (st.kind == StepKind::recvCopySend) {
+        // The forward carries the whole slice: a downstream block may be longer than this
+        // rank's piece (a scratch block, or one past this rank's count), whose n elements went
+        // out in the same pass as the copy (reading the message once: on the H200 the separate
+        // forward of the whole slice took 35-37 us a 256 KiB step where a step of as many bytes
+        // moved took 22). Usually nothing is left.
+        const std::size_t head = n * sizeof(T);
+        const std::size_t lead = lesser(stride, (head + 15) / 16 * 16) - lesser(head, stride);
+        for (std::uint32_t k = 0; head < stride && k < ntargets; ++k) {
+          std::byte* to = sp_.targets[k] + at + head;
+          const std::byte* from = sp_.msgs[0] + at + head;
+          copyBytes(to, from, lead, P == Protocol::simple);
+          copyBytes(to + lead, from + lead, stride - head - lead, P == Protocol::simple);
         }
       }
     }
@@ -594,6 +634,13 @@ class Runner {
     const View v = view(index);
     const Step& st = v.st;
 
+    // Thread 0's trace of this step (WEFT_GPU_TRACE): began, waited, moved.
+    std::uint64_t* mark = trace_ != nullptr && traced_ < kTraceSteps
+                              ? trace_ + kTraceHeader + 3 * static_cast<std::size_t>(traced_)
+                              : nullptr;
+    if (trace_ != nullptr) ++traced_;
+    if (mark != nullptr) mark[0] = globalTimer();
+
     // 1. Room at every send peer; the message of every receive peer.
     if (threadIdx.x == 0 && !waitRoomAndMessages(v)) *sp_.failed = 1;
     if constexpr (P == Protocol::ll) {
@@ -610,10 +657,12 @@ class Runner {
     }
     __syncthreads();
     if (*sp_.failed != 0) return false;
+    if (mark != nullptr) mark[1] = globalTimer();
 
     // 2. The data.
     move(v);
     __syncthreads();
+    if (mark != nullptr) mark[2] = globalTimer();
 
     // 3. Post: ll packs the staged message into every send peer's lines, flag and data together.
     if constexpr (P == Protocol::ll) {
@@ -647,6 +696,8 @@ class Runner {
   std::byte* stage_ = nullptr;
   std::size_t offset_ = 0, room_ = 0;
   int pass_ = 0;
+  std::uint64_t* trace_ = nullptr;  // thread 0's, when tracing
+  std::uint32_t traced_ = 0;        // steps run, when tracing
 };
 
 template <typename T, typename Op, Protocol P>
@@ -668,23 +719,6 @@ __global__ void __launch_bounds__(kThreads)
   T* const outs[1] = {out + begin};
   const T* const ins[2] = {a + begin, b == nullptr ? nullptr : b + begin};
   elementwise<T, Op>(outs, 1, ins, b == nullptr ? 1 : 2, 1 << 30, n);
-}
-
-// Bytes from `from` to `to` by the whole block (16-byte vectors where both allow), loading
-// through L2 when a peer wrote them.
-__device__ void copyBytes(std::byte* to, const std::byte* from, std::size_t n, bool fromPeer) {
-  std::size_t done = 0;
-  if (aligned16(to) && aligned16(from)) {
-    const std::size_t nvec = n / 16;
-    const auto* src = reinterpret_cast<const uint4*>(from);
-    auto* dst = reinterpret_cast<uint4*>(to);
-    for (std::size_t i = threadIdx.x; i < nvec; i += blockDim.x)
-      dst[i] = loadShared(src + i, fromPeer);
-    done = nvec * 16;
-  }
-  for (std::size_t i = done + threadIdx.x; i < n; i += blockDim.x)
-    to[i] =
-        static_cast<std::byte>(loadElem(reinterpret_cast<const std::uint8_t*>(from) + i, fromPeer));
 }
 
 __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const P2pArgs p) {

@@ -90,7 +90,18 @@ struct LaunchArgs {
   // nothing is copied into the slabs, and no rank finishes before every rank has read.
   std::byte* const* registered = nullptr;  // [rank], device memory; null: the slab path
   std::size_t registeredOffset = 0;
+  // WEFT_GPU_TRACE: kTraceWords words per block of this call (null: no trace). Thread 0 of each
+  // block writes the call number, %globaltimer at its start and end, the steps it ran, its SM,
+  // then for each of its first kTraceSteps steps the time it began waiting, the time its wait
+  // ended (after the block barrier) and the time its data was moved (after the next barrier).
+  std::uint64_t* trace = nullptr;
+  std::uint64_t traceCall = 0;
 };
+
+inline constexpr int kTraceSteps = 256;
+inline constexpr int kTraceHeader = 8;
+inline constexpr int kTraceWords = kTraceHeader + 3 * kTraceSteps;
+inline constexpr int kTraceCalls = 16;  // the last calls' records are kept
 
 inline constexpr int kThreads = 512;
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -217,11 +218,56 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess)
     return cudaFailed("creating the completion event", e);
   x->done_ = ev;
+  if (!o.tracePath.empty()) {
+    const std::size_t traceBytes = static_cast<std::size_t>(device::kTraceCalls) * x->channels_ *
+                                   device::kTraceWords * sizeof(std::uint64_t);
+    if (cudaError_t e = cudaMalloc(&x->trace_, traceBytes); e != cudaSuccess)
+      return cudaFailed("allocating the WEFT_GPU_TRACE records", e);
+    if (cudaError_t e = cudaMemset(x->trace_, 0, traceBytes); e != cudaSuccess)
+      return cudaFailed("clearing the WEFT_GPU_TRACE records", e);
+  }
   return x;
+}
+
+std::uint64_t* CudaExecutor::nextTrace() {
+  if (trace_ == nullptr) return nullptr;
+  const std::uint64_t slot = traceCalls_++ % device::kTraceCalls;
+  return trace_ + slot * static_cast<std::size_t>(channels_) * device::kTraceWords;
+}
+
+Status CudaExecutor::writeTrace() const {
+  const std::size_t words =
+      static_cast<std::size_t>(device::kTraceCalls) * channels_ * device::kTraceWords;
+  std::vector<std::uint64_t> all(8 + words);
+  // A header of eight words, then kTraceCalls x channels x kTraceWords (scripts/gpu-trace.py).
+  all[0] = 0x3143525454464557ull;  // "WEFTTRC1"
+  all[1] = static_cast<std::uint64_t>(rank_);
+  all[2] = static_cast<std::uint64_t>(nranks_);
+  all[3] = static_cast<std::uint64_t>(channels_);
+  all[4] = device::kTraceWords;
+  all[5] = device::kTraceCalls;
+  all[6] = traceCalls_;
+  all[7] = device::kTraceHeader;
+  if (cudaError_t e =
+          cudaMemcpy(all.data() + 8, trace_, words * sizeof(std::uint64_t), cudaMemcpyDeviceToHost);
+      e != cudaSuccess)
+    return cudaFailed("reading the WEFT_GPU_TRACE records", e);
+  const std::string path = options_.tracePath + "." + std::to_string(rank_);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return {Code::systemError, "WEFT_GPU_TRACE: cannot write " + path};
+  const std::size_t wrote = std::fwrite(all.data(), sizeof(std::uint64_t), all.size(), f);
+  const bool closed = std::fclose(f) == 0;
+  if (wrote != all.size() || !closed)
+    return {Code::systemError, "WEFT_GPU_TRACE: writing " + path + " failed"};
+  return {};
 }
 
 CudaExecutor::~CudaExecutor() {
   (void)synchronize();
+  if (trace_ != nullptr) {
+    if (Status s = writeTrace(); !s) std::fprintf(stderr, "weft: %s\n", s.message().c_str());
+    (void)cudaFree(trace_);
+  }
   for (auto& [s, p] : uploads_) (void)cudaFree(p);
   for (void* p : retired_) (void)cudaFree(p);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
@@ -334,6 +380,8 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
   a.input = b.input;
   a.output = b.output;
   a.scratch = scratch_;
+  a.traceCall = traceCalls_;
+  a.trace = nextTrace();
   if (Status st =
           device::launchSchedule(a, static_cast<int>(s.channels.size()), b.type, b.op, p, stream);
       !st)

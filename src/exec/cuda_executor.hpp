@@ -50,6 +50,8 @@ struct GpuOptions {
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
   std::chrono::milliseconds timeout{300'000};
+  // WEFT_GPU_TRACE: where the schedule kernels' timeline goes (empty: none kept).
+  std::string tracePath;
   // This rank's host abort word (in its shared-memory inbox) and the page holding it: kernels
   // watch it through a mapping, so abort() from any rank of the host stops them.
   void* controlPage = nullptr;
@@ -121,6 +123,9 @@ class CudaExecutor {
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
   Status recordLaunch(void* stream);
+  // The records of the next schedule kernel (null when not tracing), and the trace file.
+  std::uint64_t* nextTrace();
+  Status writeTrace() const;
 
   GpuOptions options_;
   int nranks_ = 1, rank_ = 0;
@@ -138,6 +143,8 @@ class CudaExecutor {
   void* done_ = nullptr;        // cudaEvent_t after the last launch outside capture
   void* copies_ = nullptr;      // cudaStream_t (non-blocking) of toDevice
   bool pending_ = false;
+  std::uint64_t* trace_ = nullptr;  // device: kTraceCalls x channels x kTraceWords
+  std::uint64_t traceCalls_ = 0;    // schedule kernels launched while tracing
 };
 
 }  // namespace weft::exec
