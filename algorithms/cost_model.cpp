@@ -870,14 +870,14 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       // A slice is its share of the slot, cut at 16 bytes (as exec::Geometry cuts it).
       const double slice =
           std::max(16.0, std::floor(g.deviceSlotBytes / d.maxMessageBlocks / 16) * 16);
-      // The chain of flags of a pass costs in proportion to the bytes the pass moves (a pass of
-      // a quarter slot a quarter: fitted on the H200), plus each flag's round trip once per call;
-      // an algorithm whose steps wait on every peer at once (two-shot's reduce and gather)
-      // also waits out the slowest of them, a fixed cost that grows with the peers.
-      const double passes = S / (d.blocksPerSegment * C * slice);
+      // Every pass waits out the chain of flags in full (fitted on the H200: a step's wait was
+      // 5-6 us from 4 to 256 MB on 8 ranks, so a pass of a quarter slot costs a whole chain),
+      // and an algorithm whose steps wait on every peer at once (two-shot's reduce and gather)
+      // also waits out the slowest of them in every pass.
+      const double passes = std::max(1.0, std::ceil(S / (d.blocksPerSegment * C * slice)));
       const double chain = lat - t.base;
-      lat = t.base + chain * (passes + g.deviceFlagShare);
-      if (algorithm == "twoshot") lat += g.deviceAllPeersUs * std::max(0, n - 2);
+      lat = t.base + chain * passes;
+      if (algorithm == "twoshot") lat += g.deviceAllPeersUs * std::max(0, n - 2) * passes;
     }
   }
   // The first pass pays postings and bytes in full. In the pipelined passes after it, channels

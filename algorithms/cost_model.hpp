@@ -94,14 +94,13 @@ struct RankGraph {
   double deviceCopyGBs = 0;
   // How a bulk call is cut there: a channel (thread block) for every deviceBytesPerChannel, at
   // most deviceChannels, each moving its share in slices of one FIFO slot, pass after pass. A
-  // block waits out the algorithm's chain of flags again in every pass (nothing pipelines the
-  // passes of one block), so the hop latencies are paid per pass, in proportion to the share
-  // of a full pass it moves, plus deviceFlagShare of one pass's chain once per call (the flags'
-  // own round trips); an all-peers wait (two-shot) adds deviceAllPeersUs per peer past one.
+  // block waits out the algorithm's chain of flags again in every pass, a partial pass as a
+  // whole one (each step's wait is a flag's round trip and the upstream's lag, whatever the
+  // step moves); an all-peers wait (two-shot's reduce and gather) adds deviceAllPeersUs per
+  // peer past one in every pass.
   int deviceChannels = 16;
   double deviceBytesPerChannel = 512 * 1024;
   double deviceSlotBytes = 256 * 1024;
-  double deviceFlagShare = 0.15;
   double deviceAllPeersUs = 0;
 
   static RankGraph fromSystem(const topo::System& system);

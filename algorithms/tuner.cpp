@@ -72,6 +72,11 @@ std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool
             options_.algorithms.end()) {
       continue;
     }
+    if (restricted && options_.algorithms.empty() &&
+        std::find(options_.unpriced.begin(), options_.unpriced.end(), a->name()) !=
+            options_.unpriced.end()) {
+      continue;
+    }
     for (Protocol p : kAllProtocols) {
       if (restricted && options_.protocol && *options_.protocol != p) continue;
       if (restricted && !options_.protocol && only && *only != p) continue;

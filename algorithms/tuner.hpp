@@ -14,9 +14,12 @@ namespace weft::algo {
 
 struct TunerOptions {
   std::vector<std::string> algorithms;  // allowed algorithms (WEFT_ALGO="ring,pat"); empty: all
-  std::optional<Protocol> protocol;     // WEFT_PROTO
-  CostConstants constants;              // WEFT_TUNING_FILE, else the defaults
-  std::string tuningFile;               // where the constants came from, for explanations
+  // Never picked unless `algorithms` names them: those the cost model does not price truly where
+  // this tuner runs (set by the runtime, not the environment; allCandidates still lists them).
+  std::vector<std::string> unpriced;
+  std::optional<Protocol> protocol;  // WEFT_PROTO
+  CostConstants constants;           // WEFT_TUNING_FILE, else the defaults
+  std::string tuningFile;            // where the constants came from, for explanations
 
   // WEFT_ALGO / WEFT_PROTO / WEFT_TUNING_FILE (and NCCL_ALGO / NCCL_PROTO when the WEFT_ names
   // are unset). Unknown names are errors that list what is allowed.

@@ -182,19 +182,20 @@ constexpr int kGpuRegisteredOneShotRanks = 2;
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
-  // device's copy bandwidth, over NVLink-class hops (flags through L2). The schedules moved
-  // 2.5-2.9 TB/s of traffic at 256 MB on the H200 (4.2 TB/s memcpy; docs/perf.md), which ranks
-  // ring < two-shot < one-shot at every rank count as measured, with ring and two-shot within
-  // 12 %. The link figures stay for the estimates that read them.
+  // device's copy bandwidth (4.2 TB/s on the H200), plus its chains of flags (NVLink-class
+  // hops, through L2). Ring moved its traffic at that rate once its forwarding steps read each
+  // message once (2026-11-30d: 8 ranks, 4-256 MB, within 5 % of this model; docs/perf.md). The
+  // link figures stay for the estimates that read them.
   const double perRank = 2000.0 / std::max(1, nranks);
   algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
-  g.deviceCopyGBs = 2800;
+  g.deviceCopyGBs = 4200;
   g.deviceChannels = channels;
   g.deviceBytesPerChannel = static_cast<double>(kGpuBytesPerChannel);
   g.deviceSlotBytes = static_cast<double>(slotBytes);
-  // Two-shot's waits on every peer: 6 us per peer past one, the fixed cost it paid over ring
-  // on the H200 (8 MB to 128 MB at 4 and 8 ranks, 2026-11-30c: 11 and 35 us more; docs/perf.md).
-  g.deviceAllPeersUs = 6.0;
+  // Two-shot's waits on every peer: 12 us per peer past one in every pass, what it paid over
+  // the model's traffic and chains on the H200 (2026-11-30d, 8 MB to 256 MB: 21-27 us a pass at
+  // 4 ranks, 67-150 at 8; docs/perf.md).
+  g.deviceAllPeersUs = 12.0;
   return g;
 }
 
@@ -843,13 +844,16 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     algo::TunerOptions options = config_.tuner;
     if (options.tuningFile.empty()) {
       // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
-      // the block's barriers), per full pass: 4.5 us, what ring's 12 extra steps per pass over
-      // two-shot's cost at 128 MB on 8 ranks of the H200 once two-shot's all-peers wait is
-      // priced apart (2026-11-30c, after the post's fence and barrier went; 6.5 before them;
+      // the block's barriers, the upstream's lag): 5 us, each step's wait in every pass as
+      // measured on 4 and 8 ranks of the H200 (2026-11-30d, 4.6-5.7 us; WEFT_GPU_TRACE and
       // docs/perf.md).
       options.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
-                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 4.5;
+                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 5.0;
     }
+    // The double binary tree and recursive halving-doubling ran 1.1-2.1x slower than ring on
+    // the H200 at 4-32 MB where the model put them ahead (4 and 8 ranks, 2026-11-30d;
+    // docs/perf.md): their device costs are not modelled, so only WEFT_ALGO picks them there.
+    options.unpriced = {"dbtree", "rhd"};
     gpuTuner_ = std::make_unique<algo::Tuner>(
         sameDeviceRankGraph(size_, channels, config_.gpuSlotBytes), options);
   }

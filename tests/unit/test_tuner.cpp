@@ -2,6 +2,7 @@
 // and the simulator agreeing with itself and with the model where both are exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -143,6 +144,22 @@ TEST(TunerOptions, AlgorithmAndProtocolOverrides) {
   // None can: fall back to every algorithm, and say so.
   const Plan q = *u.plan(Collective::allReduce, 1 << 20);
   EXPECT_NE(q.reason.find("no algorithm allowed"), std::string::npos) << q.reason;
+}
+
+TEST(TunerOptions, UnpricedAlgorithmsArePickedOnlyWhenForced) {
+  const Tuner all = tunerFor("hgx_h100.xml", 1);
+  const std::string best = all.plan(Collective::allReduce, 64 << 20)->algorithm;
+  TunerOptions o;
+  o.unpriced = {best};
+  const Tuner t = tunerFor("hgx_h100.xml", 1, o);
+  EXPECT_NE(t.plan(Collective::allReduce, 64 << 20)->algorithm, best);
+  for (const Estimate& e : t.explain(Collective::allReduce, 64 << 20)) EXPECT_NE(e.algorithm, best);
+  const auto listed = t.allCandidates(Collective::allReduce, 64 << 20);
+  EXPECT_TRUE(std::any_of(listed.begin(), listed.end(),
+                          [&](const Estimate& e) { return e.algorithm == best; }));
+  // WEFT_ALGO naming it wins.
+  o.algorithms = {best};
+  EXPECT_EQ(tunerFor("hgx_h100.xml", 1, o).plan(Collective::allReduce, 64 << 20)->algorithm, best);
 }
 
 TEST(TunerOptions, BadNamesAreClearErrors) {
