@@ -81,8 +81,9 @@ run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # one-shot both ways, 256 MB, graphs, point-to-point, faults.
 run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*}"
 # Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness; 8 processes
-# that spin on each other's kernels would wait out time slices there), then under MPS, 8 too.
-run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses*-*/8ranks'
+# that spin on each other's kernels would wait out time slices there, and so would the forced
+# algorithms' many calls), then under MPS, 8 ranks and every algorithm x protocol too.
+run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses.Collectives*-*/8ranks'
 if command -v nvidia-cuda-mps-control >/dev/null; then
   mps="$(mktemp -d)"
   export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
@@ -136,8 +137,8 @@ if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   run memcheck-one-rank 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuThreads*/1ranks:GpuFaults.Bad*'
   # Ranks as forked processes: the sanitizer follows each child (it loads the driver into this
   # process, but the test forks before CUDA is initialized).
-  run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses*/2ranks:*GpuProcesses*/3ranks'
-  run racecheck-processes 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuProcesses*/2ranks'
+  run memcheck-processes 600 "${san[@]}" --tool memcheck "$T" --gtest_filter='*GpuProcesses.Collectives*/2ranks:*GpuProcesses.Collectives*/3ranks'
+  run racecheck-processes 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuProcesses.Collectives*/2ranks'
   run racecheck-kernels 600 "${san[@]}" --tool racecheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'
   run racecheck-one-rank 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuThreads.Every*/1ranks'
 fi

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -670,6 +671,20 @@ Status Communicator::ensureGpu() {
   auto gpu = exec::CudaExecutor::create(o, *bootstrap_);
   if (!gpu) return fail(gpu.status());
   gpu_ = std::move(*gpu);
+  // Ranks that are threads of one process and share a GPU run kernels that wait on each other
+  // from streams of one CUDA context. Beyond CUDA_DEVICE_MAX_CONNECTIONS streams (8 unless set)
+  // streams share hardware queues, and a rank's kernel queued behind a peer's next call (which
+  // waits for that peer's current kernel, which waits for this rank) never starts: a spurious
+  // timeout. 32 queues, set before CUDA starts, give each of up to 32 streams its own.
+  static std::atomic<bool> warned{false};
+  if (gpu_->threadsOnDevice() > 1 && config_.cudaMaxConnections < 32 && !warned.exchange(true)) {
+    std::fprintf(stderr,
+                 "weft: %d ranks of this process share GPU %d with CUDA_DEVICE_MAX_CONNECTIONS=%d; "
+                 "their streams may share hardware queues, where one rank's kernel can wait "
+                 "behind a peer's that waits for it (a timeout). Set "
+                 "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.\n",
+                 gpu_->threadsOnDevice(), gpu_->device(), config_.cudaMaxConnections);
+  }
   return {};
 }
 

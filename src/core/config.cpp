@@ -91,6 +91,7 @@ Result<Config> Config::fromEnvironment() {
   }
   if (const char* v = env("WEFT_DEBUG")) c.debug = v;
   if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
+  if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();

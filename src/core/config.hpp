@@ -41,6 +41,9 @@ struct Config {
   // last schedule kernels started, waited and moved each step, and writes it to PREFIX.RANK when
   // the communicator is destroyed (scripts/gpu-trace.py reads the files).
   std::string gpuTrace;
+  // CUDA_DEVICE_MAX_CONNECTIONS, CUDA's own (8 when unset): read only to warn where ranks that
+  // are threads of one process share a GPU (Communicator::ensureGpu).
+  int cudaMaxConnections = 8;
   // WEFT_TEST_HOST_ID: for tests, this process claims to run on a host of that name, so ranks of
   // one machine can play several hosts (UCX between them, shm within each).
   std::string testHostId;

@@ -284,6 +284,10 @@ int CudaExecutor::device() const {
   return ipc_->device();
 }
 
+int CudaExecutor::threadsOnDevice() const {
+  return ipc_->threadsOnThisDevice();
+}
+
 std::string CudaExecutor::describe() const {
   return ipc_->describe() + ", " + std::to_string(channels_) + " channel(s), " +
          std::to_string(options_.slots) + " x " + std::to_string(options_.slotBytes / 1024) +

@@ -72,6 +72,8 @@ class CudaExecutor {
   // not all be resident at once.
   int channels() const { return channels_; }
   int device() const;
+  // Ranks of this process (threads) on this executor's GPU, this one included.
+  int threadsOnDevice() const;
   // The most bytes one message of the protocol carries.
   std::size_t messageBytes(algo::Protocol p) const {
     return p == algo::Protocol::ll ? options_.llPayload : options_.slotBytes;

@@ -25,6 +25,10 @@ int CudaExecutor::device() const {
   return -1;
 }
 
+int CudaExecutor::threadsOnDevice() const {
+  return 0;
+}
+
 std::string CudaExecutor::describe() const {
   return "no CUDA";
 }

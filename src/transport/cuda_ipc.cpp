@@ -251,12 +251,13 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
 
   t->inboxes_.assign(N, nullptr);
   t->opened_.assign(N, 0);
-  int processes = 0, sameDevice = 0, p2pPeers = 0;
+  int processes = 0, sameDevice = 0, p2pPeers = 0, threads = 0;
   for (std::size_t q = 0; q < N; ++q) {
     const InboxRecord& r = all[q];
     const bool sameProcess = r.pid == self.pid;
     const bool onMyDevice = std::strncmp(r.bus, self.bus, sizeof self.bus) == 0;
     sameDevice += onMyDevice ? 1 : 0;
+    threads += onMyDevice && sameProcess ? 1 : 0;
     if (q == ME) {
       t->inboxes_[q] = t->own_;
       continue;
@@ -309,6 +310,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   // Nobody writes a peer's inbox before every rank has cleared its own and mapped the others.
   if (Status s = bootstrap.barrier(); !s) return s;
   t->allOnThisDevice_ = sameDevice == static_cast<int>(N);
+  t->threadsOnThisDevice_ = threads;
   // Blocks per rank that keep every rank of the busiest device resident at once.
   t->residentChannels_ = 1 << 30;
   for (std::size_t q = 0; q < N; ++q) {

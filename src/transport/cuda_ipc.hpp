@@ -93,6 +93,8 @@ class CudaIpcTransport {
   int residentChannels() const { return residentChannels_; }
   // Every rank of the communicator runs on this GPU (threads or processes sharing it).
   bool allOnThisDevice() const { return allOnThisDevice_; }
+  // Ranks of this process (threads) on this GPU, this one included.
+  int threadsOnThisDevice() const { return threadsOnThisDevice_; }
   std::byte* staging() const {
     return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
   }
@@ -109,6 +111,7 @@ class CudaIpcTransport {
   std::string description_;
   int residentChannels_ = 1;
   bool allOnThisDevice_ = false;
+  int threadsOnThisDevice_ = 1;
 };
 
 }  // namespace weft::transport

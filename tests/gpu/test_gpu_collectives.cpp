@@ -19,6 +19,10 @@
 namespace weft::test {
 namespace {
 
+// Ranks as threads share one CUDA context: give each stream its own hardware queue (CUDA's
+// default is 8) before CUDA starts, as weft-perf does (see Communicator::ensureGpu).
+[[maybe_unused]] const int kHardwareQueues = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+
 // Whether a GPU is usable, asked in a child so that this process does not initialize CUDA
 // before the process tests fork (a forked child cannot use its parent's CUDA).
 bool haveGpu() {
@@ -692,6 +696,73 @@ TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
       &pids, std::chrono::seconds(600));
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+// Every algorithm and protocol forced between processes (a fork per pair, WEFT_ALGO and
+// WEFT_PROTO inherited): the FIFOs mapped with CUDA IPC rather than shared in one process. The
+// threads' cases, sizes past one element and 4099 in f32 only. Slow when the processes'
+// kernels time-slice: scripts/gpu-check.sh runs it under MPS only.
+TEST_P(GpuProcesses, EveryAlgorithmAndProtocolForced) {
+  SKIP_WITHOUT_GPU();
+  if (cudaInitializedHere())
+    GTEST_SKIP() << "CUDA is already initialized in this process; run this suite on its own "
+                    "(ctest runs every test in its own process)";
+  const int n = GetParam();
+  std::uint64_t seed = 13;
+  for (const algo::Algorithm* a : algo::algorithms()) {
+    std::vector<Collective> served;
+    for (Collective coll : kCollectives) {
+      algo::Params params;
+      params.groupSize = n;
+      if (a->supports(coll) && a->build(coll, n, params)) served.push_back(coll);
+    }
+    if (served.empty()) continue;
+    for (const char* proto : {"ll", "simple"}) {
+      ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
+      ScopedEnv protoEnv("WEFT_PROTO", proto);
+      const std::uint64_t first = seed;
+      std::vector<pid_t> pids;
+      const std::vector<int> codes = forkRanks(
+          n,
+          [&](int r, Comm& comm) {
+            if (cudaSetDevice(0) != cudaSuccess) return 3;
+            const Streams streams(n, r);
+            const DeviceMemory mem = deviceMemory(streams);
+            std::vector<Comm> mine;
+            mine.push_back(std::move(comm));
+            int bad = 0;
+            std::uint64_t s = first;
+            for (Collective coll : served) {
+              for (DataType type :
+                   {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
+                for (std::size_t count : {1ul, 4099ul, 300001ul}) {
+                  if (count > 4099 && type != DataType::f32) continue;
+                  for (bool inPlace : {false, true}) {
+                    const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
+                    const int root = static_cast<int>(s % static_cast<std::uint64_t>(n));
+                    const Case c{coll,  type,    isReduction(coll) ? op : RedOp::sum,
+                                 count, inPlace, root};
+                    const std::string err = runCase(mine, c, s++, n, r, &mem);
+                    if (!err.empty()) {
+                      std::fprintf(stderr, "rank %d: %s/%s %s: %s\n", r,
+                                   std::string(a->name()).c_str(), proto, describe(c, n).c_str(),
+                                   err.c_str());
+                      ++bad;
+                    }
+                  }
+                }
+              }
+            }
+            comm = std::move(mine.front());
+            return bad == 0 ? 0 : 1;
+          },
+          &pids, std::chrono::seconds(300));
+      for (std::size_t r = 0; r < codes.size(); ++r)
+        EXPECT_EQ(codes[r], 0) << a->name() << "/" << proto << ", rank " << r;
+      EXPECT_EQ(segmentsOf(pids), 0);
+      seed += 1000;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuProcesses, ::testing::Values(2, 3, 4, 8),
