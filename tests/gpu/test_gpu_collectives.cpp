@@ -653,115 +653,110 @@ bool cudaInitializedHere() {
   return initialized;
 }
 
-class GpuProcesses : public ::testing::TestWithParam<int> {};
-
-// Each rank its own process (CUDA IPC between them), checking its own output.
-TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
-  SKIP_WITHOUT_GPU();
-  if (cudaInitializedHere())
-    GTEST_SKIP() << "CUDA is already initialized in this process; run this suite on its own "
-                    "(ctest runs every test in its own process)";
-  const int n = GetParam();
-  std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(
-      n,
-      [n](int r, Comm& comm) {
-        if (cudaSetDevice(0) != cudaSuccess) return 3;
-        const Streams streams(n, r);
-        const DeviceMemory mem = deviceMemory(streams);
-        std::vector<Comm> mine;
-        mine.push_back(std::move(comm));
-        int bad = 0;
-        std::uint64_t seed = 11;
-        for (Collective coll : kCollectives) {
-          for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
-            for (std::size_t count : {1ul, 4099ul, 300001ul}) {
-              for (bool inPlace : {false, true}) {
-                const int root = static_cast<int>(seed % static_cast<std::uint64_t>(n));
-                const RedOp op = type == DataType::f16 ? RedOp::avg : RedOp::sum;
-                const Case c{coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root};
-                const std::string err = runCase(mine, c, seed++, n, r, &mem);
-                if (!err.empty()) {
-                  std::fprintf(stderr, "rank %d: %s: %s\n", r, describe(c, n).c_str(), err.c_str());
-                  ++bad;
-                }
-              }
+class GpuProcesses : public ::testing::TestWithParam<int> {
+ protected:
+  // Forks n ranks, each its own process (CUDA IPC between them), that run `cases` in order (the
+  // k-th with seed firstSeed + k) and check their own output; `label` prefixes what fails.
+  // Returns each rank's exit code; the forked pids in `pids`.
+  static std::vector<int> runForked(int n, const std::vector<Case>& cases, std::uint64_t firstSeed,
+                                    const std::string& label, std::vector<pid_t>* pids) {
+    return forkRanks(
+        n,
+        [&](int r, Comm& comm) {
+          if (cudaSetDevice(0) != cudaSuccess) return 3;
+          const Streams streams(n, r);
+          const DeviceMemory mem = deviceMemory(streams);
+          std::vector<Comm> mine;
+          mine.push_back(std::move(comm));
+          int bad = 0;
+          std::uint64_t seed = firstSeed;
+          for (const Case& c : cases) {
+            const std::string err = runCase(mine, c, seed++, n, r, &mem);
+            if (!err.empty()) {
+              std::fprintf(stderr, "rank %d: %s%s: %s\n", r, label.c_str(), describe(c, n).c_str(),
+                           err.c_str());
+              ++bad;
             }
           }
+          if (mine.front().summary().find("peer(s) in other processes") == std::string::npos) ++bad;
+          comm = std::move(mine.front());
+          return bad == 0 ? 0 : 1;
+        },
+        pids, std::chrono::seconds(600));
+  }
+};
+
+#define SKIP_UNLESS_FORKABLE()                                                                  \
+  do {                                                                                          \
+    SKIP_WITHOUT_GPU();                                                                         \
+    if (cudaInitializedHere())                                                                  \
+      GTEST_SKIP() << "CUDA is already initialized in this process; run this suite on its own " \
+                      "(ctest runs every test in its own process)";                             \
+  } while (false)
+
+// Every collective, the four dtypes the GPU path serves most, as the tuner picks.
+TEST_P(GpuProcesses, CollectivesAcrossProcesses) {
+  SKIP_UNLESS_FORKABLE();
+  const int n = GetParam();
+  const std::uint64_t first = 11;
+  std::uint64_t seed = first;
+  std::vector<Case> cases;
+  for (Collective coll : kCollectives) {
+    for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
+      for (std::size_t count : {1ul, 4099ul, 300001ul}) {
+        for (bool inPlace : {false, true}) {
+          const int root = static_cast<int>(seed++ % static_cast<std::uint64_t>(n));
+          const RedOp op = type == DataType::f16 ? RedOp::avg : RedOp::sum;
+          cases.push_back({coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root});
         }
-        if (mine.front().summary().find("peer(s) in other processes") == std::string::npos) ++bad;
-        comm = std::move(mine.front());
-        return bad == 0 ? 0 : 1;
-      },
-      &pids, std::chrono::seconds(600));
+      }
+    }
+  }
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = runForked(n, cases, first, "", &pids);
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
 // Every algorithm and protocol forced between processes (a fork per pair, WEFT_ALGO and
 // WEFT_PROTO inherited): the FIFOs mapped with CUDA IPC rather than shared in one process. The
-// threads' cases, sizes past one element and 4099 in f32 only. Slow when the processes'
-// kernels time-slice: scripts/gpu-check.sh runs it under MPS only.
+// threads' cases, sizes past 4099 elements in f32 only. Slow when the processes' kernels
+// time-slice: scripts/gpu-check.sh runs it under MPS only.
 TEST_P(GpuProcesses, EveryAlgorithmAndProtocolForced) {
-  SKIP_WITHOUT_GPU();
-  if (cudaInitializedHere())
-    GTEST_SKIP() << "CUDA is already initialized in this process; run this suite on its own "
-                    "(ctest runs every test in its own process)";
+  SKIP_UNLESS_FORKABLE();
   const int n = GetParam();
-  std::uint64_t seed = 13;
+  std::uint64_t first = 13;
   for (const algo::Algorithm* a : algo::algorithms()) {
-    std::vector<Collective> served;
+    std::vector<Case> cases;
+    std::uint64_t seed = first;
     for (Collective coll : kCollectives) {
       algo::Params params;
       params.groupSize = n;
-      if (a->supports(coll) && a->build(coll, n, params)) served.push_back(coll);
+      if (!a->supports(coll) || !a->build(coll, n, params)) continue;
+      for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
+        for (std::size_t count : {1ul, 4099ul, 300001ul}) {
+          if (count > 4099 && type != DataType::f32) continue;
+          for (bool inPlace : {false, true}) {
+            const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
+            const int root = static_cast<int>(seed++ % static_cast<std::uint64_t>(n));
+            cases.push_back(
+                {coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root});
+          }
+        }
+      }
     }
-    if (served.empty()) continue;
+    if (cases.empty()) continue;
     for (const char* proto : {"ll", "simple"}) {
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
       ScopedEnv protoEnv("WEFT_PROTO", proto);
-      const std::uint64_t first = seed;
+      const std::string pair = std::string(a->name()) + "/" + proto;
       std::vector<pid_t> pids;
-      const std::vector<int> codes = forkRanks(
-          n,
-          [&](int r, Comm& comm) {
-            if (cudaSetDevice(0) != cudaSuccess) return 3;
-            const Streams streams(n, r);
-            const DeviceMemory mem = deviceMemory(streams);
-            std::vector<Comm> mine;
-            mine.push_back(std::move(comm));
-            int bad = 0;
-            std::uint64_t s = first;
-            for (Collective coll : served) {
-              for (DataType type :
-                   {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
-                for (std::size_t count : {1ul, 4099ul, 300001ul}) {
-                  if (count > 4099 && type != DataType::f32) continue;
-                  for (bool inPlace : {false, true}) {
-                    const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
-                    const int root = static_cast<int>(s % static_cast<std::uint64_t>(n));
-                    const Case c{coll,  type,    isReduction(coll) ? op : RedOp::sum,
-                                 count, inPlace, root};
-                    const std::string err = runCase(mine, c, s++, n, r, &mem);
-                    if (!err.empty()) {
-                      std::fprintf(stderr, "rank %d: %s/%s %s: %s\n", r,
-                                   std::string(a->name()).c_str(), proto, describe(c, n).c_str(),
-                                   err.c_str());
-                      ++bad;
-                    }
-                  }
-                }
-              }
-            }
-            comm = std::move(mine.front());
-            return bad == 0 ? 0 : 1;
-          },
-          &pids, std::chrono::seconds(300));
+      const std::vector<int> codes = runForked(n, cases, first, pair + " ", &pids);
       for (std::size_t r = 0; r < codes.size(); ++r)
-        EXPECT_EQ(codes[r], 0) << a->name() << "/" << proto << ", rank " << r;
+        EXPECT_EQ(codes[r], 0) << pair << ", rank " << r;
       EXPECT_EQ(segmentsOf(pids), 0);
-      seed += 1000;
     }
+    first += 1000;
   }
 }
 
