@@ -826,34 +826,41 @@ __device__ void sumInRankOrder(const LaunchArgs& a, std::byte* const* bases, std
 template <typename T, typename Op, bool TwoShot>
 __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
-  __shared__ std::uint64_t call;
+  __shared__ std::uint64_t first;
   __shared__ const T* ins[64];
   const int b = static_cast<int>(blockIdx.x);
   if (threadIdx.x == 0) {
     failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
     if (failed != 0) fail(a, 2, b, -1, -1);
-    call = a.directCounts[b] + 1;
+    first = a.directCounts[b] + 1;
   }
   __syncthreads();
   if (failed != 0) return;
   const std::size_t per = a.directSlabBytes / sizeof(T);
-  const std::size_t begin = static_cast<std::size_t>(b) * per;
-  const std::size_t n = begin < a.count ? lesser(per, a.count - begin) : 0;
-  const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
-  T* const out = static_cast<T*>(a.output) + begin;
-  // 1. This rank's share into its slab (unless peers read its registered input), then word 0
-  // of its flag; every rank's share.
-  const bool inPlace = a.registered != nullptr;
-  std::byte* const* const sources = inPlace ? a.registered : a.directSlabs;
-  const std::size_t sourceAt = inPlace ? a.registeredOffset + begin * sizeof(T) : slab;
-  T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
-  if (!inPlace) {
-    T* const outs[1] = {mine};
-    const T* const from[1] = {static_cast<const T*>(a.input) + begin};
-    elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
-  }
-  barrierEveryRank(a, b, 0, call, &failed);
-  if (failed == 0) {
+  // A call larger than the blocks' slabs hold runs in rounds: round k takes the k-th grid's
+  // worth of the input, and counts as a call of its own (its parity picks the slab, its flags
+  // are raised to its count), so the slabs alternate from round to round as from call to call.
+  const std::size_t stride = per * gridDim.x;
+  const std::size_t rounds = a.count == 0 ? 1 : (a.count + stride - 1) / stride;
+  std::uint64_t call = first;
+  for (std::size_t round = 0; round < rounds && failed == 0; ++round, ++call) {
+    const std::size_t begin = round * stride + static_cast<std::size_t>(b) * per;
+    const std::size_t n = begin < a.count ? lesser(per, a.count - begin) : 0;
+    const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
+    T* const out = static_cast<T*>(a.output) + begin;
+    // 1. This rank's share into its slab (unless peers read its registered input), then word
+    // 0 of its flag; every rank's share.
+    const bool inPlace = a.registered != nullptr;
+    std::byte* const* const sources = inPlace ? a.registered : a.directSlabs;
+    const std::size_t sourceAt = inPlace ? a.registeredOffset + begin * sizeof(T) : slab;
+    T* mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
+    if (!inPlace) {
+      T* const outs[1] = {mine};
+      const T* const from[1] = {static_cast<const T*>(a.input) + begin};
+      elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
+    }
+    barrierEveryRank(a, b, 0, call, &failed);
+    if (failed != 0) break;
     if constexpr (!TwoShot) {
       T* const outs[1] = {out};
       sumInRankOrder<T, Op>(a, sources, sourceAt, 0, n, outs, 1, ins);
@@ -888,8 +895,10 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
         }
       }
     }
+    // The next round rewrites shared lists and slabs: every thread done with this one.
+    __syncthreads();
   }
-  if (threadIdx.x == 0) a.directCounts[b] = call;
+  if (threadIdx.x == 0) a.directCounts[b] = call - 1;
 }
 
 template <typename T>

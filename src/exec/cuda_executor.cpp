@@ -466,10 +466,6 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   if (Status e = asyncError(); !e) return e;
   const std::size_t bytes = b.count * sizeOf(b.type);
   if (bytes == 0) return {};
-  if (bytes > oneShotLimit()) {
-    return internalError("a direct all-reduce of " + std::to_string(bytes) +
-                         " bytes: more than its slabs hold");
-  }
   device::LaunchArgs a = baseArgs();
   a.input = b.input;
   a.output = b.output;
@@ -478,8 +474,9 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
     a.registered = peers->device;
     a.registeredOffset = offset;
   }
+  // A block per slab, as many as one round's slabs hold; larger calls run in rounds.
   const std::size_t slab = a.directSlabBytes;
-  const auto blocks = static_cast<int>((bytes + slab - 1) / slab);
+  const auto blocks = static_cast<int>(std::min((bytes + slab - 1) / slab, oneShotLimit() / slab));
   if (Status s = device::launchDirect(a, blocks, twoShot, b.type, b.op, stream); !s) return s;
   return recordLaunch(stream);
 }

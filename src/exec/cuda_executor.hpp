@@ -85,8 +85,9 @@ class CudaExecutor {
   Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
              void* stream);
   Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
-  // The largest all-reduce the one-shot kernel takes (bytes), and the call: every rank copies its
-  // input where peers read it, and every rank sums all of them in rank order.
+  // The bytes one round of the direct kernels holds (every block's slab); a larger call runs in
+  // rounds of that many. Every rank copies its input where peers read it, and every rank sums
+  // all of them in rank order (one-shot) or its piece of them (two-shot).
   std::size_t oneShotLimit() const;
   // Every rank's registered buffer (weftCommRegister), as this rank's kernels reach it: collective
   // over the bootstrap, each rank passing its own. Dropping the last reference unmaps them; the
@@ -94,7 +95,7 @@ class CudaExecutor {
   // in place (every rank learns it alike), direct() ignores them and the slabs serve.
   struct PeerInputs;
   Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
-  // A one-shot or two-shot all-reduce by the direct kernel, up to oneShotLimit() bytes. With
+  // A one-shot or two-shot all-reduce by the direct kernel, in rounds of oneShotLimit() bytes. With
   // `peers` (out of place): every rank reads every rank's input in place, `offset` bytes into
   // its registered buffer, instead of copying its own into the slabs.
   Status direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers = nullptr,

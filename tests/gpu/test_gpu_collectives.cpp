@@ -195,14 +195,15 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
     Streams streams(n);
     const DeviceMemory mem = deviceMemory(streams);
     for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
-      for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 20}) {
-        if (count * sizeOf(type) > (4u << 20)) continue;
+      // 1310731 floats: 2.5 rounds of the direct kernels' slabs at 8 ranks (16 blocks of 128
+      // KiB per round), 1.25 at 4 and 2, with a ragged last round.
+      for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 20, 1310731ul}) {
+        if (count * sizeOf(type) > (6u << 20)) continue;
         for (bool inPlace : {false, true}) {
           for (RedOp op : {RedOp::sum, RedOp::avg, RedOp::max}) {
-            // The direct kernels take up to 2 MiB at 8 ranks on the H200 (16 resident blocks
-            // per rank, 128 KiB each); larger calls run the schedule.
-            const bool viaKernel =
-                std::string(direct) != "0" && count * sizeOf(type) <= (std::size_t{2} << 20);
+            // The direct kernels run up to four rounds of their slabs (8 MiB at 8 ranks on the
+            // H200); larger calls run the schedule. Either way every rank holds the same bits.
+            const bool viaKernel = std::string(direct) != "0";
             const Case c{Collective::allReduce, type, op, count, inPlace, 0, viaKernel};
             const std::string err = runCase(comms, c, seed++, n, -1, &mem);
             ASSERT_EQ(err, "") << algo << ", WEFT_GPU_DIRECT=" << direct << " " << describe(c, n);

@@ -381,10 +381,10 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 
 // What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
 // the direct kernels up to their limit (one-shot to 64 KiB and at any size on 2 ranks, two-shot
-// beyond on 4 and 8); past it, the fastest measured on the H200 (docs/perf.md, 2026-11-30d):
-// ring at every rank count from 8 MB to 256 MB (two-shot 4-20 % slower once ring's forwarding
-// steps read each message once; the double binary tree, which the model priced ahead at 8 MB,
-// 1.1-2.1x slower).
+// beyond on 4 and 8), in rounds up to four of their slabs; past it, the fastest measured on the
+// H200 (docs/perf.md, 2026-11-30d): ring at every rank count (two-shot through the FIFOs 4-20 %
+// slower once ring's forwarding steps read each message once; the double binary tree, which the
+// model priced ahead at 8 MB, 1.1-2.1x slower).
 TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   auto planOf = [](weftComm_t h, std::size_t bytes) {
     char buf[128] = {};
@@ -403,7 +403,11 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
       EXPECT_EQ(planOf(h, bytes).rfind(n == 2 ? "oneshot/" : "twoshot/", 0), 0u)
           << n << " ranks, " << bytes << ": " << planOf(h, bytes);
     }
-    for (std::size_t mb : {8, 32, 256})
+    // Past one round of the slabs the direct kernels run in rounds (four at most: 16 MiB
+    // with the 4 MiB rounds planned before a device is set up); ring beyond.
+    EXPECT_EQ(planOf(h, std::size_t{8} << 20).rfind(n == 2 ? "oneshot/" : "twoshot/", 0), 0u)
+        << n << " ranks, 8 MB: " << planOf(h, std::size_t{8} << 20);
+    for (std::size_t mb : {32, 256})
       EXPECT_EQ(planOf(h, mb << 20), "ring/simple") << n << " ranks, " << mb << " MB";
   }
   // An algorithm forced by WEFT_ALGO stays forced at small sizes.
