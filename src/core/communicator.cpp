@@ -178,8 +178,8 @@ constexpr int kGpuTwoShotDirectRanks = 4;
 // 2) they run in rounds, up to this many: each round pays two flag round trips, where a
 // schedule through the FIFOs past the limit pays a whole pass of chained flags (8 ranks at 4
 // MB: 132 us in ring against 38.5 for the direct two-shot at 2 MB; docs/perf.md, 2026-11-30d).
-// Provisional: the crossover with ring is not measured yet.
-constexpr std::size_t kGpuDirectRounds = 4;
+// Provisional: the crossover with ring is not measured yet. WEFT_GPU_DIRECT=N overrides it.
+constexpr int kGpuDirectRounds = 4;
 // By default two-shot reads registered inputs in place at any rank count, one-shot up to this
 // many ranks: past them its extra barrier (every rank waits until all are done reading) cost
 // more than the copy it saves (8 ranks on the H200: 37 against 31 us at 128 KB, docs/perf.md).
@@ -694,9 +694,13 @@ Status Communicator::ensureGpu() {
   return {};
 }
 
+std::size_t Communicator::directRounds() const {
+  return static_cast<std::size_t>(config_.gpuDirect < 0 ? kGpuDirectRounds : config_.gpuDirect);
+}
+
 bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
                                       std::size_t bytes, std::size_t limit) const {
-  return coll == Collective::allReduce && config_.gpuDirect && bytes <= limit * kGpuDirectRounds &&
+  return coll == Collective::allReduce && bytes <= limit * directRounds() &&
          (algorithm == "oneshot" || algorithm == "twoshot");
 }
 
@@ -901,7 +905,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
       plan->protocol = e.protocol;
       plan->estimateUs = e.timeUs;
       plan->reason = "the direct " + std::string(direct) + " kernel up to " +
-                     std::to_string((directLimit * kGpuDirectRounds) >> 10) + " KiB on GPU; " +
+                     std::to_string((directLimit * directRounds()) >> 10) + " KiB on GPU; " +
                      plan->reason;
       break;
     }

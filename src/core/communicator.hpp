@@ -129,8 +129,10 @@ class Communicator {
   Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
   // The GPU tuner's plan for a call of `bytes` (made once per size).
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
+  // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).
+  std::size_t directRounds() const;
   // Whether a direct all-reduce kernel runs this call (no schedule, no protocol), given the
-  // most bytes its slabs take.
+  // bytes one round of its slabs takes.
   bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
                           std::size_t limit) const;
   // Whether that kernel reads registered inputs in place (WEFT_GPU_REGISTERED; every rank

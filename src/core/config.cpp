@@ -60,9 +60,9 @@ Result<Config> Config::fromEnvironment() {
     c.maxChannels = static_cast<int>(*x);
   }
   if (env("WEFT_GPU_DIRECT") != nullptr) {
-    auto x = number("WEFT_GPU_DIRECT", 0, 1);
+    auto x = number("WEFT_GPU_DIRECT", 0, 64);
     if (!x) return x.status();
-    c.gpuDirect = *x != 0;
+    c.gpuDirect = static_cast<int>(*x);
   }
   if (const char* v = env("WEFT_GPU_REGISTERED"); v != nullptr && std::string(v) != "auto") {
     auto x = number("WEFT_GPU_REGISTERED", 0, 1);

@@ -19,10 +19,11 @@ struct Config {
       "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
   int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
   int fifoSlots = 4;    // slots per connection
-  // WEFT_GPU_DIRECT (1, default / 0): a one-shot or two-shot all-reduce on GPU memory runs the
-  // direct kernel (peers read each other's copy of the input) instead of its schedule over the
-  // FIFOs.
-  bool gpuDirect = true;
+  // WEFT_GPU_DIRECT (0-64): a one-shot or two-shot all-reduce on GPU memory runs the direct
+  // kernel (peers read each other's copy of the input) instead of its schedule over the FIFOs,
+  // in up to this many rounds of its slabs (larger calls run the schedule); 0: never. -1 (the
+  // default): the measured choice (Communicator's kGpuDirectRounds).
+  int gpuDirect = -1;
   // WEFT_GPU_REGISTERED: whether the direct kernels read registered inputs in place. -1 (auto,
   // the default): where it measured faster (Communicator::readsRegisteredInPlace); 0: never (the
   // slabs); 1: wherever every rank's buffer is registered.

@@ -180,14 +180,14 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
 
 // One-shot and two-shot all-reduce both ways: the direct kernel (the default; each element
 // summed in rank order by one rank, so every rank holds the same bits, which is checked) and the
-// schedule through the FIFOs (WEFT_GPU_DIRECT=0); sizes up to the direct kernel's largest, in and
-// out of place.
+// schedule through the FIFOs (WEFT_GPU_DIRECT=0); sizes up to four rounds of the direct kernel's
+// slabs (WEFT_GPU_DIRECT=4), in and out of place.
 TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 501;
   for (const auto& [algo, direct] : std::vector<std::pair<const char*, const char*>>{
-           {"oneshot", "1"}, {"oneshot", "0"}, {"twoshot", "1"}, {"twoshot", "0"}}) {
+           {"oneshot", "4"}, {"oneshot", "0"}, {"twoshot", "4"}, {"twoshot", "0"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", algo);
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     std::vector<Comm> comms = threadRanks(n);
