@@ -198,7 +198,9 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
       // 1310731 floats: 2.5 rounds of the direct kernels' slabs at 8 ranks (16 blocks of 128
       // KiB per round), 1.25 at 4 and 2, with a ragged last round.
       for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 20, 1310731ul}) {
-        if (count * sizeOf(type) > (6u << 20)) continue;
+        // The rounds' case in two types only: in all four the 8-rank test did not finish in
+        // 207 s on the H200 (the four sizes before took 129).
+        if (count == 1310731ul && type != DataType::f32 && type != DataType::bf16) continue;
         for (bool inPlace : {false, true}) {
           for (RedOp op : {RedOp::sum, RedOp::avg, RedOp::max}) {
             // The direct kernels run up to four rounds of their slabs (8 MiB at 8 ranks on the
