@@ -22,8 +22,10 @@ namespace weft::test {
 namespace {
 
 // Ranks as threads share one CUDA context: give each stream its own hardware queue (CUDA's
-// default is 8) before CUDA starts, as weft-perf does (see Communicator::ensureGpu).
-[[maybe_unused]] const int kHardwareQueues = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+// default is 8) before CUDA starts, as weft-perf does (see Communicator::ensureGpu); a value the
+// user set stays. Whether this binary set it: the process tests' ranks drop it (runForked).
+const bool kSetHardwareQueues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr &&
+                                setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1) == 0;
 
 // Whether a GPU is usable, asked in a child so that this process does not initialize CUDA
 // before the process tests fork (a forked child cannot use its parent's CUDA).
@@ -671,6 +673,15 @@ class GpuProcesses : public ::testing::TestWithParam<int> {
   // Returns each rank's exit code; the forked pids in `pids`.
   static std::vector<int> runForked(int n, const std::vector<Case>& cases, std::uint64_t firstSeed,
                                     const std::string& label, std::vector<pid_t>* pids) {
+    // One rank per process needs no extra hardware queues, and under MPS all clients' queues
+    // come from one pool: at 32 each only 3 processes got a GPU on the H200 (cudaSetDevice: out
+    // of memory in the 4th). The parent has not started CUDA (SKIP_UNLESS_FORKABLE).
+    if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    struct Restore {
+      ~Restore() {
+        if (kSetHardwareQueues) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+      }
+    } restore;
     return forkRanks(
         n,
         [&](int r, Comm& comm) {
