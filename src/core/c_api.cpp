@@ -15,6 +15,7 @@
 
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/communicator.hpp"
+#include "src/exec/cuda_executor.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 #include "weft/weft.h"
@@ -64,6 +65,10 @@ struct Queued {
   weftComm* comm;
   std::optional<weft::Communicator::P2pOp> p2p;           // a send or receive, or
   std::function<weft::Status(weft::Communicator&)> coll;  // a collective
+  // The caller's CUDA device when it queued the call (-1: none): weftGroupEnd runs each
+  // communicator's part on a thread of its own, with that device current, as one thread
+  // driving ranks on several GPUs sets each rank's device before its calls.
+  int device = -1;
 };
 thread_local int gGroupDepth = 0;
 thread_local std::vector<Queued> gGroup;
@@ -78,7 +83,8 @@ template <typename Fn>
 weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
   if (gGroupDepth > 0) {
     if (!live(comm)) return invalid(std::string(what) + ": comm is not a live communicator");
-    gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn)});
+    gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn),
+                      weft::exec::currentDevice()});
     return weftSuccess;
   }
   return withComm(comm, what, fn);
@@ -393,7 +399,7 @@ weftResult_t pointToPoint(bool isSend, void* buf, size_t count, weftDataType_t d
     weft::Communicator::P2pOp op{isSend, peer, static_cast<std::byte*>(buf),
                                  count * weft::sizeOf(type), stream};
     if (gGroupDepth > 0) {
-      gGroup.push_back({comm, op, nullptr});
+      gGroup.push_back({comm, op, nullptr, weft::exec::currentDevice()});
       return weft::Status{};
     }
     return c.exchange({op});
@@ -447,6 +453,7 @@ weftResult_t weftGroupEnd(void) {
   std::vector<weft::Status> results(order.size());
   auto runOne = [&](std::size_t i) {
     weftComm* comm = order[i];
+    weft::exec::useDevice(byComm[comm].front()->device);
     std::vector<weft::Communicator::P2pOp> ops;
     for (const Queued* q : byComm[comm]) {
       if (q->p2p) ops.push_back(*q->p2p);
@@ -467,7 +474,9 @@ weftResult_t weftGroupEnd(void) {
     }
   };
   if (order.size() == 1) {
+    const int caller = weft::exec::currentDevice();
     runOne(0);
+    weft::exec::useDevice(caller);
   } else {
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < order.size(); ++i) threads.emplace_back(runOne, i);

@@ -679,9 +679,10 @@ Status Communicator::ensureGpu() {
   gpu_ = std::move(*gpu);
   // Ranks that are threads of one process and share a GPU run kernels that wait on each other
   // from streams of one CUDA context. Beyond CUDA_DEVICE_MAX_CONNECTIONS streams (8 unless set)
-  // streams share hardware queues, and a rank's kernel queued behind a peer's next call (which
-  // waits for that peer's current kernel, which waits for this rank) never starts: a spurious
-  // timeout. 32 queues, set before CUDA starts, give each of up to 32 streams its own.
+  // streams share hardware queues, where a rank's kernel queued behind a peer's next call
+  // (which waits for that peer's current kernel, which waits for this rank) could never start:
+  // the suspected cause of a timeout seen once on 8 such ranks (docs/perf.md, 2026-11-30d). 32
+  // queues, set before CUDA starts, give each of up to 32 streams its own.
   static std::atomic<bool> warned{false};
   if (gpu_->threadsOnDevice() > 1 && config_.cudaMaxConnections < 32 && !warned.exchange(true)) {
     std::fprintf(stderr,
@@ -878,7 +879,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     // The double binary tree and recursive halving-doubling ran 1.1-2.1x slower than ring on
     // the H200 at 4-32 MB where the model put them ahead (4 and 8 ranks, 2026-11-30d;
     // docs/perf.md): their device costs are not modelled, so only WEFT_ALGO picks them there.
-    options.unpriced = {"dbtree", "rhd"};
+    options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
     gpuTuner_ = std::make_unique<algo::Tuner>(
         sameDeviceRankGraph(size_, channels, config_.gpuSlotBytes), options);
   }

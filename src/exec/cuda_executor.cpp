@@ -138,6 +138,21 @@ bool isDevicePointer(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
 }
 
+int currentDevice() {
+  int device = -1;
+  if (!driverLoaded()) return -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+void useDevice(int device) {
+  if (device < 0) return;
+  if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+}
+
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
                                                            boot::Bootstrap& bootstrap) {
   std::unique_ptr<CudaExecutor> x(new CudaExecutor());

@@ -34,6 +34,11 @@ bool cudaBuilt();
 // that has not loaded the driver (so host-only programs, and their forks, stay CUDA-free).
 bool isDevicePointer(const void* p);
 
+// The calling thread's current CUDA device, or -1 where the driver is not loaded (never
+// initializes CUDA, as above); and making a device current (nothing for -1).
+int currentDevice();
+void useDevice(int device);
+
 struct GpuOptions {
   // Thread blocks per call at most; 0: the largest power of two at most kMaxAutoChannels and
   // at most a device's SMs divided among the ranks sharing it.

@@ -15,6 +15,12 @@ bool isDevicePointer(const void*) {
   return false;
 }
 
+int currentDevice() {
+  return -1;
+}
+
+void useDevice(int) {}
+
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions&, boot::Bootstrap&) {
   return Status(Code::unsupported, "this build has no CUDA (build with nvcc present)");
 }

@@ -8,8 +8,10 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
 #include <thread>
 
 #include "algorithms/algorithm.hpp"
@@ -20,8 +22,10 @@ namespace weft::test {
 namespace {
 
 // Ranks as threads share one CUDA context: give each stream its own hardware queue (CUDA's
-// default is 8) before CUDA starts, as weft-perf does (see Communicator::ensureGpu).
-[[maybe_unused]] const int kHardwareQueues = setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+// default is 8) before CUDA starts, as weft-perf does (see Communicator::ensureGpu); a value the
+// user set stays. Whether this binary set it: the process tests' ranks drop it (runForked).
+const bool kSetHardwareQueues = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS") == nullptr &&
+                                setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1) == 0;
 
 // Whether a GPU is usable, asked in a child so that this process does not initialize CUDA
 // before the process tests fork (a forked child cannot use its parent's CUDA).
@@ -130,8 +134,32 @@ TEST_P(GpuThreads, EveryCollectiveTypeOpAndSize) {
   EXPECT_NE(comms[0].summary().find("cuda_ipc"), std::string::npos) << comms[0].summary();
 }
 
-// Every algorithm and protocol forced, for each collective it implements: the four dtypes the
-// GPU path serves most, sizes from one element to beyond many slots, in and out of place.
+// The cases of one forced algorithm: every collective it builds at n ranks, the four dtypes the
+// GPU path serves most, from one element to beyond many slots (300001 elements in the `large`
+// dtypes only), in and out of place. Case k's root (and what the run checks it with) comes from
+// seed + k; `seed` ends past the last case.
+std::vector<Case> forcedCases(const algo::Algorithm& a, int n, std::uint64_t& seed,
+                              std::initializer_list<DataType> large) {
+  std::vector<Case> cases;
+  for (Collective coll : kCollectives) {
+    algo::Params params;
+    params.groupSize = n;
+    if (!a.supports(coll) || !a.build(coll, n, params)) continue;
+    for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
+      for (std::size_t count : {1ul, 4099ul, 300001ul}) {
+        if (count > 4099 && std::find(large.begin(), large.end(), type) == large.end()) continue;
+        for (bool inPlace : {false, true}) {
+          const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
+          const int root = static_cast<int>(seed++ % static_cast<std::uint64_t>(n));
+          cases.push_back({coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+// Every algorithm and protocol forced, for each collective it implements (forcedCases).
 TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
@@ -142,37 +170,22 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
     for (const char* proto : {"ll", "simple"}) {
       const std::string pair = std::string(a->name()) + "/" + proto;
       // A pair left out still takes its seeds, so the others' cases stay as in the full run.
+      const std::uint64_t first = seed;
+      const std::vector<Case> cases = forcedCases(*a, n, seed, {DataType::f32, DataType::bf16});
       const bool wanted =
           only == nullptr ||
           (" " + std::string(only) + " ").find(" " + pair + " ") != std::string::npos;
+      if (!wanted || cases.empty()) continue;
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
       ScopedEnv protoEnv("WEFT_PROTO", proto);
-      std::vector<Comm> comms;
       Streams streams(n);
       const DeviceMemory mem = deviceMemory(streams);
-      for (Collective coll : kCollectives) {
-        algo::Params params;
-        params.groupSize = n;
-        if (!a->supports(coll) || !a->build(coll, n, params)) continue;
-        if (wanted && comms.empty()) comms = threadRanks(n);
-        ASSERT_EQ(comms.size(), static_cast<std::size_t>(wanted ? n : 0));
-        for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
-          for (std::size_t count : {1ul, 4099ul, 300001ul}) {
-            if (count > 4099 && type != DataType::f32 && type != DataType::bf16) continue;
-            for (bool inPlace : {false, true}) {
-              if (!wanted) {
-                ++seed;
-                continue;
-              }
-              const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
-              const int root = static_cast<int>(seed % static_cast<std::uint64_t>(n));
-              const Case c{coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root};
-              const std::string err = runCase(comms, c, seed++, n, -1, &mem);
-              EXPECT_EQ(err, "") << a->name() << "/" << proto << " " << describe(c, n);
-              if (!err.empty()) return;
-            }
-          }
-        }
+      std::vector<Comm> comms = threadRanks(n);
+      ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+      for (std::size_t k = 0; k < cases.size(); ++k) {
+        const std::string err = runCase(comms, cases[k], first + k, n, -1, &mem);
+        EXPECT_EQ(err, "") << pair << " " << describe(cases[k], n);
+        if (!err.empty()) return;
       }
     }
   }
@@ -663,6 +676,15 @@ class GpuProcesses : public ::testing::TestWithParam<int> {
   // Returns each rank's exit code; the forked pids in `pids`.
   static std::vector<int> runForked(int n, const std::vector<Case>& cases, std::uint64_t firstSeed,
                                     const std::string& label, std::vector<pid_t>* pids) {
+    // One rank per process needs no extra hardware queues, and under MPS all clients' queues
+    // come from one pool: at 32 each only 3 processes got a GPU on the H200 (cudaSetDevice: out
+    // of memory in the 4th). The parent has not started CUDA (SKIP_UNLESS_FORKABLE).
+    if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    struct Restore {
+      ~Restore() {
+        if (kSetHardwareQueues) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+      }
+    } restore;
     return forkRanks(
         n,
         [&](int r, Comm& comm) {
@@ -730,24 +752,8 @@ TEST_P(GpuProcesses, EveryAlgorithmAndProtocolForced) {
   const int n = GetParam();
   std::uint64_t first = 13;
   for (const algo::Algorithm* a : algo::algorithms()) {
-    std::vector<Case> cases;
     std::uint64_t seed = first;
-    for (Collective coll : kCollectives) {
-      algo::Params params;
-      params.groupSize = n;
-      if (!a->supports(coll) || !a->build(coll, n, params)) continue;
-      for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
-        for (std::size_t count : {1ul, 4099ul, 300001ul}) {
-          if (count > 4099 && type != DataType::f32) continue;
-          for (bool inPlace : {false, true}) {
-            const RedOp op = type == DataType::bf16 ? RedOp::max : RedOp::sum;
-            const int root = static_cast<int>(seed++ % static_cast<std::uint64_t>(n));
-            cases.push_back(
-                {coll, type, isReduction(coll) ? op : RedOp::sum, count, inPlace, root});
-          }
-        }
-      }
-    }
+    const std::vector<Case> cases = forcedCases(*a, n, seed, {DataType::f32});
     if (cases.empty()) continue;
     for (const char* proto : {"ll", "simple"}) {
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
