@@ -171,15 +171,23 @@ namespace {
 constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
 constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
 // The direct all-reduce kernels: one-shot up to this many bytes, and at any size below
-// kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md).
+// kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md: at 4 ranks
+// one-shot was 7-23 % faster than two-shot from 64 KB to 64 MB, 2026-11-30e; at 8 ranks
+// two-shot from 2 MB on, 8 % at 16 MB, and the two alike below).
 constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
-constexpr int kGpuTwoShotDirectRanks = 4;
-// Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 4, 8 MB on
-// 2) they run in rounds, up to this many: each round pays two flag round trips, where a
-// schedule through the FIFOs past the limit pays a whole pass of chained flags (8 ranks at 4
-// MB: 132 us in ring against 38.5 for the direct two-shot at 2 MB; docs/perf.md, 2026-11-30d).
-// Provisional: the crossover with ring is not measured yet. WEFT_GPU_DIRECT=N overrides it.
-constexpr int kGpuDirectRounds = 4;
+constexpr int kGpuTwoShotDirectRanks = 5;
+// Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 2 and 4)
+// they run in rounds, up to this many by rank count (the larger measured count's for those
+// between): each round pays two flag round trips, where ring pays a pass of chained flags and
+// traffic through the FIFO slots. Ranks sharing one H200 (docs/perf.md, 2026-11-30e): on 2
+// ranks one-shot beat ring to 16 MB (48 against 51 us) and lost from 32 MB (90 against 83); on
+// 4 one-shot beat ring by 13-22 % to 64 MB, on 8 two-shot beat ring by 7-8 % to 128 MB (64
+// rounds), as far as measured. WEFT_GPU_DIRECT=N overrides it.
+int directRoundsFor(int nranks) {
+  if (nranks <= 2) return 4;
+  if (nranks <= 4) return 16;
+  return 64;
+}
 // By default two-shot reads registered inputs in place at any rank count, one-shot up to this
 // many ranks: past them its extra barrier (every rank waits until all are done reading) cost
 // more than the copy it saves (8 ranks on the H200: 37 against 31 us at 128 KB, docs/perf.md).
@@ -696,7 +704,8 @@ Status Communicator::ensureGpu() {
 }
 
 std::size_t Communicator::directRounds() const {
-  return static_cast<std::size_t>(config_.gpuDirect < 0 ? kGpuDirectRounds : config_.gpuDirect);
+  return static_cast<std::size_t>(config_.gpuDirect < 0 ? directRoundsFor(size_)
+                                                        : config_.gpuDirect);
 }
 
 bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
@@ -887,12 +896,13 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
   auto plan = gpuTuner_->plan(coll, bytes);
   if (!plan) return plan;
-  // Up to the direct kernels' limit an all-reduce's slabs stay in L2, where the model's memory
-  // traffic does not apply, and the direct kernels beat every schedule through the FIFOs (4-6x
-  // at 2 MB). Between them (H200, device-scope flags, docs/perf.md): one-shot's single flag
-  // round trip wins small calls at every rank count, and up to the limit at 2 ranks; from
-  // 128 KB on 4 and 8 ranks two-shot's smaller traffic wins (8 ranks at 2 MB: 40 against 48 us,
-  // 34 against 49 on registered inputs).
+  // Up to one round of the direct kernels' slabs an all-reduce's slabs stay in L2, where the
+  // model's memory traffic does not apply, and the direct kernels beat every schedule through
+  // the FIFOs (4-6x at 2 MB); in rounds they stay ahead of ring to the rounds' limit
+  // (directRoundsFor). Between them (H200, device-scope flags, docs/perf.md): one-shot's single
+  // flag round trip wins small calls at every rank count, and every size to 4 ranks; on 8 ranks
+  // two-shot's smaller traffic wins from 2 MB (40 against 48 us, 34 against 49 on registered
+  // inputs).
   const std::size_t directLimit =
       gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
   const char* direct =

@@ -22,7 +22,7 @@ struct Config {
   // WEFT_GPU_DIRECT (0-64): a one-shot or two-shot all-reduce on GPU memory runs the direct
   // kernel (peers read each other's copy of the input) instead of its schedule over the FIFOs,
   // in up to this many rounds of its slabs (larger calls run the schedule); 0: never. -1 (the
-  // default): the measured choice (Communicator's kGpuDirectRounds).
+  // default): the measured choice by rank count (directRoundsFor in communicator.cpp).
   int gpuDirect = -1;
   // WEFT_GPU_REGISTERED: whether the direct kernels read registered inputs in place. -1 (auto,
   // the default): where it measured faster (Communicator::readsRegisteredInPlace); 0: never (the

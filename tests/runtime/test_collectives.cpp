@@ -380,11 +380,12 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 }
 
 // What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
-// the direct kernels up to their limit (one-shot to 64 KiB and at any size on 2 ranks, two-shot
-// beyond on 4 and 8), in rounds up to four of their slabs; past it, the fastest measured on the
-// H200 (docs/perf.md, 2026-11-30d): ring at every rank count (two-shot through the FIFOs 4-20 %
-// slower once ring's forwarding steps read each message once; the double binary tree, which the
-// model priced ahead at 8 MB, 1.1-2.1x slower).
+// the direct kernels (one-shot to 64 KiB, and at any size to 4 ranks; two-shot beyond on 8), in
+// rounds of their slabs up to a limit by rank count (4 on 2 ranks, 16 on 4, 64 on 8); past it,
+// the fastest measured on the H200 (docs/perf.md, 2026-11-30d and e): ring (two-shot through
+// the FIFOs 4-20 % slower once ring's forwarding steps read each message once; the double
+// binary tree, which the model priced ahead at 8 MB, 1.1-2.1x slower). Before a device is set
+// up the plans take 4 MiB rounds.
 TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   auto planOf = [](weftComm_t h, std::size_t bytes) {
     char buf[128] = {};
@@ -393,22 +394,25 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
               weftSuccess);
     return std::string(buf);
   };
-  for (int n : {2, 4, 8}) {
-    std::vector<Comm> comms = makeComms(n);
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  struct Expect {
+    int n;
+    std::vector<std::size_t> oneShot, twoShot, ring;
+  };
+  const std::vector<Expect> expects = {
+      {2, {8, 64 << 10, 2 * kMiB, 16 * kMiB}, {}, {32 * kMiB, 256 * kMiB}},
+      {4, {8, 64 << 10, 2 * kMiB, 64 * kMiB}, {}, {128 * kMiB, 256 * kMiB}},
+      {8, {8, 64 << 10}, {128 << 10, 2 * kMiB, 8 * kMiB, 256 * kMiB}, {512 * kMiB}},
+  };
+  for (const Expect& e : expects) {
+    std::vector<Comm> comms = makeComms(e.n);
     weftComm_t h = comms[0].handle();
-    // The direct kernels: one-shot up to 64 KiB, and at any size on 2 ranks; two-shot beyond.
-    for (std::size_t bytes : {std::size_t{8}, std::size_t{64} << 10})
-      EXPECT_EQ(planOf(h, bytes).rfind("oneshot/", 0), 0u) << n << " ranks, " << bytes;
-    for (std::size_t bytes : {std::size_t{128} << 10, std::size_t{2} << 20}) {
-      EXPECT_EQ(planOf(h, bytes).rfind(n == 2 ? "oneshot/" : "twoshot/", 0), 0u)
-          << n << " ranks, " << bytes << ": " << planOf(h, bytes);
-    }
-    // Past one round of the slabs the direct kernels run in rounds (four at most: 16 MiB
-    // with the 4 MiB rounds planned before a device is set up); ring beyond.
-    EXPECT_EQ(planOf(h, std::size_t{8} << 20).rfind(n == 2 ? "oneshot/" : "twoshot/", 0), 0u)
-        << n << " ranks, 8 MB: " << planOf(h, std::size_t{8} << 20);
-    for (std::size_t mb : {32, 256})
-      EXPECT_EQ(planOf(h, mb << 20), "ring/simple") << n << " ranks, " << mb << " MB";
+    for (std::size_t bytes : e.oneShot)
+      EXPECT_EQ(planOf(h, bytes).rfind("oneshot/", 0), 0u) << e.n << " ranks, " << bytes;
+    for (std::size_t bytes : e.twoShot)
+      EXPECT_EQ(planOf(h, bytes).rfind("twoshot/", 0), 0u) << e.n << " ranks, " << bytes;
+    for (std::size_t bytes : e.ring)
+      EXPECT_EQ(planOf(h, bytes), "ring/simple") << e.n << " ranks, " << bytes;
   }
   // An algorithm forced by WEFT_ALGO stays forced at small sizes.
   setenv("WEFT_ALGO", "twoshot", 1);
