@@ -1,0 +1,728 @@
+// libweft_nccl.so: NCCL's C API (the nccl.h of NCCL 2.28) over weft, so a program built against
+// nccl.h (PyTorch's ProcessGroupNCCL, nccl-tests) runs on weft unchanged: its SONAME is
+// libnccl.so.2, every pncclX is the function and ncclX a weak alias of it (as NCCL exports
+// them, so a profiler may interpose either). What weft does not do yet returns ncclInvalidUsage
+// with a message naming the function (ncclGetLastError), never a silent success.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/weft.h"
+
+// The communicator NCCL's handle points at: weft's, and how it came to be.
+struct ncclComm {
+  weftComm_t weft = nullptr;
+  int device = -1;  // the CUDA device current at init (NCCL binds a communicator to it)
+  // Non-blocking init (ncclConfig_t::blocking = 0): ncclInProgress until the thread is done.
+  std::atomic<int> state{ncclSuccess};
+  std::thread init;
+  std::string initError;
+};
+
+namespace {
+
+// ncclGetLastError's text: the last failure of this process (NCCL keeps one per process).
+std::mutex gErrorMutex;
+std::string gError;
+
+void remember(const std::string& message) {
+  std::lock_guard<std::mutex> lock(gErrorMutex);
+  gError = message;
+}
+
+ncclResult_t fromWeft(weftResult_t r) {
+  switch (r) {
+    case weftSuccess:
+      return ncclSuccess;
+    case weftInvalidArgument:
+      return ncclInvalidArgument;
+    case weftInvalidUsage:
+    case weftUnsupported:
+      return ncclInvalidUsage;
+    case weftSystemError:
+      return ncclSystemError;
+    case weftRemoteError:
+    case weftTimeout:  // a peer that never answered: what NCCL reports as a remote failure
+      return ncclRemoteError;
+    case weftInProgress:
+      return ncclInProgress;
+    default:
+      return ncclInternalError;
+  }
+}
+
+// Passes a weft result through, keeping its message for ncclGetLastError.
+ncclResult_t check(weftResult_t r, const char* function) {
+  if (r != weftSuccess) remember(std::string(function) + ": " + weftGetLastError());
+  return fromWeft(r);
+}
+
+ncclResult_t refuse(ncclResult_t code, const std::string& message) {
+  remember(message);
+  return code;
+}
+
+ncclResult_t unsupported(const char* function, const char* why) {
+  return refuse(ncclInvalidUsage,
+                std::string(function) + " is not supported by weft's NCCL interface yet: " + why);
+}
+
+bool typeOf(ncclDataType_t t, weftDataType_t* out) {
+  switch (t) {
+    case ncclInt8:
+      *out = weftInt8;
+      return true;
+    case ncclUint8:
+      *out = weftUint8;
+      return true;
+    case ncclInt32:
+      *out = weftInt32;
+      return true;
+    case ncclUint32:
+      *out = weftUint32;
+      return true;
+    case ncclInt64:
+      *out = weftInt64;
+      return true;
+    case ncclUint64:
+      *out = weftUint64;
+      return true;
+    case ncclFloat16:
+      *out = weftFloat16;
+      return true;
+    case ncclFloat32:
+      *out = weftFloat32;
+      return true;
+    case ncclFloat64:
+      *out = weftFloat64;
+      return true;
+    case ncclBfloat16:
+      *out = weftBfloat16;
+      return true;
+    case ncclFloat8e4m3:
+      *out = weftFloat8e4m3;
+      return true;
+    case ncclFloat8e5m2:
+      *out = weftFloat8e5m2;
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool opOf(ncclRedOp_t op, weftRedOp_t* out) {
+  switch (op) {
+    case ncclSum:
+      *out = weftSum;
+      return true;
+    case ncclProd:
+      *out = weftProd;
+      return true;
+    case ncclMin:
+      *out = weftMin;
+      return true;
+    case ncclMax:
+      *out = weftMax;
+      return true;
+    case ncclAvg:
+      *out = weftAvg;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The communicator behind a handle once its init is done: null (with the error set) if the
+// handle is null, still initializing, or failed to.
+weftComm_t ready(ncclComm_t comm, const char* function, ncclResult_t* err) {
+  if (comm == nullptr) {
+    *err = refuse(ncclInvalidArgument, std::string(function) + ": comm is NULL");
+    return nullptr;
+  }
+  const int state = comm->state.load();
+  if (state == ncclInProgress) {
+    *err = refuse(ncclInProgress, std::string(function) +
+                                      ": the communicator is still being "
+                                      "initialized (ncclCommGetAsyncError)");
+    return nullptr;
+  }
+  if (comm->weft == nullptr) {
+    *err = refuse(state != ncclSuccess ? static_cast<ncclResult_t>(state) : ncclInvalidUsage,
+                  std::string(function) + ": the communicator's init failed: " + comm->initError);
+    return nullptr;
+  }
+  return comm->weft;
+}
+
+// The collective's arguments in weft's terms; false with the error set when one is bad.
+bool prepare(ncclComm_t comm, ncclDataType_t type, const char* function, weftComm_t* w,
+             weftDataType_t* t, ncclResult_t* err) {
+  *w = ready(comm, function, err);
+  if (*w == nullptr) return false;
+  if (!typeOf(type, t)) {
+    *err = refuse(ncclInvalidArgument,
+                  std::string(function) + ": invalid datatype " + std::to_string(type));
+    return false;
+  }
+  return true;
+}
+
+bool reduction(ncclRedOp_t op, const char* function, weftRedOp_t* o, ncclResult_t* err) {
+  if (opOf(op, o)) return true;
+  *err = refuse(ncclInvalidArgument,
+                std::string(function) + ": invalid reduction operation " + std::to_string(op));
+  return false;
+}
+
+// Checks a config by its size, magic and version fields, as NCCL does; fills `blocking`.
+ncclResult_t readConfig(const ncclConfig_t* config, const char* function, bool* blocking) {
+  *blocking = true;
+  if (config == nullptr) return ncclSuccess;
+  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int))
+    return refuse(ncclInvalidArgument,
+                  std::string(function) + ": the config was not made with NCCL_CONFIG_INITIALIZER");
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) *blocking = config->blocking != 0;
+  return ncclSuccess;
+}
+
+ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config, const char* function) {
+  static_assert(sizeof(ncclUniqueId) == sizeof(weftUniqueId), "unique ids of one size");
+  if (out == nullptr) return refuse(ncclInvalidArgument, std::string(function) + ": comm is NULL");
+  bool blocking = true;
+  if (ncclResult_t r = readConfig(config, function, &blocking); r != ncclSuccess) return r;
+  auto* c = new ncclComm();
+  if (cudaGetDevice(&c->device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    c->device = -1;
+  }
+  weftUniqueId wid;
+  std::memcpy(&wid, &id, sizeof wid);
+  auto join = [c, nranks, wid, rank, function] {
+    // The init thread works on the caller's device, as every later call will.
+    if (c->device >= 0) (void)cudaSetDevice(c->device);
+    const weftResult_t r = weftCommInitRank(&c->weft, nranks, wid, rank);
+    if (r != weftSuccess) {
+      c->initError = weftGetLastError();
+      remember(std::string(function) + ": " + c->initError);
+    }
+    c->state.store(fromWeft(r));
+  };
+  *out = c;
+  if (blocking) {
+    join();
+    if (c->weft == nullptr) {
+      const auto r = static_cast<ncclResult_t>(c->state.load());
+      delete c;
+      *out = nullptr;
+      return r;
+    }
+    return ncclSuccess;
+  }
+  c->state.store(ncclInProgress);
+  c->init = std::thread(join);
+  return ncclInProgress;
+}
+
+// Runs `call` with the communicator's device current (NCCL does its work there), restoring
+// the caller's.
+template <typename Call>
+weftResult_t onDevice(ncclComm_t comm, Call call) {
+  int current = -1;
+  const bool switched = comm->device >= 0 && cudaGetDevice(&current) == cudaSuccess &&
+                        current != comm->device && cudaSetDevice(comm->device) == cudaSuccess;
+  (void)cudaGetLastError();
+  const weftResult_t r = call();
+  if (switched) (void)cudaSetDevice(current);
+  return r;
+}
+
+}  // namespace
+
+// pnccl* are the functions; nccl* weak aliases of them.
+#define WEFT_NCCL_ALIAS(name) __attribute__((weak, alias("p" #name)))
+
+extern "C" {
+
+ncclResult_t pncclGetVersion(int* version) {
+  if (version == nullptr) return refuse(ncclInvalidArgument, "ncclGetVersion: version is NULL");
+  // NCCL 2.28's code, so frameworks' version gates take the paths of this API, plus weft's own
+  // patch level.
+  *version = NCCL_VERSION(2, 28, WEFT_VERSION_PATCH);
+  return ncclSuccess;
+}
+
+const char* pncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+      return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+      return "internal error - please report this issue to the weft developers";
+    case ncclInvalidArgument:
+      return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+      return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
+  }
+}
+
+const char* pncclGetLastError(ncclComm_t) {
+  // A copy per thread, so the pointer stays valid while other threads fail.
+  thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(gErrorMutex);
+  copy = gError;
+  return copy.c_str();
+}
+
+ncclResult_t pncclGetUniqueId(ncclUniqueId* uniqueId) {
+  if (uniqueId == nullptr) return refuse(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  weftUniqueId id;
+  const weftResult_t r = weftGetUniqueId(&id);
+  if (r == weftSuccess) std::memcpy(uniqueId, &id, sizeof id);
+  return check(r, "ncclGetUniqueId");
+}
+
+ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  return initRank(comm, nranks, commId, rank, nullptr, "ncclCommInitRank");
+}
+
+ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                     ncclConfig_t* config) {
+  return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
+}
+
+ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                       ncclUniqueId* commIds, ncclConfig_t* config) {
+  // Several ids spread NCCL's bootstrap; weft's rendezvous needs one: the first.
+  if (nId < 1 || commIds == nullptr)
+    return refuse(ncclInvalidArgument, "ncclCommInitRankScalable: no unique id given");
+  return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
+}
+
+ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr || ndev < 1)
+    return refuse(ncclInvalidArgument, "ncclCommInitAll: comms is NULL or ndev < 1");
+  if (ndev > 1)
+    return unsupported("ncclCommInitAll",
+                       "several ranks driven from one thread (weft's ranks in one process each "
+                       "need their own thread: use ncclCommInitRank from one thread per rank)");
+  int device = devlist != nullptr ? devlist[0] : 0;
+  int current = -1;
+  (void)cudaGetDevice(&current);
+  if (cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return refuse(ncclInvalidArgument, "ncclCommInitAll: no CUDA device " + std::to_string(device));
+  }
+  ncclUniqueId id;
+  ncclResult_t r = pncclGetUniqueId(&id);
+  if (r == ncclSuccess) r = initRank(&comms[0], 1, id, 0, nullptr, "ncclCommInitAll");
+  if (current >= 0) (void)cudaSetDevice(current);
+  return r;
+}
+
+ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                            ncclConfig_t* config) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w = ready(comm, "ncclCommSplit", &err);
+  if (w == nullptr) return err;
+  if (newcomm == nullptr) return refuse(ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
+  bool blocking = true;
+  if (ncclResult_t r = readConfig(config, "ncclCommSplit", &blocking); r != ncclSuccess) return r;
+  // A split is collective and quick: done before returning even where non-blocking was asked.
+  weftComm_t child = nullptr;
+  const weftResult_t r =
+      weftCommSplit(w, color == NCCL_SPLIT_NOCOLOR ? WEFT_SPLIT_NOCOLOR : color, key, &child);
+  if (r != weftSuccess) return check(r, "ncclCommSplit");
+  if (child == nullptr) {
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  auto* c = new ncclComm();
+  c->weft = child;
+  c->device = comm->device;
+  *newcomm = c;
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  // weft's calls need no flushing beyond their streams: the communicator stays usable for
+  // destroy. A non-blocking init still running is waited for.
+  if (comm == nullptr) return refuse(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+  if (comm->init.joinable()) comm->init.join();
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  if (comm->init.joinable()) comm->init.join();
+  const weftResult_t r = comm->weft != nullptr ? weftCommDestroy(comm->weft) : weftSuccess;
+  delete comm;
+  return check(r, "ncclCommDestroy");
+}
+
+ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  if (comm->init.joinable()) comm->init.join();
+  weftResult_t r = weftSuccess;
+  if (comm->weft != nullptr) {
+    r = weftCommAbort(comm->weft);
+    if (r == weftSuccess) r = weftCommDestroy(comm->weft);
+  }
+  delete comm;
+  return check(r, "ncclCommAbort");
+}
+
+ncclResult_t pncclCommRevoke(ncclComm_t, int) {
+  return unsupported("ncclCommRevoke", "use ncclCommAbort");
+}
+
+ncclResult_t pncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
+  return unsupported("ncclCommShrink",
+                     "use ncclCommSplit with the excluded ranks' color "
+                     "NCCL_SPLIT_NOCOLOR");
+}
+
+ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || asyncError == nullptr)
+    return refuse(ncclInvalidArgument, "ncclCommGetAsyncError: comm or asyncError is NULL");
+  const int state = comm->state.load();
+  if (state != ncclSuccess || comm->weft == nullptr) {
+    *asyncError = static_cast<ncclResult_t>(state);
+    return ncclSuccess;
+  }
+  weftResult_t async = weftSuccess;
+  const weftResult_t r = weftCommGetAsyncError(comm->weft, &async);
+  if (r != weftSuccess) return check(r, "ncclCommGetAsyncError");
+  if (async != weftSuccess) remember(std::string("async error: ") + weftGetLastError());
+  *asyncError = fromWeft(async);
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w = ready(comm, "ncclCommCount", &err);
+  return w == nullptr ? err : check(weftCommCount(w, count), "ncclCommCount");
+}
+
+ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+  if (comm == nullptr || device == nullptr)
+    return refuse(ncclInvalidArgument, "ncclCommCuDevice: comm or device is NULL");
+  *device = comm->device;
+  return ncclSuccess;
+}
+
+ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w = ready(comm, "ncclCommUserRank", &err);
+  return w == nullptr ? err : check(weftCommUserRank(w, rank), "ncclCommUserRank");
+}
+
+ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w = ready(comm, "ncclCommRegister", &err);
+  if (w == nullptr) return err;
+  return check(onDevice(comm, [&] { return weftCommRegister(w, buff, size, handle); }),
+               "ncclCommRegister");
+}
+
+ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w = ready(comm, "ncclCommDeregister", &err);
+  return w == nullptr ? err : check(weftCommDeregister(w, handle), "ncclCommDeregister");
+}
+
+ncclResult_t pncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int) {
+  return unsupported("ncclCommWindowRegister", "symmetric windows (use ncclCommRegister)");
+}
+
+ncclResult_t pncclCommWindowDeregister(ncclComm_t, ncclWindow_t) {
+  return unsupported("ncclCommWindowDeregister", "symmetric windows (use ncclCommDeregister)");
+}
+
+ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return refuse(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
+  if (cudaError_t e = cudaMalloc(ptr, size); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return refuse(ncclUnhandledCudaError,
+                  std::string("ncclMemAlloc: cudaMalloc failed: ") + cudaGetErrorString(e));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t pncclMemFree(void* ptr) {
+  if (cudaError_t e = cudaFree(ptr); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return refuse(ncclUnhandledCudaError,
+                  std::string("ncclMemFree: cudaFree failed: ") + cudaGetErrorString(e));
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
+                                       ncclComm_t) {
+  return unsupported("ncclRedOpCreatePreMulSum", "scale the input, then ncclSum");
+}
+
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t) {
+  // Only ops ncclRedOpCreatePreMulSum made can be destroyed, and it makes none yet.
+  return refuse(ncclInvalidArgument,
+                "ncclRedOpDestroy: op " + std::to_string(op) + " was not created by this library");
+}
+
+ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                            cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  weftRedOp_t o;
+  if (!prepare(comm, datatype, "ncclAllReduce", &w, &t, &err) ||
+      !reduction(op, "ncclAllReduce", &o, &err))
+    return err;
+  return check(
+      onDevice(comm, [&] { return weftAllReduce(sendbuff, recvbuff, count, t, o, w, stream); }),
+      "ncclAllReduce");
+}
+
+ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclAllGather", &w, &t, &err)) return err;
+  return check(
+      onDevice(comm, [&] { return weftAllGather(sendbuff, recvbuff, sendcount, t, w, stream); }),
+      "ncclAllGather");
+}
+
+ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  weftRedOp_t o;
+  if (!prepare(comm, datatype, "ncclReduceScatter", &w, &t, &err) ||
+      !reduction(op, "ncclReduceScatter", &o, &err))
+    return err;
+  return check(
+      onDevice(comm,
+               [&] { return weftReduceScatter(sendbuff, recvbuff, recvcount, t, o, w, stream); }),
+      "ncclReduceScatter");
+}
+
+ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                            ncclDataType_t datatype, int root, ncclComm_t comm,
+                            cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclBroadcast", &w, &t, &err)) return err;
+  return check(
+      onDevice(comm, [&] { return weftBroadcast(sendbuff, recvbuff, count, t, root, w, stream); }),
+      "ncclBroadcast");
+}
+
+ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                        ncclComm_t comm, cudaStream_t stream) {
+  return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+                         cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  weftRedOp_t o;
+  if (!prepare(comm, datatype, "ncclReduce", &w, &t, &err) ||
+      !reduction(op, "ncclReduce", &o, &err))
+    return err;
+  return check(
+      onDevice(comm, [&] { return weftReduce(sendbuff, recvbuff, count, t, o, root, w, stream); }),
+      "ncclReduce");
+}
+
+ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclAlltoAll", &w, &t, &err)) return err;
+  return check(
+      onDevice(comm, [&] { return weftAllToAll(sendbuff, recvbuff, count, t, w, stream); }),
+      "ncclAlltoAll");
+}
+
+ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclSend", &w, &t, &err)) return err;
+  return check(onDevice(comm, [&] { return weftSend(sendbuff, count, t, peer, w, stream); }),
+               "ncclSend");
+}
+
+ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                       ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclRecv", &w, &t, &err)) return err;
+  return check(onDevice(comm, [&] { return weftRecv(recvbuff, count, t, peer, w, stream); }),
+               "ncclRecv");
+}
+
+ncclResult_t pncclGroupStart() {
+  return check(weftGroupStart(), "ncclGroupStart");
+}
+
+ncclResult_t pncclGroupEnd() {
+  return check(weftGroupEnd(), "ncclGroupEnd");
+}
+
+ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
+  return unsupported("ncclGroupSimulateEnd", "weft-plan tune prices calls without running them");
+}
+
+// Gather and scatter: the root's n receives (sends) and every rank's send (receive) to it, in
+// one group, as NCCL documents them.
+ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclGather", &w, &t, &err)) return err;
+  int n = 0, me = 0;
+  (void)weftCommCount(w, &n);
+  (void)weftCommUserRank(w, &me);
+  if (root < 0 || root >= n)
+    return refuse(ncclInvalidArgument, "ncclGather: root " + std::to_string(root) + " of " +
+                                           std::to_string(n) + " ranks");
+  const size_t bytes = count * weftTypeSize(t);
+  return check(onDevice(comm,
+                        [&] {
+                          weftResult_t r = weftGroupStart();
+                          if (r != weftSuccess) return r;
+                          if (me == root) {
+                            for (int q = 0; q < n && r == weftSuccess; ++q)
+                              r = weftRecv(static_cast<char*>(recvbuff) + q * bytes, count, t, q, w,
+                                           stream);
+                          }
+                          if (r == weftSuccess) r = weftSend(sendbuff, count, t, root, w, stream);
+                          const weftResult_t end = weftGroupEnd();
+                          return r != weftSuccess ? r : end;
+                        }),
+               "ncclGather");
+}
+
+ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, "ncclScatter", &w, &t, &err)) return err;
+  int n = 0, me = 0;
+  (void)weftCommCount(w, &n);
+  (void)weftCommUserRank(w, &me);
+  if (root < 0 || root >= n)
+    return refuse(ncclInvalidArgument, "ncclScatter: root " + std::to_string(root) + " of " +
+                                           std::to_string(n) + " ranks");
+  const size_t bytes = count * weftTypeSize(t);
+  return check(onDevice(comm,
+                        [&] {
+                          weftResult_t r = weftGroupStart();
+                          if (r != weftSuccess) return r;
+                          if (me == root) {
+                            for (int q = 0; q < n && r == weftSuccess; ++q)
+                              r = weftSend(static_cast<const char*>(sendbuff) + q * bytes, count, t,
+                                           q, w, stream);
+                          }
+                          if (r == weftSuccess) r = weftRecv(recvbuff, count, t, root, w, stream);
+                          const weftResult_t end = weftGroupEnd();
+                          return r != weftSuccess ? r : end;
+                        }),
+               "ncclScatter");
+}
+
+// The weak aliases: what programs built against nccl.h call.
+ncclResult_t ncclGetVersion(int*) WEFT_NCCL_ALIAS(ncclGetVersion);
+const char* ncclGetErrorString(ncclResult_t) WEFT_NCCL_ALIAS(ncclGetErrorString);
+const char* ncclGetLastError(ncclComm_t) WEFT_NCCL_ALIAS(ncclGetLastError);
+ncclResult_t ncclGetUniqueId(ncclUniqueId*) WEFT_NCCL_ALIAS(ncclGetUniqueId);
+ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int)
+    WEFT_NCCL_ALIAS(ncclCommInitRank);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*)
+    WEFT_NCCL_ALIAS(ncclCommInitRankConfig);
+ncclResult_t ncclCommInitRankScalable(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*)
+    WEFT_NCCL_ALIAS(ncclCommInitRankScalable);
+ncclResult_t ncclCommInitAll(ncclComm_t*, int, const int*) WEFT_NCCL_ALIAS(ncclCommInitAll);
+ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
+    WEFT_NCCL_ALIAS(ncclCommSplit);
+ncclResult_t ncclCommFinalize(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommFinalize);
+ncclResult_t ncclCommDestroy(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommDestroy);
+ncclResult_t ncclCommAbort(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommAbort);
+ncclResult_t ncclCommRevoke(ncclComm_t, int) WEFT_NCCL_ALIAS(ncclCommRevoke);
+ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int)
+    WEFT_NCCL_ALIAS(ncclCommShrink);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)
+    WEFT_NCCL_ALIAS(ncclCommGetAsyncError);
+ncclResult_t ncclCommCount(const ncclComm_t, int*) WEFT_NCCL_ALIAS(ncclCommCount);
+ncclResult_t ncclCommCuDevice(const ncclComm_t, int*) WEFT_NCCL_ALIAS(ncclCommCuDevice);
+ncclResult_t ncclCommUserRank(const ncclComm_t, int*) WEFT_NCCL_ALIAS(ncclCommUserRank);
+ncclResult_t ncclCommRegister(const ncclComm_t, void*, size_t, void**)
+    WEFT_NCCL_ALIAS(ncclCommRegister);
+ncclResult_t ncclCommDeregister(const ncclComm_t, void*) WEFT_NCCL_ALIAS(ncclCommDeregister);
+ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int)
+    WEFT_NCCL_ALIAS(ncclCommWindowRegister);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t)
+    WEFT_NCCL_ALIAS(ncclCommWindowDeregister);
+ncclResult_t ncclMemAlloc(void**, size_t) WEFT_NCCL_ALIAS(ncclMemAlloc);
+ncclResult_t ncclMemFree(void*) WEFT_NCCL_ALIAS(ncclMemFree);
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
+                                      ncclComm_t) WEFT_NCCL_ALIAS(ncclRedOpCreatePreMulSum);
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t) WEFT_NCCL_ALIAS(ncclRedOpDestroy);
+ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                           cudaStream_t) WEFT_NCCL_ALIAS(ncclAllReduce);
+ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclAllGather);
+ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                               cudaStream_t) WEFT_NCCL_ALIAS(ncclReduceScatter);
+ncclResult_t ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t,
+                           cudaStream_t) WEFT_NCCL_ALIAS(ncclBroadcast);
+ncclResult_t ncclBcast(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclBcast);
+ncclResult_t ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
+                        cudaStream_t) WEFT_NCCL_ALIAS(ncclReduce);
+ncclResult_t ncclAlltoAll(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclAlltoAll);
+ncclResult_t ncclGather(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclGather);
+ncclResult_t ncclScatter(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclScatter);
+ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclSend);
+ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
+    WEFT_NCCL_ALIAS(ncclRecv);
+ncclResult_t ncclGroupStart() WEFT_NCCL_ALIAS(ncclGroupStart);
+ncclResult_t ncclGroupEnd() WEFT_NCCL_ALIAS(ncclGroupEnd);
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) WEFT_NCCL_ALIAS(ncclGroupSimulateEnd);
+
+}  // extern "C"
