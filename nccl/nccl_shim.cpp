@@ -14,7 +14,20 @@
 #include <thread>
 #include <vector>
 
+#include "nccl/premulsum.hpp"
 #include "weft/weft.h"
+
+namespace {
+
+// An operator ncclRedOpCreatePreMulSum made: multiply by the scalar, then sum.
+struct PreMulSum {
+  bool live = false;
+  ncclDataType_t type = ncclFloat32;
+  unsigned char value[8] = {};   // ncclScalarHostImmediate: the scalar, read at creation
+  const void* device = nullptr;  // ncclScalarDevice: read by each call's kernel
+};
+
+}  // namespace
 
 // The communicator NCCL's handle points at: weft's, and how it came to be.
 struct ncclComm {
@@ -24,6 +37,9 @@ struct ncclComm {
   std::atomic<int> state{ncclSuccess};
   std::thread init;
   std::string initError;
+  // Operators of ncclRedOpCreatePreMulSum: op ncclNumOps + k is ops[k].
+  std::mutex opsMutex;
+  std::vector<PreMulSum> ops;
 };
 
 namespace {
@@ -174,11 +190,86 @@ bool prepare(ncclComm_t comm, ncclDataType_t type, const char* function, weftCom
   return true;
 }
 
-bool reduction(ncclRedOp_t op, const char* function, weftRedOp_t* o, ncclResult_t* err) {
-  if (opOf(op, o)) return true;
+// A call's reduction: weft's operator, and the multiply before it for a PreMulSum operator.
+struct Reduction {
+  weftRedOp_t op = weftSum;
+  bool premul = false;
+  PreMulSum pre;
+};
+
+bool reduction(ncclComm_t comm, ncclRedOp_t op, ncclDataType_t type, const char* function,
+               Reduction* r, ncclResult_t* err) {
+  if (opOf(op, &r->op)) return true;
+  const auto k = static_cast<std::size_t>(op) - static_cast<std::size_t>(ncclNumOps);
+  if (static_cast<int>(op) >= static_cast<int>(ncclNumOps)) {
+    std::lock_guard<std::mutex> lock(comm->opsMutex);
+    if (k < comm->ops.size() && comm->ops[k].live) {
+      if (comm->ops[k].type != type) {
+        *err =
+            refuse(ncclInvalidArgument, std::string(function) + ": operator " + std::to_string(op) +
+                                            " was made for another datatype");
+        return false;
+      }
+      r->op = weftSum;
+      r->premul = true;
+      r->pre = comm->ops[k];
+      return true;
+    }
+  }
   *err = refuse(ncclInvalidArgument,
                 std::string(function) + ": invalid reduction operation " + std::to_string(op));
   return false;
+}
+
+bool onGpu(const void* p) {
+  cudaPointerAttributes a{};
+  if (p == nullptr || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// Runs call(input) with `send` multiplied first where the reduction is a PreMulSum: into host
+// scratch for host buffers, or into stream-ordered device scratch (freed on the stream after
+// the call) for GPU buffers.
+template <typename Call>
+weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t count,
+                           ncclDataType_t type, weftDataType_t t, cudaStream_t stream,
+                           const char* function, Call call) {
+  if (!r.premul || count == 0) return call(send);
+  const std::size_t bytes = count * weftTypeSize(t);
+  if (!onGpu(send)) {
+    unsigned char scalar[8] = {};
+    std::memcpy(scalar, r.pre.value, sizeof scalar);
+    if (r.pre.device != nullptr &&
+        cudaMemcpy(scalar, r.pre.device, weftTypeSize(t), cudaMemcpyDefault) != cudaSuccess) {
+      (void)cudaGetLastError();
+      remember(std::string(function) + ": reading the PreMulSum scalar failed");
+      return weftSystemError;
+    }
+    std::vector<unsigned char> scaled(bytes);
+    weft::nccl::scaleOnHost(scaled.data(), send, count, type, scalar);
+    return call(scaled.data());
+  }
+  void* scaled = nullptr;
+  if (cudaError_t e = cudaMallocAsync(&scaled, bytes, stream); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    remember(std::string(function) + ": scratch for the PreMulSum: " + cudaGetErrorString(e));
+    return weftSystemError;
+  }
+  weftResult_t result = weftSuccess;
+  if (cudaError_t e = weft::nccl::scaleOnDevice(scaled, send, count, type,
+                                                r.pre.device == nullptr ? r.pre.value : nullptr,
+                                                r.pre.device, stream);
+      e != cudaSuccess) {
+    remember(std::string(function) + ": the PreMulSum multiply: " + cudaGetErrorString(e));
+    result = weftSystemError;
+  } else {
+    result = call(scaled);
+  }
+  (void)cudaFreeAsync(scaled, stream);
+  return result;
 }
 
 // Checks a config by its size, magic and version fields, as NCCL does; fills `blocking`.
@@ -474,15 +565,44 @@ ncclResult_t pncclMemFree(void* ptr) {
   return ncclSuccess;
 }
 
-ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
-                                       ncclComm_t) {
-  return unsupported("ncclRedOpCreatePreMulSum", "scale the input, then ncclSum");
+ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                       ncclScalarResidence_t residence, ncclComm_t comm) {
+  weftDataType_t t;
+  if (comm == nullptr || op == nullptr || scalar == nullptr)
+    return refuse(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op, scalar or comm is NULL");
+  if (!typeOf(datatype, &t))
+    return refuse(ncclInvalidArgument,
+                  "ncclRedOpCreatePreMulSum: invalid datatype " + std::to_string(datatype));
+  if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
+    return refuse(ncclInvalidArgument,
+                  "ncclRedOpCreatePreMulSum: invalid residence " + std::to_string(residence));
+  PreMulSum p;
+  p.live = true;
+  p.type = datatype;
+  if (residence == ncclScalarHostImmediate) {
+    std::memcpy(p.value, scalar, weftTypeSize(t));
+  } else {
+    p.device = scalar;
+  }
+  std::lock_guard<std::mutex> lock(comm->opsMutex);
+  std::size_t k = 0;
+  while (k < comm->ops.size() && comm->ops[k].live) ++k;
+  if (k == comm->ops.size()) comm->ops.push_back(p);
+  comm->ops[k] = p;
+  *op = static_cast<ncclRedOp_t>(static_cast<std::size_t>(ncclNumOps) + k);
+  return ncclSuccess;
 }
 
-ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t) {
-  // Only ops ncclRedOpCreatePreMulSum made can be destroyed, and it makes none yet.
-  return refuse(ncclInvalidArgument,
-                "ncclRedOpDestroy: op " + std::to_string(op) + " was not created by this library");
+ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (comm == nullptr) return refuse(ncclInvalidArgument, "ncclRedOpDestroy: comm is NULL");
+  const auto k = static_cast<std::size_t>(op) - static_cast<std::size_t>(ncclNumOps);
+  std::lock_guard<std::mutex> lock(comm->opsMutex);
+  if (static_cast<int>(op) < static_cast<int>(ncclNumOps) || k >= comm->ops.size() ||
+      !comm->ops[k].live)
+    return refuse(ncclInvalidArgument, "ncclRedOpDestroy: op " + std::to_string(op) +
+                                           " was not created on this communicator");
+  comm->ops[k].live = false;
+  return ncclSuccess;
 }
 
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -491,13 +611,19 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
-  weftRedOp_t o;
+  Reduction r;
   if (!prepare(comm, datatype, "ncclAllReduce", &w, &t, &err) ||
-      !reduction(op, "ncclAllReduce", &o, &err))
+      !reduction(comm, op, datatype, "ncclAllReduce", &r, &err))
     return err;
-  return check(
-      onDevice(comm, [&] { return weftAllReduce(sendbuff, recvbuff, count, t, o, w, stream); }),
-      "ncclAllReduce");
+  return check(onDevice(comm,
+                        [&] {
+                          return premultiplied(r, sendbuff, count, datatype, t, stream,
+                                               "ncclAllReduce", [&](const void* in) {
+                                                 return weftAllReduce(in, recvbuff, count, t, r.op,
+                                                                      w, stream);
+                                               });
+                        }),
+               "ncclAllReduce");
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -517,14 +643,22 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
-  weftRedOp_t o;
+  Reduction r;
   if (!prepare(comm, datatype, "ncclReduceScatter", &w, &t, &err) ||
-      !reduction(op, "ncclReduceScatter", &o, &err))
+      !reduction(comm, op, datatype, "ncclReduceScatter", &r, &err))
     return err;
-  return check(
-      onDevice(comm,
-               [&] { return weftReduceScatter(sendbuff, recvbuff, recvcount, t, o, w, stream); }),
-      "ncclReduceScatter");
+  int n = 1;
+  (void)weftCommCount(w, &n);
+  return check(onDevice(comm,
+                        [&] {
+                          return premultiplied(r, sendbuff, recvcount * static_cast<std::size_t>(n),
+                                               datatype, t, stream, "ncclReduceScatter",
+                                               [&](const void* in) {
+                                                 return weftReduceScatter(in, recvbuff, recvcount,
+                                                                          t, r.op, w, stream);
+                                               });
+                        }),
+               "ncclReduceScatter");
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -550,13 +684,19 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
-  weftRedOp_t o;
+  Reduction r;
   if (!prepare(comm, datatype, "ncclReduce", &w, &t, &err) ||
-      !reduction(op, "ncclReduce", &o, &err))
+      !reduction(comm, op, datatype, "ncclReduce", &r, &err))
     return err;
-  return check(
-      onDevice(comm, [&] { return weftReduce(sendbuff, recvbuff, count, t, o, root, w, stream); }),
-      "ncclReduce");
+  return check(onDevice(comm,
+                        [&] {
+                          return premultiplied(r, sendbuff, count, datatype, t, stream,
+                                               "ncclReduce", [&](const void* in) {
+                                                 return weftReduce(in, recvbuff, count, t, r.op,
+                                                                   root, w, stream);
+                                               });
+                        }),
+               "ncclReduce");
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,

@@ -110,12 +110,25 @@ static void* rankMain(void* arg) {
   EXPECT(rank, ncclAllReduce(in, out, COUNT, (ncclDataType_t)99, ncclSum, comm, NULL) ==
                    ncclInvalidArgument);
   EXPECT(rank, strstr(ncclGetLastError(comm), "ncclAllReduce") != NULL);
-  ncclRedOp_t op;
-  float scalar = 2.0f;
-  EXPECT(rank, ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm) ==
-                   ncclInvalidUsage);
-  EXPECT(rank, strstr(ncclGetLastError(comm), "ncclRedOpCreatePreMulSum") != NULL);
   EXPECT(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0) == ncclInvalidUsage);
+  EXPECT(rank, strstr(ncclGetLastError(comm), "ncclCommShrink") != NULL);
+
+  /* PreMulSum: each rank multiplies by its own scalar (rank + 1) before the sum; the scalar is
+   * read at creation, so changing it afterwards changes nothing. */
+  ncclRedOp_t op;
+  float scalar = (float)(rank + 1);
+  CHECK(rank, ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm));
+  scalar = 100.0f;
+  CHECK(rank, ncclAllReduce(in, out, COUNT, ncclFloat32, op, comm, NULL));
+  for (int i = 0; i < COUNT; i += 97) {
+    float want = 0;
+    for (int q = 0; q < NRANKS; ++q) want += (float)(q + 1) * (float)(i + q);
+    EXPECT(rank, out[i] == want);
+  }
+  EXPECT(rank, ncclAllReduce(in, out, COUNT, ncclInt32, op, comm, NULL) == ncclInvalidArgument);
+  CHECK(rank, ncclRedOpDestroy(op, comm));
+  EXPECT(rank, ncclRedOpDestroy(op, comm) == ncclInvalidArgument);
+  EXPECT(rank, ncclAllReduce(in, out, COUNT, ncclFloat32, op, comm, NULL) == ncclInvalidArgument);
   ncclResult_t async = ncclInternalError;
   CHECK(rank, ncclCommGetAsyncError(comm, &async));
   EXPECT(rank, async == ncclSuccess);
