@@ -3,7 +3,7 @@
 a GPU on weft), with LD_PRELOAD naming the library (scripts/torch-check.sh does all that).
 
 Each rank checks, against a reference computed on the CPU in float64: all_reduce (sum, avg,
-max), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast, send/recv
+max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast, send/recv
 around a ring, barrier and a new_group of the even ranks; then a few DDP steps of a small model,
 whose gradients must equal those of one process over the whole batch. It also reads
 /proc/self/maps: weft's library must be mapped and no other libnccl. Exit 0 when all holds.
@@ -53,6 +53,11 @@ def collectives(rank, world, dev):
         t = data(rank, n, 1).to(dev, torch.float32)
         dist.all_reduce(t, op=op)
         close(t, ref([data(r, n, 1).float().double() for r in range(world)]), f"all_reduce {op}")
+    # PREMUL_SUM (ncclRedOpCreatePreMulSum): each rank's input times the factor, then summed.
+    if hasattr(dist, "_make_nccl_premul_sum"):
+        t = data(rank, n, 8).to(dev, torch.float32)
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+        close(t, 0.5 * sum(data(r, n, 8).float().double() for r in range(world)), "premul_sum")
     # all_gather_into_tensor.
     out = torch.empty(world * n, device=dev)
     dist.all_gather_into_tensor(out, data(rank, n, 2).to(dev, torch.float32))
