@@ -3,10 +3,11 @@
 a GPU on weft), with LD_PRELOAD naming the library (scripts/torch-check.sh does all that).
 
 Each rank checks, against a reference computed on the CPU in float64: all_reduce (sum, avg,
-max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast, send/recv
-around a ring, barrier and a new_group of the even ranks; then a few DDP steps of a small model,
-whose gradients must equal those of one process over the whole batch. It also reads
-/proc/self/maps: weft's library must be mapped and no other libnccl. Exit 0 when all holds.
+max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast,
+send/recv around a ring, barrier and a new_group of the even ranks; then a few DDP steps of a
+small model, whose gradients must equal those of one process over the whole batch. It also
+reads /proc/self/maps: weft's library must be mapped and no other libnccl. Exit 0 when all
+holds.
 """
 import os
 import sys
