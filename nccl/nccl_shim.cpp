@@ -409,22 +409,19 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myra
 ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr || ndev < 1)
     return refuse(ncclInvalidArgument, "ncclCommInitAll: comms is NULL or ndev < 1");
-  if (ndev > 1)
-    return unsupported("ncclCommInitAll",
-                       "several ranks driven from one thread (weft's ranks in one process each "
-                       "need their own thread: use ncclCommInitRank from one thread per rank)");
-  int device = devlist != nullptr ? devlist[0] : 0;
-  int current = -1;
-  (void)cudaGetDevice(&current);
-  if (cudaSetDevice(device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return refuse(ncclInvalidArgument, "ncclCommInitAll: no CUDA device " + std::to_string(device));
+  // Every rank in this process, rank i on devlist[i] (or device i). As with NCCL, one thread
+  // may drive them all inside ncclGroupStart/End (weft runs each communicator's part of a group
+  // on a thread of its own); outside a group each rank's calls need their own thread.
+  std::vector<weftComm_t> weftComms(static_cast<std::size_t>(ndev));
+  const weftResult_t r = weftCommInitAll(weftComms.data(), ndev);
+  if (r != weftSuccess) return check(r, "ncclCommInitAll");
+  for (int i = 0; i < ndev; ++i) {
+    auto* c = new ncclComm();
+    c->weft = weftComms[static_cast<std::size_t>(i)];
+    c->device = devlist != nullptr ? devlist[i] : i;
+    comms[i] = c;
   }
-  ncclUniqueId id;
-  ncclResult_t r = pncclGetUniqueId(&id);
-  if (r == ncclSuccess) r = initRank(&comms[0], 1, id, 0, nullptr, "ncclCommInitAll");
-  if (current >= 0) (void)cudaSetDevice(current);
-  return r;
+  return ncclSuccess;
 }
 
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,

@@ -169,6 +169,30 @@ static int runRanks(void* (*body)(void*)) {
   return 0;
 }
 
+/* ncclCommInitAll: every rank in this process, driven from this one thread inside a group. */
+static int initAll(void) {
+  ncclComm_t comms[NRANKS];
+  int devs[NRANKS] = {0};
+  if (ncclCommInitAll(comms, NRANKS, devs) != ncclSuccess) {
+    fail(-1, "ncclCommInitAll", ncclInvalidUsage);
+    return 1;
+  }
+  int in[NRANKS], out[NRANKS];
+  if (ncclGroupStart() != ncclSuccess) return 1;
+  for (int r = 0; r < NRANKS; ++r) {
+    in[r] = r + 1;
+    out[r] = -1;
+    if (ncclAllReduce(&in[r], &out[r], 1, ncclInt32, ncclSum, comms[r], NULL) != ncclSuccess)
+      fail(r, "ncclAllReduce in a group of every rank", ncclInvalidUsage);
+  }
+  if (ncclGroupEnd() != ncclSuccess) fail(-1, "ncclGroupEnd", ncclInvalidUsage);
+  for (int r = 0; r < NRANKS; ++r) {
+    EXPECT(r, out[r] == NRANKS * (NRANKS + 1) / 2);
+    if (ncclCommDestroy(comms[r]) != ncclSuccess) fail(r, "ncclCommDestroy", ncclInvalidUsage);
+  }
+  return 0;
+}
+
 int main(void) {
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess || version < 22800) {
@@ -176,7 +200,7 @@ int main(void) {
     return 1;
   }
   if (strcmp(ncclGetErrorString(ncclInvalidUsage), "") == 0) return 1;
-  if (runRanks(rankMain) != 0 || runRanks(nonBlockingRank) != 0) return 1;
+  if (runRanks(rankMain) != 0 || runRanks(nonBlockingRank) != 0 || initAll() != 0) return 1;
   if (gFailures != 0) {
     fprintf(stderr, "%d check(s) failed\n", gFailures);
     return 1;
