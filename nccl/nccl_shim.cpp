@@ -40,7 +40,30 @@ struct ncclComm {
   // Operators of ncclRedOpCreatePreMulSum: op ncclNumOps + k is ops[k].
   std::mutex opsMutex;
   std::vector<PreMulSum> ops;
+  // Calls running on this handle: ncclCommAbort frees it only once they have returned (on host
+  // buffers a call blocks until the abort ends it).
+  std::atomic<int> inflight{0};
 };
+
+namespace {
+
+// Counts a call on a communicator for as long as it runs.
+class Flight {
+ public:
+  explicit Flight(ncclComm_t c) : c_(c) {
+    if (c_ != nullptr) c_->inflight.fetch_add(1);
+  }
+  ~Flight() {
+    if (c_ != nullptr) c_->inflight.fetch_sub(1);
+  }
+  Flight(const Flight&) = delete;
+  Flight& operator=(const Flight&) = delete;
+
+ private:
+  ncclComm_t c_;
+};
+
+}  // namespace
 
 namespace {
 
@@ -426,6 +449,7 @@ ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 
 ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                             ncclConfig_t* config) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w = ready(comm, "ncclCommSplit", &err);
   if (w == nullptr) return err;
@@ -469,8 +493,12 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   if (comm->init.joinable()) comm->init.join();
   weftResult_t r = weftSuccess;
   if (comm->weft != nullptr) {
+    // Every rank's current and later calls end with an error; this handle's own are waited
+    // for before it is freed (NCCL's abort may come from another thread mid-call).
     r = weftCommAbort(comm->weft);
-    if (r == weftSuccess) r = weftCommDestroy(comm->weft);
+    while (comm->inflight.load() != 0) std::this_thread::yield();
+    const weftResult_t d = weftCommDestroy(comm->weft);
+    if (r == weftSuccess) r = d;
   }
   delete comm;
   return check(r, "ncclCommAbort");
@@ -503,6 +531,7 @@ ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 }
 
 ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w = ready(comm, "ncclCommCount", &err);
   return w == nullptr ? err : check(weftCommCount(w, count), "ncclCommCount");
@@ -516,12 +545,14 @@ ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
 }
 
 ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w = ready(comm, "ncclCommUserRank", &err);
   return w == nullptr ? err : check(weftCommUserRank(w, rank), "ncclCommUserRank");
 }
 
 ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w = ready(comm, "ncclCommRegister", &err);
   if (w == nullptr) return err;
@@ -530,6 +561,7 @@ ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, v
 }
 
 ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w = ready(comm, "ncclCommDeregister", &err);
   return w == nullptr ? err : check(weftCommDeregister(w, handle), "ncclCommDeregister");
@@ -605,6 +637,7 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                             cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -625,6 +658,7 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -637,6 +671,7 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                 cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -661,6 +696,7 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, int root, ncclComm_t comm,
                             cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -678,6 +714,7 @@ ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                          cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -698,6 +735,7 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -709,6 +747,7 @@ ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -719,6 +758,7 @@ ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t dataty
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -743,6 +783,7 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
 // one group, as NCCL documents them.
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;
@@ -772,6 +813,7 @@ ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
   weftDataType_t t;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NRANKS 4
 #define COUNT 1000
@@ -169,6 +170,41 @@ static int runRanks(void* (*body)(void*)) {
   return 0;
 }
 
+/* ncclCommAbort from another thread while ranks 0-2 wait in an all-reduce that rank 3 never
+ * joins: every waiting call returns an error long before any timeout. */
+static ncclComm_t gAbortComms[NRANKS];
+static ncclResult_t gAbortResults[NRANKS];
+
+static void* stuckRank(void* arg) {
+  const int rank = (int)(long)arg;
+  if (ncclCommInitRank(&gAbortComms[rank], NRANKS, gId, rank) != ncclSuccess) {
+    fail(rank, "ncclCommInitRank (abort test)", ncclInvalidUsage);
+    return NULL;
+  }
+  if (rank == NRANKS - 1) return NULL; /* never calls */
+  int x = rank, y = 0;
+  gAbortResults[rank] = ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, gAbortComms[rank], NULL);
+  return NULL;
+}
+
+static int abortStuck(void) {
+  if (ncclGetUniqueId(&gId) != ncclSuccess) return 1;
+  pthread_t threads[NRANKS];
+  for (long r = 0; r < NRANKS; ++r) pthread_create(&threads[r], NULL, stuckRank, (void*)r);
+  pthread_join(threads[NRANKS - 1], NULL); /* every rank has joined: rank 3 is done init */
+  struct timespec pause = {0, 200 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  const time_t start = time(NULL);
+  if (ncclCommAbort(gAbortComms[0]) != ncclSuccess) fail(0, "ncclCommAbort", ncclInvalidUsage);
+  for (int r = 0; r < NRANKS - 1; ++r) pthread_join(threads[r], NULL);
+  if (time(NULL) - start > 20) fail(-1, "the aborted calls took more than 20 s", ncclSuccess);
+  for (int r = 0; r < NRANKS - 1; ++r) {
+    if (gAbortResults[r] == ncclSuccess) fail(r, "a call survived ncclCommAbort", ncclSuccess);
+  }
+  for (int r = 1; r < NRANKS; ++r) (void)ncclCommDestroy(gAbortComms[r]);
+  return 0;
+}
+
 /* ncclCommInitAll: every rank in this process, driven from this one thread inside a group. */
 static int initAll(void) {
   ncclComm_t comms[NRANKS];
@@ -200,7 +236,9 @@ int main(void) {
     return 1;
   }
   if (strcmp(ncclGetErrorString(ncclInvalidUsage), "") == 0) return 1;
-  if (runRanks(rankMain) != 0 || runRanks(nonBlockingRank) != 0 || initAll() != 0) return 1;
+  if (runRanks(rankMain) != 0 || runRanks(nonBlockingRank) != 0 || initAll() != 0 ||
+      abortStuck() != 0)
+    return 1;
   if (gFailures != 0) {
     fprintf(stderr, "%d check(s) failed\n", gFailures);
     return 1;
