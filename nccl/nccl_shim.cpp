@@ -258,8 +258,7 @@ bool onGpu(const void* p) {
 // the call) for GPU buffers.
 template <typename Call>
 weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t count,
-                           ncclDataType_t type, weftDataType_t t, cudaStream_t stream,
-                           const char* function, Call call) {
+                           weftDataType_t t, cudaStream_t stream, const char* function, Call call) {
   if (!r.premul || count == 0) return call(send);
   const std::size_t bytes = count * weftTypeSize(t);
   if (!onGpu(send)) {
@@ -272,7 +271,7 @@ weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t cou
       return weftSystemError;
     }
     std::vector<unsigned char> scaled(bytes);
-    weft::nccl::scaleOnHost(scaled.data(), send, count, type, scalar);
+    weft::nccl::scaleOnHost(scaled.data(), send, count, static_cast<weft::DataType>(t), scalar);
     return call(scaled.data());
   }
   void* scaled = nullptr;
@@ -282,7 +281,7 @@ weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t cou
     return weftSystemError;
   }
   weftResult_t result = weftSuccess;
-  if (cudaError_t e = weft::nccl::scaleOnDevice(scaled, send, count, type,
+  if (cudaError_t e = weft::nccl::scaleOnDevice(scaled, send, count, static_cast<weft::DataType>(t),
                                                 r.pre.device == nullptr ? r.pre.value : nullptr,
                                                 r.pre.device, stream);
       e != cudaSuccess) {
@@ -293,6 +292,33 @@ weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t cou
   }
   (void)cudaFreeAsync(scaled, stream);
   return result;
+}
+
+// A reducing collective: its arguments checked, a PreMulSum's multiply done first, then
+// call(comm, input, type, op) with the communicator's device current. The input holds `count`
+// elements, times the ranks where `perRank` (reduce-scatter's).
+template <typename Call>
+ncclResult_t reducing(ncclComm_t comm, const void* sendbuff, std::size_t count, bool perRank,
+                      ncclDataType_t datatype, ncclRedOp_t op, cudaStream_t stream,
+                      const char* function, Call call) {
+  const Flight flight(comm);
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  Reduction r;
+  if (!prepare(comm, datatype, function, &w, &t, &err) ||
+      !reduction(comm, op, datatype, function, &r, &err))
+    return err;
+  int n = 1;
+  if (perRank) (void)weftCommCount(w, &n);
+  const std::size_t inputCount = count * static_cast<std::size_t>(n);
+  return check(onDevice(comm,
+                        [&] {
+                          return premultiplied(
+                              r, sendbuff, inputCount, t, stream, function,
+                              [&](const void* in) { return call(w, in, t, r.op); });
+                        }),
+               function);
 }
 
 // Checks a config by its size, magic and version fields, as NCCL does; fills `blocking`.
@@ -356,6 +382,47 @@ weftResult_t onDevice(ncclComm_t comm, Call call) {
   const weftResult_t r = call();
   if (switched) (void)cudaSetDevice(current);
   return r;
+}
+
+}  // namespace
+
+namespace {
+
+// Gather and scatter: the root's n receives (sends) and every rank's send (receive) to it, in
+// one group, as NCCL documents them. `many` is the root's buffer of n pieces, `one` this rank's.
+ncclResult_t rooted(bool gather, const void* sendbuff, void* recvbuff, size_t count,
+                    ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
+                    const char* function) {
+  const Flight flight(comm);
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, function, &w, &t, &err)) return err;
+  int n = 0, me = 0;
+  (void)weftCommCount(w, &n);
+  (void)weftCommUserRank(w, &me);
+  if (root < 0 || root >= n)
+    return refuse(ncclInvalidArgument, std::string(function) + ": root " + std::to_string(root) +
+                                           " of " + std::to_string(n) + " ranks");
+  const size_t bytes = count * weftTypeSize(t);
+  auto* many = static_cast<char*>(gather ? recvbuff : const_cast<void*>(sendbuff));
+  void* one = gather ? const_cast<void*>(sendbuff) : recvbuff;
+  return check(onDevice(comm,
+                        [&] {
+                          weftResult_t r = weftGroupStart();
+                          if (r != weftSuccess) return r;
+                          for (int q = 0; me == root && q < n && r == weftSuccess; ++q) {
+                            r = gather ? weftRecv(many + q * bytes, count, t, q, w, stream)
+                                       : weftSend(many + q * bytes, count, t, q, w, stream);
+                          }
+                          if (r == weftSuccess) {
+                            r = gather ? weftSend(one, count, t, root, w, stream)
+                                       : weftRecv(one, count, t, root, w, stream);
+                          }
+                          const weftResult_t end = weftGroupEnd();
+                          return r != weftSuccess ? r : end;
+                        }),
+               function);
 }
 
 }  // namespace
@@ -637,23 +704,10 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                             cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  Reduction r;
-  if (!prepare(comm, datatype, "ncclAllReduce", &w, &t, &err) ||
-      !reduction(comm, op, datatype, "ncclAllReduce", &r, &err))
-    return err;
-  return check(onDevice(comm,
-                        [&] {
-                          return premultiplied(r, sendbuff, count, datatype, t, stream,
-                                               "ncclAllReduce", [&](const void* in) {
-                                                 return weftAllReduce(in, recvbuff, count, t, r.op,
-                                                                      w, stream);
-                                               });
-                        }),
-               "ncclAllReduce");
+  return reducing(comm, sendbuff, count, false, datatype, op, stream, "ncclAllReduce",
+                  [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
+                    return weftAllReduce(in, recvbuff, count, t, o, w, stream);
+                  });
 }
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
@@ -671,26 +725,10 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                 cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  Reduction r;
-  if (!prepare(comm, datatype, "ncclReduceScatter", &w, &t, &err) ||
-      !reduction(comm, op, datatype, "ncclReduceScatter", &r, &err))
-    return err;
-  int n = 1;
-  (void)weftCommCount(w, &n);
-  return check(onDevice(comm,
-                        [&] {
-                          return premultiplied(r, sendbuff, recvcount * static_cast<std::size_t>(n),
-                                               datatype, t, stream, "ncclReduceScatter",
-                                               [&](const void* in) {
-                                                 return weftReduceScatter(in, recvbuff, recvcount,
-                                                                          t, r.op, w, stream);
-                                               });
-                        }),
-               "ncclReduceScatter");
+  return reducing(comm, sendbuff, recvcount, true, datatype, op, stream, "ncclReduceScatter",
+                  [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
+                    return weftReduceScatter(in, recvbuff, recvcount, t, o, w, stream);
+                  });
 }
 
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -714,23 +752,10 @@ ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                          cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  Reduction r;
-  if (!prepare(comm, datatype, "ncclReduce", &w, &t, &err) ||
-      !reduction(comm, op, datatype, "ncclReduce", &r, &err))
-    return err;
-  return check(onDevice(comm,
-                        [&] {
-                          return premultiplied(r, sendbuff, count, datatype, t, stream,
-                                               "ncclReduce", [&](const void* in) {
-                                                 return weftReduce(in, recvbuff, count, t, r.op,
-                                                                   root, w, stream);
-                                               });
-                        }),
-               "ncclReduce");
+  return reducing(comm, sendbuff, count, false, datatype, op, stream, "ncclReduce",
+                  [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
+                    return weftReduce(in, recvbuff, count, t, o, root, w, stream);
+                  });
 }
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
@@ -779,66 +804,14 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
   return unsupported("ncclGroupSimulateEnd", "weft-plan tune prices calls without running them");
 }
 
-// Gather and scatter: the root's n receives (sends) and every rank's send (receive) to it, in
-// one group, as NCCL documents them.
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclGather", &w, &t, &err)) return err;
-  int n = 0, me = 0;
-  (void)weftCommCount(w, &n);
-  (void)weftCommUserRank(w, &me);
-  if (root < 0 || root >= n)
-    return refuse(ncclInvalidArgument, "ncclGather: root " + std::to_string(root) + " of " +
-                                           std::to_string(n) + " ranks");
-  const size_t bytes = count * weftTypeSize(t);
-  return check(onDevice(comm,
-                        [&] {
-                          weftResult_t r = weftGroupStart();
-                          if (r != weftSuccess) return r;
-                          if (me == root) {
-                            for (int q = 0; q < n && r == weftSuccess; ++q)
-                              r = weftRecv(static_cast<char*>(recvbuff) + q * bytes, count, t, q, w,
-                                           stream);
-                          }
-                          if (r == weftSuccess) r = weftSend(sendbuff, count, t, root, w, stream);
-                          const weftResult_t end = weftGroupEnd();
-                          return r != weftSuccess ? r : end;
-                        }),
-               "ncclGather");
+  return rooted(true, sendbuff, recvbuff, count, datatype, root, comm, stream, "ncclGather");
 }
 
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclScatter", &w, &t, &err)) return err;
-  int n = 0, me = 0;
-  (void)weftCommCount(w, &n);
-  (void)weftCommUserRank(w, &me);
-  if (root < 0 || root >= n)
-    return refuse(ncclInvalidArgument, "ncclScatter: root " + std::to_string(root) + " of " +
-                                           std::to_string(n) + " ranks");
-  const size_t bytes = count * weftTypeSize(t);
-  return check(onDevice(comm,
-                        [&] {
-                          weftResult_t r = weftGroupStart();
-                          if (r != weftSuccess) return r;
-                          if (me == root) {
-                            for (int q = 0; q < n && r == weftSuccess; ++q)
-                              r = weftSend(static_cast<const char*>(sendbuff) + q * bytes, count, t,
-                                           q, w, stream);
-                          }
-                          if (r == weftSuccess) r = weftRecv(recvbuff, count, t, root, w, stream);
-                          const weftResult_t end = weftGroupEnd();
-                          return r != weftSuccess ? r : end;
-                        }),
-               "ncclScatter");
+  return rooted(false, sendbuff, recvbuff, count, datatype, root, comm, stream, "ncclScatter");
 }
 
 // The weak aliases: what programs built against nccl.h call.

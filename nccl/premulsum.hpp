@@ -3,17 +3,17 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <cstddef>
+
+#include "weft/types.hpp"
 
 namespace weft::nccl {
 
 // On `stream`: the scalar read now from scalarHost, or by the kernel from scalarDevice.
-cudaError_t scaleOnDevice(void* out, const void* in, std::size_t count, ncclDataType_t type,
+cudaError_t scaleOnDevice(void* out, const void* in, std::size_t count, DataType type,
                           const void* scalarHost, const void* scalarDevice, cudaStream_t stream);
-// Host memory, now. False for an unknown type.
-bool scaleOnHost(void* out, const void* in, std::size_t count, ncclDataType_t type,
-                 const void* scalar);
+// Host memory, now.
+void scaleOnHost(void* out, const void* in, std::size_t count, DataType type, const void* scalar);
 
 }  // namespace weft::nccl
