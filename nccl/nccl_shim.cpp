@@ -5,6 +5,10 @@
 // with a message naming the function (ncclGetLastError), never a silent success.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <nccl_device/core.h>
+#include <nccl_device/gin_barrier.h>
+#include <nccl_device/ll_a2a.h>
+#include <nccl_device/lsa_barrier.h>
 
 #include <atomic>
 #include <cstdio>
@@ -804,6 +808,75 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
   return unsupported("ncclGroupSimulateEnd", "weft-plan tune prices calls without running them");
 }
 
+// NCCL's device API (nccl_device.h: device communicators, symmetric windows, the barriers and
+// all-to-all its kernels use) has no counterpart in weft, so its entry points refuse; they are
+// here because a program linked to libnccl.so.2 (PyTorch) binds them at load. The teams are
+// answered: the world's, and an LSA domain of the rank alone (no peer's memory is reachable
+// through this interface's device API), so the rail is the world.
+ncclResult_t pncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
+  return unsupported("ncclDevCommCreate", "NCCL's device API (use the host collectives)");
+}
+
+ncclResult_t pncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) {
+  return unsupported("ncclDevCommDestroy", "NCCL's device API (no device communicator exists)");
+}
+
+ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
+                                              ncclDevResourceRequirements_t*) {
+  return unsupported("ncclLsaBarrierCreateRequirement", "NCCL's device API");
+}
+
+ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
+                                              ncclDevResourceRequirements_t*) {
+  return unsupported("ncclGinBarrierCreateRequirement", "NCCL's device API");
+}
+
+ncclResult_t pncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*,
+                                         ncclDevResourceRequirements_t*) {
+  return unsupported("ncclLLA2ACreateRequirement", "NCCL's device API");
+}
+
+// Slots of the device API's all-to-all: none (ncclGetLastError says why).
+int pncclLLA2ACalcSlots(int, int) {
+  (void)unsupported("ncclLLA2ACalcSlots", "NCCL's device API");
+  return 0;
+}
+
+ncclTeam_t pncclTeamWorld(ncclComm_t comm) {
+  const Flight flight(comm);
+  ncclResult_t err = ncclSuccess;
+  ncclTeam_t team{0, 0, 1};  // no ranks: a null or unready communicator (the error is set)
+  weftComm_t w = ready(comm, "ncclTeamWorld", &err);
+  if (w != nullptr && (check(weftCommCount(w, &team.nRanks), "ncclTeamWorld") != ncclSuccess ||
+                       check(weftCommUserRank(w, &team.rank), "ncclTeamWorld") != ncclSuccess)) {
+    team = ncclTeam_t{0, 0, 1};
+  }
+  return team;
+}
+
+ncclTeam_t pncclTeamLsa(ncclComm_t comm) {
+  const ncclTeam_t world = pncclTeamWorld(comm);
+  return world.nRanks == 0 ? world : ncclTeam_t{1, 0, 1};
+}
+
+ncclTeam_t pncclTeamRail(ncclComm_t comm) {
+  return pncclTeamWorld(comm);  // ranks with this one's LSA rank: all, an LSA domain being one
+}
+
+// Rank `rank` of `team` (which holds this rank) as a rank of the world, or of this rank's LSA
+// domain: NCCL's formula, the caller's place plus the team's stride times the distance.
+int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
+  const ncclTeam_t world = pncclTeamWorld(comm);
+  return world.rank + (rank - team.rank) * team.stride;
+}
+
+int pncclTeamRankToLsa(ncclComm_t, ncclTeam_t team, int rank) {
+  return 0 + (rank - team.rank) * team.stride;  // this rank's LSA rank is 0
+}
+
+// NCCL_DEBUG is read at every communicator's creation: there is no state to reset.
+void pncclResetDebugInit() {}
+
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return rooted(true, sendbuff, recvbuff, count, datatype, root, comm, stream, "ncclGather");
@@ -876,5 +949,27 @@ ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream
 ncclResult_t ncclGroupStart() WEFT_NCCL_ALIAS(ncclGroupStart);
 ncclResult_t ncclGroupEnd() WEFT_NCCL_ALIAS(ncclGroupEnd);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) WEFT_NCCL_ALIAS(ncclGroupSimulateEnd);
+ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*)
+    WEFT_NCCL_ALIAS(ncclDevCommCreate);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*)
+    WEFT_NCCL_ALIAS(ncclDevCommDestroy);
+ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
+                                             ncclDevResourceRequirements_t*)
+    WEFT_NCCL_ALIAS(ncclLsaBarrierCreateRequirement);
+ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
+                                             ncclDevResourceRequirements_t*)
+    WEFT_NCCL_ALIAS(ncclGinBarrierCreateRequirement);
+ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*,
+                                        ncclDevResourceRequirements_t*)
+    WEFT_NCCL_ALIAS(ncclLLA2ACreateRequirement);
+int ncclLLA2ACalcSlots(int, int) WEFT_NCCL_ALIAS(ncclLLA2ACalcSlots);
+ncclTeam_t ncclTeamWorld(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamWorld);
+ncclTeam_t ncclTeamLsa(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamLsa);
+ncclTeam_t ncclTeamRail(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamRail);
+int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int) WEFT_NCCL_ALIAS(ncclTeamRankToWorld);
+int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t, int) WEFT_NCCL_ALIAS(ncclTeamRankToLsa);
+void ncclResetDebugInit() WEFT_NCCL_ALIAS(ncclResetDebugInit);
+// NCCL exports this internal name too (no pnccl twin).
+void ncclResetDebugInitInternal() __attribute__((weak, alias("pncclResetDebugInit")));
 
 }  // extern "C"
