@@ -6,9 +6,10 @@ Each rank checks, against a reference computed on the CPU in float64: all_reduce
 max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast,
 send/recv around a ring, barrier and a new_group of the even ranks; then a few DDP steps of a
 small model, whose gradients must equal those of one process over the whole batch. It also
-reads /proc/self/maps: weft's library must be mapped and no other libnccl. Exit 0 when all
-holds.
+checks that NCCL's functions, as the process resolves them, are weft's (PyTorch maps its own
+libnccl.so.2 too, by path, and must not call it). Exit 0 when all holds.
 """
+import ctypes
 import os
 import sys
 
@@ -36,13 +37,21 @@ def data(rank, n, seed):
 
 
 def check_maps():
+    """weft's library is mapped, and NCCL's functions as the process resolves them (the global
+    scope, where LD_PRELOAD comes first: what libtorch_cuda's calls bind to) are weft's. PyTorch
+    also maps its own libnccl.so.2 by path at import; its functions must go unused."""
     maps = open("/proc/self/maps").read()
     libs = {line.split()[-1] for line in maps.splitlines() if "nccl" in line.split()[-1]}
-    if not any("libweft_nccl" in lib for lib in libs):
+    weft = [lib for lib in libs if "libweft_nccl" in lib]
+    if not weft:
         fail(f"libweft_nccl.so is not mapped (NCCL libraries mapped: {sorted(libs)})")
-    others = [lib for lib in libs if "libweft_nccl" not in lib and "libnccl" in lib]
-    if others:
-        fail(f"another NCCL is mapped too: {others}")
+    glob = ctypes.CDLL(None)
+    ours = ctypes.CDLL(weft[0])
+    for name in ("ncclCommInitRankConfig", "ncclAllReduce", "ncclGroupEnd", "ncclCommAbort"):
+        got = ctypes.cast(getattr(glob, name), ctypes.c_void_p).value
+        want = ctypes.cast(getattr(ours, name), ctypes.c_void_p).value
+        if got != want:
+            fail(f"{name} resolves outside weft (mapped: {sorted(libs)})")
 
 
 def collectives(rank, world, dev):
