@@ -54,9 +54,71 @@ Result<TunerOptions> TunerOptions::from(const std::string& algo, const std::stri
   return o;
 }
 
+Result<TunerOptions> TunerOptions::fromNccl(const std::string& algo, const std::string& proto,
+                                            const std::string& tuningFile) {
+  // Items of a list that may be split per collective ("allreduce:ring,tree;broadcast:ring"),
+  // lower case, with whether the list excludes them ("^nvls").
+  auto items = [](const std::string& value, bool& excluding) {
+    std::vector<std::string> out;
+    excluding = false;
+    std::stringstream groups(lower(value));
+    std::string group;
+    while (std::getline(groups, group, ';')) {
+      if (const auto colon = group.find(':'); colon != std::string::npos)
+        group = group.substr(colon + 1);
+      if (!group.empty() && group[0] == '^') {
+        excluding = true;
+        group = group.substr(1);
+      }
+      std::stringstream list(group);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        if (!item.empty()) out.push_back(item);
+      }
+    }
+    return out;
+  };
+  bool excludeAlgos = false, excludeProtos = false;
+  std::string allowed;
+  std::vector<std::string> excluded;
+  for (const std::string& a : items(algo, excludeAlgos)) {
+    const std::string name = a == "tree" ? "dbtree" : a;
+    if (name != "ring" && name != "dbtree" && name != "pat") continue;  // CollNet, NVLS: none here
+    if (excludeAlgos) {
+      excluded.push_back(name);
+    } else if (allowed.find(name) == std::string::npos) {
+      allowed += (allowed.empty() ? "" : ",") + name;
+    }
+  }
+  bool ll = false, simple = false;
+  for (const std::string& p : items(proto, excludeProtos)) {
+    ll = ll || p == "ll";
+    simple = simple || p == "simple" || p == "ll128";
+  }
+  if (excludeProtos) std::swap(ll, simple);  // "^LL": what is left
+  std::string protocol;
+  if (ll != simple) protocol = ll ? "ll" : "simple";
+  auto o = from(allowed, protocol, tuningFile);
+  if (!o) return o;
+  o->unpriced.insert(o->unpriced.end(), excluded.begin(), excluded.end());
+  return o;
+}
+
 Result<TunerOptions> TunerOptions::fromEnvironment() {
-  return from(env("WEFT_ALGO", "NCCL_ALGO"), env("WEFT_PROTO", "NCCL_PROTO"),
-              env("WEFT_TUNING_FILE", nullptr));
+  const std::string file = env("WEFT_TUNING_FILE", nullptr);
+  // WEFT_ names are weft's own and checked strictly; NCCL's are read as NCCL reads them.
+  const bool weftAlgo = !env("WEFT_ALGO", nullptr).empty();
+  const bool weftProto = !env("WEFT_PROTO", nullptr).empty();
+  if (weftAlgo && weftProto)
+    return from(env("WEFT_ALGO", nullptr), env("WEFT_PROTO", nullptr), file);
+  auto nccl = fromNccl(weftAlgo ? "" : env("NCCL_ALGO", nullptr),
+                       weftProto ? "" : env("NCCL_PROTO", nullptr), file);
+  if (!nccl) return nccl;
+  auto own = from(env("WEFT_ALGO", nullptr), env("WEFT_PROTO", nullptr), "");
+  if (!own) return own.status();
+  if (weftAlgo) nccl->algorithms = own->algorithms;
+  if (weftProto) nccl->protocol = own->protocol;
+  return nccl;
 }
 
 Tuner::Tuner(RankGraph graph, TunerOptions options)

@@ -26,6 +26,13 @@ struct TunerOptions {
   static Result<TunerOptions> fromEnvironment();
   static Result<TunerOptions> from(const std::string& algo, const std::string& proto,
                                    const std::string& tuningFile);
+  // NCCL_ALGO / NCCL_PROTO as NCCL reads them, in weft's terms, so the values users already set
+  // for NCCL never fail: Ring, Tree (weft's dbtree) and PAT map, NCCL's algorithms weft lacks
+  // (CollNet*, NVLS*) are dropped, "^a,b" excludes (TunerOptions::unpriced), per-collective
+  // lists ("allreduce:tree;allgather:ring") are merged; LL and Simple map and LL128 counts as
+  // Simple, and a list naming both protocols leaves the choice free.
+  static Result<TunerOptions> fromNccl(const std::string& algo, const std::string& proto,
+                                       const std::string& tuningFile);
 };
 
 struct Plan {

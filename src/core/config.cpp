@@ -39,7 +39,13 @@ Result<Config> Config::fromEnvironment() {
     if (!s) return s.status();
     c.timeout = std::chrono::milliseconds(static_cast<long long>(*s * 1000));
   }
-  if (const char* v = env("WEFT_SOCKET_IFNAME")) c.socketIfname = v;
+  // NCCL's names for the same settings, where weft's are unset (a drop-in for NCCL reads the
+  // environment its users already have; NCCL_ALGO / NCCL_PROTO: TunerOptions::fromNccl).
+  if (const char* v = env("WEFT_SOCKET_IFNAME")) {
+    c.socketIfname = v;
+  } else if (const char* n = env("NCCL_SOCKET_IFNAME")) {
+    c.socketIfname = n;
+  }
   if (const char* v = env("WEFT_COMM_ID")) c.commId = v;
   if (const char* v = env("NCCL_COMM_ID"); v != nullptr && c.commId.empty()) c.commId = v;
   if (const char* v = env("WEFT_TRANSPORT")) {
@@ -89,7 +95,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.singleCopyBytes = static_cast<std::size_t>(*x);
   }
-  if (const char* v = env("WEFT_DEBUG")) c.debug = v;
+  if (const char* v = env("WEFT_DEBUG")) {
+    c.debug = v;
+  } else if (const char* n = env("NCCL_DEBUG")) {
+    c.debug = n;
+  }
   if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
   if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;

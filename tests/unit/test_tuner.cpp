@@ -162,6 +162,28 @@ TEST(TunerOptions, UnpricedAlgorithmsArePickedOnlyWhenForced) {
   EXPECT_EQ(tunerFor("hgx_h100.xml", 1, o).plan(Collective::allReduce, 64 << 20)->algorithm, best);
 }
 
+TEST(TunerOptions, NcclNamesMeanWhatTheyMeanToNccl) {
+  auto algos = [](const char* v) { return TunerOptions::fromNccl(v, "", "")->algorithms; };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(algos("Tree"), Names{"dbtree"});
+  EXPECT_EQ(algos("Ring,Tree"), (Names{"ring", "dbtree"}));
+  EXPECT_EQ(algos("allreduce:tree;allgather:ring,pat"), (Names{"dbtree", "ring", "pat"}));
+  // NCCL's algorithms that weft lacks leave the choice free rather than fail.
+  EXPECT_TRUE(algos("NVLS,CollnetDirect").empty());
+  const TunerOptions ex = *TunerOptions::fromNccl("^NVLS,Tree", "", "");
+  EXPECT_TRUE(ex.algorithms.empty());
+  EXPECT_EQ(ex.unpriced, Names{"dbtree"});
+  auto proto = [](const char* v) { return TunerOptions::fromNccl("", v, "")->protocol; };
+  EXPECT_EQ(proto("LL"), Protocol::ll);
+  EXPECT_EQ(proto("LL128"), Protocol::simple);
+  EXPECT_EQ(proto("Simple"), Protocol::simple);
+  EXPECT_EQ(proto("^LL"), Protocol::simple);
+  EXPECT_EQ(proto("^Simple,LL128"), Protocol::ll);
+  EXPECT_FALSE(proto("LL,Simple").has_value());
+  // weft's own names stay strict.
+  EXPECT_FALSE(TunerOptions::from("tree", "", "").isOk());
+}
+
 TEST(TunerOptions, BadNamesAreClearErrors) {
   auto a = TunerOptions::from("rings", "", "");
   EXPECT_EQ(a.status().code(), Code::invalidArgument);
