@@ -719,6 +719,11 @@ bool Communicator::readsRegisteredInPlace(bool twoShot) const {
   return twoShot || size_ <= kGpuRegisteredOneShotRanks;
 }
 
+bool Communicator::writesRegisteredOutputs() const {
+  // Not measured yet against the gather from the slabs: only where WEFT_GPU_REGISTERED=1.
+  return config_.gpuRegistered == 1;
+}
+
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
                             DataType type, RedOp op, int root, void* stream) {
   if (!exec::cudaBuilt()) {
@@ -780,7 +785,25 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
         }
       }
     }
-    if (Status st = gpu_->direct(b, twoShot, stream, peers, offset); !st) return fail(st);
+    // Two-shot on a registered output (out of place or exactly in place; 64 ranks at most):
+    // each rank writes its summed piece into every rank's output, and none gathers.
+    const exec::CudaExecutor::PeerInputs* outPeers = nullptr;
+    std::size_t outOffset = 0;
+    if (twoShot && (!overlap || in == out) && size_ <= 64 && writesRegisteredOutputs()) {
+      if (Registration* r = registrationHolding(output, bytes)) {
+        if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
+          auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
+          if (!mapped) return fail(mapped.status());
+          r->peers = std::move(*mapped);
+        }
+        if (r->peers) {
+          outPeers = r->peers.get();
+          outOffset = static_cast<std::size_t>(out - r->base);
+        }
+      }
+    }
+    if (Status st = gpu_->direct(b, twoShot, stream, peers, offset, outPeers, outOffset); !st)
+      return fail(st);
     return finish();
   }
   auto cached = scheduleFor(coll, plan, root, gpu_->channels());

@@ -138,6 +138,9 @@ class Communicator {
   // Whether that kernel reads registered inputs in place (WEFT_GPU_REGISTERED; every rank
   // decides alike, as the kernels' barriers require).
   bool readsRegisteredInPlace(bool twoShot) const;
+  // Whether two-shot's kernel writes each rank's summed piece into every rank's registered
+  // output instead of gathering the pieces (WEFT_GPU_REGISTERED; every rank decides alike).
+  bool writesRegisteredOutputs() const;
 
  private:
   Communicator() = default;

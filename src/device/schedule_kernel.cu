@@ -828,6 +828,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ int failed;
   __shared__ std::uint64_t first;
   __shared__ const T* ins[64];
+  __shared__ T* pushes[64];  // two-shot on registered outputs: every rank's output piece
   const int b = static_cast<int>(blockIdx.x);
   if (threadIdx.x == 0) {
     failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
@@ -876,6 +877,24 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
       auto pieceAt = [&](std::size_t q) { return q * piece < n ? q * piece : n; };
       auto pieceLen = [&](std::size_t q) { return lesser(piece, n - pieceAt(q)); };
       const auto me = static_cast<std::size_t>(a.rank);
+      if (a.registeredOut != nullptr) {
+        // 2'. Registered outputs (64 ranks at most): piece `rank` summed straight into every
+        // rank's output, then word 1; once every rank's word 1 is up, this rank's output is
+        // whole. In place, a peer's output piece is that peer's input piece, which this rank
+        // alone reads, element by element before writing it.
+        if (threadIdx.x == 0) {
+          for (int q = 0; q < a.nranks; ++q) {
+            pushes[q] = reinterpret_cast<T*>(a.registeredOut[q] + a.registeredOutOffset) + begin +
+                        pieceAt(me);
+          }
+        }
+        __syncthreads();
+        sumInRankOrder<T, Op>(a, sources, sourceAt, pieceAt(me), pieceLen(me), pushes, a.nranks,
+                              ins);
+        barrierEveryRank(a, b, 1, call, &failed);
+        __syncthreads();
+        continue;
+      }
       // 2. Piece `rank` summed into this rank's slab and its output; word 1. The slab comes
       // first: past 64 ranks the running sum lives in outs[0], and the output may be this
       // rank's registered input (an in-place call), whose piece a later group still reads.

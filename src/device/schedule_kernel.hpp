@@ -90,6 +90,11 @@ struct LaunchArgs {
   // nothing is copied into the slabs, and no rank finishes before every rank has read.
   std::byte* const* registered = nullptr;  // [rank], device memory; null: the slab path
   std::size_t registeredOffset = 0;
+  // Two-shot on registered outputs (at most 64 ranks): every rank's registered buffer holding
+  // its output, and where the output sits in it. Each rank writes its summed piece into every
+  // rank's output itself, so nothing is gathered after the second flag.
+  std::byte* const* registeredOut = nullptr;  // [rank], device memory; null: the gather
+  std::size_t registeredOutOffset = 0;
   // WEFT_GPU_TRACE: kTraceWords words per block of this call (null: no trace). Thread 0 of each
   // block writes the call number, %globaltimer at its start and end, the steps it ran, its SM,
   // then for each of its first kTraceSteps steps the time it began waiting, the time its wait

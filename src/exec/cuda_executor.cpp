@@ -477,7 +477,7 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(
 }
 
 Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers,
-                            std::size_t offset) {
+                            std::size_t offset, const PeerInputs* outPeers, std::size_t outOffset) {
   if (Status e = asyncError(); !e) return e;
   const std::size_t bytes = b.count * sizeOf(b.type);
   if (bytes == 0) return {};
@@ -488,6 +488,10 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   if (peers != nullptr && peers->device != nullptr) {
     a.registered = peers->device;
     a.registeredOffset = offset;
+  }
+  if (twoShot && a.nranks <= 64 && outPeers != nullptr && outPeers->device != nullptr) {
+    a.registeredOut = outPeers->device;
+    a.registeredOutOffset = outOffset;
   }
   // A block per slab, as many as one round's slabs hold; larger calls run in rounds.
   const std::size_t slab = a.directSlabBytes;

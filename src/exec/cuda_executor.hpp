@@ -102,9 +102,12 @@ class CudaExecutor {
   Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
   // A one-shot or two-shot all-reduce by the direct kernel, in rounds of oneShotLimit() bytes. With
   // `peers` (out of place): every rank reads every rank's input in place, `offset` bytes into
-  // its registered buffer, instead of copying its own into the slabs.
+  // its registered buffer, instead of copying its own into the slabs. With `outPeers` (two-shot,
+  // at most 64 ranks): every rank writes its summed piece into every rank's output, `outOffset`
+  // bytes into its registered buffer, instead of each gathering the others' pieces.
   Status direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers = nullptr,
-                std::size_t offset = 0);
+                std::size_t offset = 0, const PeerInputs* outPeers = nullptr,
+                std::size_t outOffset = 0);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {

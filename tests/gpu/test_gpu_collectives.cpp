@@ -247,22 +247,26 @@ TEST_P(GpuThreads, LargeAllReduce) {
 // exact sums (small integers), outputs poisoned, inputs unchanged, and the same once deregistered
 // (the slabs again), in place (two-shot still reads in place; one-shot takes the slabs, since
 // its sum would overwrite what a peer may still read) and inside a CUDA graph captured after the
-// first call.
+// first call. With the outputs registered too, two-shot writes every rank's output from every
+// rank (WEFT_GPU_REGISTERED=1). Sizes up to 2.6 rounds of the slabs (8 ranks).
 TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   // 1: read in place wherever every rank's buffer is registered; auto: one-shot only up to
   // 2 ranks (the slabs beyond), so both paths meet these checks.
+  // regOut: the outputs registered too (WEFT_GPU_REGISTERED=1: two-shot then writes every
+  // rank's output from every rank, also once the inputs are deregistered at the end).
   for (const char* mode : {"1", "auto"}) {
-    for (const char* algo : {"oneshot", "twoshot"}) {
+    for (const auto& [algo, regOut] : std::vector<std::pair<const char*, bool>>{
+             {"oneshot", false}, {"twoshot", false}, {"twoshot", true}}) {
       ScopedEnv modeEnv("WEFT_GPU_REGISTERED", mode);
       ScopedEnv algoEnv("WEFT_ALGO", algo);
       std::vector<Comm> comms = threadRanks(n);
       ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
       Streams streams(n);
-      const std::size_t region = std::size_t{4} << 20;
+      const std::size_t region = std::size_t{8} << 20;
       std::vector<std::byte*> base(static_cast<std::size_t>(n)), out(base.size());
-      std::vector<void*> handle(base.size());
+      std::vector<void*> handle(base.size()), outHandle(base.size());
       for (int r = 0; r < n; ++r) {
         const auto R = static_cast<std::size_t>(r);
         ASSERT_EQ(cudaMalloc(&base[R], region), cudaSuccess);
@@ -270,6 +274,11 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
         auto h = comms[R].registerBuffer(base[R], region);
         ASSERT_TRUE(h.isOk()) << h.status().toString();
         handle[R] = *h;
+        if (regOut) {
+          auto o = comms[R].registerBuffer(out[R], region);
+          ASSERT_TRUE(o.isOk()) << o.status().toString();
+          outHandle[R] = *o;
+        }
       }
       auto value = [](int r, std::size_t i, int round) {
         return static_cast<float>((i * 7 + static_cast<std::size_t>(r) * 13 + round) % 101);
@@ -310,7 +319,8 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
           for (std::size_t i = 0; i < count; ++i) {
             float sum = 0;
             for (int q = 0; q < n; ++q) sum += value(q, i, tag);
-            ASSERT_EQ(got[i], sum) << algo << " rank " << r << " i " << i << " count " << count;
+            ASSERT_EQ(got[i], sum) << algo << (regOut ? " (registered outputs)" : "") << " rank "
+                                   << r << " i " << i << " count " << count;
             if (!inPlace) {
               ASSERT_EQ(kept[i], value(r, i, tag)) << "input changed, rank " << r;
             }
@@ -322,7 +332,7 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
       };
       int tag = 0;
       for (std::size_t offset : {std::size_t{0}, std::size_t{4096} + 16}) {
-        for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 19}) {
+        for (std::size_t count : {1ul, 33ul, 65537ul, 1ul << 19, 1310731ul}) {
           for (bool inPlace : {false, true}) {
             check(offset, count, inPlace, ++tag,
                   [&](int r, float* in, float* to) { return plain(r, in, to, count); });
@@ -359,6 +369,13 @@ TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
       }
       check(16, 65537, false, ++tag,
             [&](int r, float* in, float* to) { return plain(r, in, to, 65537); });
+      if (regOut) {
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(comms[static_cast<std::size_t>(r)]
+                          .deregisterBuffer(outHandle[static_cast<std::size_t>(r)])
+                          .isOk());
+        }
+      }
       for (int r = 0; r < n; ++r) {
         (void)cudaFree(base[static_cast<std::size_t>(r)]);
         (void)cudaFree(out[static_cast<std::size_t>(r)]);
