@@ -767,42 +767,42 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     // what peers still read). The ranks' buffers are exchanged at the first such call, outside
     // graph capture (inside one, the slabs serve until then).
     const bool twoShot = plan.algorithm == "twoshot";
-    const exec::CudaExecutor::PeerInputs* peers = nullptr;
-    std::size_t offset = 0;
     const auto* in = static_cast<const std::byte*>(input);
     const auto* out = static_cast<const std::byte*>(output);
     const bool overlap = in < out + bytes && out < in + bytes;
-    if ((!overlap || (twoShot && in == out)) && readsRegisteredInPlace(twoShot)) {
-      if (Registration* r = registrationHolding(input, bytes)) {
-        if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
-          auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
-          if (!mapped) return fail(mapped.status());
-          r->peers = std::move(*mapped);
-        }
-        if (r->peers) {
-          peers = r->peers.get();
-          offset = static_cast<std::size_t>(in - r->base);
-        }
+    // Every rank's buffer holding `at` (mapped at the first such call) and `at`'s offset in it;
+    // null where `at` is not registered or the peers are not mapped yet.
+    struct Mapped {
+      const exec::CudaExecutor::PeerInputs* peers = nullptr;
+      std::size_t offset = 0;
+    };
+    auto mappedAt = [&](const std::byte* at) -> Result<Mapped> {
+      Registration* r = registrationHolding(at, bytes);
+      if (r == nullptr) return Mapped{};
+      if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
+        auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
+        if (!mapped) return mapped.status();
+        r->peers = std::move(*mapped);
       }
+      if (!r->peers) return Mapped{};
+      return Mapped{r->peers.get(), static_cast<std::size_t>(at - r->base)};
+    };
+    Mapped reads, writes;
+    if ((!overlap || (twoShot && in == out)) && readsRegisteredInPlace(twoShot)) {
+      auto m = mappedAt(in);
+      if (!m) return fail(m.status());
+      reads = *m;
     }
     // Two-shot on a registered output (out of place or exactly in place; 64 ranks at most):
     // each rank writes its summed piece into every rank's output, and none gathers.
-    const exec::CudaExecutor::PeerInputs* outPeers = nullptr;
-    std::size_t outOffset = 0;
     if (twoShot && (!overlap || in == out) && size_ <= 64 && writesRegisteredOutputs()) {
-      if (Registration* r = registrationHolding(output, bytes)) {
-        if (!r->peers && !exec::CudaExecutor::capturing(stream)) {
-          auto mapped = gpu_->mapRegistered(r->base, *bootstrap_);
-          if (!mapped) return fail(mapped.status());
-          r->peers = std::move(*mapped);
-        }
-        if (r->peers) {
-          outPeers = r->peers.get();
-          outOffset = static_cast<std::size_t>(out - r->base);
-        }
-      }
+      auto m = mappedAt(out);
+      if (!m) return fail(m.status());
+      writes = *m;
     }
-    if (Status st = gpu_->direct(b, twoShot, stream, peers, offset, outPeers, outOffset); !st)
+    if (Status st = gpu_->direct(b, twoShot, stream, reads.peers, reads.offset, writes.peers,
+                                 writes.offset);
+        !st)
       return fail(st);
     return finish();
   }
