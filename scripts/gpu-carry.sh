@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 build="${BUILD:-build}"
 out=build-carry
 mkdir -p "$out"
-for f in weft-perf lib/libweft.so.0 tests/weft_gpu_runtime_tests tests/weft_gpu_tests; do
+for f in weft-perf lib/libweft.so.0 tests/weft_gpu_runtime_tests tests/weft_gpu_tests \
+  weft-topo; do
   if [[ ! -f "$build/$f" ]]; then
     echo "gpu-carry: $build/$f is missing (build with CUDA first)" >&2
     exit 1
