@@ -65,6 +65,9 @@ if want tests; then
   # GPUs, which share them: as threads, and as processes (time-sliced where they share).
   run tests-threads 240 "$tests" --gtest_filter='*GpuThreads.EveryCollective*:*GpuThreads.LargeAllReduce*:*GpuThreads.EveryAlgorithm*'
   run tests-processes 180 "$tests" --gtest_filter='*GpuProcesses.*'
+  # A C program on weft's libnccl.so.2, GPU buffers, rank r on GPU r mod the count.
+  shim=$(find_bin weft_nccl_shim_gpu_test)
+  [[ -n "$shim" ]] && run tests-nccl-c 120 env LD_LIBRARY_PATH="$PWD/$build/nccl:$LD_LIBRARY_PATH" "$shim"
 fi
 
 sweep() {  # sweep NAME COLLECTIVE extra weft-perf flags...
