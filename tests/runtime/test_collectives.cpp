@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <mutex>
+#include <tuple>
 
 #include "algorithms/algorithm.hpp"
 #include "tests/runtime/harness.hpp"
@@ -414,6 +415,19 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
     for (std::size_t bytes : e.ring)
       EXPECT_EQ(planOf(h, bytes), "ring/simple") << e.n << " ranks, " << bytes;
   }
+  // WEFT_GPU_DIRECT=N: at most N rounds (4 MiB each before a device is set up), then ring.
+  for (const auto& [rounds, bytes, direct] :
+       std::vector<std::tuple<const char*, std::size_t, bool>>{{"1", 4 * kMiB, true},
+                                                               {"1", 8 * kMiB, false},
+                                                               {"3", 12 * kMiB, true},
+                                                               {"3", 16 * kMiB, false}}) {
+    setenv("WEFT_GPU_DIRECT", rounds, 1);
+    std::vector<Comm> c = makeComms(8);
+    unsetenv("WEFT_GPU_DIRECT");
+    const std::string plan = planOf(c[0].handle(), bytes);
+    const bool isDirect = plan.rfind("oneshot/", 0) == 0 || plan.rfind("twoshot/", 0) == 0;
+    EXPECT_EQ(isDirect, direct) << "WEFT_GPU_DIRECT=" << rounds << ", " << bytes << ": " << plan;
+  }
   // An algorithm forced by WEFT_ALGO stays forced at small sizes.
   setenv("WEFT_ALGO", "twoshot", 1);
   std::vector<Comm> forced = makeComms(4);
@@ -461,6 +475,8 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_MAX_CHANNELS", "1"},
                                                         {"WEFT_TRANSPORT", "verbs"},
                                                         {"WEFT_GPU_REGISTERED", "2"},
+                                                        {"WEFT_GPU_DIRECT", "65"},
+                                                        {"WEFT_GPU_DIRECT", "many"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};
