@@ -10,11 +10,9 @@ namespace weft::algo {
 
 namespace {
 
-std::string env(const char* name, const char* fallback) {
+std::string env(const char* name) {
   const char* v = std::getenv(name);
-  if (v != nullptr && *v != '\0') return v;
-  const char* f = fallback != nullptr ? std::getenv(fallback) : nullptr;
-  return f != nullptr ? f : "";
+  return v != nullptr ? v : "";
 }
 
 std::string lower(std::string s) {
@@ -105,19 +103,17 @@ Result<TunerOptions> TunerOptions::fromNccl(const std::string& algo, const std::
 }
 
 Result<TunerOptions> TunerOptions::fromEnvironment() {
-  const std::string file = env("WEFT_TUNING_FILE", nullptr);
+  const std::string file = env("WEFT_TUNING_FILE");
   // WEFT_ names are weft's own and checked strictly; NCCL's are read as NCCL reads them.
-  const bool weftAlgo = !env("WEFT_ALGO", nullptr).empty();
-  const bool weftProto = !env("WEFT_PROTO", nullptr).empty();
-  if (weftAlgo && weftProto)
-    return from(env("WEFT_ALGO", nullptr), env("WEFT_PROTO", nullptr), file);
-  auto nccl = fromNccl(weftAlgo ? "" : env("NCCL_ALGO", nullptr),
-                       weftProto ? "" : env("NCCL_PROTO", nullptr), file);
+  const std::string algo = env("WEFT_ALGO"), proto = env("WEFT_PROTO");
+  if (!algo.empty() && !proto.empty()) return from(algo, proto, file);
+  auto nccl =
+      fromNccl(algo.empty() ? env("NCCL_ALGO") : "", proto.empty() ? env("NCCL_PROTO") : "", file);
   if (!nccl) return nccl;
-  auto own = from(env("WEFT_ALGO", nullptr), env("WEFT_PROTO", nullptr), "");
+  auto own = from(algo, proto, "");
   if (!own) return own.status();
-  if (weftAlgo) nccl->algorithms = own->algorithms;
-  if (weftProto) nccl->protocol = own->protocol;
+  if (!algo.empty()) nccl->algorithms = own->algorithms;
+  if (!proto.empty()) nccl->protocol = own->protocol;
   return nccl;
 }
 

@@ -298,6 +298,18 @@ weftResult_t premultiplied(const Reduction& r, const void* send, std::size_t cou
   return result;
 }
 
+// A call on typed buffers that reduces nothing: its arguments checked, then call(comm, type) with
+// the communicator's device current.
+template <typename Call>
+ncclResult_t typed(ncclComm_t comm, ncclDataType_t datatype, const char* function, Call call) {
+  const Flight flight(comm);
+  ncclResult_t err = ncclSuccess;
+  weftComm_t w;
+  weftDataType_t t;
+  if (!prepare(comm, datatype, function, &w, &t, &err)) return err;
+  return check(onDevice(comm, [&] { return call(w, t); }), function);
+}
+
 // A reducing collective: its arguments checked, a PreMulSum's multiply done first, then
 // call(comm, input, type, op) with the communicator's device current. The input holds `count`
 // elements, times the ranks where `perRank` (reduce-scatter's).
@@ -716,14 +728,9 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclAllGather", &w, &t, &err)) return err;
-  return check(
-      onDevice(comm, [&] { return weftAllGather(sendbuff, recvbuff, sendcount, t, w, stream); }),
-      "ncclAllGather");
+  return typed(comm, datatype, "ncclAllGather", [&](weftComm_t w, weftDataType_t t) {
+    return weftAllGather(sendbuff, recvbuff, sendcount, t, w, stream);
+  });
 }
 
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -738,14 +745,9 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, int root, ncclComm_t comm,
                             cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclBroadcast", &w, &t, &err)) return err;
-  return check(
-      onDevice(comm, [&] { return weftBroadcast(sendbuff, recvbuff, count, t, root, w, stream); }),
-      "ncclBroadcast");
+  return typed(comm, datatype, "ncclBroadcast", [&](weftComm_t w, weftDataType_t t) {
+    return weftBroadcast(sendbuff, recvbuff, count, t, root, w, stream);
+  });
 }
 
 ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
@@ -764,36 +766,23 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclAlltoAll", &w, &t, &err)) return err;
-  return check(
-      onDevice(comm, [&] { return weftAllToAll(sendbuff, recvbuff, count, t, w, stream); }),
-      "ncclAlltoAll");
+  return typed(comm, datatype, "ncclAlltoAll", [&](weftComm_t w, weftDataType_t t) {
+    return weftAllToAll(sendbuff, recvbuff, count, t, w, stream);
+  });
 }
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclSend", &w, &t, &err)) return err;
-  return check(onDevice(comm, [&] { return weftSend(sendbuff, count, t, peer, w, stream); }),
-               "ncclSend");
+  return typed(comm, datatype, "ncclSend", [&](weftComm_t w, weftDataType_t t) {
+    return weftSend(sendbuff, count, t, peer, w, stream);
+  });
 }
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  weftComm_t w;
-  weftDataType_t t;
-  if (!prepare(comm, datatype, "ncclRecv", &w, &t, &err)) return err;
-  return check(onDevice(comm, [&] { return weftRecv(recvbuff, count, t, peer, w, stream); }),
-               "ncclRecv");
+  return typed(comm, datatype, "ncclRecv", [&](weftComm_t w, weftDataType_t t) {
+    return weftRecv(recvbuff, count, t, peer, w, stream);
+  });
 }
 
 ncclResult_t pncclGroupStart() {

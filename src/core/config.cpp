@@ -13,6 +13,13 @@ const char* env(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
+// weft's variable, else NCCL's name for the same setting (a drop-in for NCCL reads the
+// environment its users already have; NCCL_ALGO / NCCL_PROTO: TunerOptions::fromNccl).
+const char* envOrNccl(const char* weftName, const char* ncclName) {
+  const char* v = env(weftName);
+  return v != nullptr ? v : env(ncclName);
+}
+
 Result<double> number(const char* name, double lo, double hi) {
   const char* v = env(name);
   char* end = nullptr;
@@ -39,15 +46,8 @@ Result<Config> Config::fromEnvironment() {
     if (!s) return s.status();
     c.timeout = std::chrono::milliseconds(static_cast<long long>(*s * 1000));
   }
-  // NCCL's names for the same settings, where weft's are unset (a drop-in for NCCL reads the
-  // environment its users already have; NCCL_ALGO / NCCL_PROTO: TunerOptions::fromNccl).
-  if (const char* v = env("WEFT_SOCKET_IFNAME")) {
-    c.socketIfname = v;
-  } else if (const char* n = env("NCCL_SOCKET_IFNAME")) {
-    c.socketIfname = n;
-  }
-  if (const char* v = env("WEFT_COMM_ID")) c.commId = v;
-  if (const char* v = env("NCCL_COMM_ID"); v != nullptr && c.commId.empty()) c.commId = v;
+  if (const char* v = envOrNccl("WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")) c.socketIfname = v;
+  if (const char* v = envOrNccl("WEFT_COMM_ID", "NCCL_COMM_ID")) c.commId = v;
   if (const char* v = env("WEFT_TRANSPORT")) {
     c.transport = v;
     if (c.transport != "auto" && c.transport != "shm" && c.transport != "ucx") {
@@ -95,11 +95,7 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.singleCopyBytes = static_cast<std::size_t>(*x);
   }
-  if (const char* v = env("WEFT_DEBUG")) {
-    c.debug = v;
-  } else if (const char* n = env("NCCL_DEBUG")) {
-    c.debug = n;
-  }
+  if (const char* v = envOrNccl("WEFT_DEBUG", "NCCL_DEBUG")) c.debug = v;
   if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
   if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
