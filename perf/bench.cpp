@@ -461,8 +461,9 @@ Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> o
   if (Peer* p = peer(); p != nullptr) {
     // The same call, buffers and iteration count through the peer. Whether it can run the call
     // depends on the arguments alone, so every rank takes the same branch.
-    auto seconds = p->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root,
-                                     sendBuffer(), recvBuffer(), 1, opt_.iters * opt_.aggIters);
+    auto seconds =
+        p->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root, sendBuffer(),
+                          recvBuffer(), 1, opt_.iters * opt_.aggIters, opt_.graphLaunches);
     if (seconds) {
       auto combined = control_->combine(*seconds, opt_.average);
       if (!combined) return combined.status();

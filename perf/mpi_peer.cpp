@@ -65,7 +65,7 @@ class MpiPeer final : public Peer {
 
   std::optional<double> secondsPerCall(Collective c, const Layout& l, DataType type, RedOp op,
                                        int root, const void* send, void* recv, int warmup,
-                                       int iters) override {
+                                       int iters, int /*graphLaunches*/) override {
     const auto t = mpiType(type, isReduction(c));
     if (!t || l.count > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
     int rank = 0, size = 1;

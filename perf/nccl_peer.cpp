@@ -106,7 +106,7 @@ class NcclPeer final : public Peer {
 
   std::optional<double> secondsPerCall(Collective c, const Layout& l, DataType type, RedOp op,
                                        int root, const void* send, void* recv, int warmup,
-                                       int iters) override {
+                                       int iters, int graphLaunches) override {
     const auto t = ncclType(type);
     if (!t || c == Collective::sendRecv || c == Collective::allToAllv) return std::nullopt;
     const std::size_t e = sizeOf(type);
@@ -140,8 +140,9 @@ class NcclPeer final : public Peer {
     for (int i = 0; i < warmup; ++i) {
       if (!ok(call(), "warm-up")) return std::nullopt;
     }
-    if (cudaStreamSynchronize(stream_) != cudaSuccess || !control_.barrier().isOk())
-      return std::nullopt;
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) return std::nullopt;
+    if (graphLaunches > 0) return graphSecondsPerCall(call, iters, graphLaunches);
+    if (!control_.barrier().isOk()) return std::nullopt;
     (void)cudaEventRecord(start_, stream_);
     for (int i = 0; i < iters; ++i) {
       if (!ok(call(), "timed call")) return std::nullopt;
@@ -155,6 +156,49 @@ class NcclPeer final : public Peer {
   }
 
  private:
+  // -G: the `iters` calls captured into one graph (this thread's capture only, as weft-perf
+  // captures weft's), launched once untimed, then `launches` times between the events.
+  template <typename Call>
+  std::optional<double> graphSecondsPerCall(const Call& call, int iters, int launches) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    auto fail = [&](const char* what, cudaError_t e) -> std::optional<double> {
+      std::fprintf(stderr, "weft-perf: rank %d: NCCL in a CUDA graph: %s: %s\n", rank_, what,
+                   cudaGetErrorString(e));
+      if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      return std::nullopt;
+    };
+    if (cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+        e != cudaSuccess)
+      return fail("cudaStreamBeginCapture", e);
+    bool captured = true;
+    for (int i = 0; i < iters && captured; ++i) captured = ok(call(), "captured call");
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (!captured) return fail("capture", ended != cudaSuccess ? ended : cudaErrorUnknown);
+    if (ended != cudaSuccess) return fail("cudaStreamEndCapture", ended);
+    if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess)
+      return fail("cudaGraphInstantiate", e);
+    if (cudaError_t e = cudaGraphLaunch(exec, stream_); e != cudaSuccess)
+      return fail("cudaGraphLaunch", e);
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess)
+      return fail("warm-up launch", e);
+    if (!control_.barrier().isOk()) return fail("barrier", cudaSuccess);
+    (void)cudaEventRecord(start_, stream_);
+    for (int k = 0; k < launches; ++k) {
+      if (cudaError_t e = cudaGraphLaunch(exec, stream_); e != cudaSuccess)
+        return fail("cudaGraphLaunch", e);
+    }
+    (void)cudaEventRecord(stop_, stream_);
+    float ms = 0;
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start_, stop_);
+    if (e != cudaSuccess) return fail("timed launches", e);
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    return static_cast<double>(ms) * 1e-3 / (static_cast<double>(iters) * launches);
+  }
+
   bool ok(ncclResult_t r, const char* what) const {
     if (r == ncclSuccess) return true;
     std::fprintf(stderr, "weft-perf: rank %d: NCCL %s: %s (%s)\n", rank_, what,

@@ -10,9 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD:-build}"
-out=build-carry
+out="build-carry"
 mkdir -p "$out"
-for f in weft-perf lib/libweft.so.0 tests/weft_gpu_runtime_tests tests/weft_gpu_tests; do
+for f in weft-perf lib/libweft.so.0 tests/weft_gpu_runtime_tests tests/weft_gpu_tests \
+  weft-topo; do
   if [[ ! -f "$build/$f" ]]; then
     echo "gpu-carry: $build/$f is missing (build with CUDA first)" >&2
     exit 1
@@ -26,6 +27,8 @@ if [[ -f "$build/nccl/libweft_nccl.so" ]]; then
   strip -o "$out/nccl/libweft_nccl.so" "$build/nccl/libweft_nccl.so"
   ln -sf libweft_nccl.so "$out/nccl/libnccl.so.2"
   cp "$out/libweft.so.0" "$out/lib/libweft.so.0"
-  strip -o "$out/weft_nccl_shim_test" "$build/tests/weft_nccl_shim_test"
+  for t in weft_nccl_shim_test weft_nccl_shim_gpu_test weft_nccl_device_api_test; do
+    [[ -f "$build/tests/$t" ]] && strip -o "$out/$t" "$build/tests/$t"
+  done
 fi
 du -sh "$out"

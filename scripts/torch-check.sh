@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# PyTorch on weft: tests/nccl/torch_check.py under torchrun with 2 and 4 processes sharing GPU 0
+# PyTorch on weft: tests/nccl/torch_check.py under torchrun with 2 and 4 processes (NPS), local
+# rank r on GPU r mod the GPU count: on one GPU all share GPU 0
 # (MPS started and stopped here), LD_PRELOAD naming weft's libnccl.so.2. Needs a CUDA build
 # (BUILD, default build/) with libweft_nccl.so and a Python with PyTorch. Logs go to $OUT
 # (default /tmp/torch-check). Exit 0 when every rank of every run passed.

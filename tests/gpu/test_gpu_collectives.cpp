@@ -48,19 +48,42 @@ bool haveGpu() {
     if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine"; \
   } while (false)
 
+// The GPU of rank r where ranks spread over the machine's GPUs, one rank per GPU as far as
+// they go (r mod the GPU count, as weft-perf places them); 0 on one GPU.
+int spreadDevice(int r) {
+  static const int count = [] {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? n : 1;
+  }();
+  return r % count;
+}
+
 // Device buffers for the harness: stream-ordered allocation and copies on each rank's stream,
 // so no rank's call waits for the whole device (where other ranks' kernels wait for it).
 // One stream per rank of n; or, for a process holding only rank `only`, one stream for it.
+// Spread: rank r's stream on its spreadDevice (the harness makes that device current on the
+// rank's thread, see deviceMemory); otherwise every rank on the current device.
 struct Streams {
-  explicit Streams(int n, int onlyRank = -1)
-      : s(static_cast<std::size_t>(onlyRank < 0 ? n : 1)), only(onlyRank) {
-    for (cudaStream_t& x : s) EXPECT_EQ(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking), 0);
+  explicit Streams(int n, int onlyRank = -1, bool spread = false)
+      : s(static_cast<std::size_t>(onlyRank < 0 ? n : 1)), device(s.size(), 0), only(onlyRank) {
+    int current = 0;
+    EXPECT_EQ(cudaGetDevice(&current), cudaSuccess);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const int rank = onlyRank < 0 ? static_cast<int>(i) : onlyRank;
+      device[i] = spread ? spreadDevice(rank) : current;
+      EXPECT_EQ(cudaSetDevice(device[i]), cudaSuccess);
+      EXPECT_EQ(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking), 0);
+    }
+    EXPECT_EQ(cudaSetDevice(current), cudaSuccess);
   }
   ~Streams() {
     for (cudaStream_t x : s) (void)cudaStreamDestroy(x);
   }
-  cudaStream_t operator[](int r) const { return s[only < 0 ? static_cast<std::size_t>(r) : 0]; }
+  std::size_t at(int r) const { return only < 0 ? static_cast<std::size_t>(r) : 0; }
+  cudaStream_t operator[](int r) const { return s[at(r)]; }
+  int deviceOf(int r) const { return device[at(r)]; }
   std::vector<cudaStream_t> s;
+  std::vector<int> device;
   int only;
 };
 
@@ -78,6 +101,7 @@ DeviceMemory deviceMemory(const Streams& streams) {
     EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
   };
   m.stream = [&streams](int r) -> void* { return streams[r]; };
+  m.enter = [&streams](int r) { EXPECT_EQ(cudaSetDevice(streams.deviceOf(r)), cudaSuccess); };
   m.finish = [&streams](Comm& comm, int r) -> std::string {
     if (cudaError_t e = cudaStreamSynchronize(streams[r]); e != cudaSuccess)
       return std::string("stream: ") + cudaGetErrorString(e);
@@ -126,7 +150,7 @@ TEST_P(GpuThreads, EveryCollectiveTypeOpAndSize) {
   const int n = GetParam();
   std::vector<Comm> comms = threadRanks(n);
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
-  Streams streams(n);
+  Streams streams(n, -1, true);
   const DeviceMemory mem = deviceMemory(streams);
   const std::vector<std::string> failures = runMatrix(comms, n, -1, &mem);
   for (const std::string& f : failures) ADD_FAILURE() << f;
@@ -178,7 +202,7 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
       if (!wanted || cases.empty()) continue;
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
       ScopedEnv protoEnv("WEFT_PROTO", proto);
-      Streams streams(n);
+      Streams streams(n, -1, true);
       const DeviceMemory mem = deviceMemory(streams);
       std::vector<Comm> comms = threadRanks(n);
       ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
@@ -205,7 +229,7 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     std::vector<Comm> comms = threadRanks(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
-    Streams streams(n);
+    Streams streams(n, -1, true);
     const DeviceMemory mem = deviceMemory(streams);
     for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
       // 1310731 floats: 2.5 rounds of the direct kernels' slabs at 8 ranks (16 blocks of 128
@@ -236,7 +260,7 @@ TEST_P(GpuThreads, LargeAllReduce) {
   if (n != 2 && n != 8) GTEST_SKIP() << "2 and 8 ranks only (time)";
   std::vector<Comm> comms = threadRanks(n);
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
-  Streams streams(n);
+  Streams streams(n, -1, true);
   const DeviceMemory mem = deviceMemory(streams);
   const Case c{Collective::allReduce, DataType::f32, RedOp::sum, 64ul << 20, false, 0};
   EXPECT_EQ(runCase(comms, c, 99, n, -1, &mem), "");
@@ -705,8 +729,8 @@ class GpuProcesses : public ::testing::TestWithParam<int> {
     return forkRanks(
         n,
         [&](int r, Comm& comm) {
-          if (cudaSetDevice(0) != cudaSuccess) return 3;
-          const Streams streams(n, r);
+          if (cudaSetDevice(spreadDevice(r)) != cudaSuccess) return 3;
+          const Streams streams(n, r, true);
           const DeviceMemory mem = deviceMemory(streams);
           std::vector<Comm> mine;
           mine.push_back(std::move(comm));

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch on weft through libweft_nccl.so: run by torchrun, every rank on GPU 0 (ranks may share
-a GPU on weft), with LD_PRELOAD naming the library (scripts/torch-check.sh does all that).
+"""PyTorch on weft through libweft_nccl.so: run by torchrun, local rank r on GPU r mod the GPU
+count (on one GPU every rank shares GPU 0, which weft allows), with LD_PRELOAD naming the
+library (scripts/torch-check.sh does all that).
 
 Each rank checks, against a reference computed on the CPU in float64: all_reduce (sum, avg,
 max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast,
@@ -133,7 +134,10 @@ def ddp(rank, world, dev):
 
 
 def main():
-    dev = torch.device("cuda", 0)  # every rank on GPU 0: weft lets ranks share it
+    # One process per GPU where there are enough (as NCCL wants); on fewer GPUs ranks share
+    # them (weft lets them; on one GPU every rank is on GPU 0).
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -256,6 +256,8 @@ struct DeviceMemory {
   std::function<void(int rank, void* to, const void* from, std::size_t bytes)> copy;
   std::function<void*(int rank)> stream;
   std::function<std::string(Comm& comm, int rank)> finish;
+  // Run first on each rank's thread (its GPU made current); may be empty.
+  std::function<void(int rank)> enter;
 };
 
 // Runs one case on the ranks this process holds and checks every output element of theirs;
@@ -321,6 +323,7 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
     void* d = recvPtr[R];
     void* stream = nullptr;
     if (gpu != nullptr) {
+      if (gpu->enter) gpu->enter(r);
       devIn[R] = gpu->alloc(r, std::max<std::size_t>(in[R].size(), 16));
       devOut[R] = gpu->alloc(r, std::max<std::size_t>(out[R].size(), 16));
       gpu->copy(r, devIn[R], in[R].data(), in[R].size());
