@@ -189,9 +189,12 @@ int directRoundsFor(int nranks) {
   return 64;
 }
 // By default two-shot reads registered inputs in place at any rank count, one-shot up to this
-// many ranks: past them its extra barrier (every rank waits until all are done reading) cost
-// more than the copy it saves (8 ranks on the H200: 37 against 31 us at 128 KB, docs/perf.md).
+// many ranks at any size, and beyond them from this many bytes: below, its extra barrier (every
+// rank waits until all are done reading) cost more than the copy it saves (8 ranks on the H200:
+// 37 against 31 us at 128 KB; 4 ranks: 21.2 against 20.3 at 1 MB, but 26.7 against 29.2 at 4 MB
+// and 291 against 340 at 64 MB; docs/perf.md).
 constexpr int kGpuRegisteredOneShotRanks = 2;
+constexpr std::size_t kGpuRegisteredOneShotBytes = std::size_t{4} << 20;
 }  // namespace
 
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
@@ -714,14 +717,15 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
          (algorithm == "oneshot" || algorithm == "twoshot");
 }
 
-bool Communicator::readsRegisteredInPlace(bool twoShot) const {
+bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const {
   if (config_.gpuRegistered >= 0) return config_.gpuRegistered == 1;
-  return twoShot || size_ <= kGpuRegisteredOneShotRanks;
+  return twoShot || size_ <= kGpuRegisteredOneShotRanks || bytes >= kGpuRegisteredOneShotBytes;
 }
 
 bool Communicator::writesRegisteredOutputs() const {
-  // Not measured yet against the gather from the slabs: only where WEFT_GPU_REGISTERED=1.
-  return config_.gpuRegistered == 1;
+  // Measured 2026-11-30 (docs/perf.md): 15-21 % more busbw from 16 MB on 4 and 8 ranks than
+  // gathering from the slabs, the same within a microsecond below 4 MB. So unless turned off.
+  return config_.gpuRegistered != 0;
 }
 
 Status Communicator::runGpu(Collective coll, const void* input, void* output, std::size_t count,
@@ -788,7 +792,7 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
       return Mapped{r->peers.get(), static_cast<std::size_t>(at - r->base)};
     };
     Mapped reads, writes;
-    if ((!overlap || (twoShot && in == out)) && readsRegisteredInPlace(twoShot)) {
+    if ((!overlap || (twoShot && in == out)) && readsRegisteredInPlace(twoShot, bytes)) {
       auto m = mappedAt(in);
       if (!m) return fail(m.status());
       reads = *m;

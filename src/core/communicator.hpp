@@ -135,9 +135,9 @@ class Communicator {
   // bytes one round of its slabs takes.
   bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
                           std::size_t limit) const;
-  // Whether that kernel reads registered inputs in place (WEFT_GPU_REGISTERED; every rank
-  // decides alike, as the kernels' barriers require).
-  bool readsRegisteredInPlace(bool twoShot) const;
+  // Whether that kernel reads registered inputs in place for a call of `bytes`
+  // (WEFT_GPU_REGISTERED; every rank decides alike, as the kernels' barriers require).
+  bool readsRegisteredInPlace(bool twoShot, std::size_t bytes) const;
   // Whether two-shot's kernel writes each rank's summed piece into every rank's registered
   // output instead of gathering the pieces (WEFT_GPU_REGISTERED; every rank decides alike).
   bool writesRegisteredOutputs() const;

@@ -26,8 +26,8 @@ struct Config {
   int gpuDirect = -1;
   // WEFT_GPU_REGISTERED: whether the direct kernels read registered inputs in place. -1 (auto,
   // the default): where it measured faster (Communicator::readsRegisteredInPlace); 0: never (the
-  // slabs); 1: wherever every rank's buffer is registered, and two-shot writes its sums into
-  // every rank's registered output (Communicator::writesRegisteredOutputs; not measured yet).
+  // slabs); 1: wherever every rank's buffer is registered. Unless 0, two-shot writes its sums
+  // into every rank's registered output (Communicator::writesRegisteredOutputs).
   int gpuRegistered = -1;
   // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): the largest
   // power of two at most 64 that leaves each rank sharing a GPU its own SMs

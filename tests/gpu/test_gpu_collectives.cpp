@@ -272,14 +272,14 @@ TEST_P(GpuThreads, LargeAllReduce) {
 // (the slabs again), in place (two-shot still reads in place; one-shot takes the slabs, since
 // its sum would overwrite what a peer may still read) and inside a CUDA graph captured after the
 // first call. With the outputs registered too, two-shot writes every rank's output from every
-// rank (WEFT_GPU_REGISTERED=1). Sizes up to 2.6 rounds of the slabs (8 ranks).
+// rank (unless WEFT_GPU_REGISTERED=0). Sizes up to 2.6 rounds of the slabs (8 ranks).
 TEST_P(GpuThreads, RegisteredInputsAreReadInPlace) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   // 1: read in place wherever every rank's buffer is registered; auto: one-shot only up to
   // 2 ranks (the slabs beyond), so both paths meet these checks.
-  // regOut: the outputs registered too (WEFT_GPU_REGISTERED=1: two-shot then writes every
-  // rank's output from every rank, also once the inputs are deregistered at the end).
+  // regOut: the outputs registered too (two-shot then writes every rank's output from every
+  // rank in both modes, also once the inputs are deregistered at the end).
   for (const char* mode : {"1", "auto"}) {
     for (const auto& [algo, regOut] : std::vector<std::pair<const char*, bool>>{
              {"oneshot", false}, {"twoshot", false}, {"twoshot", true}}) {
