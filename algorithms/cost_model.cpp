@@ -779,9 +779,12 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
       bw = criticalPath(true, true) - posted;
     }
   } else if (algorithm == "oneshot" || algorithm == "twoshot") {
-    if (coll != Collective::allReduce) return unsupportedHere();
     const bool one = algorithm == "oneshot";
-    const double per = one ? S : S / n;                        // what goes to each peer
+    const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
+                        coll == Collective::allToAll;
+    if (coll != Collective::allReduce && !(one && blocks)) return unsupportedHere();
+    // What goes to each peer: one-shot all-reduce's whole vector, a block otherwise.
+    const double per = one && !blocks ? S : S / n;
     const double intra = G > 1 ? per / pat(g.allPairsBw) : 0;  // all G-1 flows at once
     const double inter = multi ? (n - G) * per / t.bwNet : 0;
     const double phase = std::max(intra, inter);

@@ -713,8 +713,15 @@ std::size_t Communicator::directRounds() const {
 
 bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
                                       std::size_t bytes, std::size_t limit) const {
-  return coll == Collective::allReduce && bytes <= limit * directRounds() &&
-         (algorithm == "oneshot" || algorithm == "twoshot");
+  if (coll == Collective::allReduce) {
+    return bytes <= limit * directRounds() && (algorithm == "oneshot" || algorithm == "twoshot");
+  }
+  // The block collectives' one-shot, by the bytes of each rank's input (an all-gather's is one
+  // block of the call's), at most 64 ranks (a slab holds a share of every rank's piece).
+  const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
+                      coll == Collective::allToAll;
+  const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
+  return blocks && algorithm == "oneshot" && size_ <= 64 && input <= limit * directRounds();
 }
 
 bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const {
@@ -759,6 +766,20 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     }
     return {};
   };
+  if (coll != Collective::allReduce &&
+      directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
+    if (config_.debug == "INFO" || config_.debug == "TRACE") {
+      if (rank_ == 0)
+        std::fprintf(stderr, "weft INFO %s %zu bytes on GPU: oneshot, direct kernel (%s)\n",
+                     std::string(name(coll)).c_str(), bytes, plan.reason.c_str());
+    }
+    const device::DirectBlocks kind = coll == Collective::allGather ? device::DirectBlocks::gather
+                                      : coll == Collective::reduceScatter
+                                          ? device::DirectBlocks::reduceScatter
+                                          : device::DirectBlocks::exchange;
+    if (Status st = gpu_->directBlocks(b, kind, stream); !st) return fail(st);
+    return finish();
+  }
   if (directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
     if (config_.debug == "INFO" || config_.debug == "TRACE") {
       if (rank_ == 0)
@@ -932,8 +953,10 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // inputs).
   const std::size_t directLimit =
       gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
-  const char* direct =
-      size_ >= kGpuTwoShotDirectRanks && bytes > kGpuOneShotDirectBytes ? "twoshot" : "oneshot";
+  const char* direct = coll == Collective::allReduce && size_ >= kGpuTwoShotDirectRanks &&
+                               bytes > kGpuOneShotDirectBytes
+                           ? "twoshot"
+                           : "oneshot";
   if (directKernelServes(coll, direct, bytes, directLimit) && config_.tuner.algorithms.empty() &&
       !config_.tuner.protocol.has_value() && plan->algorithm != direct) {
     auto all = gpuTuner_->explain(coll, bytes);
@@ -960,6 +983,27 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     simple->reason = "the bulk protocol past " + std::to_string(kGpuLlMaxBytes / 1024) +
                      " KiB on GPU; " + simple->reason;
     plan = std::move(simple);
+  }
+  // Past the direct kernel, the block collectives' one-shot would run as a schedule through the
+  // FIFOs, every peer's message at once, which nothing has measured on GPU: the next cheapest
+  // (ring, PAT, pairwise: measured) runs instead unless WEFT_ALGO asks for one-shot.
+  if (coll != Collective::allReduce && plan->algorithm == "oneshot" &&
+      config_.tuner.algorithms.empty() &&
+      !directKernelServes(coll, "oneshot", bytes, directLimit)) {
+    for (const algo::Estimate& e : gpuTuner_->explain(coll, bytes)) {
+      if (e.algorithm == "oneshot") continue;
+      if (config_.tuner.protocol.has_value()
+              ? e.protocol != *config_.tuner.protocol
+              : e.protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes)
+        continue;
+      plan->algorithm = e.algorithm;
+      plan->protocol = e.protocol;
+      plan->aggregation = e.aggregation;
+      plan->estimateUs = e.timeUs;
+      gpuTuner_->shape(e, bytes, plan->channels, plan->chunkBytes);
+      plan->reason = "one-shot through the FIFOs is unmeasured on GPU; " + plan->reason;
+      break;
+    }
   }
   // A plan asked for before the GPU is set up assumed the direct kernels' largest limit; the
   // device's own may be smaller, so only plans made with it are kept.

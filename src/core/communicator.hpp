@@ -131,8 +131,9 @@ class Communicator {
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
   // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).
   std::size_t directRounds() const;
-  // Whether a direct all-reduce kernel runs this call (no schedule, no protocol), given the
-  // bytes one round of its slabs takes.
+  // Whether a direct kernel runs this call (no schedule, no protocol): one-shot or two-shot
+  // all-reduce, one-shot all-gather, reduce-scatter or all-to-all; given the bytes one round of
+  // its slabs takes.
   bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
                           std::size_t limit) const;
   // Whether that kernel reads registered inputs in place for a call of `bytes`

@@ -920,6 +920,65 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   if (threadIdx.x == 0) a.directCounts[b] = call - 1;
 }
 
+// The direct kernels of the block collectives (launchDirectBlocks): block b takes the b-th
+// share of each of the input's pieces (one for all-gather, one per rank for reduce-scatter and
+// all-to-all), copies them into its slab of this rank's inbox, piece p at p * share, raises
+// word 0 of its flag and waits for every rank's; then
+//   all-gather: rank q's piece goes to block q of the output, for every q;
+//   reduce-scatter: piece `rank` of every rank's slab, summed in rank order, is the output;
+//   all-to-all: piece `rank` of rank q's slab goes to block q of the output, for every q.
+// A peer's slab is read only by the same block, so the slabs alternate as the all-reduce's do
+// (directKernel above), and the two kernels share the flags and call counts. In place is safe:
+// a round copies its share of every piece before it writes any of the output's.
+template <typename T, typename Op, DirectBlocks Kind>
+__global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs a) {
+  __shared__ int failed;
+  __shared__ std::uint64_t first;
+  __shared__ const T* ins[64];
+  const int b = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) {
+    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (failed != 0) fail(a, 2, b, -1, -1);
+    first = a.directCounts[b] + 1;
+  }
+  __syncthreads();
+  if (failed != 0) return;
+  const auto R = static_cast<std::size_t>(a.nranks);
+  const std::size_t pieces = Kind == DirectBlocks::gather ? 1 : R;
+  const std::size_t share = directShare(a.directSlabBytes, sizeof(T), pieces);
+  const std::size_t stride = share * gridDim.x;
+  const std::size_t rounds = a.count == 0 ? 1 : (a.count + stride - 1) / stride;
+  const auto me = static_cast<std::size_t>(a.rank);
+  std::uint64_t call = first;
+  for (std::size_t round = 0; round < rounds && failed == 0; ++round, ++call) {
+    const std::size_t begin = round * stride + static_cast<std::size_t>(b) * share;
+    const std::size_t n = begin < a.count ? lesser(share, a.count - begin) : 0;
+    const std::size_t slab = (2 * static_cast<std::size_t>(b) + (call & 1)) * a.directSlabBytes;
+    T* const mine = reinterpret_cast<T*>(a.directSlabs[a.rank] + slab);
+    for (std::size_t p = 0; p < pieces; ++p) {
+      T* const outs[1] = {mine + p * share};
+      const T* const from[1] = {static_cast<const T*>(a.input) + p * a.count + begin};
+      elementwise<T, Op>(outs, 1, from, 1, 1 << 30, n);
+    }
+    barrierEveryRank(a, b, 0, call, &failed);
+    if (failed != 0) break;
+    if constexpr (Kind == DirectBlocks::reduceScatter) {
+      T* const outs[1] = {static_cast<T*>(a.output) + begin};
+      sumInRankOrder<T, Op>(a, a.directSlabs, slab + me * share * sizeof(T), 0, n, outs, 1, ins);
+    } else {
+      const std::size_t at = Kind == DirectBlocks::gather ? 0 : me * share;
+      for (std::size_t q = 0; q < R; ++q) {
+        T* const outs[1] = {static_cast<T*>(a.output) + q * a.count + begin};
+        const T* const from[1] = {reinterpret_cast<const T*>(a.directSlabs[q] + slab) + at};
+        elementwise<T, Op>(outs, 1, from, 1, q == me ? 1 << 30 : 0, n);
+      }
+    }
+    // The next round rewrites this block's slab (the other parity) and shared lists.
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.directCounts[b] = call - 1;
+}
+
 template <typename T>
 __global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
   using C = typename Compute<T>::type;
@@ -1009,6 +1068,27 @@ Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType t
   });
 }
 
+Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind, DataType type,
+                          RedOp op, void* stream) {
+  const auto grid = static_cast<unsigned>(blocks);
+  auto* const st = static_cast<cudaStream_t>(stream);
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    // Only reduce-scatter reduces: the copying kinds are built for one op.
+    if (kind == DirectBlocks::gather) {
+      directBlocksKernel<T, Sum, DirectBlocks::gather><<<grid, kThreads, 0, st>>>(args);
+    } else if (kind == DirectBlocks::exchange) {
+      directBlocksKernel<T, Sum, DirectBlocks::exchange><<<grid, kThreads, 0, st>>>(args);
+    } else {
+      withOp(op, [&](auto reduction) {
+        directBlocksKernel<T, decltype(reduction), DirectBlocks::reduceScatter>
+            <<<grid, kThreads, 0, st>>>(args);
+      });
+    }
+    return launchError("direct block-collective kernel");
+  });
+}
+
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream) {
   if (count == 0) return {};
   return withType(type, [&](auto* tag) {
@@ -1077,6 +1157,15 @@ Status preload() {
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, divideKernel<T>);
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, false>);
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, true>);
+      if (e == cudaSuccess) {
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Op, DirectBlocks::reduceScatter>);
+      }
+      if (e == cudaSuccess) {
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::gather>);
+      }
+      if (e == cudaSuccess) {
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::exchange>);
+      }
       return e;
     });
   }

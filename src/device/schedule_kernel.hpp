@@ -159,6 +159,23 @@ Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream);
 Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType type, RedOp op,
                     void* stream);
 
+// All-gather, reduce-scatter or all-to-all of args.count elements per block through every
+// rank's slabs, over `blocks` blocks, in rounds as launchDirect's: each rank copies its share of
+// every piece of its input into its slab (piece p at p * directShare), raises its flag and waits
+// for every peer's, then takes what it needs from every rank's slab: all-gather rank q's piece
+// into output block q; reduce-scatter piece `rank` of every slab summed in rank order; all-to-all
+// piece `rank` of rank q's slab into output block q. The op matters to reduce-scatter only.
+enum class DirectBlocks { gather, reduceScatter, exchange };
+Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind, DataType type,
+                          RedOp op, void* stream);
+// A piece's share of one block's slab, in elements (16-byte multiples), for a kernel whose
+// input has `pieces` pieces: the kernel and its launcher cut alike.
+constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementBytes,
+                                  std::size_t pieces) {
+  const std::size_t align = elementBytes >= 16 ? 1 : 16 / elementBytes;
+  return slabBytes / elementBytes / pieces / align * align;
+}
+
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);
 

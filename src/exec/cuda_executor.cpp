@@ -500,6 +500,28 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   return recordLaunch(stream);
 }
 
+Status CudaExecutor::directBlocks(const Buffers& b, device::DirectBlocks kind, void* stream) {
+  if (Status e = asyncError(); !e) return e;
+  const std::size_t es = sizeOf(b.type);
+  if (b.count == 0) return {};
+  device::LaunchArgs a = baseArgs();
+  a.input = b.input;
+  a.output = b.output;
+  a.count = b.count;
+  const std::size_t pieces =
+      kind == device::DirectBlocks::gather ? 1 : static_cast<std::size_t>(a.nranks);
+  const std::size_t share = device::directShare(a.directSlabBytes, es, pieces);
+  if (share == 0) {
+    return Status(Code::unsupported, "a direct kernel with " + std::to_string(pieces) +
+                                         " pieces: a slab holds less than 16 bytes of each");
+  }
+  // A block per share of a piece, as many as one round's slabs hold; larger calls run in rounds.
+  const std::size_t most = oneShotLimit() / a.directSlabBytes;
+  const auto blocks = static_cast<int>(std::min((b.count + share - 1) / share, most));
+  if (Status s = device::launchDirectBlocks(a, blocks, kind, b.type, b.op, stream); !s) return s;
+  return recordLaunch(stream);
+}
+
 Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
   if (Status e = asyncError(); !e) return e;
   // To itself: device-to-device copies, in order, on the stream.

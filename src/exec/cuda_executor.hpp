@@ -108,6 +108,9 @@ class CudaExecutor {
   Status direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers = nullptr,
                 std::size_t offset = 0, const PeerInputs* outPeers = nullptr,
                 std::size_t outOffset = 0);
+  // All-gather, reduce-scatter or all-to-all by the direct kernel (device::launchDirectBlocks),
+  // b.count elements a block, in rounds of about oneShotLimit() bytes of each rank's input.
+  Status directBlocks(const Buffers& b, device::DirectBlocks kind, void* stream);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {

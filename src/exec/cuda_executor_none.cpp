@@ -59,7 +59,12 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(co
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
-Status CudaExecutor::direct(const Buffers&, bool, void*, const PeerInputs*, std::size_t) {
+Status CudaExecutor::direct(const Buffers&, bool, void*, const PeerInputs*, std::size_t,
+                            const PeerInputs*, std::size_t) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
+Status CudaExecutor::directBlocks(const Buffers&, device::DirectBlocks, void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 

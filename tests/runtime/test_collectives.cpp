@@ -366,9 +366,7 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
       for (std::size_t bytes : {std::size_t{256} << 10, std::size_t{2} << 20}) {
         const std::string plan = planOf(h, c, bytes);
         // The direct kernels (one-shot, two-shot up to their limit) use no protocol.
-        if (c == weftCollAllReduce &&
-            (plan.rfind("oneshot/", 0) == 0 || plan.rfind("twoshot/", 0) == 0))
-          continue;
+        if (plan.rfind("oneshot/", 0) == 0 || plan.rfind("twoshot/", 0) == 0) continue;
         EXPECT_NE(plan.find("/simple"), std::string::npos)
             << n << " ranks, " << bytes << ": " << plan;
       }
@@ -433,6 +431,49 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   std::vector<Comm> forced = makeComms(4);
   unsetenv("WEFT_ALGO");
   EXPECT_EQ(planOf(forced[0].handle(), 64 << 10).rfind("twoshot/", 0), 0u);
+}
+
+// All-gather, reduce-scatter and all-to-all on GPU memory take the direct one-shot kernel while
+// each rank's input fits the rounds (as all-reduce's: 4 MiB each before a device is set up; 4
+// rounds on 2 ranks, 64 on 8), their schedules through the FIFOs beyond; a forced algorithm
+// keeps its own.
+TEST(Arguments, GpuBlockCollectivesTakeTheDirectKernelWhileTheInputFits) {
+  auto planOf = [](weftComm_t h, weftCollective_t c, std::size_t bytes) {
+    char buf[128] = {};
+    EXPECT_EQ(weftCommPlanMemory(h, c, bytes / 4, weftFloat32, weftGpuMemory, buf, sizeof buf),
+              weftSuccess);
+    return std::string(buf);
+  };
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  for (int n : {2, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    weftComm_t h = comms[0].handle();
+    const std::size_t rounds = n == 2 ? 4 : 64;
+    const auto N = static_cast<std::size_t>(n);
+    // The count a rank passes is per block: an all-gather's input is one block, a
+    // reduce-scatter's or all-to-all's one per rank.
+    auto input = [&](weftCollective_t c, std::size_t block) {
+      return c == weftCollAllGather ? block : block * N;
+    };
+    for (std::size_t block :
+         {std::size_t{64}, std::size_t{64} << 10, 4 * kMiB * rounds / 8, 4 * kMiB * rounds}) {
+      for (weftCollective_t c : {weftCollAllGather, weftCollReduceScatter, weftCollAllToAll}) {
+        const std::string plan = planOf(h, c, block);
+        const bool fits = input(c, block) <= 4 * kMiB * rounds;
+        EXPECT_EQ(plan.rfind("oneshot/", 0) == 0, fits)
+            << n << " ranks, collective " << c << ", block " << block << ": " << plan;
+      }
+    }
+    // Past the rounds, one-shot through the FIFOs is not taken (unmeasured on GPU).
+    for (weftCollective_t c : {weftCollAllGather, weftCollReduceScatter, weftCollAllToAll}) {
+      const std::string plan = planOf(h, c, 8 * kMiB * rounds);
+      EXPECT_NE(plan.rfind("oneshot/", 0), 0u) << n << " ranks, collective " << c << ": " << plan;
+    }
+  }
+  setenv("WEFT_ALGO", "ring", 1);
+  std::vector<Comm> forced = makeComms(4);
+  unsetenv("WEFT_ALGO");
+  EXPECT_EQ(planOf(forced[0].handle(), weftCollAllGather, 64 << 10).rfind("ring/", 0), 0u);
 }
 
 // weftCommRegister / weftCommDeregister without a GPU: bad input is an error that changes
