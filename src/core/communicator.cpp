@@ -175,6 +175,12 @@ constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
 // one-shot was 7-23 % faster than two-shot from 64 KB to 64 MB, 2026-11-30e; at 8 ranks
 // two-shot from 2 MB on, 8 % at 16 MB, and the two alike below).
 constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
+// The direct reduce-scatter and all-to-all kernels take inputs up to this many bytes a rank (a
+// slab holds a 1/n share of every piece, so larger inputs take many short rounds): on one H200
+// they beat ring and pairwise 1.5-3x to 4 MB and lost from 16 MB (2 and 8 ranks, 2026-11-30f,
+// docs/perf.md). All-gather's, whose slab holds its whole share, takes the rounds' limit (at 8
+// ranks 821 against ring's 1956 us at 256 MB).
+constexpr std::size_t kGpuDirectExchangeBytes = std::size_t{4} << 20;
 constexpr int kGpuTwoShotDirectRanks = 5;
 // Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 2 and 4)
 // they run in rounds, up to this many by rank count (the larger measured count's for those
@@ -721,7 +727,10 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
   const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
                       coll == Collective::allToAll;
   const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
-  return blocks && algorithm == "oneshot" && size_ <= 64 && input <= limit * directRounds();
+  const std::size_t most = coll == Collective::allGather
+                               ? limit * directRounds()
+                               : std::min(limit * directRounds(), kGpuDirectExchangeBytes);
+  return blocks && algorithm == "oneshot" && size_ <= 64 && input <= most;
 }
 
 bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const {
