@@ -181,6 +181,9 @@ constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
 // docs/perf.md). All-gather's, whose slab holds its whole share, takes the rounds' limit (at 8
 // ranks 821 against ring's 1956 us at 256 MB).
 constexpr std::size_t kGpuDirectExchangeBytes = std::size_t{4} << 20;
+// ... and all-gather's on 2 ranks up to this many (two H200s over NVLink: 27 against ring's 39
+// us at 8 MB, but 91 against 79 at 32 MB; one H200: 31 against 38 at 16 MB).
+constexpr std::size_t kGpuDirectGatherPairBytes = std::size_t{8} << 20;
 constexpr int kGpuTwoShotDirectRanks = 5;
 // Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 2 and 4)
 // they run in rounds, up to this many by rank count (the larger measured count's for those
@@ -727,9 +730,10 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
   const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
                       coll == Collective::allToAll;
   const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
-  const std::size_t most = coll == Collective::allGather
-                               ? limit * directRounds()
-                               : std::min(limit * directRounds(), kGpuDirectExchangeBytes);
+  const std::size_t most =
+      coll != Collective::allGather ? std::min(limit * directRounds(), kGpuDirectExchangeBytes)
+      : size_ <= 2                  ? std::min(limit * directRounds(), kGpuDirectGatherPairBytes)
+                                    : limit * directRounds();
   return blocks && algorithm == "oneshot" && size_ <= 64 && input <= most;
 }
 
