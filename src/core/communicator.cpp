@@ -684,6 +684,7 @@ Status Communicator::ensureGpu() {
   exec::GpuOptions o;
   o.channels = config_.gpuChannels;
   o.slotBytes = config_.gpuSlotBytes;
+  o.llDirectBytes = config_.gpuLlDirectBytes;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.

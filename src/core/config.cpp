@@ -85,6 +85,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.gpuSlotBytes = static_cast<std::size_t>(*x) / 4096 * 4096;
   }
+  if (env("WEFT_GPU_LL_DIRECT_BYTES") != nullptr) {
+    auto x = number("WEFT_GPU_LL_DIRECT_BYTES", 0, 16 * 1024);
+    if (!x) return x.status();
+    c.gpuLlDirectBytes = static_cast<std::size_t>(*x);
+  }
   if (env("WEFT_SLOT_BYTES") != nullptr) {
     auto x = number("WEFT_SLOT_BYTES", 4096, 64.0 * 1024 * 1024);
     if (!x) return x.status();

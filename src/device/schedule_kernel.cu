@@ -979,6 +979,109 @@ __global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs 
   if (threadIdx.x == 0) a.directCounts[b] = call - 1;
 }
 
+// ---- the ll direct all-reduce ------------------------------------------------------------
+
+// Bytes [at, at + 16) of p (zeros past `bytes`), with one vector load where it can.
+__device__ __forceinline__ uint4 loadChunk(const std::byte* p, std::size_t at, std::size_t bytes) {
+  if (at + 16 <= bytes && aligned16(p + at)) return *reinterpret_cast<const uint4*>(p + at);
+  uint4 v = make_uint4(0, 0, 0, 0);
+  auto* d = reinterpret_cast<unsigned char*>(&v);
+  for (std::size_t k = 0; k < 16 && at + k < bytes; ++k)
+    d[k] = static_cast<unsigned char>(p[at + k]);
+  return v;
+}
+
+// Bytes [at, at + 16) of p, no further than `bytes`.
+__device__ __forceinline__ void storeChunk(std::byte* p, std::size_t at, std::size_t bytes,
+                                           uint4 v) {
+  if (at + 16 <= bytes && aligned16(p + at)) {
+    *reinterpret_cast<uint4*>(p + at) = v;
+    return;
+  }
+  const auto* s = reinterpret_cast<const unsigned char*>(&v);
+  for (std::size_t k = 0; k < 16 && at + k < bytes; ++k) p[at + k] = std::byte{s[k]};
+}
+
+// Two ll lines (4 bytes of data and the flag each), each 8-byte half stored whole.
+__device__ __forceinline__ void storeLines(std::uint64_t* p, std::uint32_t x, std::uint32_t y,
+                                           std::uint32_t flag) {
+  const std::uint64_t f = std::uint64_t{flag} << 32;
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(f | x), "l"(f | y)
+               : "memory");
+}
+__device__ __forceinline__ void loadLines(const std::uint64_t* p, std::uint64_t& x,
+                                          std::uint64_t& y) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"(p) : "memory");
+}
+
+// One block (launchDirectLl in schedule_kernel.hpp). `cap`: the data bytes a sender's place
+// in an ll inbox holds (its lines take twice as many). Each thread owns 16-byte chunks of the
+// call (the same in both loops, so in place is safe): a chunk is four lines.
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, std::size_t cap) {
+  __shared__ int failed;
+  __shared__ std::uint64_t call;
+  if (threadIdx.x == 0) {
+    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (failed != 0) fail(a, 2, 0, -1, -1);
+    call = a.directCounts[0] + 1;
+  }
+  __syncthreads();
+  if (failed != 0) return;
+  const std::size_t bytes = a.count * sizeof(T);
+  const std::size_t chunks = (bytes + 15) / 16;
+  const auto flag = static_cast<std::uint32_t>(call);
+  const auto N = static_cast<std::size_t>(a.nranks);
+  const std::size_t parity = call & 1;
+  // Where sender `from`'s lines go in rank `owner`'s inbox this call.
+  auto place = [&](int owner, int from) {
+    return reinterpret_cast<std::uint64_t*>(
+        a.directLl[owner] + (parity * N + static_cast<std::size_t>(from)) * 2 * cap);
+  };
+  const auto* in = static_cast<const std::byte*>(a.input);
+  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const uint4 v = loadChunk(in, 16 * c, bytes);
+    for (int q = 0; q < a.nranks; ++q) {
+      if (q == a.rank) continue;
+      std::uint64_t* l = place(q, a.rank) + 4 * c;
+      storeLines(l, v.x, v.y, flag);
+      storeLines(l + 2, v.z, v.w, flag);
+    }
+  }
+  auto* out = static_cast<std::byte*>(a.output);
+  auto high = [](std::uint64_t x) { return static_cast<std::uint32_t>(x >> 32); };
+  bool gaveUp = false;
+  for (std::size_t c = threadIdx.x; c < chunks && !gaveUp; c += blockDim.x) {
+    uint4 sum = make_uint4(0, 0, 0, 0);
+    for (int q = 0; q < a.nranks && !gaveUp; ++q) {
+      uint4 v;
+      if (q == a.rank) {
+        v = loadChunk(in, 16 * c, bytes);
+      } else {
+        const std::uint64_t* l = place(a.rank, q) + 4 * c;
+        std::uint64_t x0, x1, x2, x3;
+        Watch w(a);
+        for (;;) {
+          loadLines(l, x0, x1);
+          loadLines(l + 2, x2, x3);
+          if (high(x0) == flag && high(x1) == flag && high(x2) == flag && high(x3) == flag) break;
+          if (int why = w.check(); why != 0) {
+            fail(a, why, 0, q, -1, Seen{-1, static_cast<int>(c), high(x0), flag});
+            gaveUp = true;
+            break;
+          }
+        }
+        v = make_uint4(static_cast<std::uint32_t>(x0), static_cast<std::uint32_t>(x1),
+                       static_cast<std::uint32_t>(x2), static_cast<std::uint32_t>(x3));
+      }
+      sum = q == 0 ? v : combineVec<T, Op>(sum, v);
+    }
+    if (!gaveUp) storeChunk(out, 16 * c, bytes, sum);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) a.directCounts[0] = call;
+}
+
 template <typename T>
 __global__ void divideKernel(T* data, std::size_t count, std::uint64_t n) {
   using C = typename Compute<T>::type;
@@ -1089,6 +1192,18 @@ Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind,
   });
 }
 
+Status launchDirectLl(const LaunchArgs& args, std::size_t llBytes, DataType type, RedOp op,
+                      void* stream) {
+  return withType(type, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    return withOp(op, [&](auto reduction) {
+      directLlKernel<T, decltype(reduction)>
+          <<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, llBytes);
+      return launchError("ll one-shot kernel");
+    });
+  });
+}
+
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream) {
   if (count == 0) return {};
   return withType(type, [&](auto* tag) {
@@ -1160,6 +1275,7 @@ Status preload() {
       if (e == cudaSuccess) {
         e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Op, DirectBlocks::reduceScatter>);
       }
+      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op>);
       if (e == cudaSuccess) {
         e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::gather>);
       }

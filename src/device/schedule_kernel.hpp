@@ -85,6 +85,7 @@ struct LaunchArgs {
   std::byte* const* directSlabs = nullptr;      // [rank]
   std::uint64_t* directCounts = nullptr;
   std::size_t directSlabBytes = 0;
+  std::byte* const* directLl = nullptr;  // [rank]: every rank's ll inbox (launchDirectLl)
   // One-shot on registered inputs: every rank's registered buffer as mapped here, and where this
   // call's input sits in it (the same offset on every rank). Peers read the inputs in place:
   // nothing is copied into the slabs, and no rank finishes before every rank has read.
@@ -175,6 +176,16 @@ constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementByte
   const std::size_t align = elementBytes >= 16 ? 1 : 16 / elementBytes;
   return slabBytes / elementBytes / pieces / align * align;
 }
+
+// One-shot all-reduce of a small call (args.count elements, at most llBytes) on one block: each
+// rank pushes its input to every peer as ll lines (8 bytes: 4 of data, and the call count as the
+// flag, stored at once, so a line is whole or absent and needs no fence), into the peer's ll
+// inbox at this rank's place (two parities by block 0's call count, as the slabs alternate);
+// then every thread waits for its lines from every rank and sums them, its own input at its
+// place, in rank order 0..n-1: every rank gets the same bits. A parity is rewritten two calls
+// later, after every peer's next call showed (by its lines) that it finished this one.
+Status launchDirectLl(const LaunchArgs& args, std::size_t llBytes, DataType type, RedOp op,
+                      void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

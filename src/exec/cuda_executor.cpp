@@ -208,11 +208,12 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   std::vector<std::uint32_t*> aborts(static_cast<std::size_t>(n));
   // Its own word first in what the kernel checks most: aborts[rank].
   for (int q = 0; q < n; ++q) aborts[static_cast<std::size_t>(q)] = x->ipc_->abortWord(q);
-  // Then every rank's one-shot flags and slabs.
-  std::vector<void*> direct(2 * static_cast<std::size_t>(n));
+  // Then every rank's one-shot flags, slabs and ll inboxes.
+  std::vector<void*> direct(3 * static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
     direct[static_cast<std::size_t>(q)] = x->ipc_->directFlags(q);
     direct[static_cast<std::size_t>(n + q)] = x->ipc_->directSlabs(q);
+    direct[static_cast<std::size_t>(2 * n + q)] = x->ipc_->directLl(q);
   }
   const std::size_t epBytes = eps.size() * sizeof(device::Endpoint);
   const std::size_t abortBytes = aborts.size() * sizeof(std::uint32_t*);
@@ -419,6 +420,8 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   auto* const* direct = reinterpret_cast<void* const*>(a.aborts + N);
   a.directFlags = reinterpret_cast<std::uint64_t* const*>(direct);
   a.directSlabs = reinterpret_cast<std::byte* const*>(direct + N);
+  if (ipc_->geometry().directLlInboxBytes() > 0)
+    a.directLl = reinterpret_cast<std::byte* const*>(direct + 2 * N);
   a.directCounts = ipc_->directCounts();
   a.directSlabBytes = ipc_->geometry().directSlabBytes;
   a.staging = ipc_->staging();
@@ -492,6 +495,14 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   if (twoShot && a.nranks <= 64 && outPeers != nullptr && outPeers->device != nullptr) {
     a.registeredOut = outPeers->device;
     a.registeredOutOffset = outOffset;
+  }
+  // A small one-shot on the slabs pushes ll lines instead (no copy, fence or flag round trip).
+  using Ipc = transport::CudaIpcGeometry;
+  if (!twoShot && a.registered == nullptr && a.directLl != nullptr &&
+      bytes <= std::min(options_.llDirectBytes, Ipc::kDirectLlBytes)) {
+    if (Status s = device::launchDirectLl(a, Ipc::kDirectLlBytes, b.type, b.op, stream); !s)
+      return s;
+    return recordLaunch(stream);
   }
   // A block per slab, as many as one round's slabs hold; larger calls run in rounds.
   const std::size_t slab = a.directSlabBytes;

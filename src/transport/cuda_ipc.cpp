@@ -200,8 +200,17 @@ constexpr std::size_t kDirectFlags = 0, kDirectCounts = 64 * CudaIpcGeometry::kD
                       kDirectSlabs = 4096;
 static_assert(kDirectCounts + 8 * CudaIpcGeometry::kDirectBlocks <= kDirectSlabs);
 
-std::size_t CudaIpcGeometry::inboxBytes() const {
+std::size_t CudaIpcGeometry::directLlOffset() const {
   return directOffset() + kDirectSlabs + 2 * std::size_t{kDirectBlocks} * directSlabBytes;
+}
+
+std::size_t CudaIpcGeometry::directLlInboxBytes() const {
+  // Two parities of every sender's lines (an 8-byte line carries 4 bytes of data).
+  return nranks <= kDirectLlRanks ? 2 * static_cast<std::size_t>(nranks) * 2 * kDirectLlBytes : 0;
+}
+
+std::size_t CudaIpcGeometry::inboxBytes() const {
+  return directLlOffset() + directLlInboxBytes();
 }
 
 Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpcGeometry& g,
@@ -395,6 +404,11 @@ std::uint64_t* CudaIpcTransport::directCounts() const {
 
 std::byte* CudaIpcTransport::directSlabs(int rank) const {
   return inboxes_[static_cast<std::size_t>(rank)] + g_.directOffset() + kDirectSlabs;
+}
+
+std::byte* CudaIpcTransport::directLl(int rank) const {
+  if (g_.directLlInboxBytes() == 0) return nullptr;
+  return inboxes_[static_cast<std::size_t>(rank)] + g_.directLlOffset();
 }
 
 std::uint32_t* CudaIpcTransport::abortWord(int rank) const {

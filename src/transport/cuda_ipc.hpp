@@ -39,6 +39,12 @@ struct CudaIpcGeometry {
   // The most a direct all-reduce can carry (fewer blocks where residency caps them).
   static constexpr std::size_t kDirectMaxBytes = kDirectBlocks * kDirectSlabBytes;
   std::size_t directSlabBytes = kDirectSlabBytes;  // one block's share of a direct call at most
+  // The ll direct all-reduce (device::launchDirectLl): at most this many bytes, this many ranks;
+  // each rank's ll inbox holds two parities of a call's lines from every rank.
+  static constexpr std::size_t kDirectLlBytes = 16 * 1024;
+  static constexpr int kDirectLlRanks = 16;
+  std::size_t directLlOffset() const;
+  std::size_t directLlInboxBytes() const;
 
   std::size_t controlOffset(int channel, int peer) const;
   std::size_t dataOffset(int channel, int sender) const;
@@ -88,6 +94,9 @@ class CudaIpcTransport {
   std::uint64_t* directFlags(int rank) const;
   std::uint64_t* directCounts() const;
   std::byte* directSlabs(int rank) const;
+  // rank's ll inbox (parity p, sender s at (p * nranks + s) * 2 * kDirectLlBytes); null past
+  // kDirectLlRanks ranks.
+  std::byte* directLl(int rank) const;
   // The most blocks each rank's kernel may have so that all the blocks of all the ranks sharing
   // each device are resident together (their kernels wait on each other).
   int residentChannels() const { return residentChannels_; }
