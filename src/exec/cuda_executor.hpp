@@ -56,7 +56,7 @@ struct GpuOptions {
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
   // One-shot all-reduces of at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and
   // up to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
-  std::size_t llDirectBytes = 64 * 1024;
+  std::size_t llDirectBytes = 32 * 1024;
   std::chrono::milliseconds timeout{300'000};
   // WEFT_GPU_TRACE: where the schedule kernels' timeline goes (empty: none kept).
   std::string tracePath;

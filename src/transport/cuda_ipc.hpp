@@ -41,7 +41,7 @@ struct CudaIpcGeometry {
   std::size_t directSlabBytes = kDirectSlabBytes;  // one block's share of a direct call at most
   // The ll direct all-reduce (device::launchDirectLl): at most this many bytes, this many ranks;
   // each rank's ll inbox holds two parities of a call's lines from every rank.
-  static constexpr std::size_t kDirectLlBytes = 64 * 1024;
+  static constexpr std::size_t kDirectLlBytes = 32 * 1024;
   static constexpr int kDirectLlRanks = 16;
   std::size_t directLlOffset() const;
   std::size_t directLlInboxBytes() const;

@@ -219,18 +219,18 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
 // One-shot and two-shot all-reduce both ways: the direct kernel (the default; each element
 // summed in rank order by one rank, so every rank holds the same bits, which is checked) and the
 // schedule through the FIFOs (WEFT_GPU_DIRECT=0); sizes up to four rounds of the direct kernel's
-// slabs (WEFT_GPU_DIRECT=4), in and out of place. One-shot's calls to 64 KiB push ll lines by
+// slabs (WEFT_GPU_DIRECT=4), in and out of place. One-shot's calls to 32 KiB push ll lines by
 // default, and take the slabs with WEFT_GPU_LL_DIRECT_BYTES=0.
 TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 501;
   for (const auto& [algo, direct, ll] :
-       std::vector<std::tuple<const char*, const char*, const char*>>{{"oneshot", "4", "65536"},
+       std::vector<std::tuple<const char*, const char*, const char*>>{{"oneshot", "4", "32768"},
                                                                       {"oneshot", "4", "0"},
-                                                                      {"oneshot", "0", "65536"},
-                                                                      {"twoshot", "4", "65536"},
-                                                                      {"twoshot", "0", "65536"}}) {
+                                                                      {"oneshot", "0", "32768"},
+                                                                      {"twoshot", "4", "32768"},
+                                                                      {"twoshot", "0", "32768"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", algo);
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
@@ -241,7 +241,7 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
     for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
       // 1310731 floats: 2.5 rounds of the direct kernels' slabs at 8 ranks (16 blocks of 128
       // KiB per round), 1.25 at 4 and 2, with a ragged last round.
-      for (std::size_t count : {1ul, 33ul, 4095ul, 16383ul, 65537ul, 1ul << 20, 1310731ul}) {
+      for (std::size_t count : {1ul, 33ul, 4095ul, 8191ul, 65537ul, 1ul << 20, 1310731ul}) {
         // The rounds' case in two types only: in all four the 8-rank test did not finish in
         // 207 s on the H200 (the four sizes before took 129).
         if (count == 1310731ul && type != DataType::f32 && type != DataType::bf16) continue;
