@@ -780,6 +780,19 @@ __device__ void barrierEveryRank(const LaunchArgs& a, int b, int word, std::uint
   __syncthreads();
 }
 
+// Every direct kernel's start on block b: unless the communicator is aborted already (then
+// recorded, and false), the block's next call count in *next (both shared). Ends with the block
+// synchronized.
+__device__ bool directStart(const LaunchArgs& a, int b, int* failed, std::uint64_t* next) {
+  if (threadIdx.x == 0) {
+    *failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (*failed != 0) fail(a, 2, b, -1, -1);
+    *next = a.directCounts[b] + 1;
+  }
+  __syncthreads();
+  return *failed == 0;
+}
+
 // outs = rank 0's (op) rank 1's (op) ... (op) rank n-1's elements [at, at + n) of the buffers
 // bases[q] + offset (bytes), in rank order: ranks 0..63, then the running sum (outs[0]) and up to
 // 63 more at a time; outs past the first get only the final sum (one may be a slab a later group
@@ -830,13 +843,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ const T* ins[64];
   __shared__ T* pushes[64];  // two-shot on registered outputs: every rank's output piece
   const int b = static_cast<int>(blockIdx.x);
-  if (threadIdx.x == 0) {
-    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
-    if (failed != 0) fail(a, 2, b, -1, -1);
-    first = a.directCounts[b] + 1;
-  }
-  __syncthreads();
-  if (failed != 0) return;
+  if (!directStart(a, b, &failed, &first)) return;
   const std::size_t per = a.directSlabBytes / sizeof(T);
   // A call larger than the blocks' slabs hold runs in rounds: round k takes the k-th grid's
   // worth of the input, and counts as a call of its own (its parity picks the slab, its flags
@@ -936,13 +943,7 @@ __global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs 
   __shared__ std::uint64_t first;
   __shared__ const T* ins[64];
   const int b = static_cast<int>(blockIdx.x);
-  if (threadIdx.x == 0) {
-    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
-    if (failed != 0) fail(a, 2, b, -1, -1);
-    first = a.directCounts[b] + 1;
-  }
-  __syncthreads();
-  if (failed != 0) return;
+  if (!directStart(a, b, &failed, &first)) return;
   const auto R = static_cast<std::size_t>(a.nranks);
   const std::size_t pieces = Kind == DirectBlocks::gather ? 1 : R;
   const std::size_t share = directShare(a.directSlabBytes, sizeof(T), pieces);
@@ -1021,13 +1022,7 @@ template <typename T, typename Op>
 __global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, std::size_t cap) {
   __shared__ int failed;
   __shared__ std::uint64_t call;
-  if (threadIdx.x == 0) {
-    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
-    if (failed != 0) fail(a, 2, 0, -1, -1);
-    call = a.directCounts[0] + 1;
-  }
-  __syncthreads();
-  if (failed != 0) return;
+  if (!directStart(a, 0, &failed, &call)) return;
   const std::size_t bytes = a.count * sizeof(T);
   const std::size_t chunks = (bytes + 15) / 16;
   const auto flag = static_cast<std::uint32_t>(call);

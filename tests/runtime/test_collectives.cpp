@@ -348,15 +348,18 @@ TEST(Arguments, PlanQueryNamesTheTunersPickAndRejectsBadInput) {
   EXPECT_EQ(comms[0].device(), -1);
 }
 
+// The GPU tuner's plan ("algorithm/protocol") for a float32 call of `bytes` (count bytes / 4).
+std::string gpuPlanOf(weftComm_t h, weftCollective_t c, std::size_t bytes) {
+  char buf[128] = {};
+  EXPECT_EQ(weftCommPlanMemory(h, c, bytes / 4, weftFloat32, weftGpuMemory, buf, sizeof buf),
+            weftSuccess);
+  return std::string(buf);
+}
+
 // On GPU memory the ll protocol serves small calls only (past 64 KiB the bulk one runs), unless
 // WEFT_PROTO forces it or the call is a one-shot all-reduce for the direct kernel.
 TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
-  auto planOf = [](weftComm_t h, weftCollective_t c, std::size_t bytes) {
-    char buf[128] = {};
-    EXPECT_EQ(weftCommPlanMemory(h, c, bytes / 4, weftFloat32, weftGpuMemory, buf, sizeof buf),
-              weftSuccess);
-    return std::string(buf);
-  };
+  auto planOf = gpuPlanOf;
   for (int n : {4, 8}) {
     std::vector<Comm> comms = makeComms(n);
     weftComm_t h = comms[0].handle();
@@ -387,11 +390,7 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 // up the plans take 4 MiB rounds.
 TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   auto planOf = [](weftComm_t h, std::size_t bytes) {
-    char buf[128] = {};
-    EXPECT_EQ(weftCommPlanMemory(h, weftCollAllReduce, bytes / 4, weftFloat32, weftGpuMemory, buf,
-                                 sizeof buf),
-              weftSuccess);
-    return std::string(buf);
+    return gpuPlanOf(h, weftCollAllReduce, bytes);
   };
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   struct Expect {
@@ -438,12 +437,7 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
 // is set up; 64 rounds on 8 ranks) but 8 MiB on 2 ranks, the other two's 4 MiB; their schedules
 // through the FIFOs beyond; a forced algorithm keeps its own.
 TEST(Arguments, GpuBlockCollectivesTakeTheDirectKernelWhileTheInputFits) {
-  auto planOf = [](weftComm_t h, weftCollective_t c, std::size_t bytes) {
-    char buf[128] = {};
-    EXPECT_EQ(weftCommPlanMemory(h, c, bytes / 4, weftFloat32, weftGpuMemory, buf, sizeof buf),
-              weftSuccess);
-    return std::string(buf);
-  };
+  auto planOf = gpuPlanOf;
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   for (int n : {2, 8}) {
     std::vector<Comm> comms = makeComms(n);
