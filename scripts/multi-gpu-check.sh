@@ -82,8 +82,11 @@ if want perf; then
   done
 fi
 if want graph; then
-  # Small calls in CUDA graphs (issue 8's latency target: <= 0.5x NCCL's to 64 KB).
-  sweep graph-allreduce allreduce -b 8 -e 1M -f 2 -G 10
+  # Small calls in CUDA graphs (issue 8's latency target for all-reduce: <= 0.5x NCCL's to 64
+  # KB), NCCL's captured too.
+  for coll in allreduce allgather reducescatter alltoall; do
+    sweep "graph-$coll" "$coll" -b 8 -e 1M -f 2 -G 10
+  done
 fi
 if want torch; then
   # torch_check.py puts local rank r on GPU r mod the count: one process per GPU here.
