@@ -261,6 +261,34 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   }
 }
 
+// One-shot all-gather, reduce-scatter and all-to-all both ways: the direct kernel through the
+// slabs (the default, past the ll pieces) and the schedule through the FIFOs (WEFT_GPU_DIRECT=0,
+// which the GPU tuner takes only when WEFT_ALGO names one-shot), in and out of place, with a
+// ragged count and one past a slab's share of every piece.
+TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  std::uint64_t seed = 901;
+  for (const char* direct : {"4", "0"}) {
+    ScopedEnv algoEnv("WEFT_ALGO", "oneshot");
+    ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
+    std::vector<Comm> comms = threadRanks(n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+    Streams streams(n, -1, true);
+    const DeviceMemory mem = deviceMemory(streams);
+    for (Collective coll :
+         {Collective::allGather, Collective::reduceScatter, Collective::allToAll}) {
+      for (std::size_t count : {1ul, 4099ul, 100003ul}) {
+        for (bool inPlace : {false, true}) {
+          const Case c{coll, DataType::f32, RedOp::sum, count, inPlace, 0};
+          const std::string err = runCase(comms, c, seed++, n, -1, &mem);
+          ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << " " << describe(c, n);
+        }
+      }
+    }
+  }
+}
+
 // 256 MB of float32 all-reduced, every element checked.
 TEST_P(GpuThreads, LargeAllReduce) {
   SKIP_WITHOUT_GPU();
