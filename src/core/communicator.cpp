@@ -780,25 +780,20 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
     }
     return {};
   };
-  if (coll != Collective::allReduce &&
-      directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
-    if (config_.debug == "INFO" || config_.debug == "TRACE") {
-      if (rank_ == 0)
-        std::fprintf(stderr, "weft INFO %s %zu bytes on GPU: oneshot, direct kernel (%s)\n",
-                     std::string(name(coll)).c_str(), bytes, plan.reason.c_str());
-    }
-    const device::DirectBlocks kind = coll == Collective::allGather ? device::DirectBlocks::gather
-                                      : coll == Collective::reduceScatter
-                                          ? device::DirectBlocks::reduceScatter
-                                          : device::DirectBlocks::exchange;
-    if (Status st = gpu_->directBlocks(b, kind, stream); !st) return fail(st);
-    return finish();
-  }
   if (directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
     if (config_.debug == "INFO" || config_.debug == "TRACE") {
       if (rank_ == 0)
-        std::fprintf(stderr, "weft INFO allreduce %zu bytes on GPU: %s, direct kernel (%s)\n",
-                     bytes, plan.algorithm.c_str(), plan.reason.c_str());
+        std::fprintf(stderr, "weft INFO %s %zu bytes on GPU: %s, direct kernel (%s)\n",
+                     std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+                     plan.reason.c_str());
+    }
+    if (coll != Collective::allReduce) {
+      const device::DirectBlocks kind = coll == Collective::allGather ? device::DirectBlocks::gather
+                                        : coll == Collective::reduceScatter
+                                            ? device::DirectBlocks::reduceScatter
+                                            : device::DirectBlocks::exchange;
+      if (Status st = gpu_->directBlocks(b, kind, stream); !st) return fail(st);
+      return finish();
     }
     // On a registered input: peers read it where it is (every rank's is registered, at the
     // same offset: the NCCL rule). Out of place, or exactly in place for two-shot (each piece of
