@@ -86,7 +86,7 @@ Result<Config> Config::fromEnvironment() {
     c.gpuSlotBytes = static_cast<std::size_t>(*x) / 4096 * 4096;
   }
   if (env("WEFT_GPU_LL_DIRECT_BYTES") != nullptr) {
-    auto x = number("WEFT_GPU_LL_DIRECT_BYTES", 0, 32 * 1024);
+    auto x = number("WEFT_GPU_LL_DIRECT_BYTES", 0, 256 * 1024);
     if (!x) return x.status();
     c.gpuLlDirectBytes = static_cast<std::size_t>(*x);
   }

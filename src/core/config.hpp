@@ -34,12 +34,14 @@ struct Config {
   // (GpuOptions::autoChannels).
   int gpuChannels = 0;
   std::size_t gpuSlotBytes = 256 * 1024;  // WEFT_GPU_SLOT_BYTES: one bulk FIFO slot on GPU
-  // WEFT_GPU_LL_DIRECT_BYTES (0-32768): a one-shot all-reduce on GPU memory of at most this many
-  // bytes pushes its input to every peer as ll lines (data and flag in one 8-byte word: no fence,
-  // no flag round trip) instead of copying it into its slab (exec::GpuOptions::llDirectBytes).
-  // Two H200s in CUDA graphs: 3.2-3.9 us a call to 8 KB, 7.3 at 32 KB, against 11.2 on the
-  // slabs at 32 KB; at 64 KB ll's one block lost (12.3 against 11.2; docs/perf.md).
-  std::size_t gpuLlDirectBytes = 32 * 1024;
+  // WEFT_GPU_LL_DIRECT_BYTES (0-262144): a one-shot collective on GPU memory whose pieces (a rank's
+  // input; its share for each peer, for reduce-scatter and all-to-all) hold at most this many
+  // bytes pushes them to the peers as ll lines (data and flag in one 8-byte word: no fence, no
+  // flag round trip) instead of copying them into its slab (exec::GpuOptions::llDirectBytes).
+  // Two H200s in CUDA graphs (docs/perf.md, 2026-11-30 seventh session): all-reduce 3.1-6.8 us
+  // a call to 256 KB against 7.1-16.3 on the slabs; all-gather, reduce-scatter and all-to-all
+  // 3.0-6.8 us to 256 KiB pieces against 7.5-15.2.
+  std::size_t gpuLlDirectBytes = 256 * 1024;
   std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.

@@ -1,5 +1,6 @@
 #include "src/device/schedule_kernel.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "src/device/arith.cuh"
@@ -1015,15 +1016,25 @@ __device__ __forceinline__ void loadLines(const std::uint64_t* p, std::uint64_t&
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"(p) : "memory");
 }
 
-// One block (launchDirectLl in schedule_kernel.hpp). `cap`: the data bytes a sender's place
-// in an ll inbox holds (its lines take twice as many). Each thread owns 16-byte chunks of the
-// call (the same in both loops, so in place is safe): a chunk is four lines.
-template <typename T, typename Op>
-__global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, std::size_t cap) {
+// launchDirectLl (schedule_kernel.hpp). `cap`: the data bytes a sender's place in an ll inbox
+// holds (its lines take twice as many); `perBlock`: the 16-byte chunks of a piece each block
+// takes. Each thread owns chunks of the pieces (the same in both loops, so in place is safe: a
+// thread reads every piece's chunk before it writes the output's), a chunk being four lines.
+// Every block counts the call in its own ll count, the grid being the same at every call, so
+// every block's count (the lines' flag, and the parity) is the same, and the same on every rank.
+template <typename T, typename Op, LlKind Kind>
+__global__ void __launch_bounds__(kThreads)
+    directLlKernel(const LaunchArgs a, std::size_t cap, std::size_t perBlock) {
   __shared__ int failed;
-  __shared__ std::uint64_t call;
-  if (!directStart(a, 0, &failed, &call)) return;
-  const std::size_t bytes = a.count * sizeof(T);
+  const int b = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) {
+    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
+    if (failed != 0) fail(a, 2, b, -1, -1);
+  }
+  __syncthreads();
+  if (failed != 0) return;
+  const std::uint64_t call = a.llCounts[b] + 1;
+  const std::size_t bytes = a.count * sizeof(T);  // of one piece
   const std::size_t chunks = (bytes + 15) / 16;
   const auto flag = static_cast<std::uint32_t>(call);
   const auto N = static_cast<std::size_t>(a.nranks);
@@ -1033,25 +1044,42 @@ __global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, s
     return reinterpret_cast<std::uint64_t*>(
         a.directLl[owner] + (parity * N + static_cast<std::size_t>(from)) * 2 * cap);
   };
+  // Piece p of the input, of the output.
+  constexpr bool kPieces = Kind == LlKind::reduceScatter || Kind == LlKind::exchange;
   const auto* in = static_cast<const std::byte*>(a.input);
-  for (std::size_t c = threadIdx.x; c < chunks; c += blockDim.x) {
-    const uint4 v = loadChunk(in, 16 * c, bytes);
-    for (int q = 0; q < a.nranks; ++q) {
-      if (q == a.rank) continue;
-      std::uint64_t* l = place(q, a.rank) + 4 * c;
-      storeLines(l, v.x, v.y, flag);
-      storeLines(l + 2, v.z, v.w, flag);
+  auto* out = static_cast<std::byte*>(a.output);
+  auto input = [&](int p) { return kPieces ? in + static_cast<std::size_t>(p) * bytes : in; };
+  constexpr bool kBlocksOut = Kind == LlKind::gather || Kind == LlKind::exchange;
+  auto output = [&](int q) { return kBlocksOut ? out + static_cast<std::size_t>(q) * bytes : out; };
+  const std::size_t first = static_cast<std::size_t>(b) * perBlock;
+  const std::size_t last = first + perBlock < chunks ? first + perBlock : chunks;
+  for (std::size_t c = first + threadIdx.x; c < last; c += blockDim.x) {
+    if constexpr (kPieces) {
+      for (int q = 0; q < a.nranks; ++q) {
+        if (q == a.rank) continue;
+        const uint4 v = loadChunk(input(q), 16 * c, bytes);
+        std::uint64_t* l = place(q, a.rank) + 4 * c;
+        storeLines(l, v.x, v.y, flag);
+        storeLines(l + 2, v.z, v.w, flag);
+      }
+    } else {
+      const uint4 v = loadChunk(in, 16 * c, bytes);
+      for (int q = 0; q < a.nranks; ++q) {
+        if (q == a.rank) continue;
+        std::uint64_t* l = place(q, a.rank) + 4 * c;
+        storeLines(l, v.x, v.y, flag);
+        storeLines(l + 2, v.z, v.w, flag);
+      }
     }
   }
-  auto* out = static_cast<std::byte*>(a.output);
   auto high = [](std::uint64_t x) { return static_cast<std::uint32_t>(x >> 32); };
   bool gaveUp = false;
-  for (std::size_t c = threadIdx.x; c < chunks && !gaveUp; c += blockDim.x) {
+  for (std::size_t c = first + threadIdx.x; c < last && !gaveUp; c += blockDim.x) {
     uint4 sum = make_uint4(0, 0, 0, 0);
     for (int q = 0; q < a.nranks && !gaveUp; ++q) {
       uint4 v;
       if (q == a.rank) {
-        v = loadChunk(in, 16 * c, bytes);
+        v = loadChunk(input(a.rank), 16 * c, bytes);
       } else {
         const std::uint64_t* l = place(a.rank, q) + 4 * c;
         std::uint64_t x0, x1, x2, x3;
@@ -1061,7 +1089,7 @@ __global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, s
           loadLines(l + 2, x2, x3);
           if (high(x0) == flag && high(x1) == flag && high(x2) == flag && high(x3) == flag) break;
           if (int why = w.check(); why != 0) {
-            fail(a, why, 0, q, -1, Seen{-1, static_cast<int>(c), high(x0), flag});
+            fail(a, why, b, q, -1, Seen{-1, static_cast<int>(c), high(x0), flag});
             gaveUp = true;
             break;
           }
@@ -1069,12 +1097,18 @@ __global__ void __launch_bounds__(kThreads) directLlKernel(const LaunchArgs a, s
         v = make_uint4(static_cast<std::uint32_t>(x0), static_cast<std::uint32_t>(x1),
                        static_cast<std::uint32_t>(x2), static_cast<std::uint32_t>(x3));
       }
-      sum = q == 0 ? v : combineVec<T, Op>(sum, v);
+      if constexpr (kBlocksOut) {
+        if (!gaveUp) storeChunk(output(q), 16 * c, bytes, v);
+      } else {
+        sum = q == 0 ? v : combineVec<T, Op>(sum, v);
+      }
     }
-    if (!gaveUp) storeChunk(out, 16 * c, bytes, sum);
+    if constexpr (!kBlocksOut) {
+      if (!gaveUp) storeChunk(out, 16 * c, bytes, sum);
+    }
   }
   __syncthreads();
-  if (threadIdx.x == 0) a.directCounts[0] = call;
+  if (threadIdx.x == 0) a.llCounts[b] = call;
 }
 
 template <typename T>
@@ -1187,15 +1221,34 @@ Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind,
   });
 }
 
-Status launchDirectLl(const LaunchArgs& args, std::size_t llBytes, DataType type, RedOp op,
-                      void* stream) {
+Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
+                      DataType type, RedOp op, void* stream) {
+  const std::size_t chunks = (args.count * sizeOf(type) + 15) / 16;
+  // At least a chunk for every thread of a block, spread over as many blocks as that takes.
+  const auto used = static_cast<std::size_t>(std::clamp<std::size_t>(
+      (chunks + kThreads - 1) / kThreads, 1, static_cast<std::size_t>(blocks)));
+  const std::size_t perBlock = (chunks + used - 1) / used;
+  const auto grid = static_cast<unsigned>(blocks);
+  auto* const st = static_cast<cudaStream_t>(stream);
   return withType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    return withOp(op, [&](auto reduction) {
-      directLlKernel<T, decltype(reduction)>
-          <<<1, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(args, llBytes);
-      return launchError("ll one-shot kernel");
-    });
+    // Only all-reduce and reduce-scatter reduce: the copying kinds are built for one op.
+    if (kind == LlKind::gather) {
+      directLlKernel<T, Sum, LlKind::gather><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+    } else if (kind == LlKind::exchange) {
+      directLlKernel<T, Sum, LlKind::exchange><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+    } else {
+      withOp(op, [&](auto reduction) {
+        using Op = decltype(reduction);
+        if (kind == LlKind::allReduce) {
+          directLlKernel<T, Op, LlKind::allReduce><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+        } else {
+          directLlKernel<T, Op, LlKind::reduceScatter>
+              <<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+        }
+      });
+    }
+    return launchError("ll one-shot kernel");
   });
 }
 
@@ -1270,7 +1323,14 @@ Status preload() {
       if (e == cudaSuccess) {
         e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Op, DirectBlocks::reduceScatter>);
       }
-      if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op>);
+      if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, LlKind::allReduce>);
+      if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, LlKind::reduceScatter>);
+      if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, LlKind::gather>);
+      if (e == cudaSuccess)
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, LlKind::exchange>);
       if (e == cudaSuccess) {
         e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::gather>);
       }

@@ -86,6 +86,7 @@ struct LaunchArgs {
   std::uint64_t* directCounts = nullptr;
   std::size_t directSlabBytes = 0;
   std::byte* const* directLl = nullptr;  // [rank]: every rank's ll inbox (launchDirectLl)
+  std::uint64_t* llCounts = nullptr;     // this rank's per-block ll call counts
   // One-shot on registered inputs: every rank's registered buffer as mapped here, and where this
   // call's input sits in it (the same offset on every rank). Peers read the inputs in place:
   // nothing is copied into the slabs, and no rank finishes before every rank has read.
@@ -177,15 +178,21 @@ constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementByte
   return slabBytes / elementBytes / pieces / align * align;
 }
 
-// One-shot all-reduce of a small call (args.count elements, at most llBytes) on one block: each
-// rank pushes its input to every peer as ll lines (8 bytes: 4 of data, and the call count as the
-// flag, stored at once, so a line is whole or absent and needs no fence), into the peer's ll
-// inbox at this rank's place (two parities by block 0's call count, as the slabs alternate);
-// then every thread waits for its lines from every rank and sums them, its own input at its
-// place, in rank order 0..n-1: every rank gets the same bits. A parity is rewritten two calls
-// later, after every peer's next call showed (by its lines) that it finished this one.
-Status launchDirectLl(const LaunchArgs& args, std::size_t llBytes, DataType type, RedOp op,
-                      void* stream);
+// One-shot collective of a small call whose pieces (args.count elements each: the all-reduce's
+// input, the all-gather's, one rank's share of a reduce-scatter's or all-to-all's) hold at most
+// `cap` bytes, pushed as ll lines (8 bytes: 4 of data, and the call count as the flag, stored at
+// once, so a line is whole or absent and needs no fence) into every peer's ll inbox at this
+// rank's place (two parities by the call count): all-reduce and all-gather push the input to
+// every peer, reduce-scatter and all-to-all piece q to rank q. Then every thread waits for its
+// lines from every rank, taking its own from the input: all-reduce and reduce-scatter sum them
+// in rank order 0..n-1 (every rank gets the same bits), all-gather and all-to-all put rank q's
+// in output block q. The grid is `blocks` blocks at every call of a communicator (each counts
+// the call in its own word of args.llCounts, so the counts agree); a call takes as many as give
+// each thread a chunk of 16 bytes, the rest only count. A parity is rewritten two calls later,
+// after every peer's next call showed (by its lines) that it finished this one.
+enum class LlKind { allReduce, gather, reduceScatter, exchange };
+Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
+                      DataType type, RedOp op, void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

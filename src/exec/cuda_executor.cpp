@@ -423,6 +423,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   if (ipc_->geometry().directLlInboxBytes() > 0)
     a.directLl = reinterpret_cast<std::byte* const*>(direct + 2 * N);
   a.directCounts = ipc_->directCounts();
+  a.llCounts = ipc_->llCounts();
   a.directSlabBytes = ipc_->geometry().directSlabBytes;
   a.staging = ipc_->staging();
   a.hostAbort = hostAbortDevice_;
@@ -496,18 +497,38 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
     a.registeredOut = outPeers->device;
     a.registeredOutOffset = outOffset;
   }
-  // A small one-shot on the slabs pushes ll lines instead (no copy, fence or flag round trip).
-  using Ipc = transport::CudaIpcGeometry;
-  if (!twoShot && a.registered == nullptr && a.directLl != nullptr &&
-      bytes <= std::min(options_.llDirectBytes, Ipc::kDirectLlBytes)) {
-    if (Status s = device::launchDirectLl(a, Ipc::kDirectLlBytes, b.type, b.op, stream); !s)
-      return s;
-    return recordLaunch(stream);
+  // A small one-shot pushes ll lines instead (no copy, fence or flag round trip), registered
+  // input or not.
+  if (!twoShot && llServes(a, bytes)) {
+    return launchLl(a, device::LlKind::allReduce, b, stream);
   }
   // A block per slab, as many as one round's slabs hold; larger calls run in rounds.
   const std::size_t slab = a.directSlabBytes;
   const auto blocks = static_cast<int>(std::min((bytes + slab - 1) / slab, oneShotLimit() / slab));
   if (Status s = device::launchDirect(a, blocks, twoShot, b.type, b.op, stream); !s) return s;
+  return recordLaunch(stream);
+}
+
+bool CudaExecutor::llServes(const device::LaunchArgs& a, std::size_t pieceBytes) const {
+  using Ipc = transport::CudaIpcGeometry;
+  return a.directLl != nullptr &&
+         pieceBytes <= std::min(options_.llDirectBytes, Ipc::kDirectLlBytes);
+}
+
+Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::LlKind kind, const Buffers& b,
+                              void* stream) {
+  // The same grid at every call (the blocks' counts must agree): a block for every 8 KiB of
+  // the largest piece ll takes (a 16-byte chunk for each of its threads), all resident with the
+  // peers' blocks.
+  using Ipc = transport::CudaIpcGeometry;
+  const std::size_t most = std::min(options_.llDirectBytes, Ipc::kDirectLlBytes);
+  const auto wanted =
+      static_cast<int>((most + 16 * device::kThreads - 1) / (16 * device::kThreads));
+  const int blocks =
+      std::clamp(wanted, 1, std::min(Ipc::kDirectLlBlocks, ipc_->residentChannels()));
+  if (Status s = device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, b.type, b.op, stream);
+      !s)
+    return s;
   return recordLaunch(stream);
 }
 
@@ -519,6 +540,13 @@ Status CudaExecutor::directBlocks(const Buffers& b, device::DirectBlocks kind, v
   a.input = b.input;
   a.output = b.output;
   a.count = b.count;
+  if (llServes(a, b.count * es)) {
+    const device::LlKind ll = kind == device::DirectBlocks::gather ? device::LlKind::gather
+                              : kind == device::DirectBlocks::reduceScatter
+                                  ? device::LlKind::reduceScatter
+                                  : device::LlKind::exchange;
+    return launchLl(a, ll, b, stream);
+  }
   const std::size_t pieces =
       kind == device::DirectBlocks::gather ? 1 : static_cast<std::size_t>(a.nranks);
   const std::size_t share = device::directShare(a.directSlabBytes, es, pieces);

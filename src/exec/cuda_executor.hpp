@@ -54,9 +54,10 @@ struct GpuOptions {
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
-  // One-shot all-reduces of at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and
-  // up to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
-  std::size_t llDirectBytes = 32 * 1024;
+  // One-shot collectives whose pieces (a rank's input; a rank's share of it for reduce-scatter
+  // and all-to-all) hold at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and up
+  // to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
+  std::size_t llDirectBytes = 256 * 1024;
   std::chrono::milliseconds timeout{300'000};
   // WEFT_GPU_TRACE: where the schedule kernels' timeline goes (empty: none kept).
   std::string tracePath;
@@ -140,6 +141,11 @@ class CudaExecutor {
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
   Status recordLaunch(void* stream);
+  // Whether a one-shot whose pieces hold pieceBytes each takes the ll kernel (launchLl): up to
+  // options_.llDirectBytes and kDirectLlBytes, kDirectLlRanks ranks.
+  bool llServes(const ::weft::device::LaunchArgs& a, std::size_t pieceBytes) const;
+  Status launchLl(const ::weft::device::LaunchArgs& a, ::weft::device::LlKind kind,
+                  const Buffers& b, void* stream);
   // The records of the next schedule kernel (null when not tracing), and the trace file.
   std::uint64_t* nextTrace();
   Status writeTrace() const;

@@ -195,10 +195,12 @@ std::size_t CudaIpcGeometry::directOffset() const {
                  4096);
 }
 
-// Direct region: flags (64 bytes each), counts (8 bytes each), then the slabs.
+// Direct region: flags (64 bytes each), counts (8 bytes each), the ll kernels' counts, then the
+// slabs.
 constexpr std::size_t kDirectFlags = 0, kDirectCounts = 64 * CudaIpcGeometry::kDirectBlocks,
+                      kLlCounts = kDirectCounts + 8 * CudaIpcGeometry::kDirectBlocks,
                       kDirectSlabs = 4096;
-static_assert(kDirectCounts + 8 * CudaIpcGeometry::kDirectBlocks <= kDirectSlabs);
+static_assert(kLlCounts + 8 * CudaIpcGeometry::kDirectLlBlocks <= kDirectSlabs);
 
 std::size_t CudaIpcGeometry::directLlOffset() const {
   return directOffset() + kDirectSlabs + 2 * std::size_t{kDirectBlocks} * directSlabBytes;
@@ -400,6 +402,11 @@ std::uint64_t* CudaIpcTransport::directFlags(int rank) const {
 std::uint64_t* CudaIpcTransport::directCounts() const {
   return reinterpret_cast<std::uint64_t*>(inboxes_[static_cast<std::size_t>(g_.rank)] +
                                           g_.directOffset() + kDirectCounts);
+}
+
+std::uint64_t* CudaIpcTransport::llCounts() const {
+  return reinterpret_cast<std::uint64_t*>(inboxes_[static_cast<std::size_t>(g_.rank)] +
+                                          g_.directOffset() + kLlCounts);
 }
 
 std::byte* CudaIpcTransport::directSlabs(int rank) const {

@@ -11,7 +11,9 @@
 //   [staging of channel] x C             ll: (n + 1) payloads the kernel packs and unpacks in
 //   [direct: flags, counts, slabs]       one-shot all-reduce: per block a flag (peers read it),
 //                                        a call count (its own), and two slabs (by call parity)
-//                                        that the rank copies its input into for peers to read
+//                                        that the rank copies its input into for peers to read;
+//                                        the ll kernels' per-block call counts
+//   [ll inbox]                           two parities of every sender's ll lines (<= 16 ranks)
 #pragma once
 
 #include <cstddef>
@@ -39,10 +41,12 @@ struct CudaIpcGeometry {
   // The most a direct all-reduce can carry (fewer blocks where residency caps them).
   static constexpr std::size_t kDirectMaxBytes = kDirectBlocks * kDirectSlabBytes;
   std::size_t directSlabBytes = kDirectSlabBytes;  // one block's share of a direct call at most
-  // The ll direct all-reduce (device::launchDirectLl): at most this many bytes, this many ranks;
-  // each rank's ll inbox holds two parities of a call's lines from every rank.
-  static constexpr std::size_t kDirectLlBytes = 32 * 1024;
+  // The ll one-shot kernels (device::launchDirectLl): pieces of at most this many bytes, this
+  // many ranks, this many blocks; each rank's ll inbox holds two parities of a call's lines from
+  // every rank.
+  static constexpr std::size_t kDirectLlBytes = 256 * 1024;
   static constexpr int kDirectLlRanks = 16;
+  static constexpr int kDirectLlBlocks = 32;
   std::size_t directLlOffset() const;
   std::size_t directLlInboxBytes() const;
 
@@ -94,6 +98,8 @@ class CudaIpcTransport {
   std::uint64_t* directFlags(int rank) const;
   std::uint64_t* directCounts() const;
   std::byte* directSlabs(int rank) const;
+  // This rank's per-block call counts of the ll one-shot kernels (kDirectLlBlocks of them).
+  std::uint64_t* llCounts() const;
   // rank's ll inbox (parity p, sender s at (p * nranks + s) * 2 * kDirectLlBytes); null past
   // kDirectLlRanks ranks.
   std::byte* directLl(int rank) const;

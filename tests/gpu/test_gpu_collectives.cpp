@@ -219,18 +219,19 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
 // One-shot and two-shot all-reduce both ways: the direct kernel (the default; each element
 // summed in rank order by one rank, so every rank holds the same bits, which is checked) and the
 // schedule through the FIFOs (WEFT_GPU_DIRECT=0); sizes up to four rounds of the direct kernel's
-// slabs (WEFT_GPU_DIRECT=4), in and out of place. One-shot's calls to 32 KiB push ll lines by
-// default, and take the slabs with WEFT_GPU_LL_DIRECT_BYTES=0.
+// slabs (WEFT_GPU_DIRECT=4), in and out of place. One-shot's calls to 256 KiB push ll lines by
+// default (on one block to 8 KiB, on more past it), and take the slabs with
+// WEFT_GPU_LL_DIRECT_BYTES=0.
 TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 501;
   for (const auto& [algo, direct, ll] :
-       std::vector<std::tuple<const char*, const char*, const char*>>{{"oneshot", "4", "32768"},
+       std::vector<std::tuple<const char*, const char*, const char*>>{{"oneshot", "4", "262144"},
                                                                       {"oneshot", "4", "0"},
-                                                                      {"oneshot", "0", "32768"},
-                                                                      {"twoshot", "4", "32768"},
-                                                                      {"twoshot", "0", "32768"}}) {
+                                                                      {"oneshot", "0", "262144"},
+                                                                      {"twoshot", "4", "262144"},
+                                                                      {"twoshot", "0", "262144"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", algo);
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
@@ -241,7 +242,8 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
     for (DataType type : {DataType::f32, DataType::bf16, DataType::f16, DataType::f8e4m3}) {
       // 1310731 floats: 2.5 rounds of the direct kernels' slabs at 8 ranks (16 blocks of 128
       // KiB per round), 1.25 at 4 and 2, with a ragged last round.
-      for (std::size_t count : {1ul, 33ul, 4095ul, 8191ul, 65537ul, 1ul << 20, 1310731ul}) {
+      for (std::size_t count :
+           {1ul, 33ul, 4095ul, 8191ul, 16383ul, 65537ul, 1ul << 20, 1310731ul}) {
         // The rounds' case in two types only: in all four the 8-rank test did not finish in
         // 207 s on the H200 (the four sizes before took 129).
         if (count == 1310731ul && type != DataType::f32 && type != DataType::bf16) continue;
@@ -261,30 +263,40 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   }
 }
 
-// One-shot all-gather, reduce-scatter and all-to-all both ways: the direct kernel through the
-// slabs (the default, past the ll pieces) and the schedule through the FIFOs (WEFT_GPU_DIRECT=0,
-// which the GPU tuner takes only when WEFT_ALGO names one-shot), in and out of place, with a
-// ragged count and one past a slab's share of every piece.
+// One-shot all-gather, reduce-scatter and all-to-all three ways: ll lines (pieces to 64 KiB with
+// WEFT_GPU_LL_DIRECT_BYTES=65536: one block to 8 KiB, up to eight past it; to 256 KiB on up to
+// 32 with 262144), the direct kernel
+// through the slabs (past the ll pieces, or with WEFT_GPU_LL_DIRECT_BYTES=0) and the schedule
+// through the FIFOs (WEFT_GPU_DIRECT=0, which the GPU tuner takes only when WEFT_ALGO names
+// one-shot), in and out of place, with ragged counts and one past a slab's share of every piece;
+// reduce-scatter also in bf16 with max.
 TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 901;
-  for (const char* direct : {"4", "0"}) {
+  for (const auto& [direct, ll] : std::vector<std::pair<const char*, const char*>>{
+           {"4", "65536"}, {"4", "262144"}, {"4", "0"}, {"0", "65536"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", "oneshot");
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
+    ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
     std::vector<Comm> comms = threadRanks(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     Streams streams(n, -1, true);
     const DeviceMemory mem = deviceMemory(streams);
+    std::vector<Case> cases;
     for (Collective coll :
          {Collective::allGather, Collective::reduceScatter, Collective::allToAll}) {
-      for (std::size_t count : {1ul, 4099ul, 100003ul}) {
-        for (bool inPlace : {false, true}) {
-          const Case c{coll, DataType::f32, RedOp::sum, count, inPlace, 0};
-          const std::string err = runCase(comms, c, seed++, n, -1, &mem);
-          ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << " " << describe(c, n);
-        }
+      for (std::size_t count : {1ul, 1029ul, 4099ul, 16384ul, 65536ul, 100003ul}) {
+        for (bool inPlace : {false, true})
+          cases.push_back(Case{coll, DataType::f32, RedOp::sum, count, inPlace, 0});
       }
+    }
+    for (std::size_t count : {7ul, 32767ul})
+      cases.push_back(Case{Collective::reduceScatter, DataType::bf16, RedOp::max, count, false, 0});
+    for (const Case& c : cases) {
+      const std::string err = runCase(comms, c, seed++, n, -1, &mem);
+      ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << ", WEFT_GPU_LL_DIRECT_BYTES=" << ll
+                         << " " << describe(c, n);
     }
   }
 }
