@@ -35,6 +35,14 @@ TEST(CudaIpcLayout, RegionsAreAlignedDisjointAndInside) {
       regions.emplace_back(g.directOffset(),
                            g.directOffset() + 4096 +
                                2 * std::size_t{CudaIpcGeometry::kDirectBlocks} * g.directSlabBytes);
+      // The ll inbox: two parities of every sender's lines (twice their data), to 16 ranks.
+      const std::size_t ll =
+          n <= CudaIpcGeometry::kDirectLlRanks
+              ? 2 * static_cast<std::size_t>(n) * 2 * CudaIpcGeometry::kDirectLlBytes
+              : 0;
+      EXPECT_EQ(g.directLlInboxBytes(), ll) << n << " ranks";
+      EXPECT_EQ(g.directLlOffset() % 16, 0u);
+      if (ll > 0) regions.emplace_back(g.directLlOffset(), g.directLlOffset() + ll);
       std::sort(regions.begin(), regions.end());
       for (std::size_t i = 1; i < regions.size(); ++i)
         EXPECT_LE(regions[i - 1].second, regions[i].first) << n << " ranks, " << channels;
