@@ -685,6 +685,7 @@ Status Communicator::ensureGpu() {
   o.channels = config_.gpuChannels;
   o.slotBytes = config_.gpuSlotBytes;
   o.llDirectBytes = config_.gpuLlDirectBytes;
+  o.directBlockBytes = config_.gpuDirectBlockBytes;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.

@@ -845,7 +845,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ T* pushes[64];  // two-shot on registered outputs: every rank's output piece
   const int b = static_cast<int>(blockIdx.x);
   if (!directStart(a, b, &failed, &first)) return;
-  const std::size_t per = a.directSlabBytes / sizeof(T);
+  const std::size_t per = a.directShareElems;
   // A call larger than the blocks' slabs hold runs in rounds: round k takes the k-th grid's
   // worth of the input, and counts as a call of its own (its parity picks the slab, its flags
   // are raised to its count), so the slabs alternate from round to round as from call to call.
@@ -947,7 +947,7 @@ __global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs 
   if (!directStart(a, b, &failed, &first)) return;
   const auto R = static_cast<std::size_t>(a.nranks);
   const std::size_t pieces = Kind == DirectBlocks::gather ? 1 : R;
-  const std::size_t share = directShare(a.directSlabBytes, sizeof(T), pieces);
+  const std::size_t share = a.directShareElems;
   const std::size_t stride = share * gridDim.x;
   const std::size_t rounds = a.count == 0 ? 1 : (a.count + stride - 1) / stride;
   const auto me = static_cast<std::size_t>(a.rank);

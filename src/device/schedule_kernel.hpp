@@ -85,6 +85,9 @@ struct LaunchArgs {
   std::byte* const* directSlabs = nullptr;      // [rank]
   std::uint64_t* directCounts = nullptr;
   std::size_t directSlabBytes = 0;
+  // The elements a block takes of the call (launchDirect) or of each piece (launchDirectBlocks)
+  // in a round: at most a slab's worth, fewer to spread a small call over more blocks.
+  std::size_t directShareElems = 0;
   std::byte* const* directLl = nullptr;  // [rank]: every rank's ll inbox (launchDirectLl)
   std::uint64_t* llCounts = nullptr;     // this rank's per-block ll call counts
   // One-shot on registered inputs: every rank's registered buffer as mapped here, and where this

@@ -502,11 +502,25 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   if (!twoShot && llServes(a, bytes)) {
     return launchLl(a, device::LlKind::allReduce, b, stream);
   }
-  // A block per slab, as many as one round's slabs hold; larger calls run in rounds.
-  const std::size_t slab = a.directSlabBytes;
-  const auto blocks = static_cast<int>(std::min((bytes + slab - 1) / slab, oneShotLimit() / slab));
-  if (Status s = device::launchDirect(a, blocks, twoShot, b.type, b.op, stream); !s) return s;
+  const std::size_t es = sizeOf(b.type);
+  const Spread grid = spread(b.count, a.directSlabBytes / es, std::max<std::size_t>(1, 512 / es),
+                             std::max<std::size_t>(1, options_.directBlockBytes / es));
+  a.directShareElems = grid.share;
+  if (Status s = device::launchDirect(a, grid.blocks, twoShot, b.type, b.op, stream); !s) return s;
   return recordLaunch(stream);
+}
+
+CudaExecutor::Spread CudaExecutor::spread(std::size_t count, std::size_t most, std::size_t align,
+                                          std::size_t least) const {
+  // One round's slabs (a block each) hold the call: a block for every `least` elements, as many
+  // as there are slabs, the call cut evenly among them (in multiples of `align`, which `most`
+  // is). Otherwise every block a slab's worth, in rounds.
+  const auto slabs = oneShotLimit() / ipc_->geometry().directSlabBytes;
+  if ((count + most - 1) / most >= slabs) return {static_cast<int>(slabs), most};
+  const std::size_t blocks = std::clamp<std::size_t>((count + least - 1) / least, 1, slabs);
+  const std::size_t share =
+      std::min(most, ((count + blocks - 1) / blocks + align - 1) / align * align);
+  return {static_cast<int>((count + share - 1) / share), share};
 }
 
 bool CudaExecutor::llServes(const device::LaunchArgs& a, std::size_t pieceBytes) const {
@@ -554,10 +568,11 @@ Status CudaExecutor::directBlocks(const Buffers& b, device::DirectBlocks kind, v
     return Status(Code::unsupported, "a direct kernel with " + std::to_string(pieces) +
                                          " pieces: a slab holds less than 16 bytes of each");
   }
-  // A block per share of a piece, as many as one round's slabs hold; larger calls run in rounds.
-  const std::size_t most = oneShotLimit() / a.directSlabBytes;
-  const auto blocks = static_cast<int>(std::min((b.count + share - 1) / share, most));
-  if (Status s = device::launchDirectBlocks(a, blocks, kind, b.type, b.op, stream); !s) return s;
+  const Spread grid = spread(b.count, share, std::max<std::size_t>(1, 16 / es),
+                             std::max<std::size_t>(1, options_.directBlockBytes / (es * pieces)));
+  a.directShareElems = grid.share;
+  if (Status s = device::launchDirectBlocks(a, grid.blocks, kind, b.type, b.op, stream); !s)
+    return s;
   return recordLaunch(stream);
 }
 

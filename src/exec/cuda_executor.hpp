@@ -58,6 +58,10 @@ struct GpuOptions {
   // and all-to-all) hold at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and up
   // to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
   std::size_t llDirectBytes = 256 * 1024;
+  // The direct kernels (one-shot and two-shot through the slabs) give each block at least this
+  // many bytes of a call that one round holds, so a small call spreads over many blocks (one
+  // block reading a peer's 128 KiB slab over NVLink is slow) instead of one per slab.
+  std::size_t directBlockBytes = 16 * 1024;
   std::chrono::milliseconds timeout{300'000};
   // WEFT_GPU_TRACE: where the schedule kernels' timeline goes (empty: none kept).
   std::string tracePath;
@@ -141,6 +145,13 @@ class CudaExecutor {
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
   Status recordLaunch(void* stream);
+  // The direct kernels' grid for `count` elements (of the call, or of each piece) with at most
+  // `most` a block in a round: blocks, and the elements each takes (LaunchArgs::directShareElems).
+  struct Spread {
+    int blocks = 1;
+    std::size_t share = 0;
+  };
+  Spread spread(std::size_t count, std::size_t most, std::size_t align, std::size_t least) const;
   // Whether a one-shot whose pieces hold pieceBytes each takes the ll kernel (launchLl): up to
   // options_.llDirectBytes and kDirectLlBytes, kDirectLlRanks ranks.
   bool llServes(const ::weft::device::LaunchArgs& a, std::size_t pieceBytes) const;

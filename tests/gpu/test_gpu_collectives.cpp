@@ -221,20 +221,27 @@ TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
 // schedule through the FIFOs (WEFT_GPU_DIRECT=0); sizes up to four rounds of the direct kernel's
 // slabs (WEFT_GPU_DIRECT=4), in and out of place. One-shot's calls to 256 KiB push ll lines by
 // default (on one block to 8 KiB, on more past it), and take the slabs with
-// WEFT_GPU_LL_DIRECT_BYTES=0.
+// WEFT_GPU_LL_DIRECT_BYTES=0; the slabs' blocks take at least 16 KiB of a call (the default)
+// or 512 bytes (many blocks, small uneven shares).
 TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 501;
-  for (const auto& [algo, direct, ll] :
-       std::vector<std::tuple<const char*, const char*, const char*>>{{"oneshot", "4", "262144"},
-                                                                      {"oneshot", "4", "0"},
-                                                                      {"oneshot", "0", "262144"},
-                                                                      {"twoshot", "4", "262144"},
-                                                                      {"twoshot", "0", "262144"}}) {
+  struct Way {
+    const char *algo, *direct, *ll, *block;
+  };
+  for (const auto& [algo, direct, ll, block] :
+       std::vector<Way>{{"oneshot", "4", "262144", "16384"},
+                        {"oneshot", "4", "0", "16384"},
+                        {"oneshot", "4", "0", "512"},
+                        {"oneshot", "0", "262144", "16384"},
+                        {"twoshot", "4", "262144", "16384"},
+                        {"twoshot", "4", "262144", "512"},
+                        {"twoshot", "0", "262144", "16384"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", algo);
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
+    ScopedEnv blockEnv("WEFT_GPU_DIRECT_BLOCK_BYTES", block);
     std::vector<Comm> comms = threadRanks(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     Streams streams(n, -1, true);
@@ -255,7 +262,9 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
             const Case c{Collective::allReduce, type, op, count, inPlace, 0, viaKernel};
             const std::string err = runCase(comms, c, seed++, n, -1, &mem);
             ASSERT_EQ(err, "") << algo << ", WEFT_GPU_DIRECT=" << direct
-                               << ", WEFT_GPU_LL_DIRECT_BYTES=" << ll << " " << describe(c, n);
+                               << ", WEFT_GPU_LL_DIRECT_BYTES=" << ll
+                               << ", WEFT_GPU_DIRECT_BLOCK_BYTES=" << block << " "
+                               << describe(c, n);
           }
         }
       }
@@ -274,11 +283,18 @@ TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 901;
-  for (const auto& [direct, ll] : std::vector<std::pair<const char*, const char*>>{
-           {"4", "65536"}, {"4", "262144"}, {"4", "0"}, {"0", "65536"}}) {
+  struct Way {
+    const char *direct, *ll, *block;
+  };
+  for (const auto& [direct, ll, block] : std::vector<Way>{{"4", "65536", "16384"},
+                                                          {"4", "262144", "16384"},
+                                                          {"4", "0", "16384"},
+                                                          {"4", "0", "512"},
+                                                          {"0", "65536", "16384"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", "oneshot");
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
+    ScopedEnv blockEnv("WEFT_GPU_DIRECT_BLOCK_BYTES", block);
     std::vector<Comm> comms = threadRanks(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     Streams streams(n, -1, true);
@@ -296,7 +312,7 @@ TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
     for (const Case& c : cases) {
       const std::string err = runCase(comms, c, seed++, n, -1, &mem);
       ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << ", WEFT_GPU_LL_DIRECT_BYTES=" << ll
-                         << " " << describe(c, n);
+                         << ", WEFT_GPU_DIRECT_BLOCK_BYTES=" << block << " " << describe(c, n);
     }
   }
 }

@@ -516,6 +516,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_DIRECT", "65"},
                                                         {"WEFT_GPU_DIRECT", "many"},
                                                         {"WEFT_GPU_LL_DIRECT_BYTES", "262145"},
+                                                        {"WEFT_GPU_DIRECT_BLOCK_BYTES", "100"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};
