@@ -686,6 +686,7 @@ Status Communicator::ensureGpu() {
   o.slotBytes = config_.gpuSlotBytes;
   o.llDirectBytes = config_.gpuLlDirectBytes;
   o.directBlockBytes = config_.gpuDirectBlockBytes;
+  o.llBlockBytes = config_.gpuLlBlockBytes;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.

@@ -90,6 +90,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.gpuLlDirectBytes = static_cast<std::size_t>(*x);
   }
+  if (env("WEFT_GPU_LL_BLOCK_BYTES") != nullptr) {
+    auto x = number("WEFT_GPU_LL_BLOCK_BYTES", 512, 256 * 1024);
+    if (!x) return x.status();
+    c.gpuLlBlockBytes = static_cast<std::size_t>(*x);
+  }
   if (env("WEFT_GPU_DIRECT_BLOCK_BYTES") != nullptr) {
     auto x = number("WEFT_GPU_DIRECT_BLOCK_BYTES", 512, 128 * 1024);
     if (!x) return x.status();

@@ -1222,11 +1222,12 @@ Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind,
 }
 
 Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
-                      DataType type, RedOp op, void* stream) {
+                      std::size_t leastBytes, DataType type, RedOp op, void* stream) {
   const std::size_t chunks = (args.count * sizeOf(type) + 15) / 16;
-  // At least a chunk for every thread of a block, spread over as many blocks as that takes.
-  const auto used = static_cast<std::size_t>(std::clamp<std::size_t>(
-      (chunks + kThreads - 1) / kThreads, 1, static_cast<std::size_t>(blocks)));
+  // At least leastBytes a block, spread over as many blocks as that takes.
+  const std::size_t least = std::max<std::size_t>(1, leastBytes / 16);
+  const auto used = static_cast<std::size_t>(
+      std::clamp<std::size_t>((chunks + least - 1) / least, 1, static_cast<std::size_t>(blocks)));
   const std::size_t perBlock = (chunks + used - 1) / used;
   const auto grid = static_cast<unsigned>(blocks);
   auto* const st = static_cast<cudaStream_t>(stream);

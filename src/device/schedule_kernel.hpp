@@ -191,11 +191,11 @@ constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementByte
 // in rank order 0..n-1 (every rank gets the same bits), all-gather and all-to-all put rank q's
 // in output block q. The grid is `blocks` blocks at every call of a communicator (each counts
 // the call in its own word of args.llCounts, so the counts agree); a call takes as many as give
-// each thread a chunk of 16 bytes, the rest only count. A parity is rewritten two calls later,
+// each at least leastBytes of a piece, the rest only count. A parity is rewritten two calls later,
 // after every peer's next call showed (by its lines) that it finished this one.
 enum class LlKind { allReduce, gather, reduceScatter, exchange };
 Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
-                      DataType type, RedOp op, void* stream);
+                      std::size_t leastBytes, DataType type, RedOp op, void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).
 Status divide(void* data, std::size_t count, DataType type, std::uint64_t n, void* stream);

@@ -531,16 +531,18 @@ bool CudaExecutor::llServes(const device::LaunchArgs& a, std::size_t pieceBytes)
 
 Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::LlKind kind, const Buffers& b,
                               void* stream) {
-  // The same grid at every call (the blocks' counts must agree): a block for every 8 KiB of
-  // the largest piece ll takes (a 16-byte chunk for each of its threads), all resident with the
+  // The same grid at every call (the blocks' counts must agree): a block for every
+  // llBlockBytes of the largest piece ll takes, up to kDirectLlBlocks, all resident with the
   // peers' blocks.
   using Ipc = transport::CudaIpcGeometry;
   const std::size_t most = std::min(options_.llDirectBytes, Ipc::kDirectLlBytes);
+  const std::size_t least = options_.llBlockBytes;
   const auto wanted =
-      static_cast<int>((most + 16 * device::kThreads - 1) / (16 * device::kThreads));
+      static_cast<int>(std::min<std::size_t>((most + least - 1) / least, Ipc::kDirectLlBlocks));
   const int blocks =
       std::clamp(wanted, 1, std::min(Ipc::kDirectLlBlocks, ipc_->residentChannels()));
-  if (Status s = device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, b.type, b.op, stream);
+  if (Status s =
+          device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
       !s)
     return s;
   return recordLaunch(stream);

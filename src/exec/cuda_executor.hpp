@@ -58,6 +58,11 @@ struct GpuOptions {
   // and all-to-all) hold at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and up
   // to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
   std::size_t llDirectBytes = 256 * 1024;
+  // An ll call gives each block at least this many bytes of a piece. Measured (docs/perf.md,
+  // 2026-11-30 seventh session): 2 KiB against 8 KiB (a chunk for each thread), 8 processes on
+  // one H200, all-reduce 8 KB 10.5 -> 7.6 us, all-gather 64 KB 11.8 -> 7.6; on two H200s the
+  // same or better.
+  std::size_t llBlockBytes = 2 * 1024;
   // The direct kernels (one-shot and two-shot through the slabs) give each block at least this
   // many bytes of a call that one round holds, so a small call spreads over many blocks (one
   // block reading a peer's 128 KiB slab over NVLink is slow) instead of one per slab.

@@ -272,29 +272,33 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
   }
 }
 
-// One-shot all-gather, reduce-scatter and all-to-all three ways: ll lines (pieces to 64 KiB with
-// WEFT_GPU_LL_DIRECT_BYTES=65536: one block to 8 KiB, up to eight past it; to 256 KiB on up to
-// 32 with 262144), the direct kernel
-// through the slabs (past the ll pieces, or with WEFT_GPU_LL_DIRECT_BYTES=0) and the schedule
-// through the FIFOs (WEFT_GPU_DIRECT=0, which the GPU tuner takes only when WEFT_ALGO names
-// one-shot), in and out of place, with ragged counts and one past a slab's share of every piece;
-// reduce-scatter also in bf16 with max.
+// One-shot all-gather, reduce-scatter and all-to-all three ways: ll lines (pieces to 64 or 256
+// KiB with WEFT_GPU_LL_DIRECT_BYTES=65536 or 262144, each block taking at least 2 KiB of a piece,
+// the default, or 512 bytes or 8 KiB), the direct kernel through the slabs (past the ll pieces,
+// or with WEFT_GPU_LL_DIRECT_BYTES=0; each block taking at least 16 KiB or 512 bytes of a call)
+// and the schedule through the FIFOs (WEFT_GPU_DIRECT=0, which the GPU tuner takes only when
+// WEFT_ALGO names one-shot), in and out of place, with ragged counts and one past a slab's share
+// of every piece; reduce-scatter also in bf16 with max.
 TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 901;
   struct Way {
-    const char *direct, *ll, *block;
+    const char *direct, *ll, *block, *llBlock;
   };
-  for (const auto& [direct, ll, block] : std::vector<Way>{{"4", "65536", "16384"},
-                                                          {"4", "262144", "16384"},
-                                                          {"4", "0", "16384"},
-                                                          {"4", "0", "512"},
-                                                          {"0", "65536", "16384"}}) {
+  for (const auto& [direct, ll, block, llBlock] :
+       std::vector<Way>{{"4", "65536", "16384", "2048"},
+                        {"4", "262144", "16384", "2048"},
+                        {"4", "262144", "16384", "512"},
+                        {"4", "262144", "16384", "8192"},
+                        {"4", "0", "16384", "2048"},
+                        {"4", "0", "512", "2048"},
+                        {"0", "65536", "16384", "2048"}}) {
     ScopedEnv algoEnv("WEFT_ALGO", "oneshot");
     ScopedEnv directEnv("WEFT_GPU_DIRECT", direct);
     ScopedEnv llEnv("WEFT_GPU_LL_DIRECT_BYTES", ll);
     ScopedEnv blockEnv("WEFT_GPU_DIRECT_BLOCK_BYTES", block);
+    ScopedEnv llBlockEnv("WEFT_GPU_LL_BLOCK_BYTES", llBlock);
     std::vector<Comm> comms = threadRanks(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     Streams streams(n, -1, true);
@@ -312,7 +316,8 @@ TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
     for (const Case& c : cases) {
       const std::string err = runCase(comms, c, seed++, n, -1, &mem);
       ASSERT_EQ(err, "") << "WEFT_GPU_DIRECT=" << direct << ", WEFT_GPU_LL_DIRECT_BYTES=" << ll
-                         << ", WEFT_GPU_DIRECT_BLOCK_BYTES=" << block << " " << describe(c, n);
+                         << ", WEFT_GPU_DIRECT_BLOCK_BYTES=" << block
+                         << ", WEFT_GPU_LL_BLOCK_BYTES=" << llBlock << " " << describe(c, n);
     }
   }
 }
