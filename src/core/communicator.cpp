@@ -181,9 +181,11 @@ constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
 // docs/perf.md). All-gather's, whose slab holds its whole share, takes the rounds' limit (at 8
 // ranks 821 against ring's 1956 us at 256 MB).
 constexpr std::size_t kGpuDirectExchangeBytes = std::size_t{4} << 20;
-// ... and all-gather's on 2 ranks up to this many (two H200s over NVLink: 27 against ring's 39
-// us at 8 MB, but 91 against 79 at 32 MB; one H200: 31 against 38 at 16 MB).
-constexpr std::size_t kGpuDirectGatherPairBytes = std::size_t{8} << 20;
+// ... and all three on 2 ranks up to this many (two H200s over NVLink: all-gather 27 against
+// ring's 39 us at 8 MB, but 91 against 79 at 32 MB; one H200: 31 against 38 at 16 MB; in CUDA
+// graphs at 8 MB, 2026-11-30: all-to-all 32.4 against pairwise's 37.5, reduce-scatter 31.4
+// against ring's 31.2).
+constexpr std::size_t kGpuDirectPairBytes = std::size_t{8} << 20;
 constexpr int kGpuTwoShotDirectRanks = 5;
 // Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 2 and 4)
 // they run in rounds, up to this many by rank count (the larger measured count's for those
@@ -733,10 +735,10 @@ bool Communicator::directKernelServes(Collective coll, const std::string& algori
   const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
                       coll == Collective::allToAll;
   const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
-  const std::size_t most =
-      coll != Collective::allGather ? std::min(limit * directRounds(), kGpuDirectExchangeBytes)
-      : size_ <= 2                  ? std::min(limit * directRounds(), kGpuDirectGatherPairBytes)
-                                    : limit * directRounds();
+  const std::size_t most = size_ <= 2 ? std::min(limit * directRounds(), kGpuDirectPairBytes)
+                           : coll != Collective::allGather
+                               ? std::min(limit * directRounds(), kGpuDirectExchangeBytes)
+                               : limit * directRounds();
   return blocks && algorithm == "oneshot" && size_ <= 64 && input <= most;
 }
 

@@ -1053,23 +1053,17 @@ __global__ void __launch_bounds__(kThreads)
   auto output = [&](int q) { return kBlocksOut ? out + static_cast<std::size_t>(q) * bytes : out; };
   const std::size_t first = static_cast<std::size_t>(b) * perBlock;
   const std::size_t last = first + perBlock < chunks ? first + perBlock : chunks;
+  // Chunk c of a piece, as four lines, to rank q.
+  auto push = [&](int q, std::size_t c, uint4 v) {
+    std::uint64_t* l = place(q, a.rank) + 4 * c;
+    storeLines(l, v.x, v.y, flag);
+    storeLines(l + 2, v.z, v.w, flag);
+  };
   for (std::size_t c = first + threadIdx.x; c < last; c += blockDim.x) {
-    if constexpr (kPieces) {
-      for (int q = 0; q < a.nranks; ++q) {
-        if (q == a.rank) continue;
-        const uint4 v = loadChunk(input(q), 16 * c, bytes);
-        std::uint64_t* l = place(q, a.rank) + 4 * c;
-        storeLines(l, v.x, v.y, flag);
-        storeLines(l + 2, v.z, v.w, flag);
-      }
-    } else {
-      const uint4 v = loadChunk(in, 16 * c, bytes);
-      for (int q = 0; q < a.nranks; ++q) {
-        if (q == a.rank) continue;
-        std::uint64_t* l = place(q, a.rank) + 4 * c;
-        storeLines(l, v.x, v.y, flag);
-        storeLines(l + 2, v.z, v.w, flag);
-      }
+    // Piece q to rank q, or the one input (loaded once) to every peer.
+    const uint4 all = kPieces ? uint4{} : loadChunk(in, 16 * c, bytes);
+    for (int q = 0; q < a.nranks; ++q) {
+      if (q != a.rank) push(q, c, kPieces ? loadChunk(input(q), 16 * c, bytes) : all);
     }
   }
   auto high = [](std::uint64_t x) { return static_cast<std::uint32_t>(x >> 32); };

@@ -433,8 +433,8 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
 }
 
 // All-gather, reduce-scatter and all-to-all on GPU memory take the direct one-shot kernel while
-// each rank's input fits: all-gather's the rounds (as all-reduce's: 4 MiB each before a device
-// is set up; 64 rounds on 8 ranks) but 8 MiB on 2 ranks, the other two's 4 MiB; their schedules
+// each rank's input fits: on 2 ranks 8 MiB; beyond, all-gather's the rounds (as all-reduce's: 4
+// MiB each before a device is set up; 64 rounds on 8 ranks), the other two's 4 MiB; their schedules
 // through the FIFOs beyond; a forced algorithm keeps its own.
 TEST(Arguments, GpuBlockCollectivesTakeTheDirectKernelWhileTheInputFits) {
   auto planOf = gpuPlanOf;
@@ -453,9 +453,9 @@ TEST(Arguments, GpuBlockCollectivesTakeTheDirectKernelWhileTheInputFits) {
          {std::size_t{64}, std::size_t{64} << 10, 4 * kMiB * rounds / 8, 4 * kMiB * rounds}) {
       for (weftCollective_t c : {weftCollAllGather, weftCollReduceScatter, weftCollAllToAll}) {
         const std::string plan = planOf(h, c, block);
-        const std::size_t most = c != weftCollAllGather ? 4 * kMiB
-                                 : n == 2               ? 8 * kMiB
-                                                        : 4 * kMiB * rounds;
+        const std::size_t most = n == 2                   ? 8 * kMiB
+                                 : c != weftCollAllGather ? 4 * kMiB
+                                                          : 4 * kMiB * rounds;
         const bool fits = input(c, block) <= most;
         EXPECT_EQ(plan.rfind("oneshot/", 0) == 0, fits)
             << n << " ranks, collective " << c << ", block " << block << ": " << plan;
