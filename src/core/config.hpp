@@ -44,7 +44,7 @@ struct Config {
   std::size_t gpuLlDirectBytes = 256 * 1024;
   // WEFT_GPU_LL_BLOCK_BYTES (512-262144): the least an ll one-shot block takes of a piece
   // (exec::GpuOptions::llBlockBytes).
-  std::size_t gpuLlBlockBytes = 2 * 1024;
+  std::size_t gpuLlBlockBytes = 1024;
   // WEFT_GPU_DIRECT_BLOCK_BYTES (512-131072): the least a block of the direct kernels takes of a
   // call that one round of the slabs holds (exec::GpuOptions::directBlockBytes).
   std::size_t gpuDirectBlockBytes = 16 * 1024;

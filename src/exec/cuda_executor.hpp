@@ -60,9 +60,9 @@ struct GpuOptions {
   std::size_t llDirectBytes = 256 * 1024;
   // An ll call gives each block at least this many bytes of a piece. Measured (docs/perf.md,
   // 2026-11-30 seventh session): 2 KiB against 8 KiB (a chunk for each thread), 8 processes on
-  // one H200, all-reduce 8 KB 10.5 -> 7.6 us, all-gather 64 KB 11.8 -> 7.6; on two H200s the
-  // same or better.
-  std::size_t llBlockBytes = 2 * 1024;
+  // one H200, all-reduce 8 KB 10.5 -> 7.6 us, all-gather 64 KB 11.8 -> 7.6; 1 KiB against 2 KiB
+  // another 0.2-0.4 us at 4-64 KB there and at 32 KB on two H200s, level elsewhere.
+  std::size_t llBlockBytes = 1024;
   // The direct kernels (one-shot and two-shot through the slabs) give each block at least this
   // many bytes of a call that one round holds, so a small call spreads over many blocks (one
   // block reading a peer's 128 KiB slab over NVLink is slow) instead of one per slab.

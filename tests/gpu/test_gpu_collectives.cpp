@@ -273,12 +273,12 @@ TEST_P(GpuThreads, OneShotDirectAndThroughTheFifos) {
 }
 
 // One-shot all-gather, reduce-scatter and all-to-all three ways: ll lines (pieces to 64 or 256
-// KiB with WEFT_GPU_LL_DIRECT_BYTES=65536 or 262144, each block taking at least 2 KiB of a piece,
-// the default, or 512 bytes or 8 KiB), the direct kernel through the slabs (past the ll pieces,
-// or with WEFT_GPU_LL_DIRECT_BYTES=0; each block taking at least 16 KiB or 512 bytes of a call)
-// and the schedule through the FIFOs (WEFT_GPU_DIRECT=0, which the GPU tuner takes only when
-// WEFT_ALGO names one-shot), in and out of place, with ragged counts and one past a slab's share
-// of every piece; reduce-scatter also in bf16 with max.
+// KiB with WEFT_GPU_LL_DIRECT_BYTES=65536 or 262144, each block taking at least 1 KiB of a
+// piece, the default, or 512 bytes, 2 KiB or 8 KiB), the direct kernel through the slabs (past
+// the ll pieces, or with WEFT_GPU_LL_DIRECT_BYTES=0; each block taking at least 16 KiB or 512
+// bytes of a call) and the schedule through the FIFOs (WEFT_GPU_DIRECT=0, which the GPU tuner
+// takes only when WEFT_ALGO names one-shot), in and out of place, with ragged counts and one past
+// a slab's share of every piece; reduce-scatter also in bf16 with max.
 TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
@@ -287,7 +287,7 @@ TEST_P(GpuThreads, BlockOneShotDirectAndThroughTheFifos) {
     const char *direct, *ll, *block, *llBlock;
   };
   for (const auto& [direct, ll, block, llBlock] :
-       std::vector<Way>{{"4", "65536", "16384", "2048"},
+       std::vector<Way>{{"4", "65536", "16384", "1024"},
                         {"4", "262144", "16384", "2048"},
                         {"4", "262144", "16384", "512"},
                         {"4", "262144", "16384", "8192"},
