@@ -792,10 +792,10 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
                      plan.reason.c_str());
     }
     if (coll != Collective::allReduce) {
-      const device::DirectBlocks kind = coll == Collective::allGather ? device::DirectBlocks::gather
-                                        : coll == Collective::reduceScatter
-                                            ? device::DirectBlocks::reduceScatter
-                                            : device::DirectBlocks::exchange;
+      const device::DirectKind kind = coll == Collective::allGather ? device::DirectKind::gather
+                                      : coll == Collective::reduceScatter
+                                          ? device::DirectKind::reduceScatter
+                                          : device::DirectKind::exchange;
       if (Status st = gpu_->directBlocks(b, kind, stream); !st) return fail(st);
       return finish();
     }

@@ -782,13 +782,15 @@ __device__ void barrierEveryRank(const LaunchArgs& a, int b, int word, std::uint
 }
 
 // Every direct kernel's start on block b: unless the communicator is aborted already (then
-// recorded, and false), the block's next call count in *next (both shared). Ends with the block
+// recorded, and false), the block's next call count (counts[b] + 1; the slab kernels' counts or
+// the ll kernels') in *next (both shared). Ends with the block
 // synchronized.
-__device__ bool directStart(const LaunchArgs& a, int b, int* failed, std::uint64_t* next) {
+__device__ bool directStart(const LaunchArgs& a, int b, const std::uint64_t* counts, int* failed,
+                            std::uint64_t* next) {
   if (threadIdx.x == 0) {
     *failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
     if (*failed != 0) fail(a, 2, b, -1, -1);
-    *next = a.directCounts[b] + 1;
+    *next = counts[b] + 1;
   }
   __syncthreads();
   return *failed == 0;
@@ -844,7 +846,7 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
   __shared__ const T* ins[64];
   __shared__ T* pushes[64];  // two-shot on registered outputs: every rank's output piece
   const int b = static_cast<int>(blockIdx.x);
-  if (!directStart(a, b, &failed, &first)) return;
+  if (!directStart(a, b, a.directCounts, &failed, &first)) return;
   const std::size_t per = a.directShareElems;
   // A call larger than the blocks' slabs hold runs in rounds: round k takes the k-th grid's
   // worth of the input, and counts as a call of its own (its parity picks the slab, its flags
@@ -938,15 +940,15 @@ __global__ void __launch_bounds__(kThreads) directKernel(const LaunchArgs a) {
 // A peer's slab is read only by the same block, so the slabs alternate as the all-reduce's do
 // (directKernel above), and the two kernels share the flags and call counts. In place is safe:
 // a round copies its share of every piece before it writes any of the output's.
-template <typename T, typename Op, DirectBlocks Kind>
+template <typename T, typename Op, DirectKind Kind>
 __global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs a) {
   __shared__ int failed;
   __shared__ std::uint64_t first;
   __shared__ const T* ins[64];
   const int b = static_cast<int>(blockIdx.x);
-  if (!directStart(a, b, &failed, &first)) return;
+  if (!directStart(a, b, a.directCounts, &failed, &first)) return;
   const auto R = static_cast<std::size_t>(a.nranks);
-  const std::size_t pieces = Kind == DirectBlocks::gather ? 1 : R;
+  const std::size_t pieces = Kind == DirectKind::gather ? 1 : R;
   const std::size_t share = a.directShareElems;
   const std::size_t stride = share * gridDim.x;
   const std::size_t rounds = a.count == 0 ? 1 : (a.count + stride - 1) / stride;
@@ -964,11 +966,11 @@ __global__ void __launch_bounds__(kThreads) directBlocksKernel(const LaunchArgs 
     }
     barrierEveryRank(a, b, 0, call, &failed);
     if (failed != 0) break;
-    if constexpr (Kind == DirectBlocks::reduceScatter) {
+    if constexpr (Kind == DirectKind::reduceScatter) {
       T* const outs[1] = {static_cast<T*>(a.output) + begin};
       sumInRankOrder<T, Op>(a, a.directSlabs, slab + me * share * sizeof(T), 0, n, outs, 1, ins);
     } else {
-      const std::size_t at = Kind == DirectBlocks::gather ? 0 : me * share;
+      const std::size_t at = Kind == DirectKind::gather ? 0 : me * share;
       for (std::size_t q = 0; q < R; ++q) {
         T* const outs[1] = {static_cast<T*>(a.output) + q * a.count + begin};
         const T* const from[1] = {reinterpret_cast<const T*>(a.directSlabs[q] + slab) + at};
@@ -1022,18 +1024,13 @@ __device__ __forceinline__ void loadLines(const std::uint64_t* p, std::uint64_t&
 // thread reads every piece's chunk before it writes the output's), a chunk being four lines.
 // Every block counts the call in its own ll count, the grid being the same at every call, so
 // every block's count (the lines' flag, and the parity) is the same, and the same on every rank.
-template <typename T, typename Op, LlKind Kind>
+template <typename T, typename Op, DirectKind Kind>
 __global__ void __launch_bounds__(kThreads)
     directLlKernel(const LaunchArgs a, std::size_t cap, std::size_t perBlock) {
   __shared__ int failed;
+  __shared__ std::uint64_t call;
   const int b = static_cast<int>(blockIdx.x);
-  if (threadIdx.x == 0) {
-    failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
-    if (failed != 0) fail(a, 2, b, -1, -1);
-  }
-  __syncthreads();
-  if (failed != 0) return;
-  const std::uint64_t call = a.llCounts[b] + 1;
+  if (!directStart(a, b, a.llCounts, &failed, &call)) return;
   const std::size_t bytes = a.count * sizeof(T);  // of one piece
   const std::size_t chunks = (bytes + 15) / 16;
   const auto flag = static_cast<std::uint32_t>(call);
@@ -1045,11 +1042,11 @@ __global__ void __launch_bounds__(kThreads)
         a.directLl[owner] + (parity * N + static_cast<std::size_t>(from)) * 2 * cap);
   };
   // Piece p of the input, of the output.
-  constexpr bool kPieces = Kind == LlKind::reduceScatter || Kind == LlKind::exchange;
+  constexpr bool kPieces = Kind == DirectKind::reduceScatter || Kind == DirectKind::exchange;
   const auto* in = static_cast<const std::byte*>(a.input);
   auto* out = static_cast<std::byte*>(a.output);
   auto input = [&](int p) { return kPieces ? in + static_cast<std::size_t>(p) * bytes : in; };
-  constexpr bool kBlocksOut = Kind == LlKind::gather || Kind == LlKind::exchange;
+  constexpr bool kBlocksOut = Kind == DirectKind::gather || Kind == DirectKind::exchange;
   auto output = [&](int q) { return kBlocksOut ? out + static_cast<std::size_t>(q) * bytes : out; };
   const std::size_t first = static_cast<std::size_t>(b) * perBlock;
   const std::size_t last = first + perBlock < chunks ? first + perBlock : chunks;
@@ -1194,28 +1191,44 @@ Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType t
   });
 }
 
-Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind, DataType type,
+// Calls fn(Op{}, integral_constant<DirectKind, K>{}) for `kind`: the reducing kinds with `op`,
+// the copying kinds (built for one op) with Sum.
+template <typename Fn>
+void withKind(DirectKind kind, RedOp op, Fn&& fn) {
+  using K = DirectKind;
+  if (kind == K::gather) {
+    fn(Sum{}, std::integral_constant<K, K::gather>{});
+  } else if (kind == K::exchange) {
+    fn(Sum{}, std::integral_constant<K, K::exchange>{});
+  } else {
+    withOp(op, [&](auto reduction) {
+      if (kind == K::allReduce) {
+        fn(reduction, std::integral_constant<K, K::allReduce>{});
+      } else {
+        fn(reduction, std::integral_constant<K, K::reduceScatter>{});
+      }
+    });
+  }
+}
+
+Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectKind kind, DataType type,
                           RedOp op, void* stream) {
+  if (kind == DirectKind::allReduce)
+    return internalError("launchDirectBlocks: all-reduce runs launchDirect");
   const auto grid = static_cast<unsigned>(blocks);
   auto* const st = static_cast<cudaStream_t>(stream);
   return withType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    // Only reduce-scatter reduces: the copying kinds are built for one op.
-    if (kind == DirectBlocks::gather) {
-      directBlocksKernel<T, Sum, DirectBlocks::gather><<<grid, kThreads, 0, st>>>(args);
-    } else if (kind == DirectBlocks::exchange) {
-      directBlocksKernel<T, Sum, DirectBlocks::exchange><<<grid, kThreads, 0, st>>>(args);
-    } else {
-      withOp(op, [&](auto reduction) {
-        directBlocksKernel<T, decltype(reduction), DirectBlocks::reduceScatter>
+    withKind(kind, op, [&](auto reduction, auto k) {
+      if constexpr (decltype(k)::value != DirectKind::allReduce)
+        directBlocksKernel<T, decltype(reduction), decltype(k)::value>
             <<<grid, kThreads, 0, st>>>(args);
-      });
-    }
+    });
     return launchError("direct block-collective kernel");
   });
 }
 
-Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
+Status launchDirectLl(const LaunchArgs& args, DirectKind kind, std::size_t cap, int blocks,
                       std::size_t leastBytes, DataType type, RedOp op, void* stream) {
   const std::size_t chunks = (args.count * sizeOf(type) + 15) / 16;
   // At least leastBytes a block, spread over as many blocks as that takes.
@@ -1227,22 +1240,10 @@ Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int 
   auto* const st = static_cast<cudaStream_t>(stream);
   return withType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    // Only all-reduce and reduce-scatter reduce: the copying kinds are built for one op.
-    if (kind == LlKind::gather) {
-      directLlKernel<T, Sum, LlKind::gather><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
-    } else if (kind == LlKind::exchange) {
-      directLlKernel<T, Sum, LlKind::exchange><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
-    } else {
-      withOp(op, [&](auto reduction) {
-        using Op = decltype(reduction);
-        if (kind == LlKind::allReduce) {
-          directLlKernel<T, Op, LlKind::allReduce><<<grid, kThreads, 0, st>>>(args, cap, perBlock);
-        } else {
-          directLlKernel<T, Op, LlKind::reduceScatter>
-              <<<grid, kThreads, 0, st>>>(args, cap, perBlock);
-        }
-      });
-    }
+    withKind(kind, op, [&](auto reduction, auto k) {
+      directLlKernel<T, decltype(reduction), decltype(k)::value>
+          <<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+    });
     return launchError("ll one-shot kernel");
   });
 }
@@ -1316,21 +1317,21 @@ Status preload() {
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, false>);
       if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, directKernel<T, Op, true>);
       if (e == cudaSuccess) {
-        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Op, DirectBlocks::reduceScatter>);
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Op, DirectKind::reduceScatter>);
       }
       if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, LlKind::allReduce>);
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, DirectKind::allReduce>);
       if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, LlKind::reduceScatter>);
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Op, DirectKind::reduceScatter>);
       if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, LlKind::gather>);
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, DirectKind::gather>);
       if (e == cudaSuccess)
-        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, LlKind::exchange>);
+        e = cudaFuncGetAttributes(&attr, directLlKernel<T, Sum, DirectKind::exchange>);
       if (e == cudaSuccess) {
-        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::gather>);
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectKind::gather>);
       }
       if (e == cudaSuccess) {
-        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectBlocks::exchange>);
+        e = cudaFuncGetAttributes(&attr, directBlocksKernel<T, Sum, DirectKind::exchange>);
       }
       return e;
     });

@@ -170,8 +170,10 @@ Status launchDirect(const LaunchArgs& args, int blocks, bool twoShot, DataType t
 // for every peer's, then takes what it needs from every rank's slab: all-gather rank q's piece
 // into output block q; reduce-scatter piece `rank` of every slab summed in rank order; all-to-all
 // piece `rank` of rank q's slab into output block q. The op matters to reduce-scatter only.
-enum class DirectBlocks { gather, reduceScatter, exchange };
-Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectBlocks kind, DataType type,
+// The collective a direct kernel (launchDirectBlocks, launchDirectLl) runs; launchDirectBlocks
+// takes the last three (all-reduce has launchDirect).
+enum class DirectKind { allReduce, gather, reduceScatter, exchange };
+Status launchDirectBlocks(const LaunchArgs& args, int blocks, DirectKind kind, DataType type,
                           RedOp op, void* stream);
 // A piece's share of one block's slab, in elements (16-byte multiples), for a kernel whose
 // input has `pieces` pieces: the kernel and its launcher cut alike.
@@ -193,8 +195,7 @@ constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementByte
 // the call in its own word of args.llCounts, so the counts agree); a call takes as many as give
 // each at least leastBytes of a piece, the rest only count. A parity is rewritten two calls later,
 // after every peer's next call showed (by its lines) that it finished this one.
-enum class LlKind { allReduce, gather, reduceScatter, exchange };
-Status launchDirectLl(const LaunchArgs& args, LlKind kind, std::size_t cap, int blocks,
+Status launchDirectLl(const LaunchArgs& args, DirectKind kind, std::size_t cap, int blocks,
                       std::size_t leastBytes, DataType type, RedOp op, void* stream);
 
 // data[i] /= n, on `stream` (the end of an avg).

@@ -500,7 +500,7 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   // A small one-shot pushes ll lines instead (no copy, fence or flag round trip), registered
   // input or not.
   if (!twoShot && llServes(a, bytes)) {
-    return launchLl(a, device::LlKind::allReduce, b, stream);
+    return launchLl(a, device::DirectKind::allReduce, b, stream);
   }
   const std::size_t es = sizeOf(b.type);
   const Spread grid = spread(b.count, a.directSlabBytes / es, std::max<std::size_t>(1, 512 / es),
@@ -529,8 +529,8 @@ bool CudaExecutor::llServes(const device::LaunchArgs& a, std::size_t pieceBytes)
          pieceBytes <= std::min(options_.llDirectBytes, Ipc::kDirectLlBytes);
 }
 
-Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::LlKind kind, const Buffers& b,
-                              void* stream) {
+Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::DirectKind kind,
+                              const Buffers& b, void* stream) {
   // The same grid at every call (the blocks' counts must agree): a block for every
   // llBlockBytes of the largest piece ll takes, up to kDirectLlBlocks, all resident with the
   // peers' blocks.
@@ -548,7 +548,7 @@ Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::LlKind kind, 
   return recordLaunch(stream);
 }
 
-Status CudaExecutor::directBlocks(const Buffers& b, device::DirectBlocks kind, void* stream) {
+Status CudaExecutor::directBlocks(const Buffers& b, device::DirectKind kind, void* stream) {
   if (Status e = asyncError(); !e) return e;
   const std::size_t es = sizeOf(b.type);
   if (b.count == 0) return {};
@@ -556,15 +556,9 @@ Status CudaExecutor::directBlocks(const Buffers& b, device::DirectBlocks kind, v
   a.input = b.input;
   a.output = b.output;
   a.count = b.count;
-  if (llServes(a, b.count * es)) {
-    const device::LlKind ll = kind == device::DirectBlocks::gather ? device::LlKind::gather
-                              : kind == device::DirectBlocks::reduceScatter
-                                  ? device::LlKind::reduceScatter
-                                  : device::LlKind::exchange;
-    return launchLl(a, ll, b, stream);
-  }
+  if (llServes(a, b.count * es)) return launchLl(a, kind, b, stream);
   const std::size_t pieces =
-      kind == device::DirectBlocks::gather ? 1 : static_cast<std::size_t>(a.nranks);
+      kind == device::DirectKind::gather ? 1 : static_cast<std::size_t>(a.nranks);
   const std::size_t share = device::directShare(a.directSlabBytes, es, pieces);
   if (share == 0) {
     return Status(Code::unsupported, "a direct kernel with " + std::to_string(pieces) +

@@ -123,7 +123,7 @@ class CudaExecutor {
                 std::size_t outOffset = 0);
   // All-gather, reduce-scatter or all-to-all by the direct kernel (device::launchDirectBlocks),
   // b.count elements a block, in rounds of about oneShotLimit() bytes of each rank's input.
-  Status directBlocks(const Buffers& b, device::DirectBlocks kind, void* stream);
+  Status directBlocks(const Buffers& b, device::DirectKind kind, void* stream);
   // One batch of sends and receives on GPU memory (peer == this rank: the k-th send meets the
   // k-th receive, checked by the caller), all progressing together, enqueued on `stream`.
   struct P2p {
@@ -160,7 +160,7 @@ class CudaExecutor {
   // Whether a one-shot whose pieces hold pieceBytes each takes the ll kernel (launchLl): up to
   // options_.llDirectBytes and kDirectLlBytes, kDirectLlRanks ranks.
   bool llServes(const ::weft::device::LaunchArgs& a, std::size_t pieceBytes) const;
-  Status launchLl(const ::weft::device::LaunchArgs& a, ::weft::device::LlKind kind,
+  Status launchLl(const ::weft::device::LaunchArgs& a, ::weft::device::DirectKind kind,
                   const Buffers& b, void* stream);
   // The records of the next schedule kernel (null when not tracing), and the trace file.
   std::uint64_t* nextTrace();

@@ -64,7 +64,7 @@ Status CudaExecutor::direct(const Buffers&, bool, void*, const PeerInputs*, std:
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
-Status CudaExecutor::directBlocks(const Buffers&, device::DirectBlocks, void*) {
+Status CudaExecutor::directBlocks(const Buffers&, device::DirectKind, void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
