@@ -689,6 +689,7 @@ Status Communicator::ensureGpu() {
   o.llDirectBytes = config_.gpuLlDirectBytes;
   o.directBlockBytes = config_.gpuDirectBlockBytes;
   o.llBlockBytes = config_.gpuLlBlockBytes;
+  o.dependentLaunch = config_.gpuDependentLaunch;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.

@@ -95,6 +95,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.gpuLlBlockBytes = static_cast<std::size_t>(*x);
   }
+  if (env("WEFT_GPU_PDL") != nullptr) {
+    auto x = number("WEFT_GPU_PDL", 0, 1);
+    if (!x) return x.status();
+    c.gpuDependentLaunch = *x != 0;
+  }
   if (env("WEFT_GPU_DIRECT_BLOCK_BYTES") != nullptr) {
     auto x = number("WEFT_GPU_DIRECT_BLOCK_BYTES", 512, 128 * 1024);
     if (!x) return x.status();

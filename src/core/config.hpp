@@ -45,6 +45,9 @@ struct Config {
   // WEFT_GPU_LL_BLOCK_BYTES (512-262144): the least an ll one-shot block takes of a piece
   // (exec::GpuOptions::llBlockBytes).
   std::size_t gpuLlBlockBytes = 1024;
+  // WEFT_GPU_PDL (0 or 1): the ll one-shot kernels launch as programmatic dependents
+  // (exec::GpuOptions::dependentLaunch).
+  bool gpuDependentLaunch = true;
   // WEFT_GPU_DIRECT_BLOCK_BYTES (512-131072): the least a block of the direct kernels takes of a
   // call that one round of the slabs holds (exec::GpuOptions::directBlockBytes).
   std::size_t gpuDirectBlockBytes = 16 * 1024;

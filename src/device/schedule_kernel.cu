@@ -1018,6 +1018,22 @@ __device__ __forceinline__ void loadLines(const std::uint64_t* p, std::uint64_t&
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"(p) : "memory");
 }
 
+// Programmatic dependent launch (sm_90): in a kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, waits until the stream's previous kernel
+// has completed and its memory is visible (at once where there is none, or without the
+// attribute); and lets the stream's next such kernel be scheduled once every block of this one
+// has called it or exited.
+__device__ __forceinline__ void waitForPreviousKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void releaseNextKernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // launchDirectLl (schedule_kernel.hpp). `cap`: the data bytes a sender's place in an ll inbox
 // holds (its lines take twice as many); `perBlock`: the 16-byte chunks of a piece each block
 // takes. Each thread owns chunks of the pieces (the same in both loops, so in place is safe: a
@@ -1030,6 +1046,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int failed;
   __shared__ std::uint64_t call;
   const int b = static_cast<int>(blockIdx.x);
+  // The counts, the input and the inboxes are the previous call's until it has completed.
+  waitForPreviousKernel();
   if (!directStart(a, b, a.llCounts, &failed, &call)) return;
   const std::size_t bytes = a.count * sizeof(T);  // of one piece
   const std::size_t chunks = (bytes + 15) / 16;
@@ -1099,6 +1117,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
+  // Every rank's lines for this block have arrived: this block of every rank has started, so a
+  // next kernel now waiting on the GPU cannot keep any of them from being resident.
+  if (a.dependentLaunch) releaseNextKernel();
   if (threadIdx.x == 0) a.llCounts[b] = call;
 }
 
@@ -1240,10 +1261,27 @@ Status launchDirectLl(const LaunchArgs& args, DirectKind kind, std::size_t cap, 
   auto* const st = static_cast<cudaStream_t>(stream);
   return withType(type, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
+    cudaError_t e = cudaSuccess;
     withKind(kind, op, [&](auto reduction, auto k) {
-      directLlKernel<T, decltype(reduction), decltype(k)::value>
-          <<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+      auto* kernel = directLlKernel<T, decltype(reduction), decltype(k)::value>;
+      if (!args.dependentLaunch) {
+        kernel<<<grid, kThreads, 0, st>>>(args, cap, perBlock);
+        return;
+      }
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attr[0].val.programmaticStreamSerializationAllowed = 1;
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(grid);
+      config.blockDim = dim3(kThreads);
+      config.stream = st;
+      config.attrs = attr;
+      config.numAttrs = 1;
+      e = cudaLaunchKernelEx(&config, kernel, args, cap, perBlock);
     });
+    if (e != cudaSuccess)
+      return Status(Code::systemError,
+                    std::string("ll one-shot kernel launch failed: ") + cudaGetErrorString(e));
     return launchError("ll one-shot kernel");
   });
 }

@@ -90,6 +90,11 @@ struct LaunchArgs {
   std::size_t directShareElems = 0;
   std::byte* const* directLl = nullptr;  // [rank]: every rank's ll inbox (launchDirectLl)
   std::uint64_t* llCounts = nullptr;     // this rank's per-block ll call counts
+  // launchDirectLl: launched as a programmatic dependent of the stream's previous kernel (its
+  // blocks wait for that kernel's completion before touching memory), each block letting the
+  // stream's next kernel be scheduled once its peers' lines have all arrived
+  // (exec::GpuOptions::dependentLaunch); else a plain launch.
+  bool dependentLaunch = false;
   // One-shot on registered inputs: every rank's registered buffer as mapped here, and where this
   // call's input sits in it (the same offset on every rank). Peers read the inputs in place:
   // nothing is copied into the slabs, and no rank finishes before every rank has read.

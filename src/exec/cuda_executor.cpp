@@ -541,8 +541,10 @@ Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::DirectKind ki
       static_cast<int>(std::min<std::size_t>((most + least - 1) / least, Ipc::kDirectLlBlocks));
   const int blocks =
       std::clamp(wanted, 1, std::min(Ipc::kDirectLlBlocks, ipc_->residentChannels()));
-  if (Status s =
-          device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
+  device::LaunchArgs args = a;
+  args.dependentLaunch = options_.dependentLaunch;
+  if (Status s = device::launchDirectLl(args, kind, Ipc::kDirectLlBytes, blocks, least, b.type,
+                                        b.op, stream);
       !s)
     return s;
   return recordLaunch(stream);

@@ -63,6 +63,15 @@ struct GpuOptions {
   // one H200, all-reduce 8 KB 10.5 -> 7.6 us, all-gather 64 KB 11.8 -> 7.6; 1 KiB against 2 KiB
   // another 0.2-0.4 us at 4-64 KB there and at 32 KB on two H200s, level elsewhere.
   std::size_t llBlockBytes = 1024;
+  // Programmatic dependent launch of the ll one-shot kernels (sm_90): each launches as a
+  // programmatic dependent of the stream's previous kernel, waits for that kernel's completion
+  // (griddepcontrol.wait) before it touches memory, and lets the stream's next kernel be
+  // scheduled once its peers' lines have all arrived; so only the next call's launch overlaps
+  // this one's tail. Two H200s in CUDA graphs (docs/perf.md, 2026-11-30 eighth session): 0.2-0.4
+  // us less a call at 8 B-128 KB for all four collectives (all-reduce 8 B 3.45 -> 3.13 us).
+  // Letting it be scheduled as soon as a block starts measured the same, and a waiting kernel
+  // could then hold SMs that a peer sharing the GPU needs to become resident.
+  bool dependentLaunch = true;
   // The direct kernels (one-shot and two-shot through the slabs) give each block at least this
   // many bytes of a call that one round holds, so a small call spreads over many blocks (one
   // block reading a peer's 128 KiB slab over NVLink is slow) instead of one per slab.

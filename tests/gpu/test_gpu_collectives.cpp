@@ -541,6 +541,92 @@ TEST_P(GpuThreads, GraphCaptureAndReplay) {
   }
 }
 
+// Each call's input is the output its predecessor on the stream just wrote: what the ll kernels
+// launched as programmatic dependents must wait for (griddepcontrol.wait) before reading their
+// input, counts or inboxes. Six sum all-reduces, in place and out of place in turn, on a stream
+// and replayed from a CUDA graph, with dependent launch on and off; small integers keep every
+// sum exact (at most 3 * 8^6 < 2^24).
+TEST_P(GpuThreads, ChainedCallsReadTheirPredecessorsOutput) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  constexpr int kCalls = 6;
+  for (const char* pdl : {"1", "0"}) {
+    ScopedEnv pdlEnv("WEFT_GPU_PDL", pdl);
+    std::vector<Comm> comms = threadRanks(n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+    Streams streams(n, -1, true);  // rank r on GPU r mod the count
+    for (std::size_t count : {1ul, 4099ul, 65536ul}) {
+      const std::size_t bytes = count * sizeof(float);
+      std::vector<float*> a(static_cast<std::size_t>(n)), b(a.size());
+      std::vector<std::vector<float>> host(a.size(), std::vector<float>(count));
+      for (std::size_t r = 0; r < a.size(); ++r) {
+        for (std::size_t i = 0; i < count; ++i) host[r][i] = static_cast<float>((i * 5 + r) % 4);
+      }
+      std::vector<std::string> errors(a.size());
+      // a -> b, b -> b, b -> a, a -> a, a -> b, b -> b: the result lands in b.
+      auto chain = [&](std::size_t r, cudaStream_t s) {
+        float* from = a[r];
+        for (int k = 0; k < kCalls; ++k) {
+          float* to = k % 2 == 1 ? from : (from == a[r] ? b[r] : a[r]);
+          if (Status st = comms[r].allReduce(from, to, count, RedOp::sum, s); !st.isOk()) {
+            errors[r] = st.toString();
+            return;
+          }
+          from = to;
+        }
+      };
+      for (bool graph : {false, true}) {
+        onEveryRank(n, [&](int r) {
+          const auto R = static_cast<std::size_t>(r);
+          cudaStream_t s = streams[r];
+          EXPECT_EQ(cudaSetDevice(streams.deviceOf(r)), cudaSuccess);
+          if (a[R] == nullptr) {
+            EXPECT_EQ(cudaMalloc(&a[R], bytes), cudaSuccess);
+            EXPECT_EQ(cudaMalloc(&b[R], bytes), cudaSuccess);
+          }
+          // On the rank's stream (a non-blocking one), before the calls.
+          EXPECT_EQ(cudaMemcpyAsync(a[R], host[R].data(), bytes, cudaMemcpyHostToDevice, s),
+                    cudaSuccess);
+          EXPECT_EQ(cudaMemsetAsync(b[R], 0xA5, bytes, s), cudaSuccess);
+          EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+          if (!graph) {
+            chain(R, s);
+          } else {
+            cudaGraph_t g = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+            chain(R, s);
+            EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
+            EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+            EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+            EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+            (void)cudaGraphExecDestroy(exec);
+            (void)cudaGraphDestroy(g);
+          }
+          EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        });
+        for (const std::string& e : errors) ASSERT_EQ(e, "");
+        double scale = 1;
+        for (int k = 1; k < kCalls; ++k) scale *= n;
+        for (std::size_t r = 0; r < a.size(); ++r) {
+          std::vector<float> got(count);
+          ASSERT_EQ(cudaMemcpy(got.data(), b[r], bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+          for (std::size_t i = 0; i < count; ++i) {
+            double sum = 0;
+            for (std::size_t q = 0; q < a.size(); ++q) sum += host[q][i];
+            ASSERT_EQ(got[i], sum * scale) << "WEFT_GPU_PDL=" << pdl << (graph ? " graph" : "")
+                                           << " rank " << r << " count " << count << " i " << i;
+          }
+        }
+      }
+      for (std::size_t r = 0; r < a.size(); ++r) {
+        (void)cudaFree(a[r]);
+        (void)cudaFree(b[r]);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuThreads, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 

@@ -518,6 +518,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_LL_DIRECT_BYTES", "262145"},
                                                         {"WEFT_GPU_DIRECT_BLOCK_BYTES", "100"},
                                                         {"WEFT_GPU_LL_BLOCK_BYTES", "0"},
+                                                        {"WEFT_GPU_PDL", "2"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};
