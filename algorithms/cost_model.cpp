@@ -444,6 +444,7 @@ CostModel::ScheduleShape CostModel::scheduleShape(std::string_view algorithm, Co
       const VerifyReport r = verify(*s, o);
       if (r.ok()) {
         shape.traffic = r.totalMemory;
+        shape.reduced = r.maxReduced;
         shape.blocksPerSegment = std::max<double>(1, s->blocksPerSegment);
         shape.maxMessageBlocks = std::max<double>(1, r.maxMessageBlocks);
       }
@@ -865,6 +866,14 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     bw = S / (multi ? bwStep : shift(1));
   } else {
     return unsupported("no estimate for algorithm " + std::string(algorithm));
+  }
+  if (g.hostReduceGBs > 0 && g.deviceCopyGBs <= 0) {
+    // The busiest rank's folding, in series with its copies (the same CPU thread does both).
+    const ScheduleShape d = scheduleShape(algorithm, coll, n);
+    const double fold = d.reduced * S / (g.hostReduceGBs * kBytesPerUsPerGBs);
+    bw += fold;
+    if (overlapped >= 0) overlapped += fold;
+    if (alone >= 0) alone += fold;
   }
   if (g.deviceCopyGBs > 0) {
     // One device's memory carries everything: the bytes term is the schedule's memory traffic,

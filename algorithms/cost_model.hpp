@@ -102,6 +102,12 @@ struct RankGraph {
   double deviceBytesPerChannel = 512 * 1024;
   double deviceSlotBytes = 256 * 1024;
   double deviceAllPeersUs = 0;
+  // Ranks on host memory (the shared-memory transport): a rank's CPU folds the bytes its
+  // reductions combine at this many GB/s, in series with its copies, so schedules that move the
+  // same bytes but fold different amounts differ (one-shot all-reduce folds every peer's whole
+  // vector, two-shot and ring a 1/n share of each). 0: folding is free (GPU kernels fold while
+  // they copy).
+  double hostReduceGBs = 0;
 
   static RankGraph fromSystem(const topo::System& system);
 };
@@ -132,10 +138,12 @@ class CostModel {
                     std::size_t& chunkBytes);
   // What pricing ranks that share a device needs of an algorithm's schedule, computed once per
   // algorithm, collective and rank count: bytes it reads and writes over all ranks per byte of
-  // the message (the verifier's totalMemory; negative when there is no such schedule), blocks
-  // per segment, and its largest message in blocks.
+  // the message (the verifier's totalMemory; negative when there is no such schedule), the bytes
+  // the busiest rank folds in reductions (maxReduced), blocks per segment, and its largest
+  // message in blocks.
   struct ScheduleShape {
     double traffic = -1;
+    double reduced = 0;
     double blocksPerSegment = 1;
     double maxMessageBlocks = 1;
   };

@@ -681,7 +681,7 @@ void measure(const Schedule& s, VerifyReport& report) {
   const double unit = 1.0 / (double(s.messageBlocks()) * s.partsPerBlock);
   for (int r = 0; r < s.nranks; ++r) {
     std::uint32_t steps = 0, messages = 0;
-    std::uint64_t blocks = 0, touched = 0;
+    std::uint64_t blocks = 0, touched = 0, folded = 0;
     for (std::size_t c = 0; c < s.channels.size(); ++c) {
       const Program& p = s.program(c, r);
       steps += static_cast<std::uint32_t>(p.steps().size());
@@ -692,6 +692,7 @@ void measure(const Schedule& s, VerifyReport& report) {
                                     (st.kind == StepKind::reduceLocal ? 1u : 0u);
         const std::uint64_t writes = (t.writesDst ? 1u : 0u) + (t.sends ? st.nsend : 0u);
         touched += (reads + writes) * nb;
+        if (t.reduces && reads > 1) folded += (reads - 1) * nb;
         if (st.nsend == 0) continue;
         messages += st.nsend;
         blocks += std::uint64_t{st.nsend} * nb;
@@ -705,6 +706,7 @@ void measure(const Schedule& s, VerifyReport& report) {
     report.totalBytes += bytes;
     report.maxMemory = std::max(report.maxMemory, double(touched) * unit);
     report.totalMemory += double(touched) * unit;
+    report.maxReduced = std::max(report.maxReduced, double(folded) * unit);
   }
 }
 

@@ -57,6 +57,9 @@ struct VerifyReport {
   // it goes through that device's memory.
   double maxMemory = 0;
   double totalMemory = 0;
+  // Reduction work, as a multiple of the message size: the blocks a rank folds into another (a
+  // step combining k inputs folds k - 1 of them), the largest over ranks.
+  double maxReduced = 0;
 
   bool ok() const { return fault == Fault::none; }
 };

@@ -162,8 +162,15 @@ algo::RankGraph sharedMemoryRankGraph(int nranks) {
   // other tree runs too: on the H200 host (docs/perf.md, 8 ranks) the double binary tree ran at
   // a fifth of twoshot's busbw, which an eighth of the copy bandwidth per edge reproduces. To be
   // replaced by weft-perf --calibrate.
+  // A rank's reductions cost it time besides its copies (hostReduceGBs): on 2 ranks of the
+  // 2-core CI-class VM two-shot all-reduce, which folds half of what one-shot folds and sends
+  // the same bytes, took 3.6 us less at 256 KB, 11 at 1 MB and ~150 at 16 MB (docs/perf.md,
+  // 2026-11-30): 36-55 GB/s of bytes folded.
   constexpr double kCopyGBs = 8.0;
-  return uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
+  constexpr double kFoldGBs = 48.0;
+  algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
+  g.hostReduceGBs = kFoldGBs;
+  return g;
 }
 
 namespace {

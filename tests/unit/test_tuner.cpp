@@ -74,6 +74,50 @@ TEST(CostModel, RanksSharingADevicePayTheirMemoryTraffic) {
   EXPECT_GT(oneshot->timeUs, 2 * shared->timeUs);  // 136·S against 44·S
 }
 
+// Ranks on host memory: a rank's folding costs it time besides its copies. One-shot all-reduce
+// folds every peer's whole vector, two-shot and ring a 1/n share of each; the verifier counts it.
+TEST(CostModel, RanksOnHostMemoryPayTheirFolding) {
+  for (int n : {2, 3, 4, 8}) {
+    const double share = double(n - 1) / n;
+    EXPECT_NEAR(CostModel::scheduleShape("oneshot", Collective::allReduce, n).reduced, n - 1, 1e-9)
+        << n;
+    EXPECT_NEAR(CostModel::scheduleShape("twoshot", Collective::allReduce, n).reduced, share, 1e-9)
+        << n;
+    EXPECT_NEAR(CostModel::scheduleShape("ring", Collective::allReduce, n).reduced, share, 1e-9)
+        << n;
+    EXPECT_NEAR(CostModel::scheduleShape("ring", Collective::reduceScatter, n).reduced, share, 1e-9)
+        << n;
+    EXPECT_NEAR(CostModel::scheduleShape("ring", Collective::allGather, n).reduced, 0, 1e-9) << n;
+  }
+  RankGraph g;
+  g.nranks = g.ranksPerHost = 2;
+  g.intraClass = topo::PathClass::phb;
+  g.intraBandwidth = g.netPerRank = g.netAlone = 8;
+  g.shiftBw.assign(3, 8);
+  g.xorBw.assign(3, 8);
+  g.allPairsBw = g.matchingBw = 8;
+  g.ringIntraBw.assign(16, 8);
+  g.ringCrossBw.assign(16, 8);
+  const CostModel m;
+  const std::size_t S = std::size_t{4} << 20;
+  auto oneshot = m.estimate("oneshot", Collective::allReduce, S, Protocol::simple, g);
+  auto twoshot = m.estimate("twoshot", Collective::allReduce, S, Protocol::simple, g);
+  ASSERT_TRUE(oneshot.isOk() && twoshot.isOk());
+  EXPECT_LT(oneshot->timeUs, twoshot->timeUs);  // the same bytes, one hop fewer
+  g.hostReduceGBs = 48;
+  auto oneshotFolding = m.estimate("oneshot", Collective::allReduce, S, Protocol::simple, g);
+  auto twoshotFolding = m.estimate("twoshot", Collective::allReduce, S, Protocol::simple, g);
+  ASSERT_TRUE(oneshotFolding.isOk() && twoshotFolding.isOk());
+  EXPECT_NEAR(oneshotFolding->bandwidthUs - oneshot->bandwidthUs, double(S) / 48e3, 1e-6);
+  EXPECT_NEAR(twoshotFolding->bandwidthUs - twoshot->bandwidthUs, double(S) / 2 / 48e3, 1e-6);
+  EXPECT_GT(oneshotFolding->timeUs, twoshotFolding->timeUs);  // 4 MB: the fold outweighs a hop
+  // Small calls still take one-shot's single hop.
+  auto small1 = m.estimate("oneshot", Collective::allReduce, 1024, Protocol::simple, g);
+  auto small2 = m.estimate("twoshot", Collective::allReduce, 1024, Protocol::simple, g);
+  ASSERT_TRUE(small1.isOk() && small2.isOk());
+  EXPECT_LT(small1->timeUs, small2->timeUs);
+}
+
 TEST(Tuner, IsDeterministic) {
   const Tuner a = tunerFor("hgx_h100.xml", 8), b = tunerFor("hgx_h100.xml", 8);
   for (Collective c : {Collective::allReduce, Collective::allGather, Collective::allToAll}) {
