@@ -209,17 +209,19 @@ int runVerify(const std::string& algoName, const std::string& collName,
     return 2;
   }
 
-  std::printf("%-13s %-14s %-22s %8s %8s %6s %6s %6s %10s %7s %7s %10s\n", "algorithm",
+  // memory stays the last column (scripts/gpu-memory-fraction.py reads it there).
+  std::printf("%-13s %-14s %-22s %8s %8s %6s %6s %6s %10s %7s %7s %8s %10s\n", "algorithm",
               "collective", "ranks", "verified", "in-place", "at n", "steps", "msgs", "bytes/rank",
-              "max msg", "scratch", "memory");
+              "max msg", "scratch", "folded", "memory");
   int failures = 0;
   long schedules = 0;
   for (const Row& r : rows) {
     schedules += r.verified;
-    std::printf("%-13s %-14s %-22s %8d %8d %6d %6u %6u %10.4f %7u %7u %10.4f\n", r.label.c_str(),
-                std::string(weft::name(r.coll)).c_str(), r.ranks.c_str(), r.verified, r.inPlace,
-                r.atRanks, r.cost.maxSteps, r.cost.maxMessages, r.cost.maxBytes,
-                r.cost.maxMessageBlocks, r.scratch, r.cost.totalMemory);
+    std::printf("%-13s %-14s %-22s %8d %8d %6d %6u %6u %10.4f %7u %7u %8.4f %10.4f\n",
+                r.label.c_str(), std::string(weft::name(r.coll)).c_str(), r.ranks.c_str(),
+                r.verified, r.inPlace, r.atRanks, r.cost.maxSteps, r.cost.maxMessages,
+                r.cost.maxBytes, r.cost.maxMessageBlocks, r.scratch, r.cost.maxReduced,
+                r.cost.totalMemory);
     if (!r.failure.empty()) {
       ++failures;
       std::printf("  FAILED %s\n", r.failure.c_str());
@@ -229,9 +231,10 @@ int runVerify(const std::string& algoName, const std::string& collName,
               seconds, failures == 0 ? "all correct" : "FAILURES");
   std::printf(
       "(steps, msgs and bytes/rank: the largest over ranks, at n = 'at n'; bytes as a "
-      "multiple of the message size; max msg in blocks; memory: bytes every rank together reads "
-      "and writes (sources, destinations, each message into and out of a FIFO slot), as a "
-      "multiple of the message size, at n = 'at n')\n");
+      "multiple of the message size; max msg in blocks; folded: bytes the busiest rank combines "
+      "into others in its reductions (k inputs fold k - 1), and memory: bytes every rank "
+      "together reads and writes (sources, destinations, each message into and out of a FIFO "
+      "slot), both as multiples of the message size, at n = 'at n')\n");
   return failures == 0 ? 0 : 1;
 }
 
