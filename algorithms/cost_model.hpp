@@ -136,11 +136,11 @@ class CostModel {
   // executor and the simulator use the same numbers; every slice is a message.
   static void shape(Protocol proto, std::size_t bytes, int ranksPerHost, int& channels,
                     std::size_t& chunkBytes);
-  // What pricing ranks that share a device needs of an algorithm's schedule, computed once per
-  // algorithm, collective and rank count: bytes it reads and writes over all ranks per byte of
-  // the message (the verifier's totalMemory; negative when there is no such schedule), the bytes
-  // the busiest rank folds in reductions (maxReduced), blocks per segment, and its largest
-  // message in blocks.
+  // What pricing ranks that share a device or a host's memory needs of an algorithm's schedule,
+  // computed once per algorithm, collective and rank count: bytes it reads and writes over all
+  // ranks per byte of the message (the verifier's totalMemory; negative when there is no such
+  // schedule), the bytes the busiest rank folds in reductions (maxReduced), blocks per segment,
+  // and its largest message in blocks.
   struct ScheduleShape {
     double traffic = -1;
     double reduced = 0;

@@ -424,6 +424,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
     a.directLl = reinterpret_cast<std::byte* const*>(direct + 2 * N);
   a.directCounts = ipc_->directCounts();
   a.llCounts = ipc_->llCounts();
+  a.dependentLaunch = options_.dependentLaunch;
   a.directSlabBytes = ipc_->geometry().directSlabBytes;
   a.staging = ipc_->staging();
   a.hostAbort = hostAbortDevice_;
@@ -541,10 +542,8 @@ Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::DirectKind ki
       static_cast<int>(std::min<std::size_t>((most + least - 1) / least, Ipc::kDirectLlBlocks));
   const int blocks =
       std::clamp(wanted, 1, std::min(Ipc::kDirectLlBlocks, ipc_->residentChannels()));
-  device::LaunchArgs args = a;
-  args.dependentLaunch = options_.dependentLaunch;
-  if (Status s = device::launchDirectLl(args, kind, Ipc::kDirectLlBytes, blocks, least, b.type,
-                                        b.op, stream);
+  if (Status s =
+          device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
       !s)
     return s;
   return recordLaunch(stream);
