@@ -1,5 +1,6 @@
 #include "src/core/communicator.hpp"
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -375,6 +376,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
             canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
   if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
+  c->directPossible_ = n >= 2;
+  c->directThreads_ =
+      std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
+  for (std::size_t q = 0; q < N; ++q) {
+    for (std::size_t r = 0; r < N; ++r) {
+      if (q != r && canRead[q * N + r] == 0) c->directPossible_ = false;
+    }
+  }
   // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
   if (Status s = c->bootstrap_->barrier(); !s) return s;
   c->inbox_.unlink();
@@ -433,6 +442,31 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   c->workers_ = std::make_unique<ChannelWorkers>(c->geometry_.channels - 1);
+  if (c->directPossible_) {
+    exec::DirectGroup& g = c->directGroup_;
+    g.rank = me;
+    g.nranks = n;
+    for (std::size_t q = 0; q < N; ++q) {
+      g.controls.push_back(
+          transport::controlOf(q == ME ? c->inbox_.data() : c->peerInboxes_[q].data()));
+    }
+    g.memory = &c->peerMemory_;
+    g.waiter = c->waiter_.get();
+    g.parallel = [workers = c->workers_.get()](std::size_t k,
+                                               const std::function<void(std::size_t)>& fn) {
+      workers->run(k, fn);
+    };
+    // Threads beyond the cores a rank has only take turns with its peers: a spinning barrier
+    // holds a core while the thread it waits for waits for one (two ranks of two threads each
+    // on two cores ran three times slower than with one thread each). A rank gets the cores it
+    // is bound to, and no more than its share of the host's.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+    const long cores = std::max(1L, std::min(bound, online / n));
+    g.threads = static_cast<std::size_t>(std::min<long>(c->geometry_.channels, cores));
+  }
   return c;
 }
 
@@ -568,8 +602,23 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   auto plan = tuner_->plan(coll, bytes);
+  if (plan && hostDirectServes(coll, bytes)) {
+    plan->algorithm = "direct";
+    plan->protocol = algo::Protocol::simple;
+    plan->channels = geometry_.channels;
+    plan->aggregation = 0;
+    plan->reason = "every rank reads its peers' buffers (WEFT_HOST_DIRECT_BYTES=" +
+                   std::to_string(config_.hostDirectBytes) + ")";
+  }
   if (plan) plans_.emplace(key, *plan);
   return plan;
+}
+
+bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
+  // A WEFT_ALGO list asks for schedules by name: it gets them.
+  return directPossible_ && exec::directServes(coll, directThreads_) &&
+         config_.hostDirectBytes > 0 && bytes >= config_.hostDirectBytes &&
+         config_.tuner.algorithms.empty();
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
@@ -627,6 +676,20 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
+  if (plan->algorithm == "direct") {
+    if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
+      std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %d thread(s) (%s)\n",
+                   std::string(name(coll)).c_str(), bytes, geometry_.channels,
+                   plan->reason.c_str());
+    }
+    const exec::DirectCall call{coll, input, output, count, type, op, root};
+    if (Status s = exec::runDirect(call, directGroup_, directBarriers_, directStaging_); !s)
+      return fail(s);
+    if (op == RedOp::avg && output != nullptr && coll != Collective::reduce) {
+      exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
+    }
+    return {};
+  }
   auto cached = scheduleFor(coll, *plan, root, geometry_.channels);
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;

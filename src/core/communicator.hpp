@@ -21,6 +21,7 @@
 #include "src/core/config.hpp"
 #include "src/exec/cpu_executor.hpp"
 #include "src/exec/cuda_executor.hpp"
+#include "src/exec/host_direct.hpp"
 #include "src/transport/shm.hpp"
 #include "src/transport/ucx.hpp"
 
@@ -202,6 +203,16 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Registration* registrationHolding(const void* p, std::size_t bytes);
   std::vector<std::byte> scratch_;
+  // The direct path: whether every rank can read every other's memory (the same on every rank),
+  // the ranks' control pages and this rank's threads, the barriers passed, and a private copy of
+  // an input that needs one.
+  bool directPossible_ = false;
+  bool directThreads_ = false;  // every rank is a thread of this process
+  exec::DirectGroup directGroup_;
+  std::uint64_t directBarriers_ = 0;
+  std::vector<std::byte> directStaging_;
+  // Whether a call of `bytes` runs the direct path (the same on every rank).
+  bool hostDirectServes(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes

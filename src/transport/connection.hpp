@@ -127,6 +127,8 @@ class PeerMemory {
   explicit PeerMemory(int pid);
   // Copies `bytes` at the peer's address `from` to `to`.
   Status read(void* to, std::uintptr_t from, std::size_t bytes) const;
+  // The peer is this process (a rank that is a thread of it): its addresses are this rank's.
+  bool local() const { return self_; }
 
  private:
   int pid_ = 0;

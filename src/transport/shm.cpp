@@ -32,6 +32,8 @@ struct ShmConnection::Header {
   alignas(kCacheLine) std::uint64_t sizes[64];          // bytes of the message in each slot
 };
 
+static_assert(sizeof(ShmControl) <= kControlBytes);
+
 std::size_t ShmGeometry::connectionBytes() const {
   return roundUp(sizeof(ShmConnection::Header) + static_cast<std::size_t>(slots) * slotBytes,
                  kCacheLine);
@@ -125,6 +127,7 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
   ShmControl* c = new (inbox) ShmControl{};
   c->aborted.store(0, std::memory_order_relaxed);
   c->claimed.store(0, std::memory_order_relaxed);
+  c->directArrived.store(0, std::memory_order_relaxed);
   c->pid = getpid();
   for (int ch = 0; g.fifos && ch < g.channels; ++ch) {
     for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};

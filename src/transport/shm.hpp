@@ -30,6 +30,10 @@ struct ShmControl {
   std::atomic<int> claimed;  // the first aborter takes it, writes `reason`, then sets `aborted`
   std::int32_t pid;
   char reason[256];  // why, for the message of the owner's error
+  // The direct path (src/exec/host_direct.hpp): the barriers this rank has reached, and the
+  // buffers of its current call, written before the first of the call's barriers.
+  alignas(64) std::atomic<std::uint64_t> directArrived;
+  std::uint64_t directInput, directOutput;
 };
 
 struct ShmGeometry {

@@ -74,6 +74,73 @@ TEST_P(Threads, SendRecvAndBarrier) {
 INSTANTIATE_TEST_SUITE_P(Ranks, Threads, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
+// The direct path (every rank reads its peers' buffers, src/exec/host_direct.hpp) on every call
+// it serves, made the path of every call with WEFT_HOST_DIRECT_BYTES=1: the whole matrix, and
+// the plan names it.
+TEST(DirectPath, EveryCollectiveTypeOpAndSizeWhenEveryCallTakesIt) {
+  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  for (int n : {2, 3, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+    char buf[64];
+    for (weftCollective_t c :
+         {weftCollAllReduce, weftCollReduceScatter, weftCollAllGather, weftCollAllToAll}) {
+      ASSERT_EQ(weftCommPlan(comms[0].handle(), c, 16, weftFloat32, buf, sizeof buf), weftSuccess);
+      EXPECT_EQ(std::string(buf), "direct/simple") << c;
+    }
+    ASSERT_EQ(
+        weftCommPlan(comms[0].handle(), weftCollBroadcast, 1 << 20, weftFloat32, buf, sizeof buf),
+        weftSuccess);
+    EXPECT_NE(std::string(buf), "direct/simple") << "broadcast";
+    for (const std::string& f : runMatrix(comms, n)) ADD_FAILURE() << n << " ranks: " << f;
+  }
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+}
+
+// Inputs that overlap their outputs other than in the collective's in-place layout: a rank's
+// writes must not reach what its peers still read (it reads its input from a private copy).
+TEST(DirectPath, InputsOverlappingOutputsOutOfLayout) {
+  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  const int n = 3;
+  std::vector<Comm> comms = makeComms(n);
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+  ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+  const std::size_t count = 1001;  // not a multiple of the ranks or a cache line
+  auto value = [](int q, std::size_t i) { return static_cast<float>((i * 7 + q * 5) % 17); };
+  for (Collective coll : {Collective::allReduce, Collective::allToAll, Collective::allGather}) {
+    const std::size_t inElems = coll == Collective::allToAll ? n * count : count;
+    const std::size_t outElems = coll == Collective::allReduce ? count : n * count;
+    std::vector<std::vector<float>> bufs(n, std::vector<float>(inElems + outElems + 16, -1.f));
+    onEveryRank(n, [&](int r) {
+      std::vector<float>& b = bufs[static_cast<std::size_t>(r)];
+      float* out = b.data();
+      float* in = b.data() + 5;  // inside the output, off its in-place place
+      for (std::size_t i = 0; i < inElems; ++i) in[i] = value(r, i);
+      Comm& c = comms[static_cast<std::size_t>(r)];
+      Status s = coll == Collective::allReduce
+                     ? c.allReduce(in, out, count, DataType::f32, RedOp::sum)
+                 : coll == Collective::allToAll ? c.allToAll(in, out, count, DataType::f32)
+                                                : c.allGather(in, out, count, DataType::f32);
+      EXPECT_TRUE(s.isOk()) << s.toString();
+    });
+    for (int r = 0; r < n; ++r) {
+      const float* out = bufs[static_cast<std::size_t>(r)].data();
+      for (std::size_t i = 0; i < outElems; ++i) {
+        float want = 0;
+        if (coll == Collective::allReduce) {
+          for (int q = 0; q < n; ++q) want += value(q, i);
+        } else if (coll == Collective::allToAll) {
+          want =
+              value(static_cast<int>(i / count), static_cast<std::size_t>(r) * count + i % count);
+        } else {
+          want = value(static_cast<int>(i / count), i % count);
+        }
+        ASSERT_EQ(out[i], want) << name(coll) << " rank " << r << " element " << i;
+      }
+    }
+  }
+}
+
 // Every algorithm of the registry, forced with WEFT_ALGO, on the collectives it implements.
 TEST(ForcedAlgorithms, EveryAlgorithmOnEveryCollectiveItServes) {
   for (const algo::Algorithm* a : algo::algorithms()) {

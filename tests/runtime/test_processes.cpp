@@ -108,6 +108,18 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
+// The direct path between processes (process_vm_readv), made the path of every call it serves
+// with WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in its barriers.
+TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(3, everyCollective, &pids);
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
@@ -129,12 +141,27 @@ int killRank2ThenAllReduce(int r, Comm& comm) {
 TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_TIMEOUT_S", "20", 1);
+  setenv("WEFT_HOST_DIRECT_BYTES", "0", 1);  // the FIFOs (the next test: the direct path)
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(4, killRank2ThenAllReduce, &pids);
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
   unsetenv("WEFT_TIMEOUT_S");
   EXPECT_EQ(codes[2], -SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);  // the killed rank's inbox included
+}
+
+TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivorOfADirectCall) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_TIMEOUT_S", "20", 1);
+  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(4, killRank2ThenAllReduce, &pids);
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_EQ(codes[2], -SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
 }
 
 TEST(ProcessFaults, BootstrapToADeadAddressTimesOut) {
