@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -34,6 +35,21 @@ struct ReachRecord {
   std::uint64_t ucxBytes;                  // this rank's UCX address record (0 without UCX peers)
   std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
 };
+
+// Between processes the direct path serves calls up to this size: beyond it, on 2 and 4 ranks of
+// the H200 machine's host, the FIFOs' pipelined copies ran 10-25 % faster from 4 MB (8 ranks:
+// within a few per cent either way). Among threads it has no bound (1.2-2.5x faster at every
+// size to 64 MB).
+constexpr std::size_t kDirectProcessMostBytes = 2 * 1024 * 1024;
+
+// The cores this rank may use: those it is bound to, and no more than its share of the host's.
+int coresOfThisRank(int ranksOnHost) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+  return static_cast<int>(std::max(1L, std::min(bound, online / std::max(1, ranksOnHost))));
+}
 
 // A point-to-point message that names the sender's buffer instead of carrying it.
 constexpr std::uint64_t kSingleCopyMagic = 0x57454654'53494e47ull;
@@ -376,13 +392,26 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
             canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
   if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
-  c->directPossible_ = n >= 2;
+  c->directPossible_ = n >= 2 && config.hostDirect != 0;
   c->directThreads_ =
       std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
   for (std::size_t q = 0; q < N; ++q) {
     for (std::size_t r = 0; r < N; ++r) {
       if (q != r && canRead[q * N + r] == 0) c->directPossible_ = false;
     }
+  }
+  // A rank's cores: the direct path's threads take no more (below). Between processes the
+  // automatic choice wants two on every rank: with one each (mpirun --bind-to core), two ranks
+  // of the H200 machine's host ran 1 MB 15 % slower than through the FIFOs, and two ranks of the
+  // 2-core CI-class VM 2-3x slower; with two (--map-by slot:PE=2), 1.3-1.5x faster on 2, 4 and 8
+  // ranks. Among threads one core was enough (2 ranks on the VM: 1.6-2.3x faster).
+  const int cores = coresOfThisRank(n);
+  if (c->directPossible_ && !c->directThreads_ && config.hostDirect < 0) {
+    std::vector<std::int32_t> all(N);
+    all[ME] = cores;
+    if (Status s = c->bootstrap_->allGather(all.data(), sizeof(std::int32_t)); !s) return s;
+    c->directFewestCores_ = *std::min_element(all.begin(), all.end());
+    c->directPossible_ = c->directFewestCores_ >= 2;
   }
   // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
   if (Status s = c->bootstrap_->barrier(); !s) return s;
@@ -458,14 +487,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     };
     // Threads beyond the cores a rank has only take turns with its peers: a spinning barrier
     // holds a core while the thread it waits for waits for one (two ranks of two threads each
-    // on two cores ran three times slower than with one thread each). A rank gets the cores it
-    // is bound to, and no more than its share of the host's.
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-    const long cores = std::max(1L, std::min(bound, online / n));
-    g.threads = static_cast<std::size_t>(std::min<long>(c->geometry_.channels, cores));
+    // on two cores ran three times slower than with one thread each).
+    g.threads = static_cast<std::size_t>(std::min(c->geometry_.channels, cores));
   }
   return c;
 }
@@ -563,6 +586,14 @@ std::string Communicator::summary() const {
   if (reads && config_.singleCopyBytes > 0) {
     line += ", single copy from " + std::to_string(config_.singleCopyBytes / 1024) + " KiB";
   }
+  if (directPossible_ && config_.hostDirectBytes > 0) {
+    line += ", direct path from " + std::to_string(config_.hostDirectBytes / 1024) + " KiB";
+    if (!directThreads_ && config_.hostDirect < 0)
+      line += " to " + std::to_string(kDirectProcessMostBytes >> 20) + " MiB";
+  } else if (directFewestCores_ > 0) {
+    line += ", no direct path (a rank has " + std::to_string(directFewestCores_) +
+            " core; WEFT_HOST_DIRECT=1 forces it)";
+  }
   if (gpu_) line += "; GPU memory: " + gpu_->describe();
   return line;
 }
@@ -616,9 +647,11 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
 
 bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
   // A WEFT_ALGO list asks for schedules by name: it gets them.
-  return directPossible_ && exec::directServes(coll, directThreads_) &&
-         config_.hostDirectBytes > 0 && bytes >= config_.hostDirectBytes &&
-         config_.tuner.algorithms.empty();
+  if (!directPossible_ || !exec::directServes(coll, directThreads_) ||
+      !config_.tuner.algorithms.empty() || config_.hostDirectBytes == 0 ||
+      bytes < config_.hostDirectBytes)
+    return false;
+  return directThreads_ || config_.hostDirect > 0 || bytes <= kDirectProcessMostBytes;
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,

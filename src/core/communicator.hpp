@@ -208,6 +208,7 @@ class Communicator {
   // an input that needs one.
   bool directPossible_ = false;
   bool directThreads_ = false;  // every rank is a thread of this process
+  int directFewestCores_ = 0;   // between processes: the fewest cores of any rank
   exec::DirectGroup directGroup_;
   std::uint64_t directBarriers_ = 0;
   std::vector<std::byte> directStaging_;

@@ -115,6 +115,16 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.singleCopyBytes = static_cast<std::size_t>(*x);
   }
+  if (const char* v = env("WEFT_HOST_DIRECT")) {
+    const std::string x = v;
+    if (x == "auto") {
+      c.hostDirect = -1;
+    } else if (x == "0" || x == "1") {
+      c.hostDirect = x == "1" ? 1 : 0;
+    } else {
+      return invalidArgument("WEFT_HOST_DIRECT=" + x + ": expected auto, 0 or 1");
+    }
+  }
   if (env("WEFT_HOST_DIRECT_BYTES") != nullptr) {
     auto x = number("WEFT_HOST_DIRECT_BYTES", 0, 1e18);
     if (!x) return x.status();

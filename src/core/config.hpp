@@ -55,10 +55,14 @@ struct Config {
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.
   std::size_t singleCopyBytes = 256 * 1024;
-  // WEFT_HOST_DIRECT_BYTES: all-reduce, all-gather and all-to-all calls this large on host
-  // memory (and reduce-scatter among threads of one process), where every rank can read every
-  // other's memory, run the direct path (src/exec/host_direct.hpp) instead of a schedule; 0
-  // turns it off.
+  // WEFT_HOST_DIRECT (auto, 1, 0 as -1, 1, 0) and WEFT_HOST_DIRECT_BYTES: all-reduce,
+  // all-gather and all-to-all calls at least this large on host memory (and reduce-scatter
+  // among threads of one process), where every rank can read every other's memory, run the
+  // direct path (src/exec/host_direct.hpp) instead of a schedule. auto: among threads of one
+  // process always; between processes up to 2 MiB where every rank has at least two cores
+  // (Communicator::create says why). 1: wherever every rank can read every other, at any size.
+  // 0, or 0 bytes: never.
+  int hostDirect = -1;
   std::size_t hostDirectBytes = 256 * 1024;
   std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
   // WEFT_GPU_TRACE=PREFIX (a diagnostic): each rank's GPU executor keeps when each block of its

@@ -94,7 +94,15 @@ TEST(DirectPath, EveryCollectiveTypeOpAndSizeWhenEveryCallTakesIt) {
     EXPECT_NE(std::string(buf), "direct/simple") << "broadcast";
     for (const std::string& f : runMatrix(comms, n)) ADD_FAILURE() << n << " ranks: " << f;
   }
+  // Off: the schedules again.
+  setenv("WEFT_HOST_DIRECT", "0", 1);
+  std::vector<Comm> off = makeComms(2);
+  unsetenv("WEFT_HOST_DIRECT");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
+  char buf[64];
+  ASSERT_EQ(weftCommPlan(off[0].handle(), weftCollAllReduce, 1 << 20, weftFloat32, buf, sizeof buf),
+            weftSuccess);
+  EXPECT_NE(std::string(buf), "direct/simple");
 }
 
 // Inputs that overlap their outputs other than in the collective's in-place layout: a rank's
@@ -586,6 +594,8 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_DIRECT_BLOCK_BYTES", "100"},
                                                         {"WEFT_GPU_LL_BLOCK_BYTES", "0"},
                                                         {"WEFT_GPU_PDL", "2"},
+                                                        {"WEFT_HOST_DIRECT", "yes"},
+                                                        {"WEFT_HOST_DIRECT_BYTES", "-1"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};

@@ -109,15 +109,43 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
 }
 
 // The direct path between processes (process_vm_readv), made the path of every call it serves
-// with WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in its barriers.
+// with WEFT_HOST_DIRECT=1 and WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in
+// its barriers (below).
 TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
   WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_HOST_DIRECT", "1", 1);
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
   std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(3, everyCollective, &pids);
+  const std::vector<int> codes = forkRanks(
+      3,
+      [](int r, Comm& comm) {
+        if (comm.summary().find("direct path from 0 KiB") == std::string::npos) {
+          std::fprintf(stderr, "summary: %s\n", comm.summary().c_str());
+          return 5;
+        }
+        return everyCollective(r, comm);
+      },
+      &pids);
   unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_HOST_DIRECT");
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+// Automatic: the ranks agree on whether the path pays here (every rank has two cores); the
+// summary says which.
+TEST(ProcessDirect, AutomaticChoiceIsAgreedAndReported) {
+  WEFT_SKIP_UNDER_TSAN();
+  const std::vector<int> codes = forkRanks(2, [](int, Comm& comm) {
+    // (Where the kernel forbids reading a peer, there is nothing to time.)
+    const std::string s = comm.summary();
+    if (s.find("single copy") != std::string::npos && s.find("direct path") == std::string::npos) {
+      std::fprintf(stderr, "summary: %s\n", s.c_str());
+      return 5;
+    }
+    return 0;
+  });
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Processes, ::testing::Values(1, 2, 3, 4, 8),
@@ -154,10 +182,12 @@ TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivor) {
 TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivorOfADirectCall) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_TIMEOUT_S", "20", 1);
+  setenv("WEFT_HOST_DIRECT", "1", 1);
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(4, killRank2ThenAllReduce, &pids);
   unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_HOST_DIRECT");
   unsetenv("WEFT_TIMEOUT_S");
   EXPECT_EQ(codes[2], -SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
