@@ -36,9 +36,10 @@ struct ReachRecord {
 };
 
 // Between processes the direct path serves calls up to this size: beyond it, on 2 and 4 ranks of
-// the H200 machine's host, the FIFOs' pipelined copies ran 10-25 % faster from 4 MB (8 ranks:
-// within a few per cent either way). Among threads it has no bound (1.2-2.5x faster at every
-// size to 64 MB).
+// the H200 machine's host, the FIFOs' pipelined copies ran 10-25 % faster from 4 MB (on 8 ranks
+// the two were even at 4 MB and the direct path up to 20 % faster from 16 MB: a bound by rank
+// count was not worth its rule). Among threads it has no bound (1.15-2.5x faster at every size
+// to 64 MB).
 constexpr std::size_t kDirectProcessMostBytes = 2 * 1024 * 1024;
 
 // The cores this rank may use: those it is bound to, and no more than its share of the host's.

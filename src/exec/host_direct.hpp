@@ -51,9 +51,9 @@ struct DirectGroup {
 // Whether the direct path serves this collective: all-reduce, all-gather and all-to-all, and
 // reduce-scatter where the ranks are threads of one process. Measured on the H200 machine's
 // host, 8 ranks of 2 cores, against the schedules through the FIFOs (docs/perf.md): between
-// processes reduce-scatter's reads (a system call per chunk and peer) ran 20-40 % slower at
-// 256 KB-1 MB and no faster above, and a broadcast, whose every rank reads the root, 1.1-4x
-// slower; as threads (plain loads) every collective ran 1.2-2.5x faster.
+// processes reduce-scatter's reads (a system call per chunk and peer) ran 15-45 % slower at
+// 256 KB-1 MB and no faster above, and a broadcast, whose every rank reads the root, up to 4x
+// slower; as threads (plain loads) every collective ran 1.15-2.5x faster.
 bool directServes(Collective coll, bool threadsOfOneProcess);
 
 // Runs one call; every rank of the group calls it for the same call. `barriers` counts the
