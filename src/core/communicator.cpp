@@ -403,8 +403,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // A rank's cores: the direct path's threads take no more (below). Between processes the
   // automatic choice wants two on every rank: with one each (mpirun --bind-to core), two ranks
   // of the H200 machine's host ran 1 MB 15 % slower than through the FIFOs, and two ranks of the
-  // 2-core CI-class VM 2-3x slower; with two (--map-by slot:PE=2), 1.3-1.5x faster on 2, 4 and 8
-  // ranks. Among threads one core was enough (2 ranks on the VM: 1.6-2.3x faster).
+  // 2-core CI-class VM 2-3x slower; with two (--map-by slot:PE=2), 1.2-1.8x faster at 1 MB on 2,
+  // 4 and 8 ranks. Among threads one core was enough (2 ranks on the VM: 1.1-2.3x faster).
   const int cores = coresOfThisRank(n);
   if (c->directPossible_ && !c->directThreads_ && config.hostDirect < 0) {
     std::vector<std::int32_t> all(N);
@@ -711,8 +711,8 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   if (!plan) return plan.status();
   if (plan->algorithm == "direct") {
     if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
-      std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %d thread(s) (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, geometry_.channels,
+      std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %zu thread(s) (%s)\n",
+                   std::string(name(coll)).c_str(), bytes, directGroup_.threads,
                    plan->reason.c_str());
     }
     const exec::DirectCall call{coll, input, output, count, type, op, root};
