@@ -471,6 +471,18 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   c->workers_ = std::make_unique<ChannelWorkers>(c->geometry_.channels - 1);
+  c->slotsPossible_ =
+      n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
+  if (c->slotsPossible_) {
+    exec::SlotsGroup& g = c->slotsGroup_;
+    g.rank = me;
+    g.nranks = n;
+    for (std::size_t q = 0; q < N; ++q) {
+      std::byte* of = q == ME ? c->inbox_.data() : c->peerInboxes_[q].data();
+      g.slots.push_back(transport::smallSlotsOf(of));
+    }
+    g.waiter = c->waiter_.get();
+  }
   if (c->directPossible_) {
     exec::DirectGroup& g = c->directGroup_;
     g.rank = me;
@@ -633,7 +645,14 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
   auto plan = tuner_->plan(coll, bytes);
-  if (plan && hostDirectServes(coll, bytes)) {
+  if (plan && hostSlotsServe(coll, bytes)) {
+    plan->algorithm = "slots";
+    plan->protocol = algo::Protocol::simple;
+    plan->channels = 1;
+    plan->aggregation = 0;
+    plan->reason = "every rank's input in its slot (WEFT_HOST_SMALL_BYTES=" +
+                   std::to_string(config_.hostSmallBytes) + ")";
+  } else if (plan && hostDirectServes(coll, bytes)) {
     plan->algorithm = "direct";
     plan->protocol = algo::Protocol::simple;
     plan->channels = geometry_.channels;
@@ -643,6 +662,13 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
   }
   if (plan) plans_.emplace(key, *plan);
   return plan;
+}
+
+bool Communicator::hostSlotsServe(Collective coll, std::size_t bytes) const {
+  // `bytes` is the call's message: an all-gather's holds every rank's input.
+  const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
+  return slotsPossible_ && exec::slotsServe(coll) && config_.tuner.algorithms.empty() &&
+         config_.hostSmallBytes > 0 && input <= config_.hostSmallBytes;
 }
 
 bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
@@ -709,6 +735,14 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
+  if (plan->algorithm == "slots") {
+    const exec::DirectCall call{coll, input, output, count, type, op, root};
+    if (Status s = exec::runSlots(call, slotsGroup_, slotsCalls_); !s) return fail(s);
+    if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
+      exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
+    }
+    return {};
+  }
   if (plan->algorithm == "direct") {
     if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
       std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %zu thread(s) (%s)\n",

@@ -22,6 +22,7 @@
 #include "src/exec/cpu_executor.hpp"
 #include "src/exec/cuda_executor.hpp"
 #include "src/exec/host_direct.hpp"
+#include "src/exec/host_slots.hpp"
 #include "src/transport/shm.hpp"
 #include "src/transport/ucx.hpp"
 
@@ -214,6 +215,12 @@ class Communicator {
   std::vector<std::byte> directStaging_;
   // Whether a call of `bytes` runs the direct path (the same on every rank).
   bool hostDirectServes(Collective coll, std::size_t bytes) const;
+  // Small calls through the slots: whether every rank shares this host's memory (the same on
+  // every rank), the ranks' slots, and the slot calls made.
+  bool slotsPossible_ = false;
+  exec::SlotsGroup slotsGroup_;
+  std::uint64_t slotsCalls_ = 0;
+  bool hostSlotsServe(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes

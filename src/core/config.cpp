@@ -125,6 +125,11 @@ Result<Config> Config::fromEnvironment() {
       return invalidArgument("WEFT_HOST_DIRECT=" + x + ": expected auto, 0 or 1");
     }
   }
+  if (env("WEFT_HOST_SMALL_BYTES") != nullptr) {
+    auto x = number("WEFT_HOST_SMALL_BYTES", 0, 8192);
+    if (!x) return x.status();
+    c.hostSmallBytes = static_cast<std::size_t>(*x);
+  }
   if (env("WEFT_HOST_DIRECT_BYTES") != nullptr) {
     auto x = number("WEFT_HOST_DIRECT_BYTES", 0, 1e18);
     if (!x) return x.status();

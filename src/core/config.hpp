@@ -64,6 +64,10 @@ struct Config {
   // 0, or 0 bytes: never.
   int hostDirect = -1;
   std::size_t hostDirectBytes = 256 * 1024;
+  // WEFT_HOST_SMALL_BYTES (0-8192): calls on host memory whose rank's input is at most this
+  // large, among ranks of one host, go through the slots (src/exec/host_slots.hpp) instead of a
+  // schedule; 0 turns them off.
+  std::size_t hostSmallBytes = 4096;
   std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
   // WEFT_GPU_TRACE=PREFIX (a diagnostic): each rank's GPU executor keeps when each block of its
   // last schedule kernels started, waited and moved each step, and writes it to PREFIX.RANK when

@@ -18,6 +18,8 @@ namespace {
 
 constexpr std::size_t kCacheLine = 64;
 constexpr std::size_t kControlBytes = 4096;
+// The control page and the small slots, before the FIFOs.
+constexpr std::size_t kHeadBytes = kControlBytes + roundUp(2 * sizeof(ShmSmallSlot), 4096);
 constexpr std::uint64_t kReferenceBit = std::uint64_t{1} << 63;  // in a slot's size
 
 Status sysError(const std::string& what) {
@@ -40,15 +42,15 @@ std::size_t ShmGeometry::connectionBytes() const {
 }
 
 std::size_t ShmGeometry::inboxBytes() const {
-  if (!fifos) return kControlBytes;
-  return kControlBytes +
+  if (!fifos) return kHeadBytes;
+  return kHeadBytes +
          static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) * connectionBytes();
 }
 
 std::size_t ShmGeometry::offset(int channel, int from) const {
-  return kControlBytes + (static_cast<std::size_t>(channel) * static_cast<std::size_t>(nranks) +
-                          static_cast<std::size_t>(from)) *
-                             connectionBytes();
+  return kHeadBytes + (static_cast<std::size_t>(channel) * static_cast<std::size_t>(nranks) +
+                       static_cast<std::size_t>(from)) *
+                          connectionBytes();
 }
 
 Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
@@ -128,6 +130,7 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
   c->aborted.store(0, std::memory_order_relaxed);
   c->claimed.store(0, std::memory_order_relaxed);
   c->directArrived.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < 2; ++i) new (inbox + kControlBytes + i * sizeof(ShmSmallSlot)) ShmSmallSlot{};
   c->pid = getpid();
   for (int ch = 0; g.fifos && ch < g.channels; ++ch) {
     for (int q = 0; q < g.nranks; ++q) new (inbox + g.offset(ch, q)) ShmConnection::Header{};
@@ -138,6 +141,10 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
 
 ShmControl* controlOf(std::byte* inbox) {
   return std::launder(reinterpret_cast<ShmControl*>(inbox));
+}
+
+ShmSmallSlot* smallSlotsOf(std::byte* inbox) {
+  return std::launder(reinterpret_cast<ShmSmallSlot*>(inbox + kControlBytes));
 }
 
 ShmConnection::ShmConnection(std::byte* base, const ShmGeometry& g, int peer)

@@ -36,12 +36,20 @@ struct ShmControl {
   std::uint64_t directInput, directOutput;
 };
 
+// After the control page, two of these: a small call's input, published whole (the slots path).
+constexpr std::size_t kShmSmallSlotBytes = 8192;
+struct ShmSmallSlot {
+  alignas(64) std::atomic<std::uint64_t> call;  // the call whose input `data` holds
+  alignas(64) std::byte data[kShmSmallSlotBytes];
+};
+
 struct ShmGeometry {
   int nranks = 1;
   int channels = 1;
   int slots = 4;
   std::size_t slotBytes = 64 * 1024;
-  // False for an inbox of a rank whose peers all use another transport: the control page only.
+  // False for an inbox of a rank whose peers all use another transport: the control page and
+  // the small slots only.
   bool fifos = true;
 
   std::size_t connectionBytes() const;
@@ -108,5 +116,7 @@ class ShmConnection final : public Connection {
 // Zeroes a fresh inbox's FIFOs and writes its control page.
 void initInbox(std::byte* inbox, const ShmGeometry& g);
 ShmControl* controlOf(std::byte* inbox);
+// The inbox's two small slots.
+ShmSmallSlot* smallSlotsOf(std::byte* inbox);
 
 }  // namespace weft::transport

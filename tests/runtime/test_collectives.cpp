@@ -4,8 +4,10 @@
 // turn with WEFT_ALGO, and the argument checks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <tuple>
 
 #include "algorithms/algorithm.hpp"
@@ -79,6 +81,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Threads, ::testing::Values(1, 2, 3, 4, 8),
 // the plan names it.
 TEST(DirectPath, EveryCollectiveTypeOpAndSizeWhenEveryCallTakesIt) {
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);  // not the slots either
   for (int n : {2, 3, 8}) {
     std::vector<Comm> comms = makeComms(n);
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
@@ -99,18 +102,82 @@ TEST(DirectPath, EveryCollectiveTypeOpAndSizeWhenEveryCallTakesIt) {
   std::vector<Comm> off = makeComms(2);
   unsetenv("WEFT_HOST_DIRECT");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_HOST_SMALL_BYTES");
   char buf[64];
   ASSERT_EQ(weftCommPlan(off[0].handle(), weftCollAllReduce, 1 << 20, weftFloat32, buf, sizeof buf),
             weftSuccess);
   EXPECT_NE(std::string(buf), "direct/simple");
 }
 
+// Small calls through the slots (src/exec/host_slots.hpp), every call of the matrix whose rank's
+// input fits 8 KiB; and their plans.
+TEST(SmallCalls, EveryCollectiveTypeOpAndSizeThroughTheSlots) {
+  setenv("WEFT_HOST_SMALL_BYTES", "8192", 1);
+  for (int n : {2, 3, 8}) {
+    std::vector<Comm> comms = makeComms(n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+    char buf[64];
+    for (int c = 0; c < weftNumCollectives; ++c) {
+      if (c == weftCollAllToAllv || c == weftCollSendRecv) continue;
+      ASSERT_EQ(weftCommPlan(comms[0].handle(), static_cast<weftCollective_t>(c), 16, weftFloat32,
+                             buf, sizeof buf),
+                weftSuccess);
+      EXPECT_EQ(std::string(buf), "slots/simple") << c;
+    }
+    for (const std::string& f : runMatrix(comms, n)) ADD_FAILURE() << n << " ranks: " << f;
+  }
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
+  std::vector<Comm> off = makeComms(2);
+  unsetenv("WEFT_HOST_SMALL_BYTES");
+  char buf[64];
+  ASSERT_EQ(weftCommPlan(off[0].handle(), weftCollAllReduce, 16, weftFloat32, buf, sizeof buf),
+            weftSuccess);
+  EXPECT_NE(std::string(buf), "slots/simple");
+}
+
+// Thousands of small calls back to back, the ranks running at their own pace (one naps now and
+// then): a rank reuses a slot two calls later only once every peer has read it, so every result
+// is the current call's.
+TEST(SmallCalls, BackToBackCallsReuseTheSlotsSafely) {
+  const int n = 4;
+  std::vector<Comm> comms = makeComms(n);
+  ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
+  std::vector<int> bad(n, 0);
+  onEveryRank(n, [&](int r) {
+    Comm& c = comms[static_cast<std::size_t>(r)];
+    std::vector<float> in(37), out(37 * n);
+    for (int call = 0; call < 3000; ++call) {
+      if ((call * 7 + r * 13) % 97 == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(call + r + i);
+      if (call % 2 == 0) {
+        if (!c.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) ++bad[r];
+        for (std::size_t i = 0; i < in.size(); ++i) {
+          const float want = static_cast<float>(n * (call + static_cast<int>(i)) + n * (n - 1) / 2);
+          if (out[i] != want) ++bad[r];
+        }
+      } else {
+        if (!c.allGather(in.data(), out.data(), in.size(), DataType::f32)) ++bad[r];
+        for (int q = 0; q < n; ++q) {
+          for (std::size_t i = 0; i < in.size(); ++i) {
+            if (out[q * in.size() + i] != static_cast<float>(call + q + static_cast<int>(i)))
+              ++bad[r];
+          }
+        }
+      }
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(bad[r], 0) << "rank " << r;
+}
+
 // Inputs that overlap their outputs other than in the collective's in-place layout: a rank's
 // writes must not reach what its peers still read (it reads its input from a private copy).
 TEST(DirectPath, InputsOverlappingOutputsOutOfLayout) {
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
   const int n = 3;
   std::vector<Comm> comms = makeComms(n);
+  unsetenv("WEFT_HOST_SMALL_BYTES");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
   const std::size_t count = 1001;  // not a multiple of the ranks or a cache line
@@ -596,6 +663,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_PDL", "2"},
                                                         {"WEFT_HOST_DIRECT", "yes"},
                                                         {"WEFT_HOST_DIRECT_BYTES", "-1"},
+                                                        {"WEFT_HOST_SMALL_BYTES", "8193"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};

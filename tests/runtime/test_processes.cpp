@@ -115,6 +115,7 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_HOST_DIRECT", "1", 1);
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);  // not the slots either
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(
       3,
@@ -126,6 +127,7 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
         return everyCollective(r, comm);
       },
       &pids);
+  unsetenv("WEFT_HOST_SMALL_BYTES");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
   unsetenv("WEFT_HOST_DIRECT");
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
@@ -189,6 +191,30 @@ TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivorOfADirectCall) {
   unsetenv("WEFT_HOST_DIRECT_BYTES");
   unsetenv("WEFT_HOST_DIRECT");
   unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_EQ(codes[2], -SIGKILL);
+  for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+// The same for a small all-reduce, through the slots: the survivors wait for the dead rank's
+// slot.
+int killRank2ThenSmallAllReduce(int r, Comm& comm) {
+  std::vector<float> in(16, 1.f), out(in.size());
+  if (!comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) return 2;
+  if (r == 2) raise(SIGKILL);
+  const Status s = comm.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum);
+  std::fprintf(stderr, "rank %d after the kill: %s\n", r, s.toString().c_str());
+  return s.code() == Code::remoteError ? 0 : 3;
+}
+
+TEST(ProcessFaults, AKilledRankIsAnErrorOnEverySurvivorOfASmallCall) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_TIMEOUT_S", "20", 1);
+  std::vector<pid_t> pids;
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int> codes = forkRanks(4, killRank2ThenSmallAllReduce, &pids);
+  unsetenv("WEFT_TIMEOUT_S");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(codes[2], -SIGKILL);
   for (int r : {0, 1, 3}) EXPECT_EQ(codes[static_cast<std::size_t>(r)], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
