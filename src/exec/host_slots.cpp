@@ -1,11 +1,19 @@
 #include "src/exec/host_slots.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
 
 namespace weft::exec {
+namespace {
+
+// All-reduces of at least this many bytes a rank take two shots (and at least 3 ranks).
+constexpr std::size_t kTwoShotBytes = 1024;
+
+}  // namespace
 
 std::size_t slotsInputBytes(Collective coll, std::size_t count, DataType type, int nranks) {
   const std::size_t block = count * sizeOf(type);
@@ -50,7 +58,39 @@ Status runSlots(const DirectCall& c, const SlotsGroup& g, std::uint64_t& calls) 
   };
   switch (c.coll) {
     case Collective::allReduce:
-      sumAt(0);
+      if (block < kTwoShotBytes || block > transport::kShmSmallSlotBytes / 2 || n < 3) {
+        sumAt(0);
+        break;
+      }
+      {
+        // Two-shot: rank r sums piece r of every slot (in rank order) into the second half of
+        // its own slot, then every rank copies the pieces: 2(n - 1)/n of the input read a rank
+        // instead of n - 1 inputs.
+        const std::size_t v = std::max<std::size_t>(1, 64 / es);
+        const std::size_t piece = roundUp(ceilDiv(c.count, n), v);
+        auto begin = [&](std::size_t q) { return std::min(c.count, q * piece); };
+        std::byte* sum = mine.data + transport::kShmSmallSlotBytes / 2;
+        const std::size_t a = begin(me), m = begin(me + 1) - a;
+        if (m > 0) {
+          reduce(sum, slot(0) + a * es, slot(1) + a * es, m, c.type, op);
+          for (std::size_t q = 2; q < n; ++q) reduce(sum, sum, slot(q) + a * es, m, c.type, op);
+        }
+        mine.reduced.store(k, std::memory_order_release);
+        for (std::size_t q = 0; q < n; ++q) {
+          if (q == me) continue;
+          const auto& reduced = g.slots[q][s].reduced;
+          if (Status st = g.waiter->wait(
+                  [&] { return reduced.load(std::memory_order_acquire) >= k; },
+                  "waiting for a small call's summed piece from", static_cast<int>(q));
+              !st)
+            return st;
+        }
+        for (std::size_t q = 0; q < n; ++q) {
+          const std::size_t at = begin(q), len = begin(q + 1) - at;
+          if (len > 0)
+            std::memcpy(out + at * es, slot(q) + transport::kShmSmallSlotBytes / 2, len * es);
+        }
+      }
       break;
     case Collective::reduce:
       if (g.rank == c.root) sumAt(0);

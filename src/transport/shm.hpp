@@ -39,7 +39,8 @@ struct ShmControl {
 // After the control page, two of these: a small call's input, published whole (the slots path).
 constexpr std::size_t kShmSmallSlotBytes = 8192;
 struct ShmSmallSlot {
-  alignas(64) std::atomic<std::uint64_t> call;  // the call whose input `data` holds
+  alignas(64) std::atomic<std::uint64_t> call;     // the call whose input `data` holds
+  alignas(64) std::atomic<std::uint64_t> reduced;  // two-shot: the call whose piece is summed
   alignas(64) std::byte data[kShmSmallSlotBytes];
 };
 

@@ -136,8 +136,8 @@ TEST(SmallCalls, EveryCollectiveTypeOpAndSizeThroughTheSlots) {
 }
 
 // Thousands of small calls back to back, the ranks running at their own pace (one naps now and
-// then): a rank reuses a slot two calls later only once every peer has read it, so every result
-// is the current call's.
+// then): a rank reuses a slot two calls later, when every peer has read it, so every result is
+// the current call's.
 TEST(SmallCalls, BackToBackCallsReuseTheSlotsSafely) {
   const int n = 4;
   std::vector<Comm> comms = makeComms(n);
@@ -145,10 +145,12 @@ TEST(SmallCalls, BackToBackCallsReuseTheSlotsSafely) {
   std::vector<int> bad(n, 0);
   onEveryRank(n, [&](int r) {
     Comm& c = comms[static_cast<std::size_t>(r)];
-    std::vector<float> in(37), out(37 * n);
+    std::vector<float> in, out(700 * n);
     for (int call = 0; call < 3000; ++call) {
       if ((call * 7 + r * 13) % 97 == 0)
         std::this_thread::sleep_for(std::chrono::microseconds(200));
+      // All-reduces of 37 elements (one shot) and of 700 (two shots), all-gathers between.
+      in.resize(call % 4 == 2 ? 700 : 37);
       for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(call + r + i);
       if (call % 2 == 0) {
         if (!c.allReduce(in.data(), out.data(), in.size(), DataType::f32, RedOp::sum)) ++bad[r];
