@@ -491,8 +491,10 @@ Status Calibration::run(bool& quietFailure) {
   m.everyPairGBs = *every;
   m.pairs = nranks_ / 2;
   for (std::size_t p : {kLl, kSimple}) {
+    // The schedules' base latency: small calls would otherwise go through the slots, which
+    // the cost model does not price.
     auto comm = joinWithEnvironment(ctx_, thread_, rank_, nranks_, control_,
-                                    {{"WEFT_PROTO", protoName(p)}});
+                                    {{"WEFT_PROTO", protoName(p)}, {"WEFT_HOST_SMALL_BYTES", "0"}});
     if (!comm) return failed(comm.status(), "a communicator with WEFT_PROTO=" + protoName(p), -1);
     made_.push_back(std::move(*comm));
     auto us = allReduceUs(made_.back());
