@@ -1,7 +1,10 @@
 // A communicator: the ranks that found each other through the bootstrap, the connections
 // between them, the tuner that picks each call's algorithm, and the cache of schedules.
 // Every collective validates its arguments, asks the tuner for a plan, and runs the plan's
-// schedule on the CpuExecutor; nothing is hard-wired to one algorithm.
+// schedule on the CpuExecutor; nothing is hard-wired to one algorithm. On host memory two paths
+// take the place of a schedule where they serve the call, and the plan names them: small calls
+// through the slots (src/exec/host_slots.hpp) and large ones where every rank reads every other
+// (the direct path, src/exec/host_direct.hpp).
 #pragma once
 
 #include <atomic>
