@@ -735,33 +735,36 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
-  if (plan->algorithm == "slots") {
-    const exec::DirectCall call{coll, input, output, count, type, op, root};
-    if (Status s = exec::runSlots(call, slotsGroup_, slotsCalls_); !s) return fail(s);
-    if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
-      exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
-    }
-    return {};
-  }
-  if (plan->algorithm == "direct") {
-    if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
+  if (plan->algorithm == "slots" || plan->algorithm == "direct") {
+    const bool slots = plan->algorithm == "slots";
+    if (!slots && (config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
       std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %zu thread(s) (%s)\n",
                    std::string(name(coll)).c_str(), bytes, directGroup_.threads,
                    plan->reason.c_str());
     }
     const exec::DirectCall call{coll, input, output, count, type, op, root};
-    if (Status s = exec::runDirect(call, directGroup_, directBarriers_, directStaging_); !s)
-      return fail(s);
-    if (op == RedOp::avg && output != nullptr && coll != Collective::reduce) {
-      exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
-    }
-    return {};
+    Status s = slots ? exec::runSlots(call, slotsGroup_, slotsCalls_)
+                     : exec::runDirect(call, directGroup_, directBarriers_, directStaging_);
+    if (!s) return fail(s);
+  } else if (Status s = runSchedule(coll, *plan, input, output, count, type, op, root); !s) {
+    return s;
   }
-  auto cached = scheduleFor(coll, *plan, root, geometry_.channels);
+  if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
+    exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
+  }
+  return {};
+}
+
+Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const void* input,
+                                 void* output, std::size_t count, DataType type, RedOp op,
+                                 int root) {
+  const algo::Segments seg = algo::segments(coll, size_);
+  const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
+  auto cached = scheduleFor(coll, plan, root, geometry_.channels);
   if (!cached) return cached.status();
   const algo::Schedule& s = (*cached)->schedule;
   const std::size_t message =
-      std::min(geometry_.slotBytes, std::max<std::size_t>(plan->chunkBytes, 4096));
+      std::min(geometry_.slotBytes, std::max<std::size_t>(plan.chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
   if (config_.debug == "INFO" || config_.debug == "TRACE") {
     if (rank_ == 0) {
@@ -777,13 +780,13 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
       std::fprintf(stderr,
                    "weft INFO %s %zu bytes: %s/%s, %zu channel(s), %zu-element slices, single "
                    "copy %s (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, plan->algorithm.c_str(),
-                   std::string(algo::name(plan->protocol)).c_str(), s.channels.size(), g.sliceElems,
+                   std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+                   std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
                    single ? (std::to_string(named) + " of " + std::to_string(sending) +
                              " sending steps on rank 0")
                                 .c_str()
                           : "off",
-                   plan->reason.c_str());
+                   plan.reason.c_str());
     }
   }
 
@@ -802,9 +805,6 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   });
   for (const Status& r : results) {
     if (!r.isOk()) return r;
-  }
-  if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
-    exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));
   }
   return {};
 }

@@ -154,6 +154,9 @@ class Communicator {
              RedOp op, int root, void* stream);
   Status runGpu(Collective coll, const void* input, void* output, std::size_t count, DataType type,
                 RedOp op, int root, void* stream);
+  // A host call's schedule on the CpuExecutor (run() divides for avg afterwards).
+  Status runSchedule(Collective coll, const algo::Plan& plan, const void* input, void* output,
+                     std::size_t count, DataType type, RedOp op, int root);
   // Sets up the GPU transport at the first call with GPU buffers (collective).
   Status ensureGpu();
   struct Cached {

@@ -156,13 +156,9 @@ class Direct {
     return {};
   }
 
+  // Rank q's bytes at `from` (this rank's own memory included: its PeerMemory is local).
   Status read(std::size_t q, std::byte* to, std::uint64_t from, std::size_t bytes) const {
-    if (bytes == 0) return {};
-    if (q == me_) {
-      std::memmove(to, reinterpret_cast<const std::byte*>(from), bytes);
-      return {};
-    }
-    return (*g_.memory)[q].read(to, from, bytes);
+    return bytes == 0 ? Status{} : (*g_.memory)[q].read(to, from, bytes);
   }
 
   // Elements `r` of the call's reduced segment: this rank's own input at `mine` (elements
@@ -187,7 +183,6 @@ class Direct {
         }
         reduce(acc, k == 1 ? first : acc, src, m, c_.type, op_);
       }
-      if (n_ == 1 && acc != first) std::memmove(acc, first, m * es_);
     }
     return {};
   }

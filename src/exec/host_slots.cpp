@@ -13,14 +13,15 @@ namespace {
 // All-reduces of at least this many bytes a rank take two shots (and at least 3 ranks).
 constexpr std::size_t kTwoShotBytes = 1024;
 
-}  // namespace
-
-std::size_t slotsInputBytes(Collective coll, std::size_t count, DataType type, int nranks) {
+// The bytes of one rank's input for a call of `count` elements per segment.
+std::size_t inputBytes(Collective coll, std::size_t count, DataType type, int nranks) {
   const std::size_t block = count * sizeOf(type);
   return coll == Collective::reduceScatter || coll == Collective::allToAll
              ? block * static_cast<std::size_t>(nranks)
              : block;
 }
+
+}  // namespace
 
 bool slotsServe(Collective coll) {
   return coll == Collective::allReduce || coll == Collective::reduce ||
@@ -35,7 +36,7 @@ Status runSlots(const DirectCall& c, const SlotsGroup& g, std::uint64_t& calls) 
   // The peers read this slot two calls ago; each has since published the call in between,
   // which it does only after finishing the one before: the slot is this rank's again.
   const std::size_t es = sizeOf(c.type), block = c.count * es;
-  const std::size_t inBytes = slotsInputBytes(c.coll, c.count, c.type, g.nranks);
+  const std::size_t inBytes = inputBytes(c.coll, c.count, c.type, g.nranks);
   transport::ShmSmallSlot& mine = g.slots[me][s];
   const bool publishes = c.coll != Collective::broadcast || c.root == g.rank;
   if (publishes && inBytes > 0) std::memcpy(mine.data, c.input, inBytes);

@@ -24,9 +24,6 @@ struct SlotsGroup {
   const transport::Waiter* waiter = nullptr;
 };
 
-// The bytes of one rank's input for a call of `count` elements per segment.
-std::size_t slotsInputBytes(Collective coll, std::size_t count, DataType type, int nranks);
-
 // Whether the slots serve this collective at all (every one but all-to-all-v and send/recv).
 bool slotsServe(Collective coll);
 
