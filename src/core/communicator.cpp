@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "algorithms/algorithm.hpp"
+#include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
 #include "src/transport/cuda_ipc.hpp"
 
@@ -319,9 +320,20 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     return false;
   }();
 
+  // The direct path needs every rank on this host, through shared memory; ranks in several
+  // processes go through their inboxes' stages, threads of one process load from each other.
+  c->directThreads_ =
+      std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
+  c->directPossible_ = n >= 2 && config.hostDirect != 0 && !anyUcx;
+
   // 2. This rank's inbox (FIFOs when a peer on this host uses them; else the control page
   // that carries aborts between ranks of one host) and its UCX workers.
   c->geometry_.fifos = anyShm;
+  if (c->directPossible_ && !c->directThreads_) {
+    // A round of an all-reduce takes at least a cache line from every rank and one sum.
+    c->geometry_.stageBytes =
+        std::max(config.hostStageBytes, roundUp(2 * (N + 1) * std::size_t{64}, 8192));
+  }
   auto inbox = transport::ShmSegment::create(c->geometry_.inboxBytes());
   if (!inbox) return inbox.status();
   c->inbox_ = std::move(*inbox);
@@ -392,14 +404,6 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
             canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
   if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
-  c->directPossible_ = n >= 2 && config.hostDirect != 0;
-  c->directThreads_ =
-      std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
-  for (std::size_t q = 0; q < N; ++q) {
-    for (std::size_t r = 0; r < N; ++r) {
-      if (q != r && canRead[q * N + r] == 0) c->directPossible_ = false;
-    }
-  }
   // A rank's cores: the direct path's threads take no more (below). Between processes the
   // automatic choice wants two on every rank: with one each (mpirun --bind-to core), two ranks
   // of the H200 machine's host ran 1 MB 15 % slower than through the FIFOs, and two ranks of the
@@ -491,7 +495,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       g.controls.push_back(
           transport::controlOf(q == ME ? c->inbox_.data() : c->peerInboxes_[q].data()));
     }
-    g.memory = &c->peerMemory_;
+    if (!c->directThreads_) {
+      for (std::size_t q = 0; q < N; ++q) {
+        std::byte* of = q == ME ? c->inbox_.data() : c->peerInboxes_[q].data();
+        g.stages.push_back(of + c->geometry_.stageOffset());
+      }
+      g.stageBytes = c->geometry_.stageBytes;
+    }
     g.waiter = c->waiter_.get();
     g.parallel = [workers = c->workers_.get()](std::size_t k,
                                                const std::function<void(std::size_t)>& fn) {
@@ -673,9 +683,8 @@ bool Communicator::hostSlotsServe(Collective coll, std::size_t bytes) const {
 
 bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
   // A WEFT_ALGO list asks for schedules by name: it gets them.
-  if (!directPossible_ || !exec::directServes(coll, directThreads_) ||
-      !config_.tuner.algorithms.empty() || config_.hostDirectBytes == 0 ||
-      bytes < config_.hostDirectBytes)
+  if (!directPossible_ || !exec::directServes(coll) || !config_.tuner.algorithms.empty() ||
+      config_.hostDirectBytes == 0 || bytes < config_.hostDirectBytes)
     return false;
   return directThreads_ || config_.hostDirect > 0 || bytes <= kDirectProcessMostBytes;
 }
@@ -744,7 +753,7 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
     }
     const exec::DirectCall call{coll, input, output, count, type, op, root};
     Status s = slots ? exec::runSlots(call, slotsGroup_, slotsCalls_)
-                     : exec::runDirect(call, directGroup_, directBarriers_, directStaging_);
+                     : exec::runDirect(call, directGroup_, directState_);
     if (!s) return fail(s);
   } else if (Status s = runSchedule(coll, *plan, input, output, count, type, op, root); !s) {
     return s;

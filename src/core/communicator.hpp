@@ -210,15 +210,14 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Registration* registrationHolding(const void* p, std::size_t bytes);
   std::vector<std::byte> scratch_;
-  // The direct path: whether every rank can read every other's memory (the same on every rank),
-  // the ranks' control pages and this rank's threads, the barriers passed, and a private copy of
-  // an input that needs one.
+  // The direct path: whether it may run (every rank on this host through shared memory; the
+  // same on every rank), the ranks' control pages, stages and this rank's threads, and what its
+  // calls carry from one to the next.
   bool directPossible_ = false;
   bool directThreads_ = false;  // every rank is a thread of this process
   int directFewestCores_ = 0;   // between processes: the fewest cores of any rank
   exec::DirectGroup directGroup_;
-  std::uint64_t directBarriers_ = 0;
-  std::vector<std::byte> directStaging_;
+  exec::DirectState directState_;
   // Whether a call of `bytes` runs the direct path (the same on every rank).
   bool hostDirectServes(Collective coll, std::size_t bytes) const;
   // Small calls through the slots: whether every rank shares this host's memory (the same on

@@ -135,6 +135,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.hostDirectBytes = static_cast<std::size_t>(*x);
   }
+  if (env("WEFT_HOST_STAGE_BYTES") != nullptr) {
+    auto x = number("WEFT_HOST_STAGE_BYTES", 8192, 1 << 30);
+    if (!x) return x.status();
+    c.hostStageBytes = static_cast<std::size_t>(*x) / 8192 * 8192;
+  }
   if (const char* v = envOrNccl("WEFT_DEBUG", "NCCL_DEBUG")) c.debug = v;
   if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
   if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);

@@ -64,6 +64,10 @@ struct Config {
   // 0, or 0 bytes: never.
   int hostDirect = -1;
   std::size_t hostDirectBytes = 256 * 1024;
+  // WEFT_HOST_STAGE_BYTES (8 KiB-1 GiB, in 8 KiB): each rank's stage, through which the direct
+  // path between processes runs in rounds of half of it (src/exec/host_direct.hpp). The default
+  // two halves of 1 MiB stay in a core's L2 between a round's copy in and its peers' reads.
+  std::size_t hostStageBytes = 2 * 1024 * 1024;
   // WEFT_HOST_SMALL_BYTES (0-8192): calls on host memory whose rank's input is at most this
   // large, among ranks of one host, go through the slots (src/exec/host_slots.hpp) instead of a
   // schedule; 0 turns them off.

@@ -10,9 +10,8 @@
 namespace weft::exec {
 namespace {
 
-// The bytes of a peer's piece read into cache at a time to be summed: small enough to stay in
-// L1/L2 between the read and the sum, large enough that a read's system call is a small part of
-// it (a prototype on the H200 machine's 16 cores: 64 KiB beat 16 KiB and 256 KiB at 1-128 MB).
+// The bytes of a piece summed over every peer before the next: the sum stays in L1/L2 between
+// the peers' passes.
 constexpr std::size_t kChunkBytes = 64 * 1024;
 // A thread gets at least this much of a call to move before the call wakes another.
 constexpr std::size_t kBytesPerThread = 256 * 1024;
@@ -38,14 +37,16 @@ bool overlaps(const std::byte* a, std::size_t an, const std::byte* b, std::size_
   return an > 0 && bn > 0 && a < b + bn && b < a + an;
 }
 
+void copyBytes(std::byte* to, const std::byte* from, std::size_t bytes) {
+  if (bytes > 0 && to != from) std::memcpy(to, from, bytes);
+}
+
 class Direct {
  public:
-  Direct(const DirectCall& c, const DirectGroup& g, std::uint64_t& barriers,
-         std::vector<std::byte>& staging)
+  Direct(const DirectCall& c, const DirectGroup& g, DirectState& state)
       : c_(c),
         g_(g),
-        barriers_(barriers),
-        staging_(staging),
+        state_(state),
         es_(sizeOf(c.type)),
         n_(static_cast<std::size_t>(g.nranks)),
         me_(static_cast<std::size_t>(g.rank)),
@@ -56,47 +57,245 @@ class Direct {
 
   Status run() {
     stageInputIfNeeded();
+    return g_.stages.empty() ? runLoads() : runStaged();
+  }
+
+ private:
+  // ---- Ranks that are threads of one process: loads from the peers' buffers.
+
+  Status runLoads() {
     transport::ShmControl* mine = g_.controls[me_];
     mine->directInput = reinterpret_cast<std::uintptr_t>(in_);
     mine->directOutput = reinterpret_cast<std::uintptr_t>(out_);
     if (Status s = barrier(); !s) return s;
+    std::vector<const std::byte*> inputs(n_);
+    std::vector<const std::byte*> outputs(n_);
     for (std::size_t q = 0; q < n_; ++q) {
-      inputs_.push_back(g_.controls[q]->directInput);
-      outputs_.push_back(g_.controls[q]->directOutput);
+      inputs[q] = reinterpret_cast<const std::byte*>(g_.controls[q]->directInput);
+      outputs[q] = reinterpret_cast<const std::byte*>(g_.controls[q]->directOutput);
     }
+    const std::size_t blockBytes = c_.count * es_;
     Status s;
     switch (c_.coll) {
-      case Collective::allReduce:
-        s = allReduce();
+      case Collective::allReduce: {
+        const std::size_t piece = pieceElems(c_.count);
+        s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
+          const Range r = share(pieceOf(me_, piece, c_.count), t, k, v_);
+          sum(out_ + r.begin * es_, in_ + r.begin * es_, r.size(),
+              [&](std::size_t q) { return inputs[q] + r.begin * es_; });
+          return Status{};
+        });
+        if (s) s = barrier();
+        if (s) {
+          s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
+            for (std::size_t j = 1; j < n_; ++j) {
+              const std::size_t q = (me_ + j) % n_;
+              const Range r = share(pieceOf(q, piece, c_.count), t, k, v_);
+              copyBytes(out_ + r.begin * es_, outputs[q] + r.begin * es_, r.size() * es_);
+            }
+            return Status{};
+          });
+        }
         break;
+      }
       case Collective::reduceScatter:
-        s = parallel(c_.count * es_, [&](std::size_t t, std::size_t k) {
-          return sum(share({0, c_.count}, t, k, v_), in_ + me_ * c_.count * es_, me_ * c_.count);
+        s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
+          const Range r = share({0, c_.count}, t, k, v_);
+          const std::size_t at = (me_ * c_.count + r.begin) * es_;
+          sum(out_ + r.begin * es_, in_ + at, r.size(),
+              [&](std::size_t q) { return inputs[q] + at; });
+          return Status{};
         });
         break;
       case Collective::allGather:
-        s = parallel(n_ * c_.count * es_, [&](std::size_t t, std::size_t k) {
-          return gather([&](std::size_t q) { return inputs_[q]; }, t, k);
+      case Collective::allToAll: {
+        const bool a2a = c_.coll == Collective::allToAll;
+        s = parallel(n_ * blockBytes, [&](std::size_t t, std::size_t k) {
+          const Range r = share({0, c_.count}, t, k, v_);
+          for (std::size_t j = 0; j < n_; ++j) {
+            const std::size_t q = (me_ + j) % n_;
+            const std::byte* from = inputs[q] + ((a2a ? me_ * c_.count : 0) + r.begin) * es_;
+            copyBytes(out_ + (q * c_.count + r.begin) * es_, from, r.size() * es_);
+          }
+          return Status{};
         });
         break;
-      case Collective::allToAll:
-        s = parallel(n_ * c_.count * es_, [&](std::size_t t, std::size_t k) {
-          return gather([&](std::size_t q) { return inputs_[q] + me_ * c_.count * es_; }, t, k);
-        });
-        break;
+      }
       default:
-        return internalError(std::string("the direct path does not serve ") +
-                             std::string(name(c_.coll)));
+        return unserved();
     }
     if (!s) return s;
     // Nobody returns while a peer may still read its buffers.
     return barrier();
   }
 
- private:
-  // Every rank reaches barrier number ++barriers_ before any passes it.
+  // ---- Ranks in several processes: rounds through the stages.
+
+  Status runStaged() {
+    switch (c_.coll) {
+      case Collective::allReduce:
+        return stagedAllReduce();
+      case Collective::reduceScatter:
+      case Collective::allToAll:
+        return stagedBlocks();
+      case Collective::allGather:
+        return stagedAllGather();
+      default:
+        return unserved();
+    }
+  }
+
+  std::size_t halfBytes() const { return g_.stageBytes / 2 / 64 * 64; }
+  // Rank q's half of this round.
+  std::byte* half(std::size_t q) const { return g_.stages[q] + (state_.rounds % 2) * halfBytes(); }
+  // The most elements a round takes when each rank stages `perElement` of them per element of
+  // the round, at least one cache line's worth.
+  std::size_t roundElems(std::size_t perElement) const {
+    return std::max(v_, halfBytes() / es_ / perElement / v_ * v_);
+  }
+
+  // Two-shot in rounds: the input's pieces go through the stage's first part, the sums through
+  // its second.
+  Status stagedAllReduce() {
+    // A round of m elements stages m (its pieces) and m / n (the sum of one).
+    const std::size_t most =
+        std::max(n_ * v_, halfBytes() / es_ * n_ / (n_ + 1) / (n_ * v_) * (n_ * v_));
+    const std::size_t sumsAt = roundUp(most * es_, 64);
+    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+      const std::size_t m = std::min(most, c_.count - off);
+      const std::size_t piece = pieceElems(m);
+      const std::byte* in = in_ + off * es_;
+      std::byte* out = out_ + off * es_;
+      if (Status s =
+              parallel(m * es_,
+                       [&](std::size_t t, std::size_t k) {
+                         for (std::size_t j = 1; j < n_; ++j) {
+                           const Range r = share(pieceOf((me_ + j) % n_, piece, m), t, k, v_);
+                           copyBytes(half(me_) + r.begin * es_, in + r.begin * es_, r.size() * es_);
+                         }
+                         return Status{};
+                       });
+          !s)
+        return s;
+      if (Status s = barrier(); !s) return s;
+      const Range mine = pieceOf(me_, piece, m);
+      if (Status s = parallel(m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                const Range r = share(mine, t, k, v_);
+                                sum(out + r.begin * es_, in + r.begin * es_, r.size(),
+                                    [&](std::size_t q) { return half(q) + r.begin * es_; });
+                                copyBytes(half(me_) + sumsAt + (r.begin - mine.begin) * es_,
+                                          out + r.begin * es_, r.size() * es_);
+                                return Status{};
+                              });
+          !s)
+        return s;
+      if (Status s = barrier(); !s) return s;
+      if (Status s = parallel(m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                for (std::size_t j = 1; j < n_; ++j) {
+                                  const std::size_t q = (me_ + j) % n_;
+                                  const Range p = pieceOf(q, piece, m);
+                                  const Range r = share(p, t, k, v_);
+                                  copyBytes(out + r.begin * es_,
+                                            half(q) + sumsAt + (r.begin - p.begin) * es_,
+                                            r.size() * es_);
+                                }
+                                return Status{};
+                              });
+          !s)
+        return s;
+    }
+    return {};
+  }
+
+  // Reduce-scatter and all-to-all: a round takes elements [off, off + m) of every block; block q
+  // of this rank's input goes to the stage at q * m, and rank q reads it from there.
+  Status stagedBlocks() {
+    const bool a2a = c_.coll == Collective::allToAll;
+    const std::size_t most = roundElems(n_);
+    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+      const std::size_t m = std::min(most, c_.count - off);
+      if (Status s = parallel(n_ * m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                const Range r = share({0, m}, t, k, v_);
+                                for (std::size_t j = 1; j < n_; ++j) {
+                                  const std::size_t q = (me_ + j) % n_;
+                                  copyBytes(half(me_) + (q * m + r.begin) * es_,
+                                            in_ + (q * c_.count + off + r.begin) * es_,
+                                            r.size() * es_);
+                                }
+                                return Status{};
+                              });
+          !s)
+        return s;
+      if (Status s = barrier(); !s) return s;
+      if (Status s = parallel(n_ * m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                const Range r = share({0, m}, t, k, v_);
+                                const std::byte* own = in_ + (me_ * c_.count + off + r.begin) * es_;
+                                auto staged = [&](std::size_t q) {
+                                  return half(q) + (me_ * m + r.begin) * es_;
+                                };
+                                if (!a2a) {
+                                  sum(out_ + (off + r.begin) * es_, own, r.size(), staged);
+                                  return Status{};
+                                }
+                                for (std::size_t j = 0; j < n_; ++j) {
+                                  const std::size_t q = (me_ + j) % n_;
+                                  copyBytes(out_ + (q * c_.count + off + r.begin) * es_,
+                                            q == me_ ? own : staged(q), r.size() * es_);
+                                }
+                                return Status{};
+                              });
+          !s)
+        return s;
+    }
+    return {};
+  }
+
+  Status stagedAllGather() {
+    const std::size_t most = roundElems(1);
+    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+      const std::size_t m = std::min(most, c_.count - off);
+      const std::byte* in = in_ + off * es_;
+      if (Status s = parallel(m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                const Range r = share({0, m}, t, k, v_);
+                                copyBytes(half(me_) + r.begin * es_, in + r.begin * es_,
+                                          r.size() * es_);
+                                return Status{};
+                              });
+          !s)
+        return s;
+      if (Status s = barrier(); !s) return s;
+      if (Status s = parallel(n_ * m * es_,
+                              [&](std::size_t t, std::size_t k) {
+                                const Range r = share({0, m}, t, k, v_);
+                                for (std::size_t j = 0; j < n_; ++j) {
+                                  const std::size_t q = (me_ + j) % n_;
+                                  copyBytes(out_ + (q * c_.count + off + r.begin) * es_,
+                                            (q == me_ ? in : half(q)) + r.begin * es_,
+                                            r.size() * es_);
+                                }
+                                return Status{};
+                              });
+          !s)
+        return s;
+    }
+    return {};
+  }
+
+  // ---- Both.
+
+  Status unserved() const {
+    return internalError(std::string("the direct path does not serve ") +
+                         std::string(name(c_.coll)));
+  }
+
+  // Every rank reaches barrier number ++barriers before any passes it.
   Status barrier() {
-    const std::uint64_t n = ++barriers_;
+    const std::uint64_t n = ++state_.barriers;
     transport::handOff(&barrierWord);
     g_.controls[me_]->directArrived.store(n, std::memory_order_release);
     for (std::size_t q = 0; q < n_; ++q) {
@@ -109,6 +308,27 @@ class Direct {
     }
     transport::takeOver(&barrierWord);
     return {};
+  }
+
+  // Two-shot's pieces of m elements: n of them, whole cache lines each (the last ones may be
+  // short or empty).
+  std::size_t pieceElems(std::size_t m) const { return roundUp(ceilDiv(m, n_), v_); }
+  static Range pieceOf(std::size_t q, std::size_t piece, std::size_t m) {
+    return {std::min(m, q * piece), std::min(m, (q + 1) * piece)};
+  }
+
+  // to[0, m) = own[0, m) combined with peer(q)[0, m) of every other rank q, a chunk at a time.
+  template <typename Peer>
+  void sum(std::byte* to, const std::byte* own, std::size_t m, Peer&& peer) const {
+    const std::size_t step = std::max(v_, kChunkBytes / es_ / v_ * v_);
+    for (std::size_t i = 0; i < m; i += step) {
+      const std::size_t len = std::min(step, m - i);
+      for (std::size_t j = 1; j < n_; ++j) {
+        const std::size_t q = (me_ + j) % n_;
+        reduce(to + i * es_, j == 1 ? own + i * es_ : to + i * es_, peer(q) + i * es_, len, c_.type,
+               op_);
+      }
+    }
   }
 
   // The input's and output's extents, and where the input may sit inside the output (the
@@ -129,7 +349,7 @@ class Direct {
         break;
       case Collective::allToAll:
         inElems = outElems = n_ * c_.count;
-        inPlace = 0;  // a rank overwrites blocks its peers still read
+        inPlace = 0;  // a rank overwrites blocks that are still read
         break;
       default:
         break;
@@ -137,9 +357,9 @@ class Direct {
     if (reinterpret_cast<std::uintptr_t>(in_) == inPlace ||
         !overlaps(in_, inElems * es_, out_, outElems * es_))
       return;
-    staging_.resize(inElems * es_);
-    std::memcpy(staging_.data(), in_, inElems * es_);
-    in_ = staging_.data();
+    state_.staging.resize(inElems * es_);
+    std::memcpy(state_.staging.data(), in_, inElems * es_);
+    in_ = state_.staging.data();
   }
 
   // Runs fn(t, k) on k threads: as many as `bytes` gives kBytesPerThread each, at most the
@@ -156,99 +376,24 @@ class Direct {
     return {};
   }
 
-  // Rank q's bytes at `from` (this rank's own memory included: its PeerMemory is local).
-  Status read(std::size_t q, std::byte* to, std::uint64_t from, std::size_t bytes) const {
-    return bytes == 0 ? Status{} : (*g_.memory)[q].read(to, from, bytes);
-  }
-
-  // Elements `r` of the call's reduced segment: this rank's own input at `mine` (elements
-  // r.begin.. of it) combined with every peer's input at element `at` + r.begin.., into the
-  // output at r.begin. Peers' chunks are read into a buffer that stays in cache, unless the
-  // peer is a thread of this process (then summed where they lie).
-  Status sum(Range r, const std::byte* mine, std::size_t at) const {
-    thread_local std::vector<std::byte> chunk;
-    chunk.resize(kChunkBytes);
-    const std::size_t step = std::max<std::size_t>(v_, kChunkBytes / es_ / v_ * v_);
-    for (std::size_t i = r.begin; i < r.end; i += step) {
-      const std::size_t m = std::min(step, r.end - i);
-      std::byte* acc = out_ + i * es_;
-      const std::byte* first = mine + i * es_;
-      for (std::size_t k = 1; k < n_; ++k) {
-        const std::size_t q = (me_ + k) % n_;
-        const std::uint64_t from = inputs_[q] + (at + i) * es_;
-        const std::byte* src = reinterpret_cast<const std::byte*>(from);
-        if (!(*g_.memory)[q].local()) {
-          if (Status s = (*g_.memory)[q].read(chunk.data(), from, m * es_); !s) return s;
-          src = chunk.data();
-        }
-        reduce(acc, k == 1 ? first : acc, src, m, c_.type, op_);
-      }
-    }
-    return {};
-  }
-
-  // Share t of k of every block of the output: block q comes from rank q's address blockOf(q).
-  template <typename BlockOf>
-  Status gather(BlockOf&& blockOf, std::size_t t, std::size_t k) const {
-    for (std::size_t j = 0; j < n_; ++j) {
-      const std::size_t q = (me_ + j) % n_;
-      const Range r = share({0, c_.count}, t, k, v_);
-      std::byte* to = out_ + (q * c_.count + r.begin) * es_;
-      const std::uint64_t from = blockOf(q) + r.begin * es_;
-      if (q == me_ && reinterpret_cast<const std::byte*>(from) == to) continue;  // in place
-      if (Status s = read(q, to, from, r.size() * es_); !s) return s;
-    }
-    return {};
-  }
-
-  // Two-shot: rank r sums piece r of every input into its output, then every rank reads the
-  // other pieces from their owners' outputs.
-  Status allReduce() {
-    const std::size_t piece = roundUp(ceilDiv(c_.count, n_), v_);
-    auto pieceOf = [&](std::size_t r) {
-      return Range{std::min(c_.count, r * piece), std::min(c_.count, (r + 1) * piece)};
-    };
-    const std::size_t bytes = c_.count * es_;
-    if (Status s = parallel(bytes,
-                            [&](std::size_t t, std::size_t k) {
-                              return sum(share(pieceOf(me_), t, k, v_), in_, 0);
-                            });
-        !s)
-      return s;
-    if (Status s = barrier(); !s) return s;
-    return parallel(bytes, [&](std::size_t t, std::size_t k) {
-      for (std::size_t j = 1; j < n_; ++j) {
-        const std::size_t q = (me_ + j) % n_;
-        const Range r = share(pieceOf(q), t, k, v_);
-        if (Status s = read(q, out_ + r.begin * es_, outputs_[q] + r.begin * es_, r.size() * es_);
-            !s)
-          return s;
-      }
-      return Status{};
-    });
-  }
-
   const DirectCall& c_;
   const DirectGroup& g_;
-  std::uint64_t& barriers_;
-  std::vector<std::byte>& staging_;
+  DirectState& state_;
   std::size_t es_, n_, me_, v_;
   const std::byte* in_;
   std::byte* out_;
   RedOp op_;
-  std::vector<std::uint64_t> inputs_, outputs_;  // by rank, as published
 };
 
 }  // namespace
 
-bool directServes(Collective coll, bool threadsOfOneProcess) {
+bool directServes(Collective coll) {
   return coll == Collective::allReduce || coll == Collective::allGather ||
-         coll == Collective::allToAll || (coll == Collective::reduceScatter && threadsOfOneProcess);
+         coll == Collective::allToAll || coll == Collective::reduceScatter;
 }
 
-Status runDirect(const DirectCall& call, const DirectGroup& group, std::uint64_t& barriers,
-                 std::vector<std::byte>& staging) {
-  return Direct(call, group, barriers, staging).run();
+Status runDirect(const DirectCall& call, const DirectGroup& group, DirectState& state) {
+  return Direct(call, group, state).run();
 }
 
 }  // namespace weft::exec

@@ -1,20 +1,33 @@
-// The direct path on host memory: a collective in which every rank reads what it needs straight
-// from its peers' buffers (process_vm_readv between processes, plain loads between threads of
-// one process), with no FIFO and no schedule. It serves the calls large enough that the bytes
-// moved, not the messages, decide the time, on a host where every rank can read every other.
+// The direct path on host memory: a collective with no FIFO and no schedule, for the calls large
+// enough that the bytes moved, not the messages, decide the time, on one host.
 //
-// Each call is two or three barriers over the ranks' control pages. Before the first, each rank
+// Ranks that are threads of one process read what they need straight from each other's buffers
+// behind two or three barriers over the ranks' control pages. Before the first, each rank
 // publishes its buffers' addresses; after it, each rank reads its peers':
-//   all-reduce      each rank sums piece r of every rank's input (in chunks read into a buffer
-//                   that stays in cache) into piece r of its output; barrier; each reads the
-//                   other pieces from their owners' outputs (two-shot's bytes: (n-1)/n of the
-//                   call in, as much out)
+//   all-reduce      each rank sums piece r of every rank's input into piece r of its output;
+//                   barrier; each copies the other pieces from their owners' outputs (two-shot's
+//                   bytes: (n-1)/n of the call in, as much out)
 //   reduce-scatter  each rank sums block r of every rank's input into its output
-//   all-gather      each rank reads every peer's input into its block of the output
-//   all-to-all      each rank reads block r of every peer's input
-// and a last barrier keeps every buffer its owner's until nobody reads it. A rank whose input
-// overlaps its output other than in the collective's in-place layout reads its input from a
-// private copy, so its own writes cannot reach what its peers still read.
+//   all-gather      each rank copies every peer's input into its block of the output
+//   all-to-all      each rank copies block r of every peer's input
+// and a last barrier keeps every buffer its owner's until nobody reads it.
+//
+// Ranks in different processes cannot load from each other's buffers (process_vm_readv, which
+// can, cost a system call and a page pinning per chunk: 1 MB all-reduces of 8 ranks spent 3.8x
+// a plain-load version's time summing). Instead every rank's inbox ends in a stage, two halves
+// that calls alternate between round by round; each round a rank copies the part of its input
+// its peers need into a half, and the peers load it from there:
+//   all-reduce      copy in; barrier; sum piece r of every stage into the output, and copy the
+//                   sum into the stage's reduced part; barrier; copy the others' sums
+//   reduce-scatter  copy in; barrier; sum block r of every stage
+//   all-gather      copy in; barrier; copy every stage
+//   all-to-all      copy in; barrier; copy block r of every stage
+// A half is written again two rounds later, once every peer has passed the barrier of the round
+// between, which it reaches only after its reads of the half: so one barrier a round is enough
+// (two for all-reduce, whose sums are read after the second), and none at the end of a call.
+//
+// A rank whose input overlaps its output other than in the collective's in-place layout reads
+// its input from a private copy, so its own writes cannot reach what it (or a peer) still reads.
 #pragma once
 
 #include <cstddef>
@@ -40,26 +53,30 @@ struct DirectCall {
 
 struct DirectGroup {
   int rank = 0, nranks = 1;
-  std::vector<transport::ShmControl*> controls;                // by rank, this rank's included
-  const std::vector<transport::PeerMemory>* memory = nullptr;  // by rank
+  std::vector<transport::ShmControl*> controls;  // by rank, this rank's included
+  // Every rank's stage, mapped here (by rank; empty: the ranks are threads of one process and
+  // load from each other's buffers), and its bytes.
+  std::vector<std::byte*> stages;
+  std::size_t stageBytes = 0;
   const transport::Waiter* waiter = nullptr;
   // Runs fn(0) .. fn(k - 1) on k of this rank's threads and returns when all have.
   std::function<void(std::size_t k, const std::function<void(std::size_t)>& fn)> parallel;
   std::size_t threads = 1;  // the most `parallel` runs at once
 };
 
-// Whether the direct path serves this collective: all-reduce, all-gather and all-to-all, and
-// reduce-scatter where the ranks are threads of one process. Measured on the H200 machine's
-// host, 8 ranks of 2 cores, against the schedules through the FIFOs (docs/perf.md): between
-// processes reduce-scatter's reads (a system call per chunk and peer) ran 15-45 % slower at
-// 256 KB-1 MB and no faster above, and a broadcast, whose every rank reads the root, up to 4x
-// slower; as threads (plain loads) every collective ran 1.15-2.5x faster.
-bool directServes(Collective coll, bool threadsOfOneProcess);
+// Whether the direct path serves this collective: all-reduce, reduce-scatter, all-gather and
+// all-to-all.
+bool directServes(Collective coll);
 
-// Runs one call; every rank of the group calls it for the same call. `barriers` counts the
-// barriers this rank has passed (the same on every rank between calls); `staging` holds a
-// private copy of the input where one is needed.
-Status runDirect(const DirectCall& call, const DirectGroup& group, std::uint64_t& barriers,
-                 std::vector<std::byte>& staging);
+// What a rank's direct calls carry from one to the next (the same counts on every rank between
+// calls).
+struct DirectState {
+  std::uint64_t barriers = 0;      // barriers passed
+  std::uint64_t rounds = 0;        // rounds through the stage (its half is rounds % 2)
+  std::vector<std::byte> staging;  // a private copy of the input, where one is needed
+};
+
+// Runs one call; every rank of the group calls it for the same call.
+Status runDirect(const DirectCall& call, const DirectGroup& group, DirectState& state);
 
 }  // namespace weft::exec

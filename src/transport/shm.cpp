@@ -44,7 +44,8 @@ std::size_t ShmGeometry::connectionBytes() const {
 std::size_t ShmGeometry::inboxBytes() const {
   if (!fifos) return kHeadBytes;
   return kHeadBytes +
-         static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) * connectionBytes();
+         static_cast<std::size_t>(channels) * static_cast<std::size_t>(nranks) * connectionBytes() +
+         roundUp(stageBytes, 4096);
 }
 
 std::size_t ShmGeometry::offset(int channel, int from) const {

@@ -52,9 +52,12 @@ struct ShmGeometry {
   // False for an inbox of a rank whose peers all use another transport: the control page and
   // the small slots only.
   bool fifos = true;
+  // The direct path's stage at the inbox's end (src/exec/host_direct.hpp); 0: none.
+  std::size_t stageBytes = 0;
 
   std::size_t connectionBytes() const;
   std::size_t inboxBytes() const;
+  std::size_t stageOffset() const { return inboxBytes() - stageBytes; }
   // Offset of the FIFO from `from` on `channel` inside the receiver's inbox.
   std::size_t offset(int channel, int from) const;
 };

@@ -666,6 +666,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_HOST_DIRECT", "yes"},
                                                         {"WEFT_HOST_DIRECT_BYTES", "-1"},
                                                         {"WEFT_HOST_SMALL_BYTES", "8193"},
+                                                        {"WEFT_HOST_STAGE_BYTES", "4096"},
                                                         {"WEFT_ALGO", "nosuchalgo"}}) {
     setenv(var, value, 1);
     weftComm_t comms[2] = {nullptr, nullptr};

@@ -108,7 +108,7 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
-// The direct path between processes (process_vm_readv), made the path of every call it serves
+// The direct path between processes (through the stages), made the path of every call it serves
 // with WEFT_HOST_DIRECT=1 and WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in
 // its barriers (below).
 TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
@@ -127,6 +127,34 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
         return everyCollective(r, comm);
       },
       &pids);
+  unsetenv("WEFT_HOST_SMALL_BYTES");
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_HOST_DIRECT");
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+// The stage in many rounds: an 8 KiB stage (rounds of 4 KiB, some cut short, some empty for the
+// last ranks) under the whole matrix, in place and out of place.
+TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_HOST_DIRECT", "1", 1);
+  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
+  setenv("WEFT_HOST_STAGE_BYTES", "8192", 1);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(
+      3,
+      [](int r, Comm& comm) {
+        std::vector<Comm> mine;
+        mine.push_back(std::move(comm));
+        const std::vector<std::string> failures = runMatrix(mine, 3, r);
+        for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
+        comm = std::move(mine.front());
+        return failures.empty() ? 0 : 1;
+      },
+      &pids, std::chrono::seconds(300));
+  unsetenv("WEFT_HOST_STAGE_BYTES");
   unsetenv("WEFT_HOST_SMALL_BYTES");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
   unsetenv("WEFT_HOST_DIRECT");
