@@ -6,7 +6,14 @@
 #include <bit>
 #include <cstdint>
 
+// A file compiled for another instruction set (host_reduce_*.cpp) defines WEFT_NUMERIC_NS to
+// keep its copies of these inline functions apart: the linker keeps one copy of an inline
+// function, and the AVX-512 one must not serve the baseline's callers.
+#ifdef WEFT_NUMERIC_NS
+namespace weft::exec::WEFT_NUMERIC_NS {
+#else
 namespace weft::exec {
+#endif
 namespace detail {
 
 // One encoder and one decoder serve all four formats; a format is its field widths plus the two
@@ -139,4 +146,4 @@ constexpr std::uint8_t floatToE5m2(float f) {
   return static_cast<std::uint8_t>(detail::encode<detail::kE5m2>(f));
 }
 
-}  // namespace weft::exec
+}  // namespace weft::exec(::WEFT_NUMERIC_NS)

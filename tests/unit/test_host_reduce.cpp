@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "src/exec/host_reduce.hpp"
+#include "src/exec/host_reduce_isa.hpp"
 #include "src/exec/numeric.hpp"
 #include "weft/types.hpp"
 
@@ -573,6 +574,59 @@ TEST(HostReduce, FloatDivideIsWithinOneRounding) {
       }
     }
   }
+}
+
+// Every instruction-set variant this CPU runs gives the baseline's bits: every dtype and op,
+// random bit patterns (NaNs with payloads, infinities, subnormals and -0 among them), lengths
+// around the vector widths, misaligned starts, in place and out of place; and avg's division.
+TEST(HostReduce, EveryInstructionSetGivesTheBaselinesBits) {
+  const std::vector<ReduceVariant>& variants = reduceVariants();
+  ASSERT_STREQ(variants.front().name, "baseline");
+  std::mt19937_64 rng(7);
+  int compared = 0;
+  for (const ReduceVariant& v : variants) {
+    if (!v.runs) {
+      std::printf("(%s: not on this CPU)\n", v.name);
+      continue;
+    }
+    for (DataType type : kAllDataTypes) {
+      const std::size_t es = sizeOf(type);
+      for (RedOp op : kAllRedOps) {
+        for (std::size_t count : {1ul, 15ul, 16ul, 63ul, 64ul, 65ul, 1000ul, 4099ul}) {
+          for (std::size_t skew : {0ul, 1ul}) {
+            std::vector<std::byte> a((count + skew) * es), b(a.size());
+            for (auto* buf : {&a, &b}) {
+              for (std::byte& x : *buf) x = static_cast<std::byte>(rng());
+            }
+            std::vector<std::byte> want(a.size()), got(a.size());
+            const std::size_t at = skew * es;
+            variants.front().reduce(want.data() + at, a.data() + at, b.data() + at, count, type,
+                                    op);
+            v.reduce(got.data() + at, a.data() + at, b.data() + at, count, type, op);
+            ASSERT_EQ(want, got) << v.name << " " << name(type) << " " << name(op) << " count "
+                                 << count << " skew " << skew;
+            std::vector<std::byte> inPlace = a;
+            v.reduce(inPlace.data() + at, inPlace.data() + at, b.data() + at, count, type, op);
+            ASSERT_EQ(
+                std::vector<std::byte>(want.begin() + static_cast<std::ptrdiff_t>(at), want.end()),
+                std::vector<std::byte>(inPlace.begin() + static_cast<std::ptrdiff_t>(at),
+                                       inPlace.end()))
+                << v.name << " in place " << name(type) << " " << name(op) << " count " << count;
+            ++compared;
+          }
+        }
+      }
+      for (std::uint64_t divisor : {3ull, 8ull, 1000003ull}) {
+        std::vector<std::byte> a(4099 * es), want(a.size()), got(a.size());
+        for (std::byte& x : a) x = static_cast<std::byte>(rng());
+        variants.front().divide(want.data(), a.data(), 4099, type, divisor);
+        v.divide(got.data(), a.data(), 4099, type, divisor);
+        ASSERT_EQ(want, got) << v.name << " divide " << name(type) << " by " << divisor;
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  std::printf("reduce() runs the %s variant here\n", reduceVariant().name);
 }
 
 }  // namespace
