@@ -510,7 +510,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     // Threads beyond the cores a rank has only take turns with its peers: a spinning barrier
     // holds a core while the thread it waits for waits for one (two ranks of two threads each
     // on two cores ran three times slower than with one thread each).
-    g.threads = static_cast<std::size_t>(std::min(c->geometry_.channels, cores));
+    g.threads = static_cast<std::size_t>(std::min(
+        c->geometry_.channels, config.hostDirectThreads > 0 ? config.hostDirectThreads : cores));
+    g.fixedThreads = config.hostDirectThreads > 0;
   }
   return c;
 }

@@ -135,6 +135,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.hostDirectBytes = static_cast<std::size_t>(*x);
   }
+  if (env("WEFT_HOST_DIRECT_THREADS") != nullptr) {
+    auto x = number("WEFT_HOST_DIRECT_THREADS", 1, 16);
+    if (!x) return x.status();
+    c.hostDirectThreads = static_cast<int>(*x);
+  }
   if (env("WEFT_HOST_STAGE_BYTES") != nullptr) {
     auto x = number("WEFT_HOST_STAGE_BYTES", 8192, 1 << 30);
     if (!x) return x.status();

@@ -64,6 +64,9 @@ struct Config {
   // 0, or 0 bytes: never.
   int hostDirect = -1;
   std::size_t hostDirectBytes = 256 * 1024;
+  // WEFT_HOST_DIRECT_THREADS (1-16; 0: automatic): the threads of every direct call of a rank,
+  // at most its channels. Automatic: up to the rank's cores, one a 256 KiB of the call.
+  int hostDirectThreads = 0;
   // WEFT_HOST_STAGE_BYTES (8 KiB-1 GiB, in 8 KiB): each rank's stage, through which the direct
   // path between processes runs in rounds of half of it (src/exec/host_direct.hpp). The default
   // two halves of 1 MiB stay in a core's L2 between a round's copy in and its peers' reads.

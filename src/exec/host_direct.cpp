@@ -1,6 +1,7 @@
 #include "src/exec/host_direct.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -56,98 +57,106 @@ class Direct {
         op_(c.op == RedOp::avg ? RedOp::sum : c.op) {}
 
   Status run() {
+    if (!directServes(c_.coll)) return unserved();
     stageInputIfNeeded();
-    return g_.stages.empty() ? runLoads() : runStaged();
+    // The call's threads: as many as its bytes give kBytesPerThread each, at most the group's
+    // (or all of them, where the group fixes them).
+    const std::size_t blockBytes = c_.count * es_;
+    const std::size_t bytes = c_.coll == Collective::allReduce ? blockBytes : n_ * blockBytes;
+    const std::size_t most = std::max<std::size_t>(1, g_.threads);
+    const std::size_t k =
+        g_.fixedThreads ? most : std::clamp<std::size_t>(bytes / kBytesPerThread, 1, most);
+    k_ = k;
+    const std::uint64_t rounds = state_.rounds;
+    std::vector<Status> results(k);
+    std::vector<std::uint64_t> roundsRun(k);
+    g_.parallel(k, [&](std::size_t t) {
+      Thread th{t, rounds};
+      results[t] = g_.stages.empty() ? loads(th) : staged(th);
+      roundsRun[t] = th.round - rounds;
+    });
+    state_.rounds += roundsRun[0];
+    for (Status& s : results) {
+      if (!s) return s;
+    }
+    return {};
   }
 
  private:
+  // One of the call's threads: its share index, and (between processes) its round.
+  struct Thread {
+    std::size_t t;
+    std::uint64_t round;
+  };
+
   // ---- Ranks that are threads of one process: loads from the peers' buffers.
 
-  Status runLoads() {
-    transport::ShmControl* mine = g_.controls[me_];
-    mine->directInput = reinterpret_cast<std::uintptr_t>(in_);
-    mine->directOutput = reinterpret_cast<std::uintptr_t>(out_);
-    if (Status s = barrier(); !s) return s;
-    std::vector<const std::byte*> inputs(n_);
-    std::vector<const std::byte*> outputs(n_);
-    for (std::size_t q = 0; q < n_; ++q) {
-      inputs[q] = reinterpret_cast<const std::byte*>(g_.controls[q]->directInput);
-      outputs[q] = reinterpret_cast<const std::byte*>(g_.controls[q]->directOutput);
+  Status loads(Thread& th) {
+    const std::size_t t = th.t, k = k_;
+    if (t == 0) {
+      transport::ShmControl* mine = g_.controls[me_];
+      mine->directInput = reinterpret_cast<std::uintptr_t>(in_);
+      mine->directOutput = reinterpret_cast<std::uintptr_t>(out_);
     }
-    const std::size_t blockBytes = c_.count * es_;
-    Status s;
+    if (Status s = sync(); !s) return s;
+    auto inputOf = [&](std::size_t q) {
+      return reinterpret_cast<const std::byte*>(g_.controls[q]->directInput);
+    };
     switch (c_.coll) {
       case Collective::allReduce: {
         const std::size_t piece = pieceElems(c_.count);
-        s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
-          const Range r = share(pieceOf(me_, piece, c_.count), t, k, v_);
-          sum(out_ + r.begin * es_, in_ + r.begin * es_, r.size(),
-              [&](std::size_t q) { return inputs[q] + r.begin * es_; });
-          return Status{};
-        });
-        if (s) s = barrier();
-        if (s) {
-          s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
-            for (std::size_t j = 1; j < n_; ++j) {
-              const std::size_t q = (me_ + j) % n_;
-              const Range r = share(pieceOf(q, piece, c_.count), t, k, v_);
-              copyBytes(out_ + r.begin * es_, outputs[q] + r.begin * es_, r.size() * es_);
-            }
-            return Status{};
-          });
+        const Range r = share(pieceOf(me_, piece, c_.count), t, k, v_);
+        sum(out_ + r.begin * es_, in_ + r.begin * es_, r.size(),
+            [&](std::size_t q) { return inputOf(q) + r.begin * es_; });
+        if (Status s = sync(); !s) return s;
+        for (std::size_t j = 1; j < n_; ++j) {
+          const std::size_t q = (me_ + j) % n_;
+          const Range p = share(pieceOf(q, piece, c_.count), t, k, v_);
+          const auto* from = reinterpret_cast<const std::byte*>(g_.controls[q]->directOutput);
+          copyBytes(out_ + p.begin * es_, from + p.begin * es_, p.size() * es_);
         }
         break;
       }
-      case Collective::reduceScatter:
-        s = parallel(blockBytes, [&](std::size_t t, std::size_t k) {
-          const Range r = share({0, c_.count}, t, k, v_);
-          const std::size_t at = (me_ * c_.count + r.begin) * es_;
-          sum(out_ + r.begin * es_, in_ + at, r.size(),
-              [&](std::size_t q) { return inputs[q] + at; });
-          return Status{};
-        });
-        break;
-      case Collective::allGather:
-      case Collective::allToAll: {
-        const bool a2a = c_.coll == Collective::allToAll;
-        s = parallel(n_ * blockBytes, [&](std::size_t t, std::size_t k) {
-          const Range r = share({0, c_.count}, t, k, v_);
-          for (std::size_t j = 0; j < n_; ++j) {
-            const std::size_t q = (me_ + j) % n_;
-            const std::byte* from = inputs[q] + ((a2a ? me_ * c_.count : 0) + r.begin) * es_;
-            copyBytes(out_ + (q * c_.count + r.begin) * es_, from, r.size() * es_);
-          }
-          return Status{};
-        });
+      case Collective::reduceScatter: {
+        const Range r = share({0, c_.count}, t, k, v_);
+        const std::size_t at = (me_ * c_.count + r.begin) * es_;
+        sum(out_ + r.begin * es_, in_ + at, r.size(),
+            [&](std::size_t q) { return inputOf(q) + at; });
         break;
       }
-      default:
-        return unserved();
+      default: {  // all-gather, all-to-all
+        const bool a2a = c_.coll == Collective::allToAll;
+        const Range r = share({0, c_.count}, t, k, v_);
+        for (std::size_t j = 0; j < n_; ++j) {
+          const std::size_t q = (me_ + j) % n_;
+          const std::byte* from = inputOf(q) + ((a2a ? me_ * c_.count : 0) + r.begin) * es_;
+          copyBytes(out_ + (q * c_.count + r.begin) * es_, from, r.size() * es_);
+        }
+        break;
+      }
     }
-    if (!s) return s;
     // Nobody returns while a peer may still read its buffers.
-    return barrier();
+    return sync();
   }
 
   // ---- Ranks in several processes: rounds through the stages.
 
-  Status runStaged() {
+  Status staged(Thread& th) {
     switch (c_.coll) {
       case Collective::allReduce:
-        return stagedAllReduce();
-      case Collective::reduceScatter:
-      case Collective::allToAll:
-        return stagedBlocks();
+        return stagedAllReduce(th);
       case Collective::allGather:
-        return stagedAllGather();
-      default:
-        return unserved();
+        return stagedAllGather(th);
+      default:  // reduce-scatter, all-to-all
+        return stagedBlocks(th);
     }
   }
 
   std::size_t halfBytes() const { return g_.stageBytes / 2 / 64 * 64; }
-  // Rank q's half of this round.
-  std::byte* half(std::size_t q) const { return g_.stages[q] + (state_.rounds % 2) * halfBytes(); }
+  // Rank q's half in round `round`.
+  std::byte* half(std::size_t q, std::uint64_t round) const {
+    return g_.stages[q] + (round % 2) * halfBytes();
+  }
   // The most elements a round takes when each rank stages `perElement` of them per element of
   // the round, at least one cache line's worth.
   std::size_t roundElems(std::size_t perElement) const {
@@ -156,132 +165,84 @@ class Direct {
 
   // Two-shot in rounds: the input's pieces go through the stage's first part, the sums through
   // its second.
-  Status stagedAllReduce() {
+  Status stagedAllReduce(Thread& th) {
+    const std::size_t t = th.t, k = k_;
     // A round of m elements stages m (its pieces) and m / n (the sum of one).
     const std::size_t most =
         std::max(n_ * v_, halfBytes() / es_ * n_ / (n_ + 1) / (n_ * v_) * (n_ * v_));
     const std::size_t sumsAt = roundUp(most * es_, 64);
-    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+    for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
       const std::size_t piece = pieceElems(m);
       const std::byte* in = in_ + off * es_;
       std::byte* out = out_ + off * es_;
-      if (Status s =
-              parallel(m * es_,
-                       [&](std::size_t t, std::size_t k) {
-                         for (std::size_t j = 1; j < n_; ++j) {
-                           const Range r = share(pieceOf((me_ + j) % n_, piece, m), t, k, v_);
-                           copyBytes(half(me_) + r.begin * es_, in + r.begin * es_, r.size() * es_);
-                         }
-                         return Status{};
-                       });
-          !s)
-        return s;
-      if (Status s = barrier(); !s) return s;
+      for (std::size_t j = 1; j < n_; ++j) {
+        const Range r = share(pieceOf((me_ + j) % n_, piece, m), t, k, v_);
+        copyBytes(half(me_, th.round) + r.begin * es_, in + r.begin * es_, r.size() * es_);
+      }
+      if (Status s = sync(); !s) return s;
       const Range mine = pieceOf(me_, piece, m);
-      if (Status s = parallel(m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                const Range r = share(mine, t, k, v_);
-                                sum(out + r.begin * es_, in + r.begin * es_, r.size(),
-                                    [&](std::size_t q) { return half(q) + r.begin * es_; });
-                                copyBytes(half(me_) + sumsAt + (r.begin - mine.begin) * es_,
-                                          out + r.begin * es_, r.size() * es_);
-                                return Status{};
-                              });
-          !s)
-        return s;
-      if (Status s = barrier(); !s) return s;
-      if (Status s = parallel(m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                for (std::size_t j = 1; j < n_; ++j) {
-                                  const std::size_t q = (me_ + j) % n_;
-                                  const Range p = pieceOf(q, piece, m);
-                                  const Range r = share(p, t, k, v_);
-                                  copyBytes(out + r.begin * es_,
-                                            half(q) + sumsAt + (r.begin - p.begin) * es_,
-                                            r.size() * es_);
-                                }
-                                return Status{};
-                              });
-          !s)
-        return s;
+      const Range r = share(mine, t, k, v_);
+      sum(out + r.begin * es_, in + r.begin * es_, r.size(),
+          [&](std::size_t q) { return half(q, th.round) + r.begin * es_; });
+      copyBytes(half(me_, th.round) + sumsAt + (r.begin - mine.begin) * es_, out + r.begin * es_,
+                r.size() * es_);
+      if (Status s = sync(); !s) return s;
+      for (std::size_t j = 1; j < n_; ++j) {
+        const std::size_t q = (me_ + j) % n_;
+        const Range p = pieceOf(q, piece, m);
+        const Range pr = share(p, t, k, v_);
+        copyBytes(out + pr.begin * es_, half(q, th.round) + sumsAt + (pr.begin - p.begin) * es_,
+                  pr.size() * es_);
+      }
     }
     return {};
   }
 
   // Reduce-scatter and all-to-all: a round takes elements [off, off + m) of every block; block q
   // of this rank's input goes to the stage at q * m, and rank q reads it from there.
-  Status stagedBlocks() {
+  Status stagedBlocks(Thread& th) {
+    const std::size_t t = th.t, k = k_;
     const bool a2a = c_.coll == Collective::allToAll;
     const std::size_t most = roundElems(n_);
-    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+    for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
-      if (Status s = parallel(n_ * m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                const Range r = share({0, m}, t, k, v_);
-                                for (std::size_t j = 1; j < n_; ++j) {
-                                  const std::size_t q = (me_ + j) % n_;
-                                  copyBytes(half(me_) + (q * m + r.begin) * es_,
-                                            in_ + (q * c_.count + off + r.begin) * es_,
-                                            r.size() * es_);
-                                }
-                                return Status{};
-                              });
-          !s)
-        return s;
-      if (Status s = barrier(); !s) return s;
-      if (Status s = parallel(n_ * m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                const Range r = share({0, m}, t, k, v_);
-                                const std::byte* own = in_ + (me_ * c_.count + off + r.begin) * es_;
-                                auto staged = [&](std::size_t q) {
-                                  return half(q) + (me_ * m + r.begin) * es_;
-                                };
-                                if (!a2a) {
-                                  sum(out_ + (off + r.begin) * es_, own, r.size(), staged);
-                                  return Status{};
-                                }
-                                for (std::size_t j = 0; j < n_; ++j) {
-                                  const std::size_t q = (me_ + j) % n_;
-                                  copyBytes(out_ + (q * c_.count + off + r.begin) * es_,
-                                            q == me_ ? own : staged(q), r.size() * es_);
-                                }
-                                return Status{};
-                              });
-          !s)
-        return s;
+      const Range r = share({0, m}, t, k, v_);
+      for (std::size_t j = 1; j < n_; ++j) {
+        const std::size_t q = (me_ + j) % n_;
+        copyBytes(half(me_, th.round) + (q * m + r.begin) * es_,
+                  in_ + (q * c_.count + off + r.begin) * es_, r.size() * es_);
+      }
+      if (Status s = sync(); !s) return s;
+      const std::byte* own = in_ + (me_ * c_.count + off + r.begin) * es_;
+      auto staged = [&](std::size_t q) { return half(q, th.round) + (me_ * m + r.begin) * es_; };
+      if (!a2a) {
+        sum(out_ + (off + r.begin) * es_, own, r.size(), staged);
+        continue;
+      }
+      for (std::size_t j = 0; j < n_; ++j) {
+        const std::size_t q = (me_ + j) % n_;
+        copyBytes(out_ + (q * c_.count + off + r.begin) * es_, q == me_ ? own : staged(q),
+                  r.size() * es_);
+      }
     }
     return {};
   }
 
-  Status stagedAllGather() {
+  Status stagedAllGather(Thread& th) {
+    const std::size_t t = th.t, k = k_;
     const std::size_t most = roundElems(1);
-    for (std::size_t off = 0; off < c_.count; off += most, ++state_.rounds) {
+    for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
       const std::byte* in = in_ + off * es_;
-      if (Status s = parallel(m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                const Range r = share({0, m}, t, k, v_);
-                                copyBytes(half(me_) + r.begin * es_, in + r.begin * es_,
-                                          r.size() * es_);
-                                return Status{};
-                              });
-          !s)
-        return s;
-      if (Status s = barrier(); !s) return s;
-      if (Status s = parallel(n_ * m * es_,
-                              [&](std::size_t t, std::size_t k) {
-                                const Range r = share({0, m}, t, k, v_);
-                                for (std::size_t j = 0; j < n_; ++j) {
-                                  const std::size_t q = (me_ + j) % n_;
-                                  copyBytes(out_ + (q * c_.count + off + r.begin) * es_,
-                                            (q == me_ ? in : half(q)) + r.begin * es_,
-                                            r.size() * es_);
-                                }
-                                return Status{};
-                              });
-          !s)
-        return s;
+      const Range r = share({0, m}, t, k, v_);
+      copyBytes(half(me_, th.round) + r.begin * es_, in + r.begin * es_, r.size() * es_);
+      if (Status s = sync(); !s) return s;
+      for (std::size_t j = 0; j < n_; ++j) {
+        const std::size_t q = (me_ + j) % n_;
+        copyBytes(out_ + (q * c_.count + off + r.begin) * es_,
+                  (q == me_ ? in : half(q, th.round)) + r.begin * es_, r.size() * es_);
+      }
     }
     return {};
   }
@@ -291,6 +252,25 @@ class Direct {
   Status unserved() const {
     return internalError(std::string("the direct path does not serve ") +
                          std::string(name(c_.coll)));
+  }
+
+  // Every thread of every rank reaches this point before any goes on. The last of this rank's
+  // threads to arrive takes the rank through the barrier over the ranks, then lets the others
+  // go; they spin meanwhile (each has a core: the group's threads are at most the rank's).
+  Status sync() {
+    const std::uint64_t passed = passed_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == k_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      failure_ = barrier();
+      passed_.store(passed + 1, std::memory_order_release);
+      return failure_;
+    }
+    if (Status s =
+            g_.waiter->wait([&] { return passed_.load(std::memory_order_acquire) != passed; },
+                            "waiting in a direct call's barrier for", static_cast<int>(me_));
+        !s)
+      return s;
+    return failure_;
   }
 
   // Every rank reaches barrier number ++barriers before any passes it.
@@ -362,20 +342,6 @@ class Direct {
     in_ = state_.staging.data();
   }
 
-  // Runs fn(t, k) on k threads: as many as `bytes` gives kBytesPerThread each, at most the
-  // group's.
-  template <typename Fn>
-  Status parallel(std::size_t bytes, Fn&& fn) {
-    const std::size_t k =
-        std::clamp<std::size_t>(bytes / kBytesPerThread, 1, std::max<std::size_t>(1, g_.threads));
-    std::vector<Status> results(k);
-    g_.parallel(k, [&](std::size_t t) { results[t] = fn(t, k); });
-    for (Status& s : results) {
-      if (!s) return s;
-    }
-    return {};
-  }
-
   const DirectCall& c_;
   const DirectGroup& g_;
   DirectState& state_;
@@ -383,6 +349,10 @@ class Direct {
   const std::byte* in_;
   std::byte* out_;
   RedOp op_;
+  std::size_t k_ = 1;  // the call's threads
+  std::atomic<std::size_t> arrived_{0};
+  std::atomic<std::uint64_t> passed_{0};
+  Status failure_;  // the last barrier's, written before passed_ moves
 };
 
 }  // namespace

@@ -61,7 +61,8 @@ struct DirectGroup {
   const transport::Waiter* waiter = nullptr;
   // Runs fn(0) .. fn(k - 1) on k of this rank's threads and returns when all have.
   std::function<void(std::size_t k, const std::function<void(std::size_t)>& fn)> parallel;
-  std::size_t threads = 1;  // the most `parallel` runs at once
+  std::size_t threads = 1;    // the most `parallel` runs at once
+  bool fixedThreads = false;  // every call takes them all (else one a kBytesPerThread of it)
 };
 
 // Whether the direct path serves this collective: all-reduce, reduce-scatter, all-gather and

@@ -135,13 +135,14 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
 }
 
 // The stage in many rounds: an 8 KiB stage (rounds of 4 KiB, some cut short, some empty for the
-// last ranks) under the whole matrix, in place and out of place.
+// last ranks) under the whole matrix, in place and out of place, two threads a rank.
 TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_HOST_DIRECT", "1", 1);
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
   setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
   setenv("WEFT_HOST_STAGE_BYTES", "8192", 1);
+  setenv("WEFT_HOST_DIRECT_THREADS", "2", 1);
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(
       3,
@@ -154,6 +155,7 @@ TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
         return failures.empty() ? 0 : 1;
       },
       &pids, std::chrono::seconds(300));
+  unsetenv("WEFT_HOST_DIRECT_THREADS");
   unsetenv("WEFT_HOST_STAGE_BYTES");
   unsetenv("WEFT_HOST_SMALL_BYTES");
   unsetenv("WEFT_HOST_DIRECT_BYTES");
