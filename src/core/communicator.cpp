@@ -36,12 +36,6 @@ struct ReachRecord {
   std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
 };
 
-// Between processes the direct path serves calls up to this size: beyond it, on 2 and 4 ranks of
-// the H200 machine's host, the FIFOs' pipelined copies ran 10-25 % faster from 4 MB (on 8 ranks
-// the two were even at 4 MB and the direct path up to 20 % faster from 16 MB: a bound by rank
-// count was not worth its rule). Among threads it has no bound (1.15-2.5x faster at every size
-// to 64 MB).
-constexpr std::size_t kDirectProcessMostBytes = 2 * 1024 * 1024;
 
 // The cores this rank may use: those it is bound to, and no more than its share of the host's.
 int coresOfThisRank(int ranksOnHost) {
@@ -51,6 +45,18 @@ int coresOfThisRank(int ranksOnHost) {
   const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
   return static_cast<int>(std::max(1L, std::min(bound, online / std::max(1, ranksOnHost))));
 }
+
+// Whether every rank on this host has a core for each of its `threads`: the cores it is bound to
+// and its share of the host's, with no rounding up.
+bool coresForEachThread(int ranksOnHost, int threads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+  return std::min(bound, online / std::max(1, ranksOnHost)) >= threads;
+}
+constexpr std::chrono::microseconds kLongSpin{1000};
+constexpr std::chrono::microseconds kWorkerSpin{200};
 
 // A point-to-point message that names the sender's buffer instead of carrying it.
 constexpr std::uint64_t kSingleCopyMagic = 0x57454654'53494e47ull;
@@ -97,18 +103,34 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
 
 }  // namespace
 
-ChannelWorkers::ChannelWorkers(int workers) {
+ChannelWorkers::ChannelWorkers(int workers, std::chrono::microseconds spin) : spin_(spin) {
   for (int i = 0; i < workers; ++i) threads_.emplace_back(&ChannelWorkers::loop, this, i + 1);
 }
 
 ChannelWorkers::~ChannelWorkers() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_relaxed);
   }
   start_.notify_all();
   for (std::thread& t : threads_) t.join();
 }
+
+namespace {
+
+// Spins until done() holds or `limit` has passed; returns done().
+template <typename Done>
+bool spinFor(std::chrono::microseconds limit, Done&& done) {
+  if (limit.count() <= 0) return done();
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (i % 64 == 63 && std::chrono::steady_clock::now() > until) return done();
+    transport::Waiter::relax();
+  }
+}
+
+}  // namespace
 
 void ChannelWorkers::run(std::size_t channels, const std::function<void(std::size_t)>& fn) {
   if (channels <= 1) {
@@ -121,28 +143,38 @@ void ChannelWorkers::run(std::size_t channels, const std::function<void(std::siz
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
     channels_ = channels;
-    pending_ = channels - 1;
-    ++round_;
+    pending_.store(channels - 1, std::memory_order_relaxed);
+    round_.fetch_add(1, std::memory_order_release);
   }
   start_.notify_all();
   fn(0);
+  if (spinFor(spin_, [&] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  finished_.wait(lock, [&] { return pending_ == 0; });
+  finished_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
 void ChannelWorkers::loop(std::size_t channel) {
   std::uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    start_.wait(lock, [&] { return stop_ || round_ != seen; });
-    if (stop_) return;
-    seen = round_;
+    spinFor(spin_, [&] {
+      return round_.load(std::memory_order_acquire) != seen ||
+             stop_.load(std::memory_order_relaxed);
+    });
+    std::unique_lock<std::mutex> lock(mutex_);
+    start_.wait(lock, [&] {
+      return stop_.load(std::memory_order_relaxed) ||
+             round_.load(std::memory_order_relaxed) != seen;
+    });
+    if (stop_.load(std::memory_order_relaxed)) return;
+    seen = round_.load(std::memory_order_relaxed);
     if (channel >= channels_) continue;
     const std::function<void(std::size_t)>* job = job_;
     lock.unlock();
     (*job)(channel);
-    lock.lock();
-    if (--pending_ == 0) finished_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> done(mutex_);
+      finished_.notify_one();
+    }
   }
 }
 
@@ -405,11 +437,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
   // A rank's cores: the direct path's threads take no more (below). Between processes the
-  // automatic choice wants two on every rank: with one each (mpirun --bind-to core), two ranks
-  // of the H200 machine's host ran 1 MB 15 % slower than through the FIFOs, and two ranks of the
-  // 2-core CI-class VM 2-3x slower; with two (--map-by slot:PE=2), 1.2-1.8x faster at 1 MB on 2,
-  // 4 and 8 ranks. Among threads one core was enough (2 ranks on the VM: 1.1-2.3x faster).
-  const int cores = coresOfThisRank(n);
+  // automatic choice wants two on every rank: with one each (mpirun --bind-to core), 8 ranks of
+  // the H200 machine's host ran all-reduces of 1-64 MB through the stages 7-37 % slower than
+  // through the FIFOs; with two (--map-by slot:PE=2) even to 2.1x faster (docs/perf.md). Among
+  // threads one core was enough (2 ranks on the VM: 1.1-2.3x faster).
+  const int ranksHere =
+      static_cast<int>(std::count(c->sameHost_.begin(), c->sameHost_.end(), true));
+  const int cores = coresOfThisRank(ranksHere);
   if (c->directPossible_ && !c->directThreads_ && config.hostDirect < 0) {
     std::vector<std::int32_t> all(N);
     all[ME] = cores;
@@ -474,7 +508,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       },
       config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
-  c->workers_ = std::make_unique<ChannelWorkers>(c->geometry_.channels - 1);
+  // Where each of the rank's threads has a core, waits spin longer before they nap, and the
+  // channel workers spin for their next job before they sleep: on the H200 machine's host (8
+  // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
+  // with the short spin and the workers asleep between a call's phases.
+  const bool spins = coresForEachThread(ranksHere, c->geometry_.channels);
+  if (spins) c->waiter_->spinFor(kLongSpin);
+  c->workers_ = std::make_unique<ChannelWorkers>(
+      c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
   c->slotsPossible_ =
       n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
   if (c->slotsPossible_) {
@@ -612,8 +653,8 @@ std::string Communicator::summary() const {
   }
   if (directPossible_ && config_.hostDirectBytes > 0) {
     line += ", direct path from " + std::to_string(config_.hostDirectBytes / 1024) + " KiB";
-    if (!directThreads_ && config_.hostDirect < 0)
-      line += " to " + std::to_string(kDirectProcessMostBytes >> 20) + " MiB";
+    if (!directThreads_)
+      line += " through " + std::to_string(geometry_.stageBytes / 1024) + " KiB stages";
   } else if (directFewestCores_ > 0) {
     line += ", no direct path (a rank has " + std::to_string(directFewestCores_) +
             " core; WEFT_HOST_DIRECT=1 forces it)";
@@ -685,10 +726,8 @@ bool Communicator::hostSlotsServe(Collective coll, std::size_t bytes) const {
 
 bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
   // A WEFT_ALGO list asks for schedules by name: it gets them.
-  if (!directPossible_ || !exec::directServes(coll) || !config_.tuner.algorithms.empty() ||
-      config_.hostDirectBytes == 0 || bytes < config_.hostDirectBytes)
-    return false;
-  return directThreads_ || config_.hostDirect > 0 || bytes <= kDirectProcessMostBytes;
+  return directPossible_ && exec::directServes(coll) && config_.tuner.algorithms.empty() &&
+         config_.hostDirectBytes > 0 && bytes >= config_.hostDirectBytes;
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,

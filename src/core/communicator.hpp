@@ -35,7 +35,9 @@ namespace weft {
 // its life, so a call does not pay for creating threads.
 class ChannelWorkers {
  public:
-  explicit ChannelWorkers(int workers);
+  // Workers that finished a job spin up to `spin` for the next before they sleep, and the caller
+  // spins as long for them to finish (zero: both sleep at once).
+  ChannelWorkers(int workers, std::chrono::microseconds spin);
   ~ChannelWorkers();
   ChannelWorkers(const ChannelWorkers&) = delete;
   ChannelWorkers& operator=(const ChannelWorkers&) = delete;
@@ -47,9 +49,11 @@ class ChannelWorkers {
   std::mutex mutex_;
   std::condition_variable start_, finished_;
   const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t channels_ = 0, pending_ = 0;
-  std::uint64_t round_ = 0;
-  bool stop_ = false;
+  std::size_t channels_ = 0;
+  std::atomic<std::size_t> pending_{0};
+  std::atomic<std::uint64_t> round_{0};
+  std::atomic<bool> stop_{false};
+  const std::chrono::microseconds spin_;
   std::vector<std::thread> threads_;
 };
 

@@ -56,12 +56,11 @@ struct Config {
   // are read straight from the sender's buffer; 0 turns it off.
   std::size_t singleCopyBytes = 256 * 1024;
   // WEFT_HOST_DIRECT (auto, 1, 0 as -1, 1, 0) and WEFT_HOST_DIRECT_BYTES: all-reduce,
-  // all-gather and all-to-all calls at least this large on host memory (and reduce-scatter
-  // among threads of one process), where every rank can read every other's memory, run the
-  // direct path (src/exec/host_direct.hpp) instead of a schedule. auto: among threads of one
-  // process always; between processes up to 2 MiB where every rank has at least two cores
-  // (Communicator::create says why). 1: wherever every rank can read every other, at any size.
-  // 0, or 0 bytes: never.
+  // reduce-scatter, all-gather and all-to-all calls at least this large on host memory, with
+  // every rank on this host, run the direct path (src/exec/host_direct.hpp) instead of a
+  // schedule. auto: among threads of one process always; between processes (through the
+  // stages) where every rank has at least two cores (Communicator::create says why). 1: at any
+  // size, whatever the cores. 0, or 0 bytes: never.
   int hostDirect = -1;
   std::size_t hostDirectBytes = 256 * 1024;
   // WEFT_HOST_DIRECT_THREADS (1-16; 0: automatic): the threads of every direct call of a rank,

@@ -26,14 +26,14 @@ const std::vector<ReduceVariant>& reduceVariants() {
 }
 
 const ReduceVariant& reduceVariant() {
-  static const ReduceVariant& best = [&]() -> const ReduceVariant& {
+  static const ReduceVariant* const best = [] {
     const std::vector<ReduceVariant>& v = reduceVariants();
     for (auto it = v.rbegin(); it != v.rend(); ++it) {
-      if (it->runs) return *it;
+      if (it->runs) return &*it;
     }
-    return v.front();
+    return &v.front();
   }();
-  return best;
+  return *best;
 }
 
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, RedOp op) {

@@ -36,9 +36,25 @@ class Waiter {
         timeout_(timeout),
         rank_(rank) {}
 
+  // One pause of a spinning wait.
+  static void relax();
+
+  // Spin this long before the first nap, instead of kSpins pauses (~70 us on the H200 machine's
+  // Xeon): for ranks that have a core for each of their threads, where a nap's oversleep (a
+  // timer slack of 50 us and more under a hypervisor) costs more than the spin.
+  void spinFor(std::chrono::microseconds spin) { spin_ = spin; }
+
   // Returns once ready() holds, or the error that ended the wait. `what` and `peer` name it.
   template <typename Ready>
   Status wait(Ready&& ready, const char* what, int peer) const {
+    if (spin_.count() > 0) {
+      const Clock::time_point until = Clock::now() + spin_;
+      for (int spin = 0;; ++spin) {
+        if (ready()) return {};
+        relax();
+        if (spin % 64 == 63 && Clock::now() > until) break;
+      }
+    }
     for (int spin = 0; spin < kSpins; ++spin) {
       if (ready()) return {};
       relax();
@@ -59,10 +75,10 @@ class Waiter {
  private:
   static constexpr int kSpins = 4000;
   static constexpr int kMaxNapUs = 200;
-  static void relax();
   static void nap(int microseconds);
   Status check(const char* what, int peer, Clock::time_point start, int round) const;
 
+  std::chrono::microseconds spin_{0};
   const std::atomic<int>* aborted_;
   const char* reason_;
   std::function<std::string(int)> peerFailure_;
