@@ -329,7 +329,9 @@ class Direct {
         break;
       case Collective::allToAll:
         inElems = outElems = n_ * c_.count;
-        inPlace = 0;  // a rank overwrites blocks that are still read
+        // Through the stages a round writes only what it has staged or read: in place is safe.
+        // Loading from each other, peers still read blocks a rank overwrites.
+        inPlace = g_.stages.empty() ? 0 : out;
         break;
       default:
         break;
