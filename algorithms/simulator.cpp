@@ -18,7 +18,20 @@ constexpr double kBytesPerUsPerGBs = 1e3;
 // Time-based link sharing sorts every (send, link) pair of a pass; above this many the first
 // guess (flows of one step index share) stands, and SimResult::timeShared says so.
 constexpr std::size_t kTimeSharingIncidences = 8'000'000;
-constexpr int kTimeSharingIterations = 3;
+// Time-based sharing runs kFixedPasses passes, the figures of docs/perf.md's grids. With
+// SimOptions::settle it is iterated until kFlat passes in a row lie within kSettledFraction. Some
+// schedules never settle: their ranks drift apart and together again from pass to pass (pairwise
+// all-to-all over shared NICs swings by a few per cent for ever). Their replay is the mean of the
+// last kWindow passes once that mean moves by less than kSettledFraction from the window before.
+// At most kTimeSharingIterations passes, fewer for a large job: as many as sort kTimeSharingWork
+// (send, link) pairs all told, but never under kTimeSharingLeast; SimResult says where it stopped.
+constexpr int kFixedPasses = 3;
+constexpr int kTimeSharingIterations = 64;
+constexpr int kTimeSharingLeast = 3;
+constexpr int kFlat = 3;
+constexpr int kWindow = 8;
+constexpr double kSettledFraction = 5e-3;
+constexpr std::size_t kTimeSharingWork = 16'000'000;
 
 LinkClass classOfLink(topo::LinkKind k) {
   return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
@@ -341,7 +354,24 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     incidences += f.resources.size();
   });
   res.timeShared = incidences <= kTimeSharingIncidences;
-  for (int iteration = 0; res.timeShared && iteration < kTimeSharingIterations; ++iteration) {
+  std::vector<double> passes;
+  auto windowMean = [&](std::size_t end) {
+    double sum = 0;
+    for (std::size_t i = end - kWindow; i < end; ++i) sum += passes[i];
+    return sum / kWindow;
+  };
+  for (int iteration = 0; res.timeShared && !res.settled; ++iteration) {
+    if (!opt.settle && iteration == kFixedPasses) break;
+    if (iteration == kTimeSharingIterations ||
+        (iteration >= kTimeSharingLeast &&
+         static_cast<std::size_t>(iteration + 1) * incidences > kTimeSharingWork)) {
+      if (passes.size() >= kWindow) {  // swinging still: the last window stands for it
+        res.passUs = windowMean(passes.size());
+        res.swingUs = *std::max_element(passes.end() - kWindow, passes.end()) -
+                      *std::min_element(passes.end() - kWindow, passes.end());
+      }
+      break;
+    }
     // Events bucketed by resource (a counting sort), then each bucket sorted by time.
     struct Event {
       double t;
@@ -400,6 +430,23 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
       pr.seconds[slot] = 0.5 * (pr.seconds[slot] + secs);
     });
     if (Status st = replay(); !st.ok()) return st;
+    res.sharingPasses = iteration + 1;
+    passes.push_back(res.passUs);
+    const std::size_t m = passes.size();
+    if (!opt.settle) continue;
+    if (m >= kFlat) {
+      const auto [lo, hi] = std::minmax_element(passes.end() - kFlat, passes.end());
+      res.settled = *hi - *lo <= kSettledFraction * *lo;
+    }
+    if (!res.settled && m >= 2 * kWindow && m % kWindow == 0) {
+      const double now = windowMean(m), then = windowMean(m - kWindow);
+      if (std::abs(now - then) <= kSettledFraction * then) {
+        res.settled = true;
+        res.passUs = now;
+        res.swingUs = *std::max_element(passes.end() - kWindow, passes.end()) -
+                      *std::min_element(passes.end() - kWindow, passes.end());
+      }
+    }
   }
 
   // The pipelined steady state: every step of the pass is busy at once on different slices, so a

@@ -39,6 +39,9 @@ struct SimOptions {
   int aggregation = 0;                  // PAT's A (0: the cost model's choice for the size)
   bool forceFull = false;               // replay every rank even where symmetry would do
   bool forceRepresentative = false;     // replay host 0 only even where the job is small
+  // Iterate the time-based link sharing until the replay settles (Simulator::run says how)
+  // instead of the fixed three passes.
+  bool settle = false;
 };
 
 struct SimResult {
@@ -46,6 +49,10 @@ struct SimResult {
   double passUs = 0;        // one pass of the step list over one slice, latency included
   double busyUs = 0;        // one slice period of the pipelined steady state
   bool timeShared = false;  // links shared by overlapping time (false: by step index, too big)
+  int sharingPasses = 0;    // replays with time-based sharing
+  bool settled = false;     // they settled (SimOptions::settle; Simulator::run says when)
+  double swingUs = 0;       // > 0: they kept swinging; passUs is the mean of the last few, which
+                            // spread this much
   int slices = 1;
   bool representative = false;
 };

@@ -89,7 +89,8 @@ std::string label(const Estimate& e) {
 
 // Prices and replays every candidate at every size for one system and collective.
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
-                           const std::vector<std::size_t>& sizes, const TunerOptions& options) {
+                           const std::vector<std::size_t>& sizes, const TunerOptions& options,
+                           bool settle) {
   const Tuner tuner(RankGraph::fromSystem(system), options);
   const Simulator sim(system, options.constants);
   std::vector<SizeRow> rows;
@@ -105,6 +106,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
       Candidate c{e, std::nullopt};
       const Algorithm& a = *findAlgorithm(e.algorithm);
       SimOptions o;
+      o.settle = settle;
       o.protocol = e.protocol;
       o.aggregation = e.aggregation;
       tuner.shape(e, bytes, o.channels, o.chunkBytes);
@@ -267,7 +269,7 @@ int runTune(const TuneArgs& args) {
   if (detailed) {
     const topo::System system(hosts[0], nodes[0]);
     const Collective coll = colls[0];
-    const auto rows = sweep(system, coll, sizes, *options);
+    const auto rows = sweep(system, coll, sizes, *options, args.settle);
     std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
                 std::string(name(coll)).c_str());
     std::set<std::string> algos;
@@ -311,9 +313,15 @@ int runTune(const TuneArgs& args) {
             c.sim ? std::to_string(c.sim->timeUs).substr(0, 9).c_str() : "n/a",
             c.sim ? std::to_string(c.estimate.timeUs / c.sim->timeUs).substr(0, 5).c_str() : "n/a");
         if (c.sim) {
-          std::printf("   est latency %.1f bytes %.1f; sim pass %.1f, %d slices, period %.2f",
-                      c.estimate.latencyUs, c.estimate.bandwidthUs, c.sim->passUs, c.sim->slices,
-                      c.sim->busyUs);
+          std::printf(
+              "   est latency %.1f bytes %.1f; sim pass %.1f, %d slices, period %.2f, %d sharing "
+              "passes%s",
+              c.estimate.latencyUs, c.estimate.bandwidthUs, c.sim->passUs, c.sim->slices,
+              c.sim->busyUs, c.sim->sharingPasses,
+              !c.sim->timeShared               ? " (too big: shared by step index)"
+              : args.settle && !c.sim->settled ? " (not settled)"
+                                               : "");
+          if (c.sim->swingUs > 0) std::printf(", swinging by %.1f", c.sim->swingUs);
         }
         std::printf("\n");
       }
@@ -351,7 +359,7 @@ int runTune(const TuneArgs& args) {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
-      for (const SizeRow& r : sweep(system, j.coll, sizes, *options)) {
+      for (const SizeRow& r : sweep(system, j.coll, sizes, *options, args.settle)) {
         for (const Candidate& c : r.candidates) j.skipped += c.sim ? 0 : 1;
         if (!r.regret) {
           ++j.unsimulated;

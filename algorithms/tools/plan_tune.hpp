@@ -14,6 +14,7 @@ struct TuneArgs {
   std::string tuningFile;
   bool summary = false;     // the worst regret per combination instead of the per-size table
   bool candidates = false;  // the per-size table lists every candidate's estimate and sim
+  bool settle = false;      // replay each candidate until its link sharing settles
 };
 
 int runTune(const TuneArgs& args);

@@ -322,6 +322,8 @@ int main(int argc, char** argv) {
   tuneCmd->add_flag("--summary", tune.summary, "only the worst regret of each combination");
   tuneCmd->add_flag("--candidates", tune.candidates,
                     "per size, every candidate's estimate next to its simulated time");
+  tuneCmd->add_flag("--settle", tune.settle,
+                    "replay until each candidate's link sharing settles (not 3 passes)");
 
   CLI11_PARSE(app, argc, argv);
 

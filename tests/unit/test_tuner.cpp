@@ -437,6 +437,31 @@ TEST(Simulator, ReplaysSixteenThousandRanks) {
   EXPECT_LT(tree.timeUs, ring.timeUs);  // log depth against 16,383 hops
 }
 
+// Settling: three fixed passes of time-based sharing by default; with SimOptions::settle, passes
+// until three in a row agree within 0.5 %, or (pairwise all-to-all over the PCIe servers' shared
+// NICs, whose ranks drift apart and together for ever) the mean of the last eight once it holds.
+TEST(Simulator, SettlesItsLinkSharingWhenAsked) {
+  const Simulator sim(topo::System(fixture("pcie_8gpu_2socket.xml"), 8));
+  SimOptions o;
+  const SimResult fixed = *sim.run(pairwiseAlgorithm(), Collective::allToAll, 8 << 20, o);
+  EXPECT_EQ(fixed.sharingPasses, 3);
+  EXPECT_FALSE(fixed.settled);
+  o.settle = true;
+  const SimResult settled = *sim.run(pairwiseAlgorithm(), Collective::allToAll, 8 << 20, o);
+  EXPECT_TRUE(settled.settled);
+  EXPECT_GT(settled.sharingPasses, 8);
+  EXPECT_LE(settled.sharingPasses, 64);
+  // Drifting apart, partners on one NIC overlap less: the settled replay is faster, and still
+  // slower than the busiest link's bytes alone.
+  EXPECT_LT(settled.timeUs, 0.95 * fixed.timeUs);
+  EXPECT_GT(settled.timeUs, settled.busyUs);
+  const Simulator hgx(topo::System(fixture("hgx_h100.xml"), 1));
+  const SimResult ring = *hgx.run(ringAlgorithm(), Collective::allReduce, 64 << 20, o);
+  EXPECT_TRUE(ring.settled);
+  EXPECT_LE(ring.sharingPasses, 8);
+  EXPECT_EQ(ring.swingUs, 0);
+}
+
 TEST(Simulator, ContentionSlowsSharedLinks) {
   // The same all-pairs exchange through one PCIe switch pair and through NVSwitch.
   const Simulator pcie(topo::System(fixture("pcie_8gpu_2socket.xml"), 1));
