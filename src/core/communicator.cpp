@@ -36,25 +36,21 @@ struct ReachRecord {
   std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
 };
 
-
-// The cores this rank may use: those it is bound to, and no more than its share of the host's.
+// The cores this rank may use: those it is bound to, and no more than its share of the host's
+// (0 where the ranks outnumber the cores).
+long coresOfThisRankOrNone(int ranksOnHost) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+  return std::min(bound, online / std::max(1, ranksOnHost));
+}
 int coresOfThisRank(int ranksOnHost) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-  return static_cast<int>(std::max(1L, std::min(bound, online / std::max(1, ranksOnHost))));
+  return static_cast<int>(std::max(1L, coresOfThisRankOrNone(ranksOnHost)));
 }
 
-// Whether every rank on this host has a core for each of its `threads`: the cores it is bound to
-// and its share of the host's, with no rounding up.
-bool coresForEachThread(int ranksOnHost, int threads) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-  return std::min(bound, online / std::max(1, ranksOnHost)) >= threads;
-}
+// Where every rank has a core for each of its threads, waits spin this long before they nap and
+// channel workers this long for their next job (Communicator::create says why).
 constexpr std::chrono::microseconds kLongSpin{1000};
 constexpr std::chrono::microseconds kWorkerSpin{200};
 
@@ -511,8 +507,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // Where each of the rank's threads has a core, waits spin longer before they nap, and the
   // channel workers spin for their next job before they sleep: on the H200 machine's host (8
   // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
-  // with the short spin and the workers asleep between a call's phases.
-  const bool spins = coresForEachThread(ranksHere, c->geometry_.channels);
+  // with the short spin and the workers asleep between calls.
+  const bool spins = coresOfThisRankOrNone(ranksHere) >= c->geometry_.channels;
   if (spins) c->waiter_->spinFor(kLongSpin);
   c->workers_ = std::make_unique<ChannelWorkers>(
       c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
