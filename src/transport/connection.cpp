@@ -1,5 +1,7 @@
 #include "src/transport/connection.hpp"
 
+#include <sched.h>
+
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -19,6 +21,10 @@ void Waiter::relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+void Waiter::yield() {
+  sched_yield();
 }
 
 void Waiter::nap(int microseconds) {

@@ -43,6 +43,9 @@ class Waiter {
   // Xeon): for ranks that have a core for each of their threads, where a nap's oversleep (a
   // timer slack of 50 us and more under a hypervisor) costs more than the spin.
   void spinFor(std::chrono::microseconds spin) { spin_ = spin; }
+  // Give the core away while spinning (sched_yield, at most kYields times, then the naps): for
+  // ranks that outnumber the host's cores, whose peer may be waiting for this rank's core.
+  void yieldWhileSpinning(bool yields) { yields_ = yields; }
 
   // Returns once ready() holds, or the error that ended the wait. `what` and `peer` name it.
   template <typename Ready>
@@ -57,7 +60,12 @@ class Waiter {
     }
     for (int spin = 0; spin < kSpins; ++spin) {
       if (ready()) return {};
-      relax();
+      if (yields_) {
+        yield();
+        if (spin == kYields) break;
+      } else {
+        relax();
+      }
     }
     const Clock::time_point start = Clock::now();
     int napUs = 1;
@@ -74,11 +82,14 @@ class Waiter {
 
  private:
   static constexpr int kSpins = 4000;
+  static constexpr int kYields = 200;
+  static void yield();
   static constexpr int kMaxNapUs = 200;
   static void nap(int microseconds);
   Status check(const char* what, int peer, Clock::time_point start, int round) const;
 
   std::chrono::microseconds spin_{0};
+  bool yields_ = false;
   const std::atomic<int>* aborted_;
   const char* reason_;
   std::function<std::string(int)> peerFailure_;
