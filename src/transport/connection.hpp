@@ -58,11 +58,10 @@ class Waiter {
         if (spin % 64 == 63 && Clock::now() > until) break;
       }
     }
-    for (int spin = 0; spin < kSpins; ++spin) {
+    for (int spin = 0, spins = yields_ ? kYields : kSpins; spin < spins; ++spin) {
       if (ready()) return {};
       if (yields_) {
         yield();
-        if (spin == kYields) break;
       } else {
         relax();
       }
