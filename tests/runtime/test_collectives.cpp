@@ -117,12 +117,8 @@ TEST(DirectPath, EveryCollectiveTypeOpAndSizeWhenEveryCallTakesIt) {
 // input fits 8 KiB; and their plans.
 TEST(SmallCalls, EveryCollectiveTypeOpAndSizeThroughTheSlots) {
   setenv("WEFT_HOST_SMALL_BYTES", "8192", 1);
-  // Two threads a rank on 2 and 8 ranks (their shares and the rank's own barrier), whatever the
-  // machine's cores.
   for (int n : {2, 3, 8}) {
-    if (n != 3) setenv("WEFT_HOST_DIRECT_THREADS", "2", 1);
     std::vector<Comm> comms = makeComms(n);
-    unsetenv("WEFT_HOST_DIRECT_THREADS");
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     char buf[64];
     for (int c = 0; c < weftNumCollectives; ++c) {

@@ -77,6 +77,17 @@ int everyCollective(int r, Comm& comm) {
   return bad == 0 ? 0 : 1;
 }
 
+// The threads' matrix run by rank r of n, this process, checking its own outputs; 0 when all
+// passed.
+int matrixAsRank(int n, int r, Comm& comm) {
+  std::vector<Comm> mine;
+  mine.push_back(std::move(comm));
+  const std::vector<std::string> failures = runMatrix(mine, n, r);
+  for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
+  comm = std::move(mine.front());
+  return failures.empty() ? 0 : 1;
+}
+
 class Processes : public ::testing::TestWithParam<int> {};
 
 TEST_P(Processes, EveryCollectiveAndNoSegmentLeft) {
@@ -94,16 +105,8 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
   const int n = GetParam();
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(
-      n,
-      [n](int r, Comm& comm) {
-        std::vector<Comm> mine;
-        mine.push_back(std::move(comm));
-        const std::vector<std::string> failures = runMatrix(mine, n, r);
-        for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
-        comm = std::move(mine.front());
-        return failures.empty() ? 0 : 1;
-      },
-      &pids, std::chrono::seconds(300));
+      n, [n](int r, Comm& comm) { return matrixAsRank(n, r, comm); }, &pids,
+      std::chrono::seconds(300));
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
 }
@@ -145,16 +148,8 @@ TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
   setenv("WEFT_HOST_DIRECT_THREADS", "2", 1);
   std::vector<pid_t> pids;
   const std::vector<int> codes = forkRanks(
-      3,
-      [](int r, Comm& comm) {
-        std::vector<Comm> mine;
-        mine.push_back(std::move(comm));
-        const std::vector<std::string> failures = runMatrix(mine, 3, r);
-        for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
-        comm = std::move(mine.front());
-        return failures.empty() ? 0 : 1;
-      },
-      &pids, std::chrono::seconds(300));
+      3, [](int r, Comm& comm) { return matrixAsRank(3, r, comm); }, &pids,
+      std::chrono::seconds(300));
   unsetenv("WEFT_HOST_DIRECT_THREADS");
   unsetenv("WEFT_HOST_STAGE_BYTES");
   unsetenv("WEFT_HOST_SMALL_BYTES");
