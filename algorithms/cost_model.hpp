@@ -86,6 +86,7 @@ struct RankGraph {
   std::vector<double> shiftInsideBw;
   std::vector<double> shiftCrossBw;
   std::vector<int> nicOf;    // local GPU -> its NIC (node index; -1: none)
+  int ranksPerNic = 1;       // the most local GPUs whose nearest NIC is one NIC
   double switchLatency = 0;  // us per fabric switch: 1 between NICs of one rail, 3 across rails
   // Ranks sharing one device (GPU): every byte a schedule reads or writes, its messages through
   // the FIFO slots included, goes through that device's memory, which moves this many GB/s

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <unordered_map>
 
@@ -343,7 +344,194 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     }
     return {};
   };
+  // The fluid replay: every link is shared equally, at each instant, by the transfers crossing it
+  // then. Events in time order: a step starts once its rank is free and its messages have landed;
+  // its sends begin one posting apart; each transfer drains its bytes at its tightest share, and
+  // every start or end of a transfer re-rates the transfers on the links it crosses.
+  auto fluidReplay = [&]() -> Status {
+    const std::size_t P = procs.size();
+    std::vector<std::size_t> base(P + 1, 0);
+    for (std::size_t i = 0; i < P; ++i) base[i + 1] = base[i] + procs[i].seconds.size();
+    struct Live {
+      double left = 0, rate = 0, since = 0;
+      std::uint32_t version = 0;
+      std::size_t message = 0;  // its index among its connection's messages
+    };
+    std::vector<Live> live(base[P]);
+    std::vector<std::vector<std::uint32_t>> on(resourceCount);  // the proc-slot ids on each link
+    std::vector<double> cap(static_cast<std::size_t>(R));
+    for (int r = 0; r < R; ++r) cap[static_cast<std::size_t>(r)] = capacity(r);
+    struct Event {
+      double t;
+      std::uint64_t seq;
+      int kind;  // 0 begin, 1 end
+      std::uint32_t proc, slot, version;
+    };
+    auto later = [](const Event& x, const Event& y) {
+      return x.t != y.t ? x.t > y.t : x.seq > y.seq;
+    };
+    std::vector<Event> heap;
+    std::uint64_t seq = 0;
+    auto push = [&](Event e) {
+      e.seq = seq++;
+      heap.push_back(e);
+      std::push_heap(heap.begin(), heap.end(), later);
+    };
+    const double unknown = std::numeric_limits<double>::quiet_NaN();
+    std::vector<std::vector<double>> sent(ids.size());
+    std::vector<std::size_t> taken(ids.size(), 0);
+    std::vector<std::vector<std::uint32_t>> waiting(ids.size());
+    std::vector<std::size_t> pending(P, 0);
+    std::vector<double> postedEnd(P, 0);
+    std::vector<std::uint32_t> stamp(base[P], 0);
+    std::uint32_t round = 0;
+    std::vector<std::uint32_t> touched;
+    // The owner of a global flow id.
+    auto ownerOf = [&](std::uint32_t g) {
+      return static_cast<std::uint32_t>(std::upper_bound(base.begin(), base.end(), g) -
+                                        base.begin() - 1);
+    };
+    auto rateOf = [&](const Flow& f) {
+      double rate = std::numeric_limits<double>::infinity();
+      for (int id : f.resources) {
+        const auto r = static_cast<std::size_t>(id);
+        rate = std::min(rate, cap[r % static_cast<std::size_t>(R)] /
+                                  static_cast<double>(std::max<std::size_t>(1, on[r].size())));
+      }
+      return rate;
+    };
+    std::function<void(std::uint32_t, double)> tryStart;
+    tryStart = [&](std::uint32_t q, double now) {
+      Proc& pr = procs[q];
+      const Program& p = s.program(pr.channel, pr.rank);
+      while (pr.pc < p.steps().size()) {
+        const Step& st = p.steps()[pr.pc];
+        for (std::size_t i = 0; i < st.nrecv; ++i) {
+          const std::uint32_t c = pr.conn[st.peerBegin + i];
+          if (sent[c].size() <= taken[c] || std::isnan(sent[c][taken[c]])) {
+            waiting[c].push_back(q);
+            return;
+          }
+        }
+        double start = std::max(pr.ready, now);
+        for (std::size_t i = 0; i < st.nrecv; ++i) {
+          const std::uint32_t c = pr.conn[st.peerBegin + i];
+          start = std::max(start, sent[c][taken[c]++]);
+        }
+        ++pr.pc;
+        const auto sends = p.sendPeers(st);
+        if (sends.empty()) {
+          pr.ready = start;
+          continue;
+        }
+        double posted = 0;
+        for (std::size_t i = 0; i < sends.size(); ++i) {
+          const std::size_t slot = st.peerBegin + st.nrecv + i;
+          posted += pr.flow[slot]->overhead;
+          Live& l = live[base[q] + slot];
+          l.left = p.blocks(st) * sliceBlock;
+          l.message = sent[pr.conn[slot]].size();
+          sent[pr.conn[slot]].push_back(unknown);
+          push({start + posted, 0, 0, q, static_cast<std::uint32_t>(slot), 0});
+        }
+        pending[q] = sends.size();
+        postedEnd[q] = start + posted;
+        return;
+      }
+    };
+    auto finish = [&](std::uint32_t q, std::uint32_t slot, double t) {
+      const Flow& f = *procs[q].flow[slot];
+      const std::uint32_t c = procs[q].conn[slot];
+      sent[c][live[base[q] + slot].message] = t + f.alpha;
+      std::vector<std::uint32_t> woken;
+      woken.swap(waiting[c]);
+      for (std::uint32_t w : woken) tryStart(w, t);
+      if (--pending[q] == 0) {
+        procs[q].ready = std::max(postedEnd[q], t);
+        tryStart(q, procs[q].ready);
+      }
+    };
+    for (Proc& pr : procs) pr.pc = 0, pr.ready = 0;
+    for (std::uint32_t q = 0; q < P; ++q) tryStart(q, 0);
+    // Every event of one instant at once: the transfers on the links they cross are brought up to
+    // that instant, the starts and ends change the links' counts, and only then is each of those
+    // transfers re-rated, getting a new end event where its rate moved.
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> ended;  // (proc, slot)
+    std::vector<char> running(base[P], 0);
+    while (!heap.empty()) {
+      const double t = heap.front().t;
+      ++round;
+      touched.clear();
+      ended.clear();
+      while (!heap.empty() && heap.front().t <= t + 1e-9 * std::max(1.0, t)) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Event e = heap.back();
+        heap.pop_back();
+        const std::uint32_t g = static_cast<std::uint32_t>(base[e.proc]) + e.slot;
+        const Flow& f = *procs[e.proc].flow[e.slot];
+        Live& l = live[g];
+        if (e.kind == 1 && (e.version != l.version || !running[g])) continue;  // re-rated since
+        if (e.kind == 0 && (l.left <= 0 || f.resources.empty() || std::isinf(rateOf(f)))) {
+          ended.emplace_back(e.proc, e.slot);
+          continue;
+        }
+        for (int id : f.resources) {
+          for (std::uint32_t h : on[static_cast<std::size_t>(id)]) {
+            if (stamp[h] == round) continue;
+            stamp[h] = round;
+            touched.push_back(h);
+            Live& lh = live[h];
+            lh.left = std::max(0.0, lh.left - lh.rate * (t - lh.since));
+            lh.since = t;
+          }
+        }
+        if (e.kind == 0) {
+          for (int id : f.resources) on[static_cast<std::size_t>(id)].push_back(g);
+          running[g] = 1;
+          l.since = t;
+          l.rate = 0;  // re-rated below
+          if (stamp[g] != round) stamp[g] = round, touched.push_back(g);
+          continue;
+        }
+        for (int id : f.resources) {
+          auto& v = on[static_cast<std::size_t>(id)];
+          v.erase(std::find(v.begin(), v.end(), g));
+        }
+        running[g] = 0;
+        l.left = 0;
+        ended.emplace_back(e.proc, e.slot);
+      }
+      for (std::uint32_t h : touched) {
+        if (!running[h]) continue;
+        const std::uint32_t q = ownerOf(h);
+        const std::uint32_t slot = h - static_cast<std::uint32_t>(base[q]);
+        Live& l = live[h];
+        const double rate = rateOf(*procs[q].flow[slot]);
+        if (rate == l.rate) continue;  // its end event stands
+        l.rate = rate;
+        push({t + l.left / rate, 0, 1, q, slot, ++l.version});
+      }
+      for (const auto& [q, slot] : ended) finish(q, slot, t);
+    }
+    res.passUs = 0;
+    for (std::uint32_t q = 0; q < P; ++q) {
+      const Proc& pr = procs[q];
+      if (pr.pc < s.program(pr.channel, pr.rank).steps().size() || pending[q] != 0) {
+        return internalError("simulator: " + std::string(algo.name()) + " stalled at rank " +
+                             std::to_string(pr.rank) + " in the fluid replay");
+      }
+      res.passUs = std::max(res.passUs, pr.ready);
+    }
+    for (const auto& times : sent) {
+      for (double t : times) res.passUs = std::max(res.passUs, t);
+    }
+    return {};
+  };
   if (Status st = replay(); !st.ok()) return st;
+  const bool fluid = opt.fluid;
+  if (fluid) {
+    if (Status st = fluidReplay(); !st.ok()) return st;
+  }
 
   // Then what really ran together: each flow shares a link with the flows whose transfers overlap
   // its own, weighted by how long they overlap (the time-average of the link's flow count over its
@@ -353,7 +541,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
   forEachSend([&](std::size_t, Proc&, const Program&, const Step&, std::size_t, const Flow& f) {
     incidences += f.resources.size();
   });
-  res.timeShared = incidences <= kTimeSharingIncidences;
+  res.timeShared = !fluid && incidences <= kTimeSharingIncidences;
   std::vector<double> passes;
   auto windowMean = [&](std::size_t end) {
     double sum = 0;

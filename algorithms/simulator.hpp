@@ -42,13 +42,18 @@ struct SimOptions {
   // Iterate the time-based link sharing until the replay settles (Simulator::run says how)
   // instead of the fixed three passes.
   bool settle = false;
+  // Replay once with the links shared fluidly: at every instant each link is split evenly among
+  // the transfers on it then, re-rated at every start and end of one (exact for that sharing, no
+  // iterations; slower). The cross-check of the time-averaged passes, not the tuner's grids.
+  bool fluid = false;
 };
 
 struct SimResult {
   double timeUs = 0;
   double passUs = 0;        // one pass of the step list over one slice, latency included
   double busyUs = 0;        // one slice period of the pipelined steady state
-  bool timeShared = false;  // links shared by overlapping time (false: by step index, too big)
+  bool timeShared = false;  // links shared by overlapping time (false: by step index, too big,
+                            // or the fluid replay ran)
   int sharingPasses = 0;    // replays with time-based sharing
   bool settled = false;     // they settled (SimOptions::settle; Simulator::run says when)
   double swingUs = 0;       // > 0: they kept swinging; passUs is the mean of the last few, which

@@ -87,10 +87,18 @@ std::string label(const Estimate& e) {
   return e.algorithm + "/" + std::string(name(e.protocol));
 }
 
+// How every candidate is replayed.
+SimOptions replayOptions(const TuneArgs& args) {
+  SimOptions o;
+  o.settle = args.settle;
+  o.fluid = args.fluid;
+  return o;
+}
+
 // Prices and replays every candidate at every size for one system and collective.
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
                            const std::vector<std::size_t>& sizes, const TunerOptions& options,
-                           bool settle) {
+                           const SimOptions& replay) {
   const Tuner tuner(RankGraph::fromSystem(system), options);
   const Simulator sim(system, options.constants);
   std::vector<SizeRow> rows;
@@ -105,8 +113,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
     for (const Estimate& e : tuner.allCandidates(coll, bytes)) {
       Candidate c{e, std::nullopt};
       const Algorithm& a = *findAlgorithm(e.algorithm);
-      SimOptions o;
-      o.settle = settle;
+      SimOptions o = replay;
       o.protocol = e.protocol;
       o.aggregation = e.aggregation;
       tuner.shape(e, bytes, o.channels, o.chunkBytes);
@@ -269,7 +276,7 @@ int runTune(const TuneArgs& args) {
   if (detailed) {
     const topo::System system(hosts[0], nodes[0]);
     const Collective coll = colls[0];
-    const auto rows = sweep(system, coll, sizes, *options, args.settle);
+    const auto rows = sweep(system, coll, sizes, *options, replayOptions(args));
     std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
                 std::string(name(coll)).c_str());
     std::set<std::string> algos;
@@ -318,7 +325,8 @@ int runTune(const TuneArgs& args) {
               "passes%s",
               c.estimate.latencyUs, c.estimate.bandwidthUs, c.sim->passUs, c.sim->slices,
               c.sim->busyUs, c.sim->sharingPasses,
-              !c.sim->timeShared               ? " (too big: shared by step index)"
+              args.fluid                       ? " (fluid)"
+              : !c.sim->timeShared             ? " (too big: shared by step index)"
               : args.settle && !c.sim->settled ? " (not settled)"
                                                : "");
           if (c.sim->swingUs > 0) std::printf(", swinging by %.1f", c.sim->swingUs);
@@ -359,7 +367,7 @@ int runTune(const TuneArgs& args) {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
-      for (const SizeRow& r : sweep(system, j.coll, sizes, *options, args.settle)) {
+      for (const SizeRow& r : sweep(system, j.coll, sizes, *options, replayOptions(args))) {
         for (const Candidate& c : r.candidates) j.skipped += c.sim ? 0 : 1;
         if (!r.regret) {
           ++j.unsimulated;

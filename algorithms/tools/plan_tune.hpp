@@ -15,6 +15,7 @@ struct TuneArgs {
   bool summary = false;     // the worst regret per combination instead of the per-size table
   bool candidates = false;  // the per-size table lists every candidate's estimate and sim
   bool settle = false;      // replay each candidate until its link sharing settles
+  bool fluid = false;       // replay each candidate with links shared at every instant
 };
 
 int runTune(const TuneArgs& args);

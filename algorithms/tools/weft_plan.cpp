@@ -324,6 +324,9 @@ int main(int argc, char** argv) {
                     "per size, every candidate's estimate next to its simulated time");
   tuneCmd->add_flag("--settle", tune.settle,
                     "replay until each candidate's link sharing settles (not 3 passes)");
+  tuneCmd->add_flag("--fluid", tune.fluid,
+                    "replay with every link shared at every instant by the transfers on it "
+                    "(exact, slower; not the 3 passes)");
 
   CLI11_PARSE(app, argc, argv);
 
