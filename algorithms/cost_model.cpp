@@ -430,6 +430,11 @@ struct Terms {
 };
 
 constexpr double kBytesPerUsPerGBs = 1e3;
+// The part of an exchange round across hosts (the smaller of its latency and its bytes on the
+// NIC) that ranks sharing a NIC hide behind each other's transfers (pairwise, hierarchical).
+// The replays bracket it: 1/2 fluid, 1/8 three passes; 1/4 picks what both rank first at the
+// PCIe servers' crossovers (docs/perf.md, 2026-11-30, eleventh session).
+constexpr double kDriftHidden = 0.25;
 
 }  // namespace
 
@@ -834,11 +839,13 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     alone = (n - 1) * (S / n) / bwAlone;
     // Ranks that share a NIC drift apart over the rounds across hosts: while one waits out its
     // partner's latency, the others' blocks keep the NIC busy. Each round's partner differs, so
-    // they never drift far; the fluid replay (weft-plan tune --fluid: links shared at every
-    // instant) hides about half the smaller of a round's latency and its bytes on the NIC
-    // (PCIe servers, 4 GPUs a NIC, 8 hosts: 0.47-0.57 of it from 512 KiB to 8 MiB).
+    // they never drift far. How much of a round hides depends on how the sharing is replayed:
+    // of the smaller of its latency and its bytes on the NIC, about half with the links shared
+    // at every instant (weft-plan tune --fluid; PCIe servers, 4 GPUs a NIC, 8 hosts: 0.47-0.57
+    // from 512 KiB to 8 MiB), about an eighth in the three time-averaged passes of the grids.
+    // The model takes kDriftHidden, between the two.
     if (multi && g.ranksPerNic > 1)
-      lat -= (n - G) * std::min(t.aNet, (S / n) / std::min(t.bwIntra, t.bwNet)) / 2;
+      lat -= (n - G) * std::min(t.aNet, (S / n) / std::min(t.bwIntra, t.bwNet)) * kDriftHidden;
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
     // The rotations into and out of scratch copy all n blocks: they set the passes.
@@ -872,6 +879,9 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     // exchange across hosts of another: the NICs and the GPUs' host links carry them at once.
     overlapped = std::max(together(S / G), across);
     alone = ((G - 1) * (S / G) + (N - 1) * (S / N)) / bwAlone;
+    // Its N-1 rounds across hosts drift apart on shared NICs as pairwise's do (above).
+    if (multi && g.ranksPerNic > 1)
+      lat -= (N - 1) * std::min(t.aNet, (S / N) / std::min(t.bwIntra, t.bwNet)) * kDriftHidden;
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
     lat += aStep;

@@ -34,6 +34,68 @@ constexpr int kWindow = 8;
 constexpr double kSettledFraction = 5e-3;
 constexpr std::size_t kTimeSharingWork = 16'000'000;
 
+// The running transfers' end times, a binary heap keyed by transfer: re-rating a transfer moves
+// its entry instead of leaving a stale one behind (with stale entries the heap grew to millions
+// and sifting it was 90 % of a replay). Ties go to the lower key, so a replay is reproducible.
+class EndTimes {
+ public:
+  explicit EndTimes(std::size_t keys) : at_(keys, kAbsent) {}
+  bool empty() const { return heap_.empty(); }
+  double firstTime() const { return heap_.front().t; }
+  std::uint32_t first() const { return heap_.front().key; }
+  void set(std::uint32_t key, double t) {
+    std::size_t i = at_[key];
+    if (i == kAbsent) {
+      i = heap_.size();
+      heap_.push_back({t, key});
+    } else {
+      heap_[i].t = t;
+    }
+    fix(i);
+  }
+  void erase(std::uint32_t key) {
+    const std::size_t i = at_[key];
+    at_[key] = kAbsent;
+    const Entry last = heap_.back();
+    heap_.pop_back();
+    if (i == heap_.size()) return;
+    heap_[i] = last;
+    fix(i);
+  }
+
+ private:
+  struct Entry {
+    double t;
+    std::uint32_t key;
+  };
+  static constexpr std::size_t kAbsent = std::numeric_limits<std::size_t>::max();
+  static bool before(const Entry& a, const Entry& b) {
+    return a.t != b.t ? a.t < b.t : a.key < b.key;
+  }
+  void put(std::size_t i, const Entry& e) {
+    heap_[i] = e;
+    at_[e.key] = i;
+  }
+  void fix(std::size_t i) {
+    const Entry e = heap_[i];
+    while (i > 0 && before(e, heap_[(i - 1) / 2])) {
+      put(i, heap_[(i - 1) / 2]);
+      i = (i - 1) / 2;
+    }
+    for (;;) {
+      std::size_t c = 2 * i + 1;
+      if (c >= heap_.size()) break;
+      if (c + 1 < heap_.size() && before(heap_[c + 1], heap_[c])) ++c;
+      if (!before(heap_[c], e)) break;
+      put(i, heap_[c]);
+      i = c;
+    }
+    put(i, e);
+  }
+  std::vector<Entry> heap_;
+  std::vector<std::size_t> at_;
+};
+
 LinkClass classOfLink(topo::LinkKind k) {
   return (k == topo::LinkKind::nvlink || k == topo::LinkKind::c2c) ? LinkClass::nvlink
                                                                    : LinkClass::pcie;
@@ -354,29 +416,23 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     for (std::size_t i = 0; i < P; ++i) base[i + 1] = base[i] + procs[i].seconds.size();
     struct Live {
       double left = 0, rate = 0, since = 0;
-      std::uint32_t version = 0;
       std::size_t message = 0;  // its index among its connection's messages
     };
     std::vector<Live> live(base[P]);
     std::vector<std::vector<std::uint32_t>> on(resourceCount);  // the proc-slot ids on each link
     std::vector<double> cap(static_cast<std::size_t>(R));
     for (int r = 0; r < R; ++r) cap[static_cast<std::size_t>(r)] = capacity(r);
-    struct Event {
+    struct Begin {
       double t;
       std::uint64_t seq;
-      int kind;  // 0 begin, 1 end
-      std::uint32_t proc, slot, version;
+      std::uint32_t proc, slot;
     };
-    auto later = [](const Event& x, const Event& y) {
+    auto later = [](const Begin& x, const Begin& y) {
       return x.t != y.t ? x.t > y.t : x.seq > y.seq;
     };
-    std::vector<Event> heap;
+    std::vector<Begin> begins;  // a heap: sends posted, their transfers not yet started
     std::uint64_t seq = 0;
-    auto push = [&](Event e) {
-      e.seq = seq++;
-      heap.push_back(e);
-      std::push_heap(heap.begin(), heap.end(), later);
-    };
+    EndTimes ends(base[P]);
     const double unknown = std::numeric_limits<double>::quiet_NaN();
     std::vector<std::vector<double>> sent(ids.size());
     std::vector<std::size_t> taken(ids.size(), 0);
@@ -432,7 +488,8 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
           l.left = p.blocks(st) * sliceBlock;
           l.message = sent[pr.conn[slot]].size();
           sent[pr.conn[slot]].push_back(unknown);
-          push({start + posted, 0, 0, q, static_cast<std::uint32_t>(slot), 0});
+          begins.push_back({start + posted, seq++, q, static_cast<std::uint32_t>(slot)});
+          std::push_heap(begins.begin(), begins.end(), later);
         }
         pending[q] = sends.size();
         postedEnd[q] = start + posted;
@@ -458,23 +515,16 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     // transfers re-rated, getting a new end event where its rate moved.
     std::vector<std::pair<std::uint32_t, std::uint32_t>> ended;  // (proc, slot)
     std::vector<char> running(base[P], 0);
-    while (!heap.empty()) {
-      const double t = heap.front().t;
+    constexpr double kNever = std::numeric_limits<double>::infinity();
+    while (!begins.empty() || !ends.empty()) {
+      const double t = std::min(begins.empty() ? kNever : begins.front().t,
+                                ends.empty() ? kNever : ends.firstTime());
+      const double until = t + 1e-9 * std::max(1.0, t);
       ++round;
       touched.clear();
       ended.clear();
-      while (!heap.empty() && heap.front().t <= t + 1e-9 * std::max(1.0, t)) {
-        std::pop_heap(heap.begin(), heap.end(), later);
-        const Event e = heap.back();
-        heap.pop_back();
-        const std::uint32_t g = static_cast<std::uint32_t>(base[e.proc]) + e.slot;
-        const Flow& f = *procs[e.proc].flow[e.slot];
-        Live& l = live[g];
-        if (e.kind == 1 && (e.version != l.version || !running[g])) continue;  // re-rated since
-        if (e.kind == 0 && (l.left <= 0 || f.resources.empty() || std::isinf(rateOf(f)))) {
-          ended.emplace_back(e.proc, e.slot);
-          continue;
-        }
+      // Brings the transfers on f's links up to now, once an instant.
+      auto settle = [&](const Flow& f) {
         for (int id : f.resources) {
           for (std::uint32_t h : on[static_cast<std::size_t>(id)]) {
             if (stamp[h] == round) continue;
@@ -485,21 +535,39 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
             lh.since = t;
           }
         }
-        if (e.kind == 0) {
-          for (int id : f.resources) on[static_cast<std::size_t>(id)].push_back(g);
-          running[g] = 1;
-          l.since = t;
-          l.rate = 0;  // re-rated below
-          if (stamp[g] != round) stamp[g] = round, touched.push_back(g);
-          continue;
-        }
+      };
+      while (!ends.empty() && ends.firstTime() <= until) {
+        const std::uint32_t g = ends.first();
+        ends.erase(g);
+        const std::uint32_t q = ownerOf(g);
+        const std::uint32_t slot = g - static_cast<std::uint32_t>(base[q]);
+        const Flow& f = *procs[q].flow[slot];
+        settle(f);
         for (int id : f.resources) {
           auto& v = on[static_cast<std::size_t>(id)];
           v.erase(std::find(v.begin(), v.end(), g));
         }
         running[g] = 0;
-        l.left = 0;
-        ended.emplace_back(e.proc, e.slot);
+        live[g].left = 0;
+        ended.emplace_back(q, slot);
+      }
+      while (!begins.empty() && begins.front().t <= until) {
+        std::pop_heap(begins.begin(), begins.end(), later);
+        const Begin b = begins.back();
+        begins.pop_back();
+        const std::uint32_t g = static_cast<std::uint32_t>(base[b.proc]) + b.slot;
+        const Flow& f = *procs[b.proc].flow[b.slot];
+        Live& l = live[g];
+        if (l.left <= 0 || f.resources.empty() || std::isinf(rateOf(f))) {
+          ended.emplace_back(b.proc, b.slot);
+          continue;
+        }
+        settle(f);
+        for (int id : f.resources) on[static_cast<std::size_t>(id)].push_back(g);
+        running[g] = 1;
+        l.since = t;
+        l.rate = 0;  // rated below
+        if (stamp[g] != round) stamp[g] = round, touched.push_back(g);
       }
       for (std::uint32_t h : touched) {
         if (!running[h]) continue;
@@ -507,9 +575,9 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
         const std::uint32_t slot = h - static_cast<std::uint32_t>(base[q]);
         Live& l = live[h];
         const double rate = rateOf(*procs[q].flow[slot]);
-        if (rate == l.rate) continue;  // its end event stands
+        if (rate == l.rate) continue;  // its end time stands
         l.rate = rate;
-        push({t + l.left / rate, 0, 1, q, slot, ++l.version});
+        ends.set(h, t + l.left / rate);
       }
       for (const auto& [q, slot] : ended) finish(q, slot, t);
     }
