@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <functional>
 #include <limits>
 #include <unordered_map>
 
@@ -456,8 +455,7 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
       }
       return rate;
     };
-    std::function<void(std::uint32_t, double)> tryStart;
-    tryStart = [&](std::uint32_t q, double now) {
+    auto tryStart = [&](std::uint32_t q, double now) {
       Proc& pr = procs[q];
       const Program& p = s.program(pr.channel, pr.rank);
       while (pr.pc < p.steps().size()) {
@@ -595,11 +593,8 @@ Result<SimResult> Simulator::run(const Algorithm& algo, Collective coll, std::si
     }
     return {};
   };
-  if (Status st = replay(); !st.ok()) return st;
   const bool fluid = opt.fluid;
-  if (fluid) {
-    if (Status st = fluidReplay(); !st.ok()) return st;
-  }
+  if (Status st = fluid ? fluidReplay() : replay(); !st.ok()) return st;
 
   // Then what really ran together: each flow shares a link with the flows whose transfers overlap
   // its own, weighted by how long they overlap (the time-average of the link's flow count over its

@@ -322,11 +322,13 @@ int main(int argc, char** argv) {
   tuneCmd->add_flag("--summary", tune.summary, "only the worst regret of each combination");
   tuneCmd->add_flag("--candidates", tune.candidates,
                     "per size, every candidate's estimate next to its simulated time");
-  tuneCmd->add_flag("--settle", tune.settle,
-                    "replay until each candidate's link sharing settles (not 3 passes)");
-  tuneCmd->add_flag("--fluid", tune.fluid,
-                    "replay with every link shared at every instant by the transfers on it "
-                    "(exact, slower; not the 3 passes)");
+  auto* settle = tuneCmd->add_flag(
+      "--settle", tune.settle, "replay until each candidate's link sharing settles (not 3 passes)");
+  tuneCmd
+      ->add_flag("--fluid", tune.fluid,
+                 "replay with every link shared at every instant by the transfers on it "
+                 "(exact, slower; not the 3 passes)")
+      ->excludes(settle);
 
   CLI11_PARSE(app, argc, argv);
 

@@ -467,7 +467,7 @@ TEST(Simulator, SettlesItsLinkSharingWhenAsked) {
 // passes' answer; where ranks sharing a NIC drift apart (pairwise all-to-all on the PCIe servers)
 // it is faster than the three passes, still slower than the busiest link's bytes alone, and the
 // same on every run.
-TEST(Simulator, FluidReplayIsTheFixedPointOfTheSharing) {
+TEST(Simulator, FluidReplaySharesLinksAtEveryInstant) {
   const Simulator hgx(topo::System(fixture("hgx_h100.xml"), 1));
   SimOptions o;
   o.channels = 4;
