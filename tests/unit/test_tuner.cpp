@@ -486,7 +486,8 @@ TEST(Simulator, FluidReplaySharesLinksAtEveryInstant) {
   EXPECT_LT(drift.timeUs, 0.95 * three.timeUs);
   EXPECT_GT(drift.timeUs, drift.busyUs);
   EXPECT_EQ(pcie.run(pairwiseAlgorithm(), Collective::allToAll, 8 << 20, p)->timeUs, drift.timeUs);
-  // Every rank's replay by itself or host 0's standing for all: the same timeline.
+  // Every rank's replay by itself or host 0's standing for all: the same timeline, shifted
+  // (ring) or mirrored (pairwise's host-swap), even where ranks drift on shared NICs.
   const Simulator wide(topo::System(fixture("hgx_h100.xml"), 16));
   SimOptions full, rep;
   full.fluid = rep.fluid = true;
@@ -495,6 +496,14 @@ TEST(Simulator, FluidReplaySharesLinksAtEveryInstant) {
   const double a = wide.run(ringAlgorithm(), Collective::allGather, 4 << 20, full)->timeUs;
   const double b = wide.run(ringAlgorithm(), Collective::allGather, 4 << 20, rep)->timeUs;
   EXPECT_NEAR(a / b, 1.0, 0.01);
+  for (const char* f : {"hgx_h100.xml", "pcie_8gpu_2socket.xml"}) {
+    const Simulator swap(topo::System(fixture(f), 16));
+    for (std::size_t bytes : {64ull << 10, 8ull << 20}) {
+      const double x = swap.run(pairwiseAlgorithm(), Collective::allToAll, bytes, full)->timeUs;
+      const double y = swap.run(pairwiseAlgorithm(), Collective::allToAll, bytes, rep)->timeUs;
+      EXPECT_NEAR(x / y, 1.0, 0.02) << f << " " << bytes;
+    }
+  }
 }
 
 // Pairwise all-to-all over NICs that several GPUs share: ranks drift apart and hide part of each
