@@ -489,6 +489,13 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   // The slowest link a step that involves every rank must cross.
   // A pattern's per-flow bandwidth inside a host, as bytes per us at this protocol.
   auto pat = [&](double gbs) { return gbs * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs; };
+  // What ranks sharing a NIC hide of `rounds` exchange rounds across hosts, each moving
+  // `roundBytes` a rank (pairwise, hierarchical; kDriftHidden).
+  auto drift = [&](double rounds, double roundBytes) {
+    return multi && g.ranksPerNic > 1
+               ? rounds * std::min(t.aNet, roundBytes / std::min(t.bwIntra, t.bwNet)) * kDriftHidden
+               : 0.0;
+  };
   auto shift = [&](int d) {
     const int local = G > 0 ? d % G : 0;
     return local == 0 || g.shiftBw.empty() ? 1e300
@@ -844,8 +851,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     // at every instant (weft-plan tune --fluid; PCIe servers, 4 GPUs a NIC, 8 hosts: 0.47-0.57
     // from 512 KiB to 8 MiB), about an eighth in the three time-averaged passes of the grids.
     // The model takes kDriftHidden, between the two.
-    if (multi && g.ranksPerNic > 1)
-      lat -= (n - G) * std::min(t.aNet, (S / n) / std::min(t.bwIntra, t.bwNet)) * kDriftHidden;
+    lat -= drift(n - G, S / n);
   } else if (algorithm == "bruck") {
     if (coll != Collective::allToAll) return unsupportedHere();
     // The rotations into and out of scratch copy all n blocks: they set the passes.
@@ -880,8 +886,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     overlapped = std::max(together(S / G), across);
     alone = ((G - 1) * (S / G) + (N - 1) * (S / N)) / bwAlone;
     // Its N-1 rounds across hosts drift apart on shared NICs as pairwise's do (above).
-    if (multi && g.ranksPerNic > 1)
-      lat -= (N - 1) * std::min(t.aNet, (S / N) / std::min(t.bwIntra, t.bwNet)) * kDriftHidden;
+    lat -= drift(N - 1, S / N);
   } else if (algorithm == "p2p") {
     if (coll != Collective::sendRecv) return unsupportedHere();
     lat += aStep;
