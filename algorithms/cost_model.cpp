@@ -905,10 +905,12 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   }
   if (g.deviceCopyGBs > 0) {
     // One device's memory carries everything: the bytes term is the schedule's memory traffic,
-    // whatever links the algorithm would cross; hop latencies and postings stay as priced.
+    // whatever links the algorithm would cross; hop latencies and postings stay as priced. The
+    // ranks' class's bandwidth scale applies to the copy rate (what weft-perf --calibrate --gpu
+    // fits, where the ranks' GPUs are not one).
     const ScheduleShape d = scheduleShape(algorithm, coll, n);
     if (d.traffic < 0) return unsupportedHere();
-    bw = d.traffic * S / (g.deviceCopyGBs * eff * kBytesPerUsPerGBs);
+    bw = d.traffic * S / (g.deviceCopyGBs * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs);
     overlapped = -1;
     alone = -1;
     if (proto == Protocol::simple) {

@@ -207,8 +207,9 @@ Status RankBench::preamble() {
         list);
   }
   if (!opt_.calibratePath.empty())
-    notes.push_back("--calibrate: no sweep; measures the cost model's host constants and writes " +
-                    opt_.calibratePath + " (perf/README.md, Calibration)");
+    notes.push_back(std::string("--calibrate: no sweep; measures the cost model's ") +
+                    (gpu_ ? "GPU tuner's constants on GPU buffers" : "host constants") +
+                    " and writes " + opt_.calibratePath + " (perf/README.md, Calibration)");
   if (gpu_)
     notes.push_back("algo/proto: the GPU tuner's pick (weftCommPlanMemory with weftGpuMemory)");
   if (ctx_.peer)
@@ -521,7 +522,7 @@ Status RankBench::run() {
   if (Status s = joinPeer(); !s) return s;
   if (Status s = preamble(); !s) return s;
   if (!opt_.calibratePath.empty()) {
-    calibration_ = std::make_unique<Calibration>(ctx_, thread_, *comm_, *control_);
+    calibration_ = std::make_unique<Calibration>(ctx_, thread_, *comm_, *control_, gpu_.get());
     bool quietFailure = false;  // rank 0 says why
     Status s = calibration_->run(quietFailure);
     if (quietFailure) exitCode_ = kExitError;

@@ -8,6 +8,10 @@
 //                     once, over the graph's nominal copy rate
 //   base latency      an 8-byte all-reduce per protocol, less what the model charges it besides
 // Then prints what weftCommPlan picks before and after (a communicator made with the file).
+// With --gpu it calibrates the GPU tuner instead: no point-to-point call takes GPU buffers, so it
+// times forced ring and pairwise calls on GPU buffers (small ones per protocol, large ones with
+// the bulk protocol) and fits the GPU tuner's model to them (algorithms/calibration_fit.hpp): the
+// base and nvlink-hop latencies of both protocols, and the nvlink bandwidth scale.
 // perf/README.md (Calibration) has the formulas.
 #pragma once
 
@@ -17,6 +21,7 @@
 
 #include "perf/bench.hpp"
 #include "perf/control.hpp"
+#include "perf/gpu.hpp"
 #include "weft/status.hpp"
 #include "weft/weft.hpp"
 
@@ -25,7 +30,8 @@ namespace weft::perf {
 class Calibration {
  public:
   // `comm` is the run's communicator, `control` the harness's traffic on it.
-  Calibration(ProcessContext& context, int thread, Comm& comm, Control& control);
+  // `gpu`: the rank's device with --gpu (the GPU tuner is calibrated), else null.
+  Calibration(ProcessContext& context, int thread, Comm& comm, Control& control, GpuRank* gpu);
 
   // Every rank calls it. A failure on rank 0 (the file) is its Status there; the other ranks
   // return ok and set `quietFailure`, so that the reason is printed once.
@@ -47,14 +53,26 @@ class Calibration {
   Result<double> streamGBs(std::size_t bytes, int messages, bool everyPair);
   // The mean over ranks of an 8-byte all-reduce on `comm`.
   Result<double> allReduceUs(Comm& comm);
-  // What weftCommPlan picks on `comm` for a float call of weft-perf's size `bytes`.
+  // What weftCommPlan picks on `comm` for a float call of weft-perf's size `bytes` on host
+  // buffers, or on GPU buffers with --gpu.
   Result<std::string> planOf(Comm& comm, Collective c, std::size_t bytes);
+  // The host's calibration, and the GPU tuner's (--gpu).
+  Status runHost(bool& quietFailure);
+  Status runGpu(bool& quietFailure);
+  // The mean over ranks of the median batch's time per call of a float `c` of weft-perf's size
+  // `bytes` on GPU buffers, `calls` calls a batch, each batch timed by events on the stream.
+  Result<double> gpuCallUs(Comm& comm, Collective c, std::size_t bytes, int calls);
+  // Before and after: what `comm_` and a communicator made with the file at `path` pick.
+  Status comparePicks(const std::string& path);
 
   ProcessContext& ctx_;
   int thread_, rank_, nranks_;
   Comm& comm_;
   Control& control_;
+  GpuRank* gpu_;
   std::vector<std::byte> buffer_;
+  std::byte* deviceSend_ = nullptr;  // --gpu: the calls' buffers (the GpuRank frees them)
+  std::byte* deviceRecv_ = nullptr;
   std::vector<Comm> made_;  // per protocol, then the one with the new file
 };
 

@@ -63,7 +63,9 @@ Status resolveMemory(Options& o) {
   const char* hostOnly = nullptr;
   if (o.collective == Collective::sendRecv)
     hostOnly = "sendrecv runs on host memory (weft's point-to-point takes no GPU buffers yet)";
-  if (!o.calibratePath.empty()) hostOnly = "--calibrate measures the host constants on host memory";
+  // --calibrate measures the host's constants unless --gpu asks for the GPU tuner's.
+  if (!o.calibratePath.empty() && o.memory != Memory::gpu)
+    hostOnly = "--calibrate measures the host constants on host memory (--gpu: the GPU tuner's)";
   if (o.compare == "mpi") hostOnly = "--compare mpi times MPI on host memory";
   const bool needsGpu = o.memory == Memory::gpu || o.graphLaunches > 0 || o.compare == "nccl";
   const char* asked = o.memory == Memory::gpu ? "--gpu"

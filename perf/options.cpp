@@ -175,8 +175,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--seed", o.seed, "seed of the checked data")->capture_default_str();
   app.add_option("--calibrate", o.calibratePath,
                  "instead of the sweep, measure the cost model's host constants (latencies, "
-                 "per-message cost, bandwidth) and write them to this tuning file for "
-                 "WEFT_TUNING_FILE (needs 2 or more ranks)");
+                 "per-message cost, bandwidth), or with --gpu the GPU tuner's, and write them to "
+                 "this tuning file for WEFT_TUNING_FILE (needs 2 or more ranks)");
   app.footer(
       "Launch: under mpirun (one rank per process, rank 0's id sent with MPI_Bcast); with -np N "
       "(N local processes forked here); or with WEFT_COMM_ID=host:port plus WEFT_RANK and "
@@ -269,6 +269,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   if (!o.calibratePath.empty() &&
       (!o.compare.empty() || !o.algos.empty() || !o.jsonPath.empty() || !o.svgPath.empty()))
     return fail("--calibrate runs no sweep: drop --compare, --algos, --json and --svg");
+  if (!o.calibratePath.empty() && o.graphLaunches > 0)
+    return fail("--calibrate times calls launched one by one, as the tuner prices them: drop -G");
   if (timeoutS > 0 && std::getenv("WEFT_TIMEOUT_S") == nullptr) {
     // Read by every communicator this process creates; set before any exists.
     setenv("WEFT_TIMEOUT_S", std::to_string(timeoutS).c_str(), 1);

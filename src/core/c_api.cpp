@@ -509,3 +509,13 @@ weftResult_t weftBarrier(weftComm_t comm, void* stream) {
 }
 
 }  // extern "C"
+
+namespace weft {
+
+Result<Communicator::GpuModel> gpuTunerModelOf(weftComm_t comm) {
+  if (!live(comm))
+    return invalidArgument("comm is not a live communicator (NULL, never created, or destroyed)");
+  return comm->impl->gpuTunerModel();
+}
+
+}  // namespace weft

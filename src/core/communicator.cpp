@@ -1112,35 +1112,47 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, Dat
   return gpu ? gpuPlanFor(coll, message * count * es) : planFor(coll, message * count * es);
 }
 
-Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
-  // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
-  // for without setting up the GPU transport.
+int Communicator::gpuTunerChannels() const {
   // The channels a bulk call gets: the device's, or before it is set up the default for a
   // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64). A
   // tuner made on that guess is made again once the device says otherwise.
-  int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
-  if (channels <= 0) channels = exec::GpuOptions::autoChannels(132, size_);
+  const int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
+  return channels > 0 ? channels : exec::GpuOptions::autoChannels(132, size_);
+}
+
+Communicator::GpuModel Communicator::gpuTunerModel() const {
+  GpuModel m{sameDeviceRankGraph(size_, gpuTunerChannels(), config_.gpuSlotBytes),
+             config_.tuner.constants};
+  if (config_.tuner.tuningFile.empty()) {
+    // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
+    // the block's barriers, the upstream's lag): 5 us, each step's wait in every pass as
+    // measured on 4 and 8 ranks of the H200 (2026-11-30d, 4.6-5.7 us; WEFT_GPU_TRACE and
+    // docs/perf.md).
+    m.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
+                          [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 5.0;
+  }
+  return m;
+}
+
+Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
+  // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
+  // for without setting up the GPU transport. A tuner made on the guessed channels is made
+  // again once the device says otherwise.
+  const int channels = gpuTunerChannels();
   if (gpuTuner_ && gpuTunerChannels_ != channels) {
     gpuTuner_.reset();
     gpuPlans_.clear();
   }
   if (!gpuTuner_) {
     gpuTunerChannels_ = channels;
+    const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
-    if (options.tuningFile.empty()) {
-      // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
-      // the block's barriers, the upstream's lag): 5 us, each step's wait in every pass as
-      // measured on 4 and 8 ranks of the H200 (2026-11-30d, 4.6-5.7 us; WEFT_GPU_TRACE and
-      // docs/perf.md).
-      options.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
-                                  [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 5.0;
-    }
+    options.constants = model.constants;
     // The double binary tree and recursive halving-doubling ran 1.1-2.1x slower than ring on
     // the H200 at 4-32 MB where the model put them ahead (4 and 8 ranks, 2026-11-30d;
     // docs/perf.md): their device costs are not modelled, so only WEFT_ALGO picks them there.
     options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
-    gpuTuner_ = std::make_unique<algo::Tuner>(
-        sameDeviceRankGraph(size_, channels, config_.gpuSlotBytes), options);
+    gpuTuner_ = std::make_unique<algo::Tuner>(model.graph, options);
   }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;

@@ -28,6 +28,7 @@
 #include "src/exec/host_slots.hpp"
 #include "src/transport/shm.hpp"
 #include "src/transport/ucx.hpp"
+#include "weft/weft.h"
 
 namespace weft {
 
@@ -138,6 +139,14 @@ class Communicator {
   Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
   // The GPU tuner's plan for a call of `bytes` (made once per size).
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
+  // What the GPU tuner prices calls with: its rank graph (sameDeviceRankGraph on the channels a
+  // bulk call gets) and its constants (the tuning file's, or the defaults with the GPU's hop of
+  // the bulk protocol). weft-perf --calibrate --gpu fits the constants to it.
+  struct GpuModel {
+    algo::RankGraph graph;
+    algo::CostConstants constants;
+  };
+  GpuModel gpuTunerModel() const;
   // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).
   std::size_t directRounds() const;
   // Whether a direct kernel runs this call (no schedule, no protocol): one-shot or two-shot
@@ -202,7 +211,8 @@ class Communicator {
   // GPU's costs with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Tuner> gpuTuner_;
-  int gpuTunerChannels_ = 0;  // the channels gpuTuner_'s graph was made with
+  int gpuTunerChannels_ = 0;     // the channels gpuTuner_'s graph was made with
+  int gpuTunerChannels() const;  // the channels a bulk call gets now
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   // Registered buffers, and once a collective used one, every rank's as mapped here. After
   // gpu_: destroyed first (the destructor waits for the kernels that may read them).
@@ -239,5 +249,9 @@ class Communicator {
 algo::RankGraph sharedMemoryRankGraph(int nranks);
 // The cost model's view of n ranks whose kernels share the memory of one GPU.
 algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes);
+// The GPU tuner's model of a communicator of the C API (Communicator::gpuTunerModel), for tools
+// that fit constants to it (weft-perf --calibrate --gpu). Exported from libweft, which holds the
+// communicators: a tool's own copy of the runtime could not reach them.
+WEFT_API Result<Communicator::GpuModel> gpuTunerModelOf(weftComm_t comm);
 
 }  // namespace weft
