@@ -849,8 +849,11 @@ Status Calibration::runGpu(bool& quietFailure) {
   Status written;
   std::string absolute;
   if (rank_ == 0) {
-    std::string summary = comm_.summary();
-    if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
+    // What the GPU tuner's graph takes of the run (the host transport's summary is not it).
+    const std::string summary = "GPU buffers, " + std::to_string(model->graph.deviceChannels) +
+                                " channel(s) a bulk call, " +
+                                sizeName(static_cast<std::size_t>(model->graph.deviceSlotBytes)) +
+                                " FIFO slots";
     auto d = deriveGpu(m, *model);
     written = d ? writeTuningFile(path, gpuTuningFile(m, *d, nranks_, summary)) : d.status();
     if (d) printGpuCalibration(m, *d, nranks_, summary);

@@ -226,8 +226,10 @@ constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
 // The direct all-reduce kernels: one-shot up to this many bytes, and at any size below
 // kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md: at 4 ranks
 // one-shot was 7-23 % faster than two-shot from 64 KB to 64 MB, 2026-11-30e; at 8 ranks
-// two-shot from 2 MB on, 8 % at 16 MB, and the two alike below).
-constexpr std::size_t kGpuOneShotDirectBytes = 64 * 1024;
+// two-shot from 2 MB on, 8 % at 16 MB. Since one-shot runs the ll kernel to 256 KiB, at 8 ranks
+// it took 128 KB in 15.3-15.5 us against two-shot's 23.6-23.9, 13.8-14.0 against 16.3 in CUDA
+// graphs; at 256 KB two-shot won in graphs, 17.0-17.3 against 23.8-24.0, 2026-11-30l).
+constexpr std::size_t kGpuOneShotDirectBytes = 128 * 1024;
 // The direct reduce-scatter and all-to-all kernels take inputs up to this many bytes a rank (a
 // slab holds a 1/n share of every piece, so larger inputs take many short rounds): on one H200
 // they beat ring and pairwise 1.5-3x to 4 MB and lost from 16 MB (2 and 8 ranks, 2026-11-30f,
@@ -1162,9 +1164,9 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // model's memory traffic does not apply, and the direct kernels beat every schedule through
   // the FIFOs (4-6x at 2 MB); in rounds they stay ahead of ring to the rounds' limit
   // (directRoundsFor). Between them (H200, device-scope flags, docs/perf.md): one-shot's single
-  // flag round trip wins small calls at every rank count, and every size to 4 ranks; on 8 ranks
-  // two-shot's smaller traffic wins from 2 MB (40 against 48 us, 34 against 49 on registered
-  // inputs).
+  // flag round trip wins small calls at every rank count (to 128 KB on 8), and every size to 4
+  // ranks; on 8 ranks two-shot's smaller traffic wins from 2 MB (40 against 48 us, 34 against 49
+  // on registered inputs).
   const std::size_t directLimit =
       gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
   const char* direct = coll == Collective::allReduce && size_ >= kGpuTwoShotDirectRanks &&

@@ -530,7 +530,7 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 }
 
 // What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
-// the direct kernels (one-shot to 64 KiB, and at any size to 4 ranks; two-shot beyond on 8), in
+// the direct kernels (one-shot to 128 KiB, and at any size to 4 ranks; two-shot beyond on 8), in
 // rounds of their slabs up to a limit by rank count (4 on 2 ranks, 16 on 4, 64 on 8); past it,
 // the fastest measured on the H200 (docs/perf.md, 2026-11-30d and e): ring (two-shot through
 // the FIFOs 4-20 % slower once ring's forwarding steps read each message once; the double
@@ -548,7 +548,7 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   const std::vector<Expect> expects = {
       {2, {8, 64 << 10, 2 * kMiB, 16 * kMiB}, {}, {32 * kMiB, 256 * kMiB}},
       {4, {8, 64 << 10, 2 * kMiB, 64 * kMiB}, {}, {128 * kMiB, 256 * kMiB}},
-      {8, {8, 64 << 10}, {128 << 10, 2 * kMiB, 8 * kMiB, 256 * kMiB}, {512 * kMiB}},
+      {8, {8, 64 << 10, 128 << 10}, {256 << 10, 2 * kMiB, 8 * kMiB, 256 * kMiB}, {512 * kMiB}},
   };
   for (const Expect& e : expects) {
     std::vector<Comm> comms = makeComms(e.n);
@@ -578,6 +578,51 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
   std::vector<Comm> forced = makeComms(4);
   unsetenv("WEFT_ALGO");
   EXPECT_EQ(planOf(forced[0].handle(), 64 << 10).rfind("twoshot/", 0), 0u);
+}
+
+// The GPU tuning files weft-perf --calibrate --gpu wrote on the machines perf/tuning/ names:
+// with one, the GPU tuner makes the picks whose regret docs/perf.md records (the calibration's
+// "after" column, sizes as weft-perf's: an all-reduce's buffer, the others' larger buffer).
+TEST(Arguments, GpuTuningFilesKeepTheirMeasuredPicks) {
+  struct Case {
+    const char* file;
+    int n;
+    // By collective (all-reduce, all-gather, reduce-scatter, all-to-all), at 64 KiB, 1 MiB,
+    // 16 MiB and 256 MiB.
+    std::vector<std::vector<const char*>> picks;
+  };
+  const std::vector<Case> cases = {
+      {"h200x2-nvlink.json",
+       2,
+       {{"oneshot/ll", "oneshot/ll", "oneshot/simple", "ring/simple"},
+        {"oneshot/ll", "oneshot/ll", "oneshot/simple", "ring/simple"},
+        {"oneshot/ll", "oneshot/ll", "ring/simple", "ring/simple"},
+        {"oneshot/ll", "oneshot/ll", "pairwise/simple", "pairwise/simple"}}},
+      {"h200-8procs-mps.json",
+       8,
+       {{"oneshot/ll", "twoshot/ll", "twoshot/ll", "twoshot/simple"},
+        {"oneshot/ll", "oneshot/ll", "oneshot/simple", "oneshot/simple"},
+        {"oneshot/ll", "oneshot/ll", "ring/simple", "ring/simple"},
+        {"oneshot/ll", "oneshot/ll", "pairwise/simple", "pairwise/simple"}}},
+  };
+  const weftCollective_t colls[] = {weftCollAllReduce, weftCollAllGather, weftCollReduceScatter,
+                                    weftCollAllToAll};
+  const std::size_t sizes[] = {64 << 10, 1 << 20, 16 << 20, std::size_t{256} << 20};
+  for (const Case& c : cases) {
+    const std::string path = std::string(WEFT_SOURCE_DIR) + "/perf/tuning/" + c.file;
+    setenv("WEFT_TUNING_FILE", path.c_str(), 1);
+    std::vector<Comm> comms = makeComms(c.n);
+    unsetenv("WEFT_TUNING_FILE");
+    for (std::size_t k = 0; k < 4; ++k) {
+      for (std::size_t i = 0; i < 4; ++i) {
+        // weft-perf's size is the larger buffer; a call's count is per rank or per peer.
+        const std::size_t bytes =
+            colls[k] == weftCollAllReduce ? sizes[i] : sizes[i] / static_cast<std::size_t>(c.n);
+        EXPECT_EQ(gpuPlanOf(comms[0].handle(), colls[k], bytes), c.picks[k][i])
+            << c.file << ", collective " << colls[k] << ", " << sizes[i] << " B";
+      }
+    }
+  }
 }
 
 // All-gather, reduce-scatter and all-to-all on GPU memory take the direct one-shot kernel while
