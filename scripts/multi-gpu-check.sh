@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Several GPUs of one host (issue 8): what weft sees of the fabric beside nvidia-smi's matrix,
 # the GPU tests with one rank per GPU, weft against NCCL in nccl-tests' sweeps (normal and
-# CUDA-graph), and PyTorch with one process per GPU. (Calibrating the GPU tuner there, issue 8's
-# third step, needs a GPU mode of weft-perf --calibrate, which measures host constants only.) Runs
-# prebuilt binaries: BUILD (default build/; build-carry/ from scripts/gpu-carry.sh works).
+# CUDA-graph), the GPU tuner's calibration and the regret of its picks with the file (every
+# algorithm forced beside them), and PyTorch with one process per GPU. Runs prebuilt binaries:
+# BUILD (default build/; build-carry/ from scripts/gpu-carry.sh works).
 # NVLink multicast stays off everywhere (the machines' rule; weft never creates multicast
 # objects). Logs under OUT (default ./out-multi); a summary is printed last.
-#   STEPS     which steps, by name (default: topo tests perf graph torch)
+#   STEPS     which steps, by name (default: topo tests perf graph calibrate torch)
 #   MAXBYTES  the sweeps' largest size (default 1G; issue 8 asks up to 8G where time allows)
 #   DEADLINE  seconds the whole script may take (default 560): a step that no longer fits is
 #             skipped, and every step's limit is cut to what is left
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.." || exit 1
 build="${BUILD:-build}"
 out="${OUT:-$PWD/out-multi}"
 mkdir -p "$out"
-steps="${STEPS:-topo tests perf graph torch}"
+steps="${STEPS:-topo tests perf graph calibrate torch}"
 maxbytes="${MAXBYTES:-1G}"
 deadline="${DEADLINE:-560}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -88,12 +88,32 @@ if want graph; then
     sweep "graph-$coll" "$coll" -b 8 -e 1M -f 2 -G 10
   done
 fi
+if want calibrate; then
+  # Issue 8's third step: the tuning file for this machine (commit it under perf/tuning/), then
+  # the regret of the picks it makes against every algorithm forced (scripts/regret.awk).
+  run calibrate 120 "$perf" allreduce -np "$gpus" --gpu --calibrate "$out/tuning-${gpus}gpu.json"
+  declare -A algos=([allreduce]=ring,dbtree,rhd,oneshot,twoshot [allgather]=ring,pat,oneshot
+    [reducescatter]=ring,pat,oneshot [alltoall]=pairwise,bruck,oneshot)
+  for coll in allreduce allgather reducescatter alltoall; do
+    for mode in normal graph; do
+      flags=(-b 8 -e "$maxbytes" -f 4)
+      [[ $mode == graph ]] && flags=(-b 8 -e 16M -f 4 -G 10)
+      run "regret-$mode-$coll" 130 env WEFT_TUNING_FILE="$out/tuning-${gpus}gpu.json" "$perf" \
+        "$coll" -np "$gpus" -w 3 -n 10 -c 0 --algos "${algos[$coll]}" "${flags[@]}"
+      awk -v algos="${algos[$coll]}" -f scripts/regret.awk "$out/regret-$mode-$coll.log" \
+        >"$out/regret-$mode-$coll.txt"
+    done
+  done
+fi
 if want torch; then
   # torch_check.py puts local rank r on GPU r mod the count: one process per GPU here.
   run torch 240 env NPS="$gpus" OUT="$out/torch" BUILD="$build" scripts/torch-check.sh
 fi
 
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+for f in "$out"/regret-*.txt; do
+  [[ -f "$f" ]] && echo "$(basename "$f" .txt): $(tail -1 "$f")"
+done
 for f in "$out"/perf-*.log "$out"/graph-*.log; do
   [[ -f "$f" ]] || continue
   echo "== $(basename "$f" .log)"
