@@ -879,6 +879,7 @@ Status Communicator::ensureGpu() {
   o.llDirectBytes = config_.gpuLlDirectBytes;
   o.directBlockBytes = config_.gpuDirectBlockBytes;
   o.llBlockBytes = config_.gpuLlBlockBytes;
+  o.llBlocks = config_.gpuLlBlocks;
   o.dependentLaunch = config_.gpuDependentLaunch;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;

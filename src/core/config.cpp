@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "src/transport/cuda_ipc.hpp"
 #include "src/transport/ucx.hpp"
 
 namespace weft {
@@ -94,6 +95,11 @@ Result<Config> Config::fromEnvironment() {
     auto x = number("WEFT_GPU_LL_BLOCK_BYTES", 512, 256 * 1024);
     if (!x) return x.status();
     c.gpuLlBlockBytes = static_cast<std::size_t>(*x);
+  }
+  if (env("WEFT_GPU_LL_BLOCKS") != nullptr) {
+    auto x = number("WEFT_GPU_LL_BLOCKS", 1, transport::CudaIpcGeometry::kDirectLlBlocks);
+    if (!x) return x.status();
+    c.gpuLlBlocks = static_cast<int>(*x);
   }
   if (env("WEFT_GPU_PDL") != nullptr) {
     auto x = number("WEFT_GPU_PDL", 0, 1);

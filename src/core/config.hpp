@@ -45,6 +45,9 @@ struct Config {
   // WEFT_GPU_LL_BLOCK_BYTES (512-262144): the least an ll one-shot block takes of a piece
   // (exec::GpuOptions::llBlockBytes).
   std::size_t gpuLlBlockBytes = 1024;
+  // WEFT_GPU_LL_BLOCKS (1-128): the most blocks an ll one-shot call spreads over
+  // (exec::GpuOptions::llBlocks).
+  int gpuLlBlocks = 128;
   // WEFT_GPU_PDL (0 or 1): the ll one-shot kernels launch as programmatic dependents
   // (exec::GpuOptions::dependentLaunch).
   bool gpuDependentLaunch = true;

@@ -533,15 +533,15 @@ bool CudaExecutor::llServes(const device::LaunchArgs& a, std::size_t pieceBytes)
 Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::DirectKind kind,
                               const Buffers& b, void* stream) {
   // The same grid at every call (the blocks' counts must agree): a block for every
-  // llBlockBytes of the largest piece ll takes, up to kDirectLlBlocks, all resident with the
-  // peers' blocks.
+  // llBlockBytes of the largest piece ll takes, up to llBlocks, all resident with the peers'
+  // blocks.
   using Ipc = transport::CudaIpcGeometry;
   const std::size_t most = std::min(options_.llDirectBytes, Ipc::kDirectLlBytes);
   const std::size_t least = options_.llBlockBytes;
-  const auto wanted =
-      static_cast<int>(std::min<std::size_t>((most + least - 1) / least, Ipc::kDirectLlBlocks));
-  const int blocks =
-      std::clamp(wanted, 1, std::min(Ipc::kDirectLlBlocks, ipc_->residentChannels()));
+  const int cap = std::clamp(options_.llBlocks, 1, Ipc::kDirectLlBlocks);
+  const auto wanted = static_cast<int>(
+      std::min<std::size_t>((most + least - 1) / least, static_cast<std::size_t>(cap)));
+  const int blocks = std::clamp(wanted, 1, std::min(cap, ipc_->residentChannels()));
   if (Status s =
           device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
       !s)

@@ -46,7 +46,7 @@ struct CudaIpcGeometry {
   // every rank.
   static constexpr std::size_t kDirectLlBytes = 256 * 1024;
   static constexpr int kDirectLlRanks = 16;
-  static constexpr int kDirectLlBlocks = 32;
+  static constexpr int kDirectLlBlocks = 128;
   std::size_t directLlOffset() const;
   std::size_t directLlInboxBytes() const;
 
