@@ -711,6 +711,8 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_LL_DIRECT_BYTES", "262145"},
                                                         {"WEFT_GPU_DIRECT_BLOCK_BYTES", "100"},
                                                         {"WEFT_GPU_LL_BLOCK_BYTES", "0"},
+                                                        {"WEFT_GPU_LL_BLOCKS", "0"},
+                                                        {"WEFT_GPU_LL_BLOCKS", "129"},
                                                         {"WEFT_GPU_PDL", "2"},
                                                         {"WEFT_HOST_DIRECT", "yes"},
                                                         {"WEFT_HOST_DIRECT_BYTES", "-1"},
