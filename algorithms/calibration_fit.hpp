@@ -23,8 +23,8 @@ struct TimedCall {
   Collective coll = Collective::allReduce;
   std::string algorithm;
   Protocol protocol = Protocol::simple;
-  std::size_t bytes =
-      0;  // what the tuner prices: the call's message (an all-gather's whole output)
+  // What the tuner prices: the call's message (an all-gather's whole output).
+  std::size_t bytes = 0;
   double measuredUs = 0;
 };
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -146,6 +147,18 @@ std::string utcNow() {
   return buf;
 }
 
+// A tuning file's opening: its comment lines, then where and when it was measured ("measured_on":
+// host, date, ranks, and `more`, a run of further members each led by a comma), up to the keys.
+std::string fileHead(const std::vector<std::string>& comment, int nranks, const std::string& more) {
+  std::ostringstream j;
+  j << "{\n  \"comment\": [";
+  for (std::size_t i = 0; i < comment.size(); ++i)
+    j << (i ? "," : "") << "\n    " << jsonString(comment[i]);
+  j << "\n  ],\n  \"measured_on\": {\"host\": " << jsonString(hostName())
+    << ", \"date\": " << jsonString(utcNow()) << ", \"nranks\": " << nranks << more << "},\n";
+  return j.str();
+}
+
 // What the calibration measured, as rank 0 has it (the other ranks hand theirs over).
 struct Measured {
   double smallUs = 0;       // one-way, kSmallBytes
@@ -259,14 +272,10 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
   };
   if (m.crowded()) comment.push_back("Caution: " + crowdedNote(m) + ".");
   std::ostringstream j;
-  j << "{\n  \"comment\": [";
-  for (std::size_t i = 0; i < comment.size(); ++i)
-    j << (i ? "," : "") << "\n    " << jsonString(comment[i]);
-  j << "\n  ],\n  \"measured_on\": {\"host\": " << jsonString(hostName())
-    << ", \"date\": " << jsonString(utcNow()) << ", \"nranks\": " << nranks
-    << ", \"ranks_on_host\": " << m.ranksHere << ", \"cores\": " << m.cores
-    << ", \"load_average\": " << fixed(m.load, 2) << ", \"transport\": " << jsonString(summary)
-    << "},\n"
+  j << fileHead(comment, nranks,
+                ", \"ranks_on_host\": " + std::to_string(m.ranksHere) + ", \"cores\": " +
+                    std::to_string(m.cores) + ", \"load_average\": " + fixed(m.load, 2) +
+                    ", \"transport\": " + jsonString(summary))
     << "  \"hop_latency_us\": {\"ll\": {\"pcie\": " << digits(c.hopLatency[kLl][kPcie])
     << "}, \"simple\": {\"pcie\": " << digits(c.hopLatency[kSimple][kPcie]) << "}},\n"
     << "  \"message_overhead_us\": {\"ll\": {\"pcie\": " << digits(c.messageOverhead[kLl][kPcie])
@@ -461,13 +470,9 @@ std::string gpuTuningFile(const GpuMeasured& m, const GpuDerived& d, int nranks,
       "names it; its nvlink keys only to the GPU tuner (host memory is priced as pcie).",
   };
   std::ostringstream j;
-  j << "{\n  \"comment\": [";
-  for (std::size_t i = 0; i < comment.size(); ++i)
-    j << (i ? "," : "") << "\n    " << jsonString(comment[i]);
-  j << "\n  ],\n  \"measured_on\": {\"host\": " << jsonString(hostName())
-    << ", \"date\": " << jsonString(utcNow()) << ", \"nranks\": " << nranks
-    << ", \"gpus\": " << m.gpus << ", \"device\": " << jsonString(m.device)
-    << ", \"transport\": " << jsonString(summary) << "},\n"
+  j << fileHead(comment, nranks,
+                ", \"gpus\": " + std::to_string(m.gpus) + ", \"device\": " + jsonString(m.device) +
+                    ", \"transport\": " + jsonString(summary))
     << "  \"hop_latency_us\": {\"ll\": {\"nvlink\": " << digits(c.hopLatency[kLl][kNvlink])
     << "}, \"simple\": {\"nvlink\": " << digits(c.hopLatency[kSimple][kNvlink]) << "}},\n"
     << "  \"bandwidth_scale\": {\"nvlink\": " << digits(c.bandwidthScale[kNvlink]) << "},\n"
@@ -500,10 +505,11 @@ void printGpuCalibration(const GpuMeasured& m, const GpuDerived& d, int nranks,
                 digits(after).c_str(), formula.c_str());
   };
   for (std::size_t p : {kLl, kSimple}) {
-    const std::string floored =
-        d.latency[p].baseFloored || d.latency[p].hopFloored
-            ? " (" + std::string(d.latency[p].baseFloored ? "base" : "hop") + " floored)"
-            : "";
+    const algo::LatencyFit& f = d.latency[p];
+    const std::string floored = f.baseFloored && f.hopFloored ? " (base and hop floored)"
+                                : f.baseFloored               ? " (base floored)"
+                                : f.hopFloored                ? " (hop floored)"
+                                                              : "";
     key("base_latency_us." + protoName(p), d.before.baseLatency[p], d.after.baseLatency[p],
         "least squares over the " + protoName(p) + " calls" + floored);
     key("hop_latency_us." + protoName(p) + ".nvlink", d.before.hopLatency[p][kNvlink],
@@ -657,7 +663,6 @@ Status Calibration::run(bool& quietFailure) {
 }
 
 Status Calibration::runHost(bool& quietFailure) {
-  const std::string& path = ctx_.options.calibratePath;
   buffer_.assign(kLargeBytes, std::byte{1});  // touched now, not inside a timed loop
 
   // Where rank 0 runs: the ranks beside it, its cores, and its load before the measurements.
@@ -703,15 +708,25 @@ Status Calibration::runHost(bool& quietFailure) {
     m.allReducePlan[p] = *plan;
   }
 
-  // Rank 0 works the constants out, writes them and says what it did.
-  Status written;
-  std::string absolute;
-  if (rank_ == 0) {
+  // Rank 0 works the constants out and says what it did.
+  return publish(quietFailure, [&]() -> Result<std::string> {
     std::string summary = comm_.summary();  // "rank 0 of 8, host memory, ..."
     if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
     auto d = derive(m, nranks_);
-    written = d ? writeTuningFile(path, tuningFile(m, *d, nranks_, summary)) : d.status();
-    if (d) printCalibration(m, *d, nranks_, summary);
+    if (!d) return d.status();
+    printCalibration(m, *d, nranks_, summary);
+    return tuningFile(m, *d, nranks_, summary);
+  });
+}
+
+Status Calibration::publish(bool& quietFailure,
+                            const std::function<Result<std::string>()>& rank0Text) {
+  const std::string& path = ctx_.options.calibratePath;
+  Status written;
+  std::string absolute;
+  if (rank_ == 0) {
+    auto text = rank0Text();
+    written = text ? writeTuningFile(path, *text) : text.status();
     char real[PATH_MAX] = {};
     if (written && realpath(path.c_str(), real) != nullptr) absolute = real;
     if (written)
@@ -791,7 +806,6 @@ Result<double> Calibration::gpuCallUs(Comm& comm, Collective c, std::size_t byte
 }
 
 Status Calibration::runGpu(bool& quietFailure) {
-  const std::string& path = ctx_.options.calibratePath;
   for (std::byte** b : {&deviceSend_, &deviceRecv_}) {
     auto p = gpu_->allocate(kGpuLargeBytes);
     if (!p) return failed(p.status(), "allocating " + sizeName(kGpuLargeBytes) + " on its GPU", -1);
@@ -846,25 +860,17 @@ Status Calibration::runGpu(bool& quietFailure) {
     }
   }
 
-  Status written;
-  std::string absolute;
-  if (rank_ == 0) {
+  return publish(quietFailure, [&]() -> Result<std::string> {
     // What the GPU tuner's graph takes of the run (the host transport's summary is not it).
     const std::string summary = "GPU buffers, " + std::to_string(model->graph.deviceChannels) +
                                 " channel(s) a bulk call, " +
                                 sizeName(static_cast<std::size_t>(model->graph.deviceSlotBytes)) +
                                 " FIFO slots";
     auto d = deriveGpu(m, *model);
-    written = d ? writeTuningFile(path, gpuTuningFile(m, *d, nranks_, summary)) : d.status();
-    if (d) printGpuCalibration(m, *d, nranks_, summary);
-    char real[PATH_MAX] = {};
-    if (written && realpath(path.c_str(), real) != nullptr) absolute = real;
-    if (written)
-      std::printf("# wrote %s: use it with WEFT_TUNING_FILE=%s\n", path.c_str(),
-                  absolute.empty() ? path.c_str() : absolute.c_str());
-  }
-  if (Status s = shareRank0(written, quietFailure); !s || quietFailure) return s;
-  return comparePicks(absolute.empty() ? path : absolute);
+    if (!d) return d.status();
+    printGpuCalibration(m, *d, nranks_, summary);
+    return gpuTuningFile(m, *d, nranks_, summary);
+  });
 }
 
 }  // namespace weft::perf

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ class Calibration {
   // The mean over ranks of the median batch's time per call of a float `c` of weft-perf's size
   // `bytes` on GPU buffers, `calls` calls a batch, each batch timed by events on the stream.
   Result<double> gpuCallUs(Comm& comm, Collective c, std::size_t bytes, int calls);
+  // Rank 0 writes the tuning file whose text `rank0Text` makes (it runs on rank 0 only, and
+  // prints what was measured), every rank learns whether that worked, then comparePicks.
+  Status publish(bool& quietFailure, const std::function<Result<std::string>()>& rank0Text);
   // Before and after: what `comm_` and a communicator made with the file at `path` pick.
   Status comparePicks(const std::string& path);
 
