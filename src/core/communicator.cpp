@@ -519,6 +519,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
   c->workers_ = std::make_unique<ChannelWorkers>(
       c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
+  // A rank with one core (or less) runs a schedule's channels one after another on the calling
+  // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
+  // ranks of one core on the 2-core VM, all-gather of 2 MB on its two channels: 140-380 us on
+  // threads, against 55-60 for 1 MB on one; docs/perf.md). Every channel's traffic stays in its
+  // own FIFOs and its own part of the buffers, so one channel finishing before the next starts
+  // is a schedule every peer can meet.
+  c->channelsInline_ = config.hostChannelThreads == 0 ||
+                       (config.hostChannelThreads < 0 && coresOfThisRankOrNone(ranksHere) <= 1);
   c->slotsPossible_ =
       n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
   if (c->slotsPossible_) {
@@ -851,11 +859,17 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
   b.singleCopy = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
   b.byReference = &(*cached)->byReference;
   std::vector<Status> results(s.channels.size());
-  workers_->run(results.size(), [&](std::size_t ch) {
+  auto channel = [&](std::size_t ch) {
     results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);
     if (results[ch].isOk() && ucx_) results[ch] = ucx_->flush(static_cast<int>(ch), *waiter_);
     if (!results[ch].isOk()) (void)fail(results[ch]);
-  });
+  };
+  if (channelsInline_) {
+    for (std::size_t ch = 0; ch < results.size() && (ch == 0 || results[ch - 1].isOk()); ++ch)
+      channel(ch);
+  } else {
+    workers_->run(results.size(), channel);
+  }
   for (const Status& r : results) {
     if (!r.isOk()) return r;
   }

@@ -242,6 +242,7 @@ class Communicator {
   bool hostSlotsServe(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
+  bool channelsInline_ = false;  // a schedule's channels one after another on the caller
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };
 

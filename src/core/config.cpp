@@ -146,6 +146,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.hostDirectThreads = static_cast<int>(*x);
   }
+  if (const char* v = env("WEFT_HOST_CHANNEL_THREADS"); v != nullptr && std::string(v) != "auto") {
+    auto x = number("WEFT_HOST_CHANNEL_THREADS", 0, 1);
+    if (!x) return x.status();
+    c.hostChannelThreads = static_cast<int>(*x);
+  }
   if (env("WEFT_HOST_STAGE_BYTES") != nullptr) {
     auto x = number("WEFT_HOST_STAGE_BYTES", 8192, 1 << 30);
     if (!x) return x.status();

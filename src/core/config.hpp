@@ -69,6 +69,11 @@ struct Config {
   // WEFT_HOST_DIRECT_THREADS (1-16; 0: automatic): the threads of every direct call of a rank,
   // at most its channels. Automatic: up to the rank's cores, one a 256 KiB of the call.
   int hostDirectThreads = 0;
+  // WEFT_HOST_CHANNEL_THREADS (auto, 1, 0 as -1, 1, 0): whether a schedule's channels run on
+  // threads of their own (1) or one after another on the calling thread (0). auto: on threads
+  // where the rank has two or more cores, on the caller otherwise (Communicator::create says
+  // why).
+  int hostChannelThreads = -1;
   // WEFT_HOST_STAGE_BYTES (8 KiB-1 GiB, in 8 KiB): each rank's stage, through which the direct
   // path between processes runs in rounds of half of it (src/exec/host_direct.hpp). The default
   // two halves of 1 MiB stay in a core's L2 between a round's copy in and its peers' reads.

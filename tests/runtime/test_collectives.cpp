@@ -713,6 +713,7 @@ TEST(Arguments, BadEnvironmentIsAnErrorNamingTheVariable) {
                                                         {"WEFT_GPU_LL_BLOCK_BYTES", "0"},
                                                         {"WEFT_GPU_LL_BLOCKS", "0"},
                                                         {"WEFT_GPU_LL_BLOCKS", "129"},
+                                                        {"WEFT_HOST_CHANNEL_THREADS", "2"},
                                                         {"WEFT_GPU_PDL", "2"},
                                                         {"WEFT_HOST_DIRECT", "yes"},
                                                         {"WEFT_HOST_DIRECT_BYTES", "-1"},
