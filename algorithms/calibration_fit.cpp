@@ -28,6 +28,17 @@ constexpr int kFitRounds = 20;
 
 }  // namespace
 
+Result<std::vector<double>> modelTimes(const CostConstants& c, const RankGraph& g,
+                                       const std::vector<TimedCall>& calls) {
+  std::vector<double> out;
+  for (const TimedCall& call : calls) {
+    auto e = estimateUs(c, g, call);
+    if (!e) return e.status();
+    out.push_back(*e);
+  }
+  return out;
+}
+
 Result<LatencyFit> fitLatencies(const CostConstants& c, const RankGraph& g, Protocol p,
                                 LinkClass cls, const std::vector<TimedCall>& calls, double least) {
   const auto pi = static_cast<std::size_t>(p), ci = static_cast<std::size_t>(cls);
@@ -130,11 +141,11 @@ Result<BandwidthFit> fitBandwidthScale(const CostConstants& c, const RankGraph& 
         "fitBandwidthScale: every call took less than the model charges it at any bandwidth (its "
         "latency alone): time larger calls");
   fit.scale = std::exp(logSum / counted);
-  for (const TimedCall& call : calls) {
-    auto e = at(fit.scale, call);
-    if (!e) return e.status();
-    fit.modelUs.push_back(*e);
-  }
+  CostConstants k = c;
+  k.bandwidthScale[ci] = fit.scale;
+  auto times = modelTimes(k, g, calls);
+  if (!times) return times.status();
+  fit.modelUs = std::move(*times);
   return fit;
 }
 

@@ -28,6 +28,10 @@ struct TimedCall {
   double measuredUs = 0;
 };
 
+// The model's estimate of each call with constants `c` (the order of `calls`).
+Result<std::vector<double>> modelTimes(const CostConstants& c, const RankGraph& g,
+                                       const std::vector<TimedCall>& calls);
+
 struct LatencyFit {
   double baseUs = 0;
   double hopUs = 0;

@@ -489,12 +489,13 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
   // The slowest link a step that involves every rank must cross.
   // A pattern's per-flow bandwidth inside a host, as bytes per us at this protocol.
   auto pat = [&](double gbs) { return gbs * c_.bandwidthScale[nv] * eff * kBytesPerUsPerGBs; };
+  // Ranks across hosts whose NIC other ranks of their host share, and a message's time on it.
+  const bool sharedNic = multi && g.ranksPerNic > 1;
+  auto onNic = [&](double message) { return message / std::min(t.bwIntra, t.bwNet); };
   // What ranks sharing a NIC hide of `rounds` exchange rounds across hosts, each moving
   // `roundBytes` a rank (pairwise, hierarchical; kDriftHidden).
   auto drift = [&](double rounds, double roundBytes) {
-    return multi && g.ranksPerNic > 1
-               ? rounds * std::min(t.aNet, roundBytes / std::min(t.bwIntra, t.bwNet)) * kDriftHidden
-               : 0.0;
+    return sharedNic ? rounds * std::min(t.aNet, onNic(roundBytes)) * kDriftHidden : 0.0;
   };
   auto shift = [&](int d) {
     const int local = G > 0 ? d % G : 0;
@@ -838,10 +839,7 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
     // outlasts the posting the NIC stays busy and nothing hides. (PCIe servers, 4 GPUs a NIC, 8
     // hosts: the replay's 4 KiB sends at 256 KiB took 0.27-0.81 us against 0.66 at a quarter of
     // the NIC, a posting 1 us; at 1 MiB, 2.6 us a send, none hid.)
-    if (!one && multi && g.ranksPerNic > 1) {
-      const double transfer = per / std::min(t.bwIntra, t.bwNet);
-      if (transfer < t.oNet) lat -= (n - G) * transfer * kDriftHidden;
-    }
+    if (!one && sharedNic && onNic(per) < t.oNet) lat -= (n - G) * onNic(per) * kDriftHidden;
     post = (one ? 1 : 2) * posting;
     bw = (one ? 1 : 2) * phase;
   } else if (algorithm == "pairwise") {

@@ -376,17 +376,6 @@ struct GpuDerived {
   std::vector<double> largeBefore, largeAfter;
 };
 
-Result<std::vector<double>> estimates(const algo::CostConstants& c, const algo::RankGraph& g,
-                                      const std::vector<algo::TimedCall>& calls) {
-  std::vector<double> out;
-  for (const algo::TimedCall& call : calls) {
-    auto e = algo::CostModel(c).estimate(call.algorithm, call.coll, call.bytes, call.protocol, g);
-    if (!e) return e.status();
-    out.push_back(e->timeUs);
-  }
-  return out;
-}
-
 Result<GpuDerived> deriveGpu(const GpuMeasured& m, const Communicator::GpuModel& model) {
   const algo::LinkClass cls = algo::linkClassOf(model.graph.intraClass);
   GpuDerived d;
@@ -398,14 +387,14 @@ Result<GpuDerived> deriveGpu(const GpuMeasured& m, const Communicator::GpuModel&
   d.bandwidth = fit->bandwidth;
   d.rounds = fit->rounds;
   for (std::size_t p : {kLl, kSimple}) {
-    auto before = estimates(d.before, model.graph, m.small[p]);
-    auto after = estimates(d.after, model.graph, m.small[p]);
+    auto before = algo::modelTimes(d.before, model.graph, m.small[p]);
+    auto after = algo::modelTimes(d.after, model.graph, m.small[p]);
     if (!before || !after) return !before ? before.status() : after.status();
     d.smallBefore[p] = *before;
     d.smallAfter[p] = *after;
   }
-  auto before = estimates(d.before, model.graph, m.large);
-  auto after = estimates(d.after, model.graph, m.large);
+  auto before = algo::modelTimes(d.before, model.graph, m.large);
+  auto after = algo::modelTimes(d.after, model.graph, m.large);
   if (!before || !after) return !before ? before.status() : after.status();
   d.largeBefore = *before;
   d.largeAfter = *after;
