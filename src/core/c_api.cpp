@@ -518,4 +518,10 @@ Result<Communicator::GpuModel> gpuTunerModelOf(weftComm_t comm) {
   return comm->impl->gpuTunerModel();
 }
 
+Result<Communicator::HostCounters> hostCountersOf(weftComm_t comm) {
+  if (!live(comm))
+    return invalidArgument("comm is not a live communicator (NULL, never created, or destroyed)");
+  return comm->impl->hostCounters();
+}
+
 }  // namespace weft

@@ -458,6 +458,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
     l.memory = &c->peerMemory_;
     l.readsMe = &c->readsMe_;
+    l.bytesRead = &c->singleCopyBytes_;
     l.to.assign(N, nullptr);
     l.from.assign(N, nullptr);
     for (int q = 0; q < n; ++q) {
@@ -1137,6 +1138,13 @@ int Communicator::gpuTunerChannels() const {
   return channels > 0 ? channels : exec::GpuOptions::autoChannels(132, size_);
 }
 
+Communicator::HostCounters Communicator::hostCounters() const {
+  HostCounters h;
+  h.singleCopyBytes = singleCopyBytes_.load(std::memory_order_relaxed);
+  h.readablePeers = static_cast<int>(std::count(iRead_.begin(), iRead_.end(), 1));
+  return h;
+}
+
 Communicator::GpuModel Communicator::gpuTunerModel() const {
   GpuModel m{sameDeviceRankGraph(size_, gpuTunerChannels(), config_.gpuSlotBytes),
              config_.tuner.constants};
@@ -1448,6 +1456,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
             failure = mismatch(op);
             return true;
           }
+          singleCopyBytes_.fetch_add(op.bytes, std::memory_order_relaxed);
           failure = peerMemory_[Q].read(op.buf, d.address, op.bytes);
           c->release();
           if (!failure.isOk()) return true;

@@ -147,6 +147,13 @@ class Communicator {
     algo::CostConstants constants;
   };
   GpuModel gpuTunerModel() const;
+  // What this rank's calls on host memory moved how: bytes it read straight from peers' buffers
+  // (single copy, since the communicator was made), and how many peers it can read that way.
+  struct HostCounters {
+    std::uint64_t singleCopyBytes = 0;
+    int readablePeers = 0;
+  };
+  HostCounters hostCounters() const;
   // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).
   std::size_t directRounds() const;
   // Whether a direct kernel runs this call (no schedule, no protocol): one-shot or two-shot
@@ -197,6 +204,7 @@ class Communicator {
   // readsMe_[q], q can read this rank's. Messages of at least config_.singleCopyBytes use it.
   std::vector<transport::PeerMemory> peerMemory_;
   std::vector<std::uint8_t> iRead_, readsMe_;
+  std::atomic<std::uint64_t> singleCopyBytes_{0};  // read from peers' buffers, every call
   std::unique_ptr<std::uint64_t> probe_;
   bool singleCopy(std::size_t bytes, std::uint8_t possible) const {
     return possible != 0 && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
@@ -254,5 +262,7 @@ algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBy
 // that fit constants to it (weft-perf --calibrate --gpu). Exported from libweft, which holds the
 // communicators: a tool's own copy of the runtime could not reach them.
 WEFT_API Result<Communicator::GpuModel> gpuTunerModelOf(weftComm_t comm);
+// Communicator::hostCounters of a communicator of the C API, for tests and tools.
+WEFT_API Result<Communicator::HostCounters> hostCountersOf(weftComm_t comm);
 
 }  // namespace weft

@@ -121,6 +121,8 @@ class Runner {
     std::memcpy(&r, msg + j * sizeof(Reference), sizeof r);
     const std::size_t n = std::min<std::size_t>(to.elems, r.elems);
     if (n == 0) return {};
+    if (links_.bytesRead != nullptr)
+      links_.bytesRead->fetch_add(n * esize_, std::memory_order_relaxed);
     return (*links_.memory)[static_cast<std::size_t>(peer)].read(to.at, r.address, n * esize_);
   }
 
@@ -169,13 +171,40 @@ class Runner {
       const std::size_t at = j * stride;
       switch (st.kind) {
         case StepKind::send:
+          if (names) {
+            writeReference(j, src);
+            break;
+          }
           for (std::byte* slot : slots_) copy(slot + at, src.at, src.elems);
           break;
         case StepKind::recv:
+          if (referenced) {
+            if (Status x = readReference(recvPeers[0], msgs_[0], j, dst); !x) return x;
+            break;
+          }
           copy(dst.at, msgs_[0] + at, dst.elems);
           break;
         case StepKind::recvCopySend:
+          if (referenced && names) {
+            if (Status x = readReference(recvPeers[0], msgs_[0], j, dst); !x) return x;
+            writeReference(j, dst);
+            break;
+          }
+          if (referenced) {
+            // Bytes onward: read the named piece into the first slot, which then serves as the
+            // message would have.
+            const Piece whole{slots_[0] + at, g_.sliceElems};
+            if (Status x = readReference(recvPeers[0], msgs_[0], j, whole); !x) return x;
+            copy(dst.at, whole.at, dst.elems);
+            for (std::size_t k = 1; k < slots_.size(); ++k)
+              std::memcpy(slots_[k] + at, whole.at, stride);
+            break;
+          }
           copy(dst.at, msgs_[0] + at, dst.elems);
+          if (names) {
+            writeReference(j, dst);
+            break;
+          }
           // Forward the whole slice: a downstream block may be longer than this rank's.
           for (std::byte* slot : slots_) std::memcpy(slot + at, msgs_[0] + at, stride);
           break;

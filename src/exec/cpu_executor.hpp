@@ -11,6 +11,7 @@
 // the elements its own block has. Scratch blocks are L elements long.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <vector>
 
@@ -46,6 +47,8 @@ struct ChannelLinks {
   // Single copy: how to read each peer's memory, and whether each peer can read this rank's.
   const std::vector<transport::PeerMemory>* memory = nullptr;
   const std::vector<std::uint8_t>* readsMe = nullptr;
+  // Where this rank counts the bytes it read from peers' buffers (single copy); may be null.
+  std::atomic<std::uint64_t>* bytesRead = nullptr;
 };
 
 struct Geometry {

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
+#include "src/core/communicator.hpp"
 #include "tests/runtime/fork.hpp"
 #include "tests/runtime/harness.hpp"
 
@@ -317,6 +319,66 @@ TEST(ProcessP2p, LargeMessagesTakeTheSingleCopyPathAndSmallOnesTheFifo) {
     EXPECT_EQ(segmentsOf(pids), 0);
   }
   unsetenv("WEFT_SINGLE_COPY_BYTES");
+}
+
+// Collectives through the schedules (no direct path) between processes: from 256 KiB the steps
+// marked for single copy send references, and their receivers read the named pieces straight
+// from the senders' buffers. Every output is checked, and this rank's count of bytes read that
+// way must have grown by what its receives needed, where the kernel lets it read its peers
+// (exit 2 otherwise); with single copy off it must not grow at all.
+int singleCopyCollectives(int r, Comm& comm, bool on) {
+  const int n = comm.size();
+  auto counters = [&] { return hostCountersOf(comm.handle()); };
+  auto before = counters();
+  if (!before) return 20;
+  if (on && before->readablePeers == 0) return 2;
+  std::vector<Comm> mine;
+  mine.push_back(std::move(comm));
+  int bad = 0;
+  std::uint64_t seed = 11, least = 0;
+  const std::size_t count = (1u << 18) + 5;  // a rank's block: 1 MiB of floats and a bit
+  for (Collective coll : {Collective::allGather, Collective::broadcast, Collective::allToAll,
+                          Collective::allReduce}) {
+    for (bool inPlace : {false, true}) {
+      const Case c{coll, DataType::f32, RedOp::sum, count, inPlace, n - 1};
+      if (const std::string err = runCase(mine, c, seed++, n, r); !err.empty()) {
+        std::fprintf(stderr, "rank %d: %s: %s\n", r, describe(c, n).c_str(), err.c_str());
+        ++bad;
+      }
+    }
+  }
+  // Out of place, an all-gather's receives alone read every peer's block.
+  least = std::uint64_t{count} * sizeof(float) * static_cast<std::uint64_t>(n - 1);
+  auto after = hostCountersOf(mine.front().handle());
+  comm = std::move(mine.front());
+  if (!after) return 21;
+  const std::uint64_t read = after->singleCopyBytes - before->singleCopyBytes;
+  std::fprintf(stderr, "rank %d: single copy %s: %llu bytes read from peers\n", r,
+               on ? "on" : "off", static_cast<unsigned long long>(read));
+  if (on ? read < least : read != 0) ++bad;
+  return bad == 0 ? 0 : 1;
+}
+
+TEST(ProcessSingleCopy, CollectivesReadPeersBuffersAndCountWhatTheyRead) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_HOST_DIRECT", "0", 1);
+  for (bool on : {true, false}) {
+    setenv("WEFT_SINGLE_COPY_BYTES", on ? "262144" : "0", 1);
+    std::vector<pid_t> pids;
+    const std::vector<int> codes = forkRanks(
+        3, [on](int r, Comm& comm) { return singleCopyCollectives(r, comm, on); }, &pids,
+        std::chrono::seconds(120));
+    if (on && std::count(codes.begin(), codes.end(), 2) == 3) {
+      unsetenv("WEFT_SINGLE_COPY_BYTES");
+      unsetenv("WEFT_HOST_DIRECT");
+      GTEST_SKIP() << "this kernel does not let the ranks read each other (process_vm_readv)";
+    }
+    for (std::size_t r = 0; r < codes.size(); ++r)
+      EXPECT_EQ(codes[r], 0) << "rank " << r << (on ? " with" : " without") << " single copy";
+    EXPECT_EQ(segmentsOf(pids), 0);
+  }
+  unsetenv("WEFT_SINGLE_COPY_BYTES");
+  unsetenv("WEFT_HOST_DIRECT");
 }
 
 // Ranks that claim different hosts (WEFT_TEST_HOST_ID): shared memory within each, UCX between.
