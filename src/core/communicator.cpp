@@ -507,19 +507,6 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       },
       config.timeout, me);
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
-  // Where each of the rank's threads has a core, waits spin longer before they nap, and the
-  // channel workers spin for their next job before they sleep: on the H200 machine's host (8
-  // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
-  // with the short spin and the workers asleep between calls.
-  const bool spins = coresOfThisRankOrNone(ranksHere) >= c->geometry_.channels;
-  if (spins) c->waiter_->spinFor(kLongSpin);
-  // Where the ranks outnumber the host's cores, a spinning wait holds the core its peer needs:
-  // waits yield it instead (4 processes on the 2-core VM: all-reduce 8 B 265 -> 11.7 us, 2 MB
-  // 3.3 -> 1.0 ms, 16 MB 21.7 -> 8.2 ms). Not where each rank has a core and only its channel
-  // threads outnumber them (2 ranks there: no faster, and 0.5 -> 1.3 us at 8 B).
-  if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
-  c->workers_ = std::make_unique<ChannelWorkers>(
-      c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
   // A rank with one core (or less) runs a schedule's channels one after another on the calling
   // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
   // ranks of one core on the 2-core VM, all-gather of 2 MB on its two channels: 140-380 us on
@@ -528,6 +515,23 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // is a schedule every peer can meet.
   c->channelsInline_ = config.hostChannelThreads == 0 ||
                        (config.hostChannelThreads < 0 && coresOfThisRankOrNone(ranksHere) <= 1);
+  // Where each of the rank's threads has a core, waits spin longer before they nap, and the
+  // channel workers spin for their next job before they sleep: on the H200 machine's host (8
+  // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
+  // with the short spin and the workers asleep between calls. A rank whose channels run on its
+  // caller has one thread: one core is enough (2 ranks of one core on the 2-core VM, a 1 MB
+  // send/recv whose receiver reads it in one process_vm_readv of ~85 us: the sender's nap
+  // overslept that by ~100 us, docs/perf.md).
+  const int threads = c->channelsInline_ ? 1 : c->geometry_.channels;
+  const bool spins = coresOfThisRankOrNone(ranksHere) >= threads;
+  if (spins) c->waiter_->spinFor(kLongSpin);
+  // Where the ranks outnumber the host's cores, a spinning wait holds the core its peer needs:
+  // waits yield it instead (4 processes on the 2-core VM: all-reduce 8 B 265 -> 11.7 us, 2 MB
+  // 3.3 -> 1.0 ms, 16 MB 21.7 -> 8.2 ms). Not where each rank has a core and only its channel
+  // threads outnumber them (2 ranks there: no faster, and 0.5 -> 1.3 us at 8 B).
+  if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
+  c->workers_ = std::make_unique<ChannelWorkers>(
+      c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
   c->slotsPossible_ =
       n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
   if (c->slotsPossible_) {
@@ -1394,9 +1398,12 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
       std::memmove(selfRecvs[k]->buf, selfSends[k]->buf, selfSends[k]->bytes);
   }
   // Per (direction, peer): the operations in call order; only the first unfinished one moves.
-  std::map<std::pair<bool, int>, std::vector<std::size_t>> lanes;
+  // Sends come first in each pass, so a rank names its buffers before it spends a single-copy
+  // read on a peer's: with receives first, two ranks exchanging 1 MB took turns, each posting
+  // only after its own read (267 us a call on the 2-core VM where one read takes ~60).
+  std::map<std::pair<bool, int>, std::vector<std::size_t>> lanes;  // key: (receives, peer)
   for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].bytes > 0 && ops[i].peer != rank_) lanes[{ops[i].isSend, ops[i].peer}].push_back(i);
+    if (ops[i].bytes > 0 && ops[i].peer != rank_) lanes[{!ops[i].isSend, ops[i].peer}].push_back(i);
   }
   struct Lane {
     std::vector<std::size_t> ops;
