@@ -434,6 +434,22 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
             canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
   if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
+  c->readRate_ = std::make_unique<transport::ReadRate>(
+      &transport::controlOf(c->inbox_.data())->refusesReferences, config.singleCopyMinGBps);
+  if (!config.debug.empty()) {
+    c->readRate_->onRefuse([me](double gbps) {
+      std::fprintf(stderr,
+                   "weft WARN rank %d: reading peers' buffers ran at %.2f GB/s "
+                   "(process_vm_readv, below WEFT_SINGLE_COPY_MIN_GBPS): its peers send it "
+                   "bytes through the FIFO from now on\n",
+                   me, gbps);
+    });
+  }
+  c->refuses_.assign(N, nullptr);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q != ME && c->sameHost_[q] && !c->viaUcx_[q])
+      c->refuses_[q] = &transport::controlOf(c->peerInboxes_[q].data())->refusesReferences;
+  }
   // A rank's cores: the direct path's threads take no more (below). Between processes the
   // automatic choice wants two on every rank: with one each (mpirun --bind-to core), 8 ranks of
   // the H200 machine's host ran all-reduces of 1-64 MB through the stages 7-37 % slower than
@@ -459,6 +475,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     l.memory = &c->peerMemory_;
     l.readsMe = &c->readsMe_;
     l.bytesRead = &c->singleCopyBytes_;
+    l.readRate = c->readRate_.get();
+    l.refuses = &c->refuses_;
     l.to.assign(N, nullptr);
     l.from.assign(N, nullptr);
     for (int q = 0; q < n; ++q) {
@@ -1428,7 +1446,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
       P2pOp& op = ops[l.ops[l.next]];
       const auto Q = static_cast<std::size_t>(op.peer);
       std::size_t n = std::min(slot, op.bytes - l.done);
-      if (op.isSend && singleCopy(op.bytes, readsMe_[Q])) {
+      if (op.isSend && (l.posted || (l.done == 0 && namesTo(Q, op.bytes)))) {
         // One message names the buffer; the receiver reads it and releases the message, after
         // which the buffer is the caller's again.
         transport::Connection* c = links_[0].to[Q];
@@ -1438,7 +1456,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
           const SingleCopy d{kSingleCopyMagic, reinterpret_cast<std::uintptr_t>(op.buf), op.bytes};
           transport::handOff(op.buf);
           std::memcpy(dst, &d, sizeof d);
-          c->post(sizeof d);
+          c->postReference(sizeof d);
           l.posted = moved = true;
           continue;
         }
@@ -1455,7 +1473,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
         transport::Connection* c = links_[0].from[Q];
         auto m = c->tryReceive();
         if (!m) continue;
-        if (singleCopy(op.bytes, iRead_[Q])) {
+        if (c->isReference()) {
           SingleCopy d{};
           if (m->size() == sizeof d) std::memcpy(&d, m->data(), sizeof d);
           if (d.magic != kSingleCopyMagic || d.bytes != op.bytes) {
@@ -1464,7 +1482,12 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
             return true;
           }
           singleCopyBytes_.fetch_add(op.bytes, std::memory_order_relaxed);
+          const auto start = std::chrono::steady_clock::now();
           failure = peerMemory_[Q].read(op.buf, d.address, op.bytes);
+          if (!peerMemory_[Q].local())
+            readRate_->record(op.bytes, std::chrono::duration<double, std::micro>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count());
           c->release();
           if (!failure.isOk()) return true;
           n = op.bytes;

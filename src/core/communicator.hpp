@@ -205,6 +205,16 @@ class Communicator {
   std::vector<transport::PeerMemory> peerMemory_;
   std::vector<std::uint8_t> iRead_, readsMe_;
   std::atomic<std::uint64_t> singleCopyBytes_{0};  // read from peers' buffers, every call
+  // Times this rank's reads of other processes' buffers, and raises its refusal when they crawl;
+  // refuses_[q], rank q's refusal (null where q is this rank or behind UCX).
+  std::unique_ptr<transport::ReadRate> readRate_;
+  std::vector<const std::atomic<std::uint32_t>*> refuses_;
+  // Whether this rank may name a buffer to q for a message of `bytes` (q reads it itself).
+  bool namesTo(std::size_t q, std::size_t bytes) const {
+    return singleCopy(bytes, readsMe_[q]) &&
+           (refuses_[q] == nullptr || refuses_[q]->load(std::memory_order_relaxed) == 0);
+  }
+
   std::unique_ptr<std::uint64_t> probe_;
   bool singleCopy(std::size_t bytes, std::uint8_t possible) const {
     return possible != 0 && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;

@@ -121,6 +121,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.singleCopyBytes = static_cast<std::size_t>(*x);
   }
+  if (env("WEFT_SINGLE_COPY_MIN_GBPS") != nullptr) {
+    auto x = number("WEFT_SINGLE_COPY_MIN_GBPS", 0, 1000);
+    if (!x) return x.status();
+    c.singleCopyMinGBps = *x;
+  }
   if (const char* v = env("WEFT_HOST_DIRECT")) {
     const std::string x = v;
     if (x == "auto") {

@@ -58,6 +58,10 @@ struct Config {
   // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.
   std::size_t singleCopyBytes = 256 * 1024;
+  // WEFT_SINGLE_COPY_MIN_GBPS (0-1000; 0: never): a rank whose reads of its peers' buffers run
+  // slower than this (two windows of 4 MiB in a row) asks its peers for bytes through the FIFO
+  // instead, for the rest of the communicator's life (transport::ReadRate).
+  double singleCopyMinGBps = 2.0;
   // WEFT_HOST_DIRECT (auto, 1, 0 as -1, 1, 0) and WEFT_HOST_DIRECT_BYTES: all-reduce,
   // reduce-scatter, all-gather and all-to-all calls at least this large on host memory, with
   // every rank on this host, run the direct path (src/exec/host_direct.hpp) instead of a

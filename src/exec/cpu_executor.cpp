@@ -1,6 +1,7 @@
 #include "src/exec/cpu_executor.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "src/core/sizes.hpp"
@@ -106,6 +107,10 @@ class Runner {
       return false;
     for (int q : sendPeers) {
       if ((*links_.readsMe)[static_cast<std::size_t>(q)] == 0) return false;
+      if (links_.refuses != nullptr) {
+        const auto* refuses = (*links_.refuses)[static_cast<std::size_t>(q)];
+        if (refuses != nullptr && refuses->load(std::memory_order_relaxed) != 0) return false;
+      }
     }
     if (!inputStable_) {
       for (const Span& sp : st.kind == StepKind::send ? p_.src(st) : p_.dst(st)) {
@@ -123,7 +128,15 @@ class Runner {
     if (n == 0) return {};
     if (links_.bytesRead != nullptr)
       links_.bytesRead->fetch_add(n * esize_, std::memory_order_relaxed);
-    return (*links_.memory)[static_cast<std::size_t>(peer)].read(to.at, r.address, n * esize_);
+    const transport::PeerMemory& memory = (*links_.memory)[static_cast<std::size_t>(peer)];
+    if (links_.readRate == nullptr || memory.local())
+      return memory.read(to.at, r.address, n * esize_);
+    const auto start = std::chrono::steady_clock::now();
+    Status s = memory.read(to.at, r.address, n * esize_);
+    links_.readRate->record(n * esize_, std::chrono::duration<double, std::micro>(
+                                            std::chrono::steady_clock::now() - start)
+                                            .count());
+    return s;
   }
 
   void writeReference(std::size_t j, const Piece& piece) {

@@ -70,6 +70,28 @@ Result<std::span<const std::byte>> Connection::waitToReceive(const Waiter& w, in
   return *m;
 }
 
+bool ReadRate::record(std::uint64_t bytes, double us) {
+  if (floorBytesPerUs_ <= 0 || refuse_ == nullptr) return false;
+  double rate = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    bytes_ += bytes;
+    us_ += us;
+    if (bytes_ < kWindowBytes) return false;
+    rate = us_ > 0 ? static_cast<double>(bytes_) / us_ : floorBytesPerUs_;
+    bytes_ = 0;
+    us_ = 0;
+    if (rate >= floorBytesPerUs_) {
+      slowWindows_ = 0;
+      return false;
+    }
+    if (++slowWindows_ < 2 || refuse_->load(std::memory_order_relaxed) != 0) return false;
+    refuse_->store(1, std::memory_order_relaxed);
+  }
+  if (onRefuse_) onRefuse_(rate / 1e3);
+  return true;
+}
+
 PeerMemory::PeerMemory(int pid) : pid_(pid), self_(pid == getpid()) {}
 
 Status PeerMemory::read(void* to, std::uintptr_t from, std::size_t bytes) const {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -159,6 +160,35 @@ class PeerMemory {
  private:
   int pid_ = 0;
   bool self_ = true;
+};
+
+// How fast this rank reads its peers' buffers (single copy), and the floor below which it asks
+// them for bytes through the FIFO instead. Some hosts make those reads far dearer than the
+// FIFO's two copies: on the 2-core CI VM (a guest whose page tables the hypervisor keeps),
+// 128 KiB pieces deep in a 16 MB buffer read at 0.65 GB/s where the first MB read at 15, and a
+// 2-rank all-gather of 1 MB took 690 us against the FIFO's 70 (docs/perf.md). Reads are counted
+// in windows of kWindowBytes; two windows in a row below the floor raise `refuse` (the rank's
+// flag in its control page, which senders read before naming a piece) for good.
+class ReadRate {
+ public:
+  static constexpr std::uint64_t kWindowBytes = 4u << 20;
+
+  // `floorGBps` 0 never refuses.
+  ReadRate(std::atomic<std::uint32_t>* refuse, double floorGBps)
+      : refuse_(refuse), floorBytesPerUs_(floorGBps * 1e3) {}
+  // Called once, with the slow window's rate in GB/s, when the rank starts refusing.
+  void onRefuse(std::function<void(double)> f) { onRefuse_ = std::move(f); }
+  // One read of `bytes` that took `us`; true when this read made the rank refuse.
+  bool record(std::uint64_t bytes, double us);
+
+ private:
+  std::atomic<std::uint32_t>* refuse_;
+  double floorBytesPerUs_;
+  std::function<void(double)> onRefuse_;
+  mutable std::mutex mutex_;
+  std::uint64_t bytes_ = 0;
+  double us_ = 0;
+  int slowWindows_ = 0;
 };
 
 // A connection whose waits also drive something else: a rank whose channel mixes shared memory

@@ -131,6 +131,7 @@ void initInbox(std::byte* inbox, const ShmGeometry& g) {
   c->aborted.store(0, std::memory_order_relaxed);
   c->claimed.store(0, std::memory_order_relaxed);
   c->directArrived.store(0, std::memory_order_relaxed);
+  c->refusesReferences.store(0, std::memory_order_relaxed);
   for (int i = 0; i < 2; ++i) new (inbox + kControlBytes + i * sizeof(ShmSmallSlot)) ShmSmallSlot{};
   c->pid = getpid();
   for (int ch = 0; g.fifos && ch < g.channels; ++ch) {

@@ -34,6 +34,9 @@ struct ShmControl {
   // buffers of its current call, written before the first of the call's barriers.
   alignas(64) std::atomic<std::uint64_t> directArrived;
   std::uint64_t directInput, directOutput;
+  // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
+  // its peers send it bytes through the FIFO instead of naming their pieces.
+  alignas(64) std::atomic<std::uint32_t> refusesReferences;
 };
 
 // After the control page, two of these: a small call's input, published whole (the slots path).

@@ -359,9 +359,72 @@ int singleCopyCollectives(int r, Comm& comm, bool on) {
   return bad == 0 ? 0 : 1;
 }
 
+// With a read-rate floor no host meets (WEFT_SINGLE_COPY_MIN_GBPS=1000), each rank refuses
+// references after two windows of reads: from then on its peers send it bytes, the count of bytes
+// it read stops, and every result (collective and send/recv) stays right.
+int refusesAfterSlowReads(int r, Comm& comm) {
+  const int n = comm.size();
+  auto read = [&](Comm& c) -> std::uint64_t {
+    auto h = hostCountersOf(c.handle());
+    return h ? h->singleCopyBytes : ~std::uint64_t{0};
+  };
+  if (auto h = hostCountersOf(comm.handle()); !h || h->readablePeers == 0) return 2;
+  std::vector<Comm> mine;
+  mine.push_back(std::move(comm));
+  int bad = 0;
+  std::uint64_t seed = 21;
+  const std::size_t count = 1u << 18;  // 1 MiB a block: 2 MiB read a call per rank at 3 ranks
+  auto allGather = [&] {
+    const Case c{Collective::allGather, DataType::f32, RedOp::sum, count, false, 0};
+    if (const std::string err = runCase(mine, c, seed++, n, r); !err.empty()) {
+      std::fprintf(stderr, "rank %d: %s\n", r, err.c_str());
+      ++bad;
+    }
+  };
+  for (int i = 0; i < 8; ++i) allGather();  // 16 MiB read: four windows
+  const std::uint64_t after = read(mine.front());
+  for (int i = 0; i < 4; ++i) allGather();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<std::uint8_t> out(3u << 20), in(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(i * 13 + r);
+  if (weftGroupStart() != weftSuccess) return 10;
+  if (!mine.front().send(out.data(), out.size(), DataType::u8, next)) ++bad;
+  if (!mine.front().recv(in.data(), in.size(), DataType::u8, prev)) ++bad;
+  if (weftGroupEnd() != weftSuccess) return 11;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != static_cast<std::uint8_t>(i * 13 + prev)) {
+      ++bad;
+      break;
+    }
+  }
+  const std::uint64_t end = read(mine.front());
+  comm = std::move(mine.front());
+  std::fprintf(stderr, "rank %d: %llu bytes read before refusing, %llu after\n", r,
+               static_cast<unsigned long long>(after),
+               static_cast<unsigned long long>(end - after));
+  if (after == 0 || end != after) ++bad;
+  return bad == 0 ? 0 : 1;
+}
+
+TEST(ProcessSingleCopy, SlowReadsTurnARanksReferencesIntoBytes) {
+  WEFT_SKIP_UNDER_TSAN();
+  setenv("WEFT_HOST_DIRECT", "0", 1);
+  setenv("WEFT_SINGLE_COPY_MIN_GBPS", "1000", 1);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes =
+      forkRanks(3, refusesAfterSlowReads, &pids, std::chrono::seconds(120));
+  unsetenv("WEFT_SINGLE_COPY_MIN_GBPS");
+  unsetenv("WEFT_HOST_DIRECT");
+  if (std::count(codes.begin(), codes.end(), 2) == 3)
+    GTEST_SKIP() << "this kernel does not let the ranks read each other (process_vm_readv)";
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
 TEST(ProcessSingleCopy, CollectivesReadPeersBuffersAndCountWhatTheyRead) {
   WEFT_SKIP_UNDER_TSAN();
   setenv("WEFT_HOST_DIRECT", "0", 1);
+  setenv("WEFT_SINGLE_COPY_MIN_GBPS", "0", 1);  // however slow this host reads
   for (bool on : {true, false}) {
     setenv("WEFT_SINGLE_COPY_BYTES", on ? "262144" : "0", 1);
     std::vector<pid_t> pids;
@@ -370,6 +433,7 @@ TEST(ProcessSingleCopy, CollectivesReadPeersBuffersAndCountWhatTheyRead) {
         std::chrono::seconds(120));
     if (on && std::count(codes.begin(), codes.end(), 2) == 3) {
       unsetenv("WEFT_SINGLE_COPY_BYTES");
+      unsetenv("WEFT_SINGLE_COPY_MIN_GBPS");
       unsetenv("WEFT_HOST_DIRECT");
       GTEST_SKIP() << "this kernel does not let the ranks read each other (process_vm_readv)";
     }
@@ -378,6 +442,7 @@ TEST(ProcessSingleCopy, CollectivesReadPeersBuffersAndCountWhatTheyRead) {
     EXPECT_EQ(segmentsOf(pids), 0);
   }
   unsetenv("WEFT_SINGLE_COPY_BYTES");
+  unsetenv("WEFT_SINGLE_COPY_MIN_GBPS");
   unsetenv("WEFT_HOST_DIRECT");
 }
 

@@ -80,3 +80,48 @@ TEST(SingleCopy, EveryScheduleMarksOnlySendsToCopyingReceivers) {
 
 }  // namespace
 }  // namespace weft::exec
+
+namespace weft::transport {
+namespace {
+
+// The read-rate floor: two windows in a row below it raise the rank's refusal, once; one slow
+// window between fast ones does not; a floor of 0 never refuses.
+TEST(ReadRate, TwoSlowWindowsInARowRefuseOnce) {
+  std::atomic<std::uint32_t> refuse{0};
+  int told = 0;
+  double toldRate = 0;
+  ReadRate rate(&refuse, 2.0);  // 2 GB/s: 2000 bytes a microsecond
+  rate.onRefuse([&](double gbps) {
+    ++told;
+    toldRate = gbps;
+  });
+  const std::uint64_t piece = 128 * 1024, perWindow = ReadRate::kWindowBytes / piece;
+  auto window = [&](double gbps) {
+    bool refused = false;
+    for (std::uint64_t i = 0; i < perWindow; ++i)
+      refused = rate.record(piece, static_cast<double>(piece) / (gbps * 1e3)) || refused;
+    return refused;
+  };
+  EXPECT_FALSE(window(10));
+  EXPECT_FALSE(window(0.5));  // one slow window
+  EXPECT_FALSE(window(10));   // ... then a fast one: the count starts again
+  EXPECT_FALSE(window(0.5));
+  EXPECT_EQ(refuse.load(), 0u);
+  EXPECT_TRUE(window(0.5));  // the second in a row
+  EXPECT_EQ(refuse.load(), 1u);
+  EXPECT_EQ(told, 1);
+  EXPECT_NEAR(toldRate, 0.5, 1e-9);
+  EXPECT_FALSE(window(0.5));  // already refusing: not again
+  EXPECT_FALSE(window(0.5));
+  EXPECT_EQ(told, 1);
+}
+
+TEST(ReadRate, AFloorOfZeroNeverRefuses) {
+  std::atomic<std::uint32_t> refuse{0};
+  ReadRate rate(&refuse, 0);
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(rate.record(1 << 20, 1e6));
+  EXPECT_EQ(refuse.load(), 0u);
+}
+
+}  // namespace
+}  // namespace weft::transport
