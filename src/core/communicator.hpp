@@ -211,10 +211,8 @@ class Communicator {
   std::vector<const std::atomic<std::uint32_t>*> refuses_;
   // Whether this rank may name a buffer to q for a message of `bytes` (q reads it itself).
   bool namesTo(std::size_t q, std::size_t bytes) const {
-    return singleCopy(bytes, readsMe_[q]) &&
-           (refuses_[q] == nullptr || refuses_[q]->load(std::memory_order_relaxed) == 0);
+    return singleCopy(bytes, readsMe_[q]) && !transport::refusesReferences(refuses_[q]);
   }
-
   std::unique_ptr<std::uint64_t> probe_;
   bool singleCopy(std::size_t bytes, std::uint8_t possible) const {
     return possible != 0 && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;

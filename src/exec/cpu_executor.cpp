@@ -107,10 +107,9 @@ class Runner {
       return false;
     for (int q : sendPeers) {
       if ((*links_.readsMe)[static_cast<std::size_t>(q)] == 0) return false;
-      if (links_.refuses != nullptr) {
-        const auto* refuses = (*links_.refuses)[static_cast<std::size_t>(q)];
-        if (refuses != nullptr && refuses->load(std::memory_order_relaxed) != 0) return false;
-      }
+      if (links_.refuses != nullptr &&
+          transport::refusesReferences((*links_.refuses)[static_cast<std::size_t>(q)]))
+        return false;
     }
     if (!inputStable_) {
       for (const Span& sp : st.kind == StepKind::send ? p_.src(st) : p_.dst(st)) {

@@ -191,6 +191,12 @@ class ReadRate {
   int slowWindows_ = 0;
 };
 
+// Whether the rank whose control page holds `flag` (ShmControl::refusesReferences) refuses
+// references; null: a peer that never reads by reference.
+inline bool refusesReferences(const std::atomic<std::uint32_t>* flag) {
+  return flag != nullptr && flag->load(std::memory_order_relaxed) != 0;
+}
+
 // A connection whose waits also drive something else: a rank whose channel mixes shared memory
 // and UCX keeps that channel's UCX worker progressing while it waits on a shared-memory peer
 // (a remote peer's rendezvous send to this rank moves only when this rank's worker does).
