@@ -474,8 +474,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
     l.memory = &c->peerMemory_;
     l.readsMe = &c->readsMe_;
-    l.bytesRead = &c->singleCopyBytes_;
-    l.readRate = c->readRate_.get();
+    l.reads = c->readRate_.get();
     l.refuses = &c->refuses_;
     l.to.assign(N, nullptr);
     l.from.assign(N, nullptr);
@@ -1162,7 +1161,7 @@ int Communicator::gpuTunerChannels() const {
 
 Communicator::HostCounters Communicator::hostCounters() const {
   HostCounters h;
-  h.singleCopyBytes = singleCopyBytes_.load(std::memory_order_relaxed);
+  h.singleCopyBytes = readRate_ ? readRate_->bytesRead() : 0;
   h.readablePeers = static_cast<int>(std::count(iRead_.begin(), iRead_.end(), 1));
   return h;
 }
@@ -1481,13 +1480,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
             failure = mismatch(op);
             return true;
           }
-          singleCopyBytes_.fetch_add(op.bytes, std::memory_order_relaxed);
-          const auto start = std::chrono::steady_clock::now();
-          failure = peerMemory_[Q].read(op.buf, d.address, op.bytes);
-          if (!peerMemory_[Q].local())
-            readRate_->record(op.bytes, std::chrono::duration<double, std::micro>(
-                                            std::chrono::steady_clock::now() - start)
-                                            .count());
+          failure = readRate_->read(peerMemory_[Q], op.buf, d.address, op.bytes);
           c->release();
           if (!failure.isOk()) return true;
           n = op.bytes;

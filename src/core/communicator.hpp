@@ -204,9 +204,9 @@ class Communicator {
   // readsMe_[q], q can read this rank's. Messages of at least config_.singleCopyBytes use it.
   std::vector<transport::PeerMemory> peerMemory_;
   std::vector<std::uint8_t> iRead_, readsMe_;
-  std::atomic<std::uint64_t> singleCopyBytes_{0};  // read from peers' buffers, every call
-  // Times this rank's reads of other processes' buffers, and raises its refusal when they crawl;
-  // refuses_[q], rank q's refusal (null where q is this rank or behind UCX).
+  // Reads peers' buffers for every call, counting the bytes, timing other processes' reads and
+  // raising this rank's refusal when they crawl; refuses_[q], rank q's refusal (null where q is
+  // this rank or behind UCX).
   std::unique_ptr<transport::ReadRate> readRate_;
   std::vector<const std::atomic<std::uint32_t>*> refuses_;
   // Whether this rank may name a buffer to q for a message of `bytes` (q reads it itself).

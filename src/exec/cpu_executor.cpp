@@ -1,7 +1,6 @@
 #include "src/exec/cpu_executor.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "src/core/sizes.hpp"
@@ -125,17 +124,9 @@ class Runner {
     std::memcpy(&r, msg + j * sizeof(Reference), sizeof r);
     const std::size_t n = std::min<std::size_t>(to.elems, r.elems);
     if (n == 0) return {};
-    if (links_.bytesRead != nullptr)
-      links_.bytesRead->fetch_add(n * esize_, std::memory_order_relaxed);
     const transport::PeerMemory& memory = (*links_.memory)[static_cast<std::size_t>(peer)];
-    if (links_.readRate == nullptr || memory.local())
-      return memory.read(to.at, r.address, n * esize_);
-    const auto start = std::chrono::steady_clock::now();
-    Status s = memory.read(to.at, r.address, n * esize_);
-    links_.readRate->record(n * esize_, std::chrono::duration<double, std::micro>(
-                                            std::chrono::steady_clock::now() - start)
-                                            .count());
-    return s;
+    if (links_.reads == nullptr) return memory.read(to.at, r.address, n * esize_);
+    return links_.reads->read(memory, to.at, r.address, n * esize_);
   }
 
   void writeReference(std::size_t j, const Piece& piece) {

@@ -47,10 +47,9 @@ struct ChannelLinks {
   // Single copy: how to read each peer's memory, and whether each peer can read this rank's.
   const std::vector<transport::PeerMemory>* memory = nullptr;
   const std::vector<std::uint8_t>* readsMe = nullptr;
-  // Where this rank counts the bytes it read from peers' buffers (single copy), and times the
-  // reads of other processes' (may be null); and each peer's refusal of references (null: none).
-  std::atomic<std::uint64_t>* bytesRead = nullptr;
-  transport::ReadRate* readRate = nullptr;
+  // What reads the peers' pieces, counting and timing them (null: plain reads); and each peer's
+  // refusal of references (null: none).
+  transport::ReadRate* reads = nullptr;
   const std::vector<const std::atomic<std::uint32_t>*>* refuses = nullptr;
 };
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -68,6 +69,17 @@ Result<std::span<const std::byte>> Connection::waitToReceive(const Waiter& w, in
   if (Status s = w.wait([&] { return (m = tryReceive()).has_value(); }, "receiving from", peer); !s)
     return s;
   return *m;
+}
+
+Status ReadRate::read(const PeerMemory& peer, void* to, std::uintptr_t from, std::size_t bytes) {
+  bytesRead_.fetch_add(bytes, std::memory_order_relaxed);
+  if (peer.local() || floorBytesPerUs_ <= 0) return peer.read(to, from, bytes);
+  const auto start = std::chrono::steady_clock::now();
+  Status s = peer.read(to, from, bytes);
+  record(
+      bytes,
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  return s;
 }
 
 bool ReadRate::record(std::uint64_t bytes, double us) {

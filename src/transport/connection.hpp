@@ -168,7 +168,8 @@ class PeerMemory {
 // 128 KiB pieces deep in a 16 MB buffer read at 0.65 GB/s where the first MB read at 15, and a
 // 2-rank all-gather of 1 MB took 690 us against the FIFO's 70 (docs/perf.md). Reads are counted
 // in windows of kWindowBytes; two windows in a row below the floor raise `refuse` (the rank's
-// flag in its control page, which senders read before naming a piece) for good.
+// flag in its control page, which senders read before naming a piece) for good. Every read of a
+// peer's piece goes through read(), which also counts the bytes.
 class ReadRate {
  public:
   static constexpr std::uint64_t kWindowBytes = 4u << 20;
@@ -178,6 +179,11 @@ class ReadRate {
       : refuse_(refuse), floorBytesPerUs_(floorGBps * 1e3) {}
   // Called once, with the slow window's rate in GB/s, when the rank starts refusing.
   void onRefuse(std::function<void(double)> f) { onRefuse_ = std::move(f); }
+  // Reads `bytes` at the peer's address `from` into `to`, counting them, and timing the read
+  // where the peer is another process.
+  Status read(const PeerMemory& peer, void* to, std::uintptr_t from, std::size_t bytes);
+  // The bytes read so far.
+  std::uint64_t bytesRead() const { return bytesRead_.load(std::memory_order_relaxed); }
   // One read of `bytes` that took `us`; true when this read made the rank refuse.
   bool record(std::uint64_t bytes, double us);
 
@@ -185,7 +191,8 @@ class ReadRate {
   std::atomic<std::uint32_t>* refuse_;
   double floorBytesPerUs_;
   std::function<void(double)> onRefuse_;
-  mutable std::mutex mutex_;
+  std::atomic<std::uint64_t> bytesRead_{0};
+  std::mutex mutex_;
   std::uint64_t bytes_ = 0;
   double us_ = 0;
   int slowWindows_ = 0;
