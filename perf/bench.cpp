@@ -329,10 +329,7 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
 
 Status RankBench::enqueueTimed(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
                                bool inPlace) {
-  // As nccl-tests: each iteration moves to the next slice of the buffers, so that small sizes
-  // do not run from cache.
-  const std::size_t total = l.bytes(sizeOf(type));
-  const std::size_t steps = total > 0 ? std::max<std::size_t>(1, opt_.maxBytes / total) : 1;
+  const Rotation rotation = rotationFor(l.bytes(sizeOf(type)), opt_.maxBytes);
   const int agg = opt_.aggIters;
   for (int iter = 0; iter < opt_.iters; ++iter) {
     if (agg > 1) {
@@ -340,7 +337,7 @@ Status RankBench::enqueueTimed(weftComm_t comm, const Layout& l, DataType type, 
     }
     for (int a = 0; a < agg; ++a) {
       const auto i = static_cast<std::size_t>(iter * agg + a);
-      if (Status s = callAt(comm, l, type, op, root, inPlace, total * (i % steps)); !s) return s;
+      if (Status s = callAt(comm, l, type, op, root, inPlace, rotation.at(i)); !s) return s;
     }
     if (agg > 1) {
       if (Status s = checked(weftGroupEnd(), "weftGroupEnd"); !s) return s;
@@ -460,11 +457,12 @@ Status RankBench::runRow(std::size_t size, DataType type, std::optional<RedOp> o
     row.forced.push_back(std::move(f));
   }
   if (Peer* p = peer(); p != nullptr) {
-    // The same call, buffers and iteration count through the peer. Whether it can run the call
-    // depends on the arguments alone, so every rank takes the same branch.
+    // The same call, buffers, slices and iteration count through the peer. Whether it can run
+    // the call depends on the arguments alone, so every rank takes the same branch.
     auto seconds =
         p->secondsPerCall(opt_.collective, l, type, op.value_or(RedOp::sum), root, sendBuffer(),
-                          recvBuffer(), 1, opt_.iters * opt_.aggIters, opt_.graphLaunches);
+                          recvBuffer(), rotationFor(l.bytes(sizeOf(type)), opt_.maxBytes), 1,
+                          opt_.iters * opt_.aggIters, opt_.graphLaunches);
     if (seconds) {
       auto combined = control_->combine(*seconds, opt_.average);
       if (!combined) return combined.status();

@@ -43,6 +43,11 @@ Layout layoutFor(Collective c, std::size_t bytes, std::size_t elementSize, int n
   return l;
 }
 
+Rotation rotationFor(std::size_t callBytes, std::size_t maxBytes) {
+  if (callBytes == 0) return {};
+  return {callBytes, std::max<std::size_t>(1, maxBytes / callBytes)};
+}
+
 double algBytes(Collective c, const Layout& l, std::size_t elementSize, int nranks) {
   const double perCall = static_cast<double>(l.count) * static_cast<double>(elementSize);
   switch (c) {

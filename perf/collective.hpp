@@ -37,6 +37,18 @@ struct Layout {
 
 Layout layoutFor(Collective c, std::size_t bytes, std::size_t elementSize, int nranks);
 
+// As nccl-tests: the timed calls of one size move through the buffers a slice at a time, so that
+// a size below -e does not run from cache. Call i (counting from 0) runs at offset at(i) of both
+// buffers; weft's calls and a --compare peer's go through the same slices.
+struct Rotation {
+  std::size_t sliceBytes = 0;
+  std::size_t slices = 1;
+  std::size_t at(std::size_t call) const { return sliceBytes * (call % slices); }
+};
+
+// The rotation of calls that take `callBytes` of buffers sized for `maxBytes` (-e).
+Rotation rotationFor(std::size_t callBytes, std::size_t maxBytes);
+
 // Bytes that algbw counts per call, and busbw = algbw * busFactor.
 double algBytes(Collective c, const Layout& l, std::size_t elementSize, int nranks);
 double busFactor(Collective c, int nranks);

@@ -64,8 +64,9 @@ class MpiPeer final : public Peer {
   std::string name() const override { return "mpi"; }
 
   std::optional<double> secondsPerCall(Collective c, const Layout& l, DataType type, RedOp op,
-                                       int root, const void* send, void* recv, int warmup,
-                                       int iters, int /*graphLaunches*/) override {
+                                       int root, const void* send, void* recv,
+                                       const Rotation& rotation, int warmup, int iters,
+                                       int /*graphLaunches*/) override {
     const auto t = mpiType(type, isReduction(c));
     if (!t || l.count > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
     int rank = 0, size = 1;
@@ -73,35 +74,37 @@ class MpiPeer final : public Peer {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const int n = static_cast<int>(l.count);
     const MPI_Op o = mpiOp(op);
-    void* in = const_cast<void*>(send);  // MPI-3 takes const; older headers do not
-    auto call = [&] {
+    auto call = [&](std::size_t shift) {
+      // MPI-3 takes const; older headers do not
+      void* in = const_cast<std::byte*>(static_cast<const std::byte*>(send)) + shift;
+      void* out = static_cast<std::byte*>(recv) + shift;
       switch (c) {
         case Collective::allReduce:
-          return MPI_Allreduce(in, recv, n, *t, o, MPI_COMM_WORLD);
+          return MPI_Allreduce(in, out, n, *t, o, MPI_COMM_WORLD);
         case Collective::allGather:
-          return MPI_Allgather(in, n, *t, recv, n, *t, MPI_COMM_WORLD);
+          return MPI_Allgather(in, n, *t, out, n, *t, MPI_COMM_WORLD);
         case Collective::reduceScatter:
-          return MPI_Reduce_scatter_block(in, recv, n, *t, o, MPI_COMM_WORLD);
+          return MPI_Reduce_scatter_block(in, out, n, *t, o, MPI_COMM_WORLD);
         case Collective::broadcast:
-          return MPI_Bcast(rank == root ? in : recv, n, *t, root, MPI_COMM_WORLD);
+          return MPI_Bcast(rank == root ? in : out, n, *t, root, MPI_COMM_WORLD);
         case Collective::reduce:
-          return MPI_Reduce(in, recv, n, *t, o, root, MPI_COMM_WORLD);
+          return MPI_Reduce(in, out, n, *t, o, root, MPI_COMM_WORLD);
         case Collective::allToAll:
         case Collective::allToAllv:
-          return MPI_Alltoall(in, n, *t, recv, n, *t, MPI_COMM_WORLD);
+          return MPI_Alltoall(in, n, *t, out, n, *t, MPI_COMM_WORLD);
         case Collective::sendRecv:
           break;
       }
-      return MPI_Sendrecv(in, n, *t, (rank + 1) % size, 0, recv, n, *t, (rank + size - 1) % size, 0,
+      return MPI_Sendrecv(in, n, *t, (rank + 1) % size, 0, out, n, *t, (rank + size - 1) % size, 0,
                           MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     };
     for (int i = 0; i < warmup; ++i) {
-      if (call() != MPI_SUCCESS) return std::nullopt;
+      if (call(0) != MPI_SUCCESS) return std::nullopt;
     }
     MPI_Barrier(MPI_COMM_WORLD);
     const double start = MPI_Wtime();
     for (int i = 0; i < iters; ++i) {
-      if (call() != MPI_SUCCESS) return std::nullopt;
+      if (call(rotation.at(static_cast<std::size_t>(i))) != MPI_SUCCESS) return std::nullopt;
     }
     return (MPI_Wtime() - start) / iters;
   }

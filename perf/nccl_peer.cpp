@@ -105,12 +105,15 @@ class NcclPeer final : public Peer {
   std::string name() const override { return "nccl"; }
 
   std::optional<double> secondsPerCall(Collective c, const Layout& l, DataType type, RedOp op,
-                                       int root, const void* send, void* recv, int warmup,
-                                       int iters, int graphLaunches) override {
+                                       int root, const void* sendBase, void* recvBase,
+                                       const Rotation& rotation, int warmup, int iters,
+                                       int graphLaunches) override {
     const auto t = ncclType(type);
     if (!t || c == Collective::sendRecv || c == Collective::allToAllv) return std::nullopt;
     const std::size_t e = sizeOf(type);
-    auto call = [&]() -> ncclResult_t {
+    auto call = [&](std::size_t shift) -> ncclResult_t {
+      const std::byte* send = static_cast<const std::byte*>(sendBase) + shift;
+      std::byte* recv = static_cast<std::byte*>(recvBase) + shift;
       switch (c) {
         case Collective::allReduce:
           return ncclAllReduce(send, recv, l.count, *t, ncclOp(op), comm_, stream_);
@@ -130,22 +133,21 @@ class NcclPeer final : public Peer {
       ncclResult_t r = ncclGroupStart();
       for (int q = 0; q < nranks_ && r == ncclSuccess; ++q) {
         const std::size_t at = static_cast<std::size_t>(q) * l.count * e;
-        r = ncclSend(static_cast<const std::byte*>(send) + at, l.count, *t, q, comm_, stream_);
-        if (r == ncclSuccess)
-          r = ncclRecv(static_cast<std::byte*>(recv) + at, l.count, *t, q, comm_, stream_);
+        r = ncclSend(send + at, l.count, *t, q, comm_, stream_);
+        if (r == ncclSuccess) r = ncclRecv(recv + at, l.count, *t, q, comm_, stream_);
       }
       const ncclResult_t ended = ncclGroupEnd();
       return r != ncclSuccess ? r : ended;
     };
     for (int i = 0; i < warmup; ++i) {
-      if (!ok(call(), "warm-up")) return std::nullopt;
+      if (!ok(call(0), "warm-up")) return std::nullopt;
     }
     if (cudaStreamSynchronize(stream_) != cudaSuccess) return std::nullopt;
-    if (graphLaunches > 0) return graphSecondsPerCall(call, iters, graphLaunches);
+    if (graphLaunches > 0) return graphSecondsPerCall(call, rotation, iters, graphLaunches);
     if (!control_.barrier().isOk()) return std::nullopt;
     (void)cudaEventRecord(start_, stream_);
     for (int i = 0; i < iters; ++i) {
-      if (!ok(call(), "timed call")) return std::nullopt;
+      if (!ok(call(rotation.at(static_cast<std::size_t>(i))), "timed call")) return std::nullopt;
     }
     (void)cudaEventRecord(stop_, stream_);
     float ms = 0;
@@ -159,7 +161,8 @@ class NcclPeer final : public Peer {
   // -G: the `iters` calls captured into one graph (this thread's capture only, as weft-perf
   // captures weft's), launched once untimed, then `launches` times between the events.
   template <typename Call>
-  std::optional<double> graphSecondsPerCall(const Call& call, int iters, int launches) {
+  std::optional<double> graphSecondsPerCall(const Call& call, const Rotation& rotation, int iters,
+                                            int launches) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     auto fail = [&](const char* what, cudaError_t e) -> std::optional<double> {
@@ -173,7 +176,8 @@ class NcclPeer final : public Peer {
         e != cudaSuccess)
       return fail("cudaStreamBeginCapture", e);
     bool captured = true;
-    for (int i = 0; i < iters && captured; ++i) captured = ok(call(), "captured call");
+    for (int i = 0; i < iters && captured; ++i)
+      captured = ok(call(rotation.at(static_cast<std::size_t>(i))), "captured call");
     const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
     if (!captured) return fail("capture", ended != cudaSuccess ? ended : cudaErrorUnknown);
     if (ended != cudaSuccess) return fail("cudaStreamEndCapture", ended);

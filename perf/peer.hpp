@@ -17,13 +17,15 @@ class Peer {
   virtual ~Peer() = default;
   virtual std::string name() const = 0;
   // Seconds per call of the collective through the peer after `warmup` untimed calls, or nothing
-  // when the peer has no such call (MPI has no half-precision reductions, for one). Every rank
-  // calls it with the same arguments. graphLaunches > 0 (weft-perf -G): the `iters` calls are
-  // captured into a CUDA graph and that many launches of it are timed, as weft's are; a peer
-  // without streams (MPI) runs its calls as ever.
+  // when the peer has no such call (MPI has no half-precision reductions, for one). Timed call i
+  // runs at send + rotation.at(i) and recv + rotation.at(i), as weft's do; the warm-up calls at
+  // the buffers' start. Every rank calls it with the same arguments. graphLaunches > 0 (weft-perf
+  // -G): the `iters` calls are captured into a CUDA graph and that many launches of it are timed,
+  // as weft's are; a peer without streams (MPI) runs its calls as ever.
   virtual std::optional<double> secondsPerCall(Collective c, const Layout& l, DataType type,
                                                RedOp op, int root, const void* send, void* recv,
-                                               int warmup, int iters, int graphLaunches) = 0;
+                                               const Rotation& rotation, int warmup, int iters,
+                                               int graphLaunches) = 0;
 };
 
 // MPI's own collectives over MPI_COMM_WORLD (one rank per process); nullptr in a build without

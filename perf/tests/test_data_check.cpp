@@ -130,6 +130,22 @@ TEST(Collective, NcclTestsSizeConventions) {
   EXPECT_DOUBLE_EQ(busFactor(Collective::sendRecv, 4), 1.0);
 }
 
+TEST(Collective, TimedCallsMoveThroughTheBuffersAsNcclTestsDo) {
+  // -e 16M, a 1 MB call: sixteen slices, call 17 back in the second.
+  const Rotation r = rotationFor(1 << 20, 16 << 20);
+  EXPECT_EQ(r.slices, 16u);
+  EXPECT_EQ(r.at(0), 0u);
+  EXPECT_EQ(r.at(3), 3u << 20);
+  EXPECT_EQ(r.at(17), 1u << 20);
+  // A size that does not divide -e keeps whole slices inside the buffers.
+  const Rotation odd = rotationFor(3000, 10000);
+  EXPECT_EQ(odd.slices, 3u);
+  EXPECT_LE(odd.at(2) + 3000, 10000u);
+  // The largest size, and an empty call, stay at the start.
+  EXPECT_EQ(rotationFor(16 << 20, 16 << 20).at(5), 0u);
+  EXPECT_EQ(rotationFor(0, 16 << 20).at(5), 0u);
+}
+
 TEST(Options, SizesAsNcclTestsParsesThem) {
   EXPECT_EQ(parseSize("8"), 8u);
   EXPECT_EQ(parseSize("1K"), 1024u);
