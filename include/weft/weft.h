@@ -159,6 +159,18 @@ WEFT_API weftResult_t weftBarrier(weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle);
 WEFT_API weftResult_t weftCommDeregister(weftComm_t comm, void* handle);
 
+/* Host memory that the other processes of a communicator on this host can read in place: `size`
+ * bytes (page-aligned, zeroed), each allocation a shared memory file of its own. Where every
+ * rank's buffers of a collective on host memory lie in such memory, the ranks are processes of
+ * one host and the call takes the direct path, each rank loads what it needs from its peers'
+ * buffers instead of copying them through its stage (the peers' allocations are mapped read-only
+ * at their first use, through /proc: the permission process_vm_readv needs). Otherwise, and for
+ * every other call, it is host memory like any other. weftHostFree(NULL) does nothing; it refuses
+ * any other pointer weftHostAlloc did not return; a peer's mapping outlives the free until its
+ * communicator goes. */
+WEFT_API weftResult_t weftHostAlloc(void** ptr, size_t size);
+WEFT_API weftResult_t weftHostFree(void* ptr);
+
 /* All-to-all with a count and a displacement (both in elements) per peer, as MPI_Alltoallv.
  * sendcounts[q] on this rank must equal recvcounts[this rank] on rank q. */
 WEFT_API weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[],

@@ -188,4 +188,15 @@ class Comm {
   weftComm_t h_ = nullptr;
 };
 
+// Host memory the communicator's other processes on this host read in place (weftHostAlloc);
+// freed with hostFree.
+inline Result<void*> hostAlloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (Status s = detail::status(weftHostAlloc(&p, bytes)); !s) return s;
+  return p;
+}
+inline Status hostFree(void* p) {
+  return detail::status(weftHostFree(p));
+}
+
 }  // namespace weft

@@ -16,6 +16,7 @@
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/communicator.hpp"
 #include "src/exec/cuda_executor.hpp"
+#include "src/transport/host_alloc.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 #include "weft/weft.h"
@@ -501,6 +502,18 @@ weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** h
 weftResult_t weftCommDeregister(weftComm_t comm, void* handle) {
   return withComm(comm, "weftCommDeregister",
                   [&](weft::Communicator& c) { return c.deregisterBuffer(handle); });
+}
+
+weftResult_t weftHostAlloc(void** ptr, size_t size) {
+  if (ptr == nullptr) return invalid("weftHostAlloc: ptr is NULL");
+  auto p = weft::transport::hostAlloc(size);
+  if (!p) return report(p.status());
+  *ptr = *p;
+  return weftSuccess;
+}
+
+weftResult_t weftHostFree(void* ptr) {
+  return report(weft::transport::hostFree(ptr));
 }
 
 weftResult_t weftBarrier(weftComm_t comm, void* stream) {

@@ -575,6 +575,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
         g.stages.push_back(of + c->geometry_.stageOffset());
       }
       g.stageBytes = c->geometry_.stageBytes;
+      g.pids = c->pids_;
     }
     g.waiter = c->waiter_.get();
     g.parallel = [workers = c->workers_.get()](std::size_t k,
@@ -1163,6 +1164,8 @@ Communicator::HostCounters Communicator::hostCounters() const {
   HostCounters h;
   h.singleCopyBytes = readRate_ ? readRate_->bytesRead() : 0;
   h.readablePeers = static_cast<int>(std::count(iRead_.begin(), iRead_.end(), 1));
+  h.directInPlaceCalls = directState_.inPlaceCalls;
+  h.peerAllocationsMapped = directState_.peerAllocations->mappings();
   return h;
 }
 

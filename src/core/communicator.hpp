@@ -152,6 +152,10 @@ class Communicator {
   struct HostCounters {
     std::uint64_t singleCopyBytes = 0;
     int readablePeers = 0;
+    // Direct calls between processes that loaded from the peers' weftHostAlloc buffers in
+    // place, and how many of those buffers this rank holds mapped.
+    std::uint64_t directInPlaceCalls = 0;
+    std::size_t peerAllocationsMapped = 0;
   };
   HostCounters hostCounters() const;
   // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).

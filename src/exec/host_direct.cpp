@@ -72,7 +72,7 @@ class Direct {
     std::vector<std::uint64_t> roundsRun(k);
     g_.parallel(k, [&](std::size_t t) {
       Thread th{t, rounds};
-      results[t] = g_.stages.empty() ? loads(th) : staged(th);
+      results[t] = g_.stages.empty() ? loads(th) : betweenProcesses(th);
       roundsRun[t] = th.round - rounds;
     });
     state_.rounds += roundsRun[0];
@@ -92,16 +92,27 @@ class Direct {
   // ---- Ranks that are threads of one process: loads from the peers' buffers.
 
   Status loads(Thread& th) {
-    const std::size_t t = th.t, k = k_;
-    if (t == 0) {
+    if (th.t == 0) {
       transport::ShmControl* mine = g_.controls[me_];
       mine->directInput = reinterpret_cast<std::uintptr_t>(in_);
       mine->directOutput = reinterpret_cast<std::uintptr_t>(out_);
     }
     if (Status s = sync(); !s) return s;
-    auto inputOf = [&](std::size_t q) {
-      return reinterpret_cast<const std::byte*>(g_.controls[q]->directInput);
-    };
+    return loadFromPeers(
+        th,
+        [&](std::size_t q) {
+          return reinterpret_cast<const std::byte*>(g_.controls[q]->directInput);
+        },
+        [&](std::size_t q) {
+          return reinterpret_cast<const std::byte*>(g_.controls[q]->directOutput);
+        });
+  }
+
+  // Each rank reads what it needs from every rank's input and output, as inputOf(q) and
+  // outputOf(q) reach them (this rank's own included), then waits until nobody reads its own.
+  template <typename Input, typename Output>
+  Status loadFromPeers(Thread& th, Input&& inputOf, Output&& outputOf) {
+    const std::size_t t = th.t, k = k_;
     switch (c_.coll) {
       case Collective::allReduce: {
         const std::size_t piece = pieceElems(c_.count);
@@ -112,8 +123,7 @@ class Direct {
         for (std::size_t j = 1; j < n_; ++j) {
           const std::size_t q = (me_ + j) % n_;
           const Range p = share(pieceOf(q, piece, c_.count), t, k, v_);
-          const auto* from = reinterpret_cast<const std::byte*>(g_.controls[q]->directOutput);
-          copyBytes(out_ + p.begin * es_, from + p.begin * es_, p.size() * es_);
+          copyBytes(out_ + p.begin * es_, outputOf(q) + p.begin * es_, p.size() * es_);
         }
         break;
       }
@@ -139,7 +149,53 @@ class Direct {
     return sync();
   }
 
-  // ---- Ranks in several processes: rounds through the stages.
+  // ---- Ranks in several processes: their weftHostAlloc buffers in place, or rounds through the
+  // stages.
+
+  Status betweenProcesses(Thread& th) {
+    const auto [inElems, outElems] = extents();
+    const std::size_t inBytes = inElems * es_, outBytes = outElems * es_;
+    transport::ShmControl* mine = g_.controls[me_];
+    if (th.t == 0) {
+      // All-to-all in place cannot load: peers would still read blocks this rank overwrites.
+      const bool inPlaceA2a =
+          c_.coll == Collective::allToAll && overlaps(in_, inBytes, out_, outBytes);
+      mine->directInputRef = inPlaceA2a ? transport::HostRef{} : transport::hostRefOf(in_, inBytes);
+      mine->directOutputRef = transport::hostRefOf(out_, outBytes);
+    }
+    if (Status s = sync(); !s) return s;
+    // Every rank sees the same refs, so every rank takes the same branch.
+    const bool allShared = std::all_of(g_.controls.begin(), g_.controls.end(), [](auto* c) {
+      return c->directInputRef.id != 0 && c->directOutputRef.id != 0;
+    });
+    if (!allShared) return staged(th);
+    if (th.t == 0) {
+      peerInputs_.assign(n_, nullptr);
+      peerOutputs_.assign(n_, nullptr);
+      bool mapped = true;
+      for (std::size_t q = 0; q < n_; ++q) {
+        if (q == me_) {
+          peerInputs_[q] = in_;
+          peerOutputs_[q] = out_;
+          continue;
+        }
+        transport::PeerAllocations& views = *state_.peerAllocations;
+        const int pid = g_.pids[q];
+        peerInputs_[q] = views.view(pid, g_.controls[q]->directInputRef, inBytes);
+        peerOutputs_[q] = views.view(pid, g_.controls[q]->directOutputRef, outBytes);
+        mapped = mapped && peerInputs_[q] != nullptr && peerOutputs_[q] != nullptr;
+      }
+      mine->directViews = mapped ? 1 : 0;
+    }
+    if (Status s = sync(); !s) return s;
+    const bool allMapped = std::all_of(g_.controls.begin(), g_.controls.end(),
+                                       [](auto* c) { return c->directViews != 0; });
+    if (!allMapped) return staged(th);
+    if (th.t == 0) ++state_.inPlaceCalls;
+    return loadFromPeers(
+        th, [&](std::size_t q) { return peerInputs_[q]; },
+        [&](std::size_t q) { return peerOutputs_[q]; });
+  }
 
   Status staged(Thread& th) {
     switch (c_.coll) {
@@ -313,22 +369,33 @@ class Direct {
 
   // The input's and output's extents, and where the input may sit inside the output (the
   // collective's in-place layout).
+  // Elements of the call's input and output.
+  std::pair<std::size_t, std::size_t> extents() const {
+    switch (c_.coll) {
+      case Collective::reduceScatter:
+        return {n_ * c_.count, c_.count};
+      case Collective::allGather:
+        return {c_.count, n_ * c_.count};
+      case Collective::allToAll:
+        return {n_ * c_.count, n_ * c_.count};
+      default:
+        return {c_.count, c_.count};
+    }
+  }
+
   void stageInputIfNeeded() {
     if (in_ == nullptr || out_ == nullptr) return;
-    std::size_t inElems = c_.count, outElems = c_.count;
+    const auto [inElems, outElems] = extents();
     const std::uintptr_t out = reinterpret_cast<std::uintptr_t>(out_), block = me_ * c_.count * es_;
     std::uintptr_t inPlace = out;
     switch (c_.coll) {
       case Collective::reduceScatter:
-        inElems = n_ * c_.count;
         inPlace = out - block;
         break;
       case Collective::allGather:
-        outElems = n_ * c_.count;
         inPlace = out + block;
         break;
       case Collective::allToAll:
-        inElems = outElems = n_ * c_.count;
         // Through the stages a round writes only what it has staged or read: in place is safe.
         // Loading from each other, peers still read blocks a rank overwrites.
         inPlace = g_.stages.empty() ? 0 : out;
@@ -352,6 +419,8 @@ class Direct {
   std::byte* out_;
   RedOp op_;
   std::size_t k_ = 1;  // the call's threads
+  // Between processes, loading in place: every rank's input and output as mapped here.
+  std::vector<const std::byte*> peerInputs_, peerOutputs_;
   std::atomic<std::size_t> arrived_{0};
   std::atomic<std::uint64_t> passed_{0};
   Status failure_;  // the last barrier's, written before passed_ moves

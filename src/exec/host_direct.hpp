@@ -26,6 +26,12 @@
 // between, which it reaches only after its reads of the half: so one barrier a round is enough
 // (two for all-reduce, whose sums are read after the second), and none at the end of a call.
 //
+// Unless every rank's buffers are weftHostAlloc memory (src/transport/host_alloc.hpp): each rank
+// publishes where its input and output lie before a first barrier; when all do, each maps its
+// peers' (once per allocation) and says whether it could before a second; when all could, the
+// call loads from the peers' buffers as threads of one process do, and no byte goes through a
+// stage.
+//
 // A rank whose input overlaps its output other than in the collective's in-place layout reads
 // its input from a private copy, so its own writes cannot reach what it (or a peer) still reads.
 #pragma once
@@ -35,7 +41,10 @@
 #include <functional>
 #include <vector>
 
+#include <memory>
+
 #include "src/transport/connection.hpp"
+#include "src/transport/host_alloc.hpp"
 #include "src/transport/shm.hpp"
 #include "weft/types.hpp"
 
@@ -58,6 +67,7 @@ struct DirectGroup {
   // load from each other's buffers), and its bytes.
   std::vector<std::byte*> stages;
   std::size_t stageBytes = 0;
+  std::vector<int> pids;  // by rank, between processes: whose weftHostAlloc memory to map
   const transport::Waiter* waiter = nullptr;
   // Runs fn(0) .. fn(k - 1) on k of this rank's threads and returns when all have.
   std::function<void(std::size_t k, const std::function<void(std::size_t)>& fn)> parallel;
@@ -75,6 +85,11 @@ struct DirectState {
   std::uint64_t barriers = 0;      // barriers passed
   std::uint64_t rounds = 0;        // rounds through the stage (its half is rounds % 2)
   std::vector<std::byte> staging;  // a private copy of the input, where one is needed
+  // Between processes: the peers' weftHostAlloc memory mapped here, and the calls that loaded
+  // from it instead of going through the stages.
+  std::unique_ptr<transport::PeerAllocations> peerAllocations =
+      std::make_unique<transport::PeerAllocations>();
+  std::uint64_t inPlaceCalls = 0;
 };
 
 // Runs one call; every rank of the group calls it for the same call.

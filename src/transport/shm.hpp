@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "src/transport/connection.hpp"
+#include "src/transport/host_alloc.hpp"
 
 namespace weft::transport {
 
@@ -34,6 +35,10 @@ struct ShmControl {
   // buffers of its current call, written before the first of the call's barriers.
   alignas(64) std::atomic<std::uint64_t> directArrived;
   std::uint64_t directInput, directOutput;
+  // Between processes: where the call's buffers lie in weftHostAlloc memory (id 0: elsewhere),
+  // and whether this rank mapped every peer's (src/transport/host_alloc.hpp).
+  HostRef directInputRef, directOutputRef;
+  std::uint32_t directViews;
   // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
   // its peers send it bytes through the FIFO instead of naming their pieces.
   alignas(64) std::atomic<std::uint32_t> refusesReferences;

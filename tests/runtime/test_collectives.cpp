@@ -666,6 +666,40 @@ TEST(Arguments, GpuBlockCollectivesTakeTheDirectKernelWhileTheInputFits) {
   EXPECT_EQ(planOf(forced[0].handle(), weftCollAllGather, 64 << 10).rfind("ring/", 0), 0u);
 }
 
+// weftHostAlloc / weftHostFree: bad input is an error that changes nothing; memory comes zeroed
+// and page-aligned; a pointer frees once; ranks that are threads of one process use it as any
+// host memory.
+TEST(Arguments, HostAllocAndFreeCheckTheirInput) {
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(weftHostAlloc(nullptr, 64), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("NULL"), std::string::npos) << weftGetLastError();
+  EXPECT_EQ(weftHostAlloc(&p, 0), weftInvalidArgument);
+  EXPECT_EQ(p, reinterpret_cast<void*>(0x1));
+  float onStack = 0;
+  EXPECT_EQ(weftHostFree(&onStack), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("weftHostFree"), std::string::npos);
+  EXPECT_EQ(weftHostFree(nullptr), weftSuccess);  // as free(NULL)
+  ASSERT_EQ(weftHostAlloc(&p, 10000), weftSuccess);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 4096, 0u);
+  const auto* bytes = static_cast<const unsigned char*>(p);
+  EXPECT_TRUE(std::all_of(bytes, bytes + 10000, [](unsigned char b) { return b == 0; }));
+  EXPECT_EQ(weftHostFree(static_cast<char*>(p) + 64), weftInvalidArgument);  // not its start
+  // Two ranks as threads, buffers in it: an all-reduce as on any memory.
+  std::vector<Comm> comms = makeComms(2);
+  auto* f = static_cast<float*>(p);
+  for (int i = 0; i < 1024; ++i) f[i] = 1.f, f[1024 + i] = 2.f;
+  onEveryRank(2, [&](int r) {
+    EXPECT_TRUE(comms[r].allReduce(f + 1024 * r, f + 512 * 4 + 256 * r, 256, RedOp::sum).isOk());
+  });
+  EXPECT_EQ(f[2048], 3.f);
+  EXPECT_EQ(f[2048 + 256 + 255], 3.f);
+  EXPECT_EQ(weftHostFree(p), weftSuccess);
+  EXPECT_EQ(weftHostFree(p), weftInvalidArgument);  // once
+  auto q = hostAlloc(1);
+  ASSERT_TRUE(q.isOk());
+  EXPECT_TRUE(hostFree(*q).isOk());
+}
+
 // weftCommRegister / weftCommDeregister without a GPU: bad input is an error that changes
 // nothing; a handle deregisters once; host calls on registered memory run as ever; a
 // communicator destroyed with registrations left frees them (the sanitizer run would see a leak).
