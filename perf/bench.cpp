@@ -23,13 +23,27 @@
 namespace weft::perf {
 namespace {
 
-// Page-aligned host buffers, touched once so that no timed call pays a first-touch fault.
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
+// Page-aligned host buffers, touched once so that no timed call pays a first-touch fault; with
+// -R on host memory, weftHostAlloc's, which ranks in other processes read in place.
+struct HostDeleter {
+  bool shared = false;
+  void operator()(std::byte* p) const {
+    if (shared) {
+      (void)weftHostFree(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using Buffer = std::unique_ptr<std::byte[], FreeDeleter>;
+using Buffer = std::unique_ptr<std::byte[], HostDeleter>;
 
-Buffer allocate(std::size_t bytes) {
+Buffer allocate(std::size_t bytes, bool shared) {
+  if (shared) {
+    void* p = nullptr;
+    if (weftHostAlloc(&p, bytes) != weftSuccess) return Buffer(nullptr, HostDeleter{true});
+    std::memset(p, 0, bytes);
+    return Buffer(static_cast<std::byte*>(p), HostDeleter{true});
+  }
   auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, bytes));
   if (p != nullptr) std::memset(p, 0, bytes);
   return Buffer(p);
@@ -130,8 +144,9 @@ Status RankBench::join() {
   if (!opt_.calibratePath.empty()) return {};  // no sweep: the calibration has its own buffer
   // Every size's buffers fit in maxBytes (the larger buffer is the size column).
   bufferBytes_ = (std::max<std::size_t>(opt_.maxBytes, 64) + 4095) / 4096 * 4096;
-  send_ = allocate(bufferBytes_);
-  recv_ = allocate(bufferBytes_);
+  const bool shared = opt_.registerBuffers && !gpu_;
+  send_ = allocate(bufferBytes_, shared);
+  recv_ = allocate(bufferBytes_, shared);
   if (!send_ || !recv_)
     return {Code::systemError, "rank " + std::to_string(rank_) + ": cannot allocate two " +
                                    std::to_string(bufferBytes_) + "-byte buffers; lower -e"};
@@ -188,7 +203,8 @@ Status RankBench::preamble() {
                                  ? ", " + std::to_string(opt_.graphLaunches) +
                                        " launches of a CUDA graph of the -n timed calls)"
                                  : ")")
-           : "host memory";
+      : opt_.registerBuffers ? "host memory (weftHostAlloc, -R: read in place between processes)"
+                             : "host memory";
   std::vector<std::string> notes = {
       "weft " + std::to_string(WEFT_VERSION_MAJOR) + "." + std::to_string(WEFT_VERSION_MINOR) +
           "." + std::to_string(WEFT_VERSION_PATCH) + ", " + memory + ": " +

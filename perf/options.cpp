@@ -145,7 +145,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
       ->capture_default_str();
   app.add_option("-R,--local_register", registration,
                  "GPU memory: register the buffers with every communicator (weftCommRegister; "
-                 "1 and 2 alike), so kernels may read peers' buffers in place")
+                 "1 and 2 alike), so kernels may read peers' buffers in place; host memory: "
+                 "allocate them with weftHostAlloc, so ranks in other processes may")
       ->capture_default_str();
   app.add_option("-p,--parallel_init", parallelInit, "accepted; ranks always init in parallel");
   app.add_option("-y,--stream_null", streamNull,

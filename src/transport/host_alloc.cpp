@@ -140,8 +140,9 @@ const std::byte* PeerAllocations::view(int pid, const HostRef& ref, std::size_t 
   if (fd < 0) return nullptr;
   struct stat st {};
   void* p = MAP_FAILED;
+  // Populated now: the calls that read it should not each fault its pages in.
   if (fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= ref.allocBytes)
-    p = mmap(nullptr, ref.allocBytes, PROT_READ, MAP_SHARED, fd, 0);
+    p = mmap(nullptr, ref.allocBytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return nullptr;
   // A peer keeps a few of its allocations mapped here: the least recently viewed goes first.
