@@ -160,12 +160,12 @@ WEFT_API weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size,
 WEFT_API weftResult_t weftCommDeregister(weftComm_t comm, void* handle);
 
 /* Host memory that the other processes of a communicator on this host can read in place: `size`
- * bytes (page-aligned, zeroed), each allocation a shared memory file of its own. Where every
- * rank's buffers of a collective on host memory lie in such memory, the ranks are processes of
- * one host and the call takes the direct path, each rank loads what it needs from its peers'
- * buffers instead of copying them through its stage (the peers' allocations are mapped read-only
- * at their first use, through /proc: the permission process_vm_readv needs). Otherwise, and for
- * every other call, it is host memory like any other. weftHostFree(NULL) does nothing; it refuses
+ * bytes (page-aligned, zeroed), each allocation a shared memory file of its own. When the ranks
+ * are processes of one host, a call takes the direct path and every rank's buffers of that call
+ * lie in such memory, each rank loads what it needs from its peers' buffers instead of copying
+ * them through its stage (the peers' allocations are mapped read-only at their first use,
+ * through /proc: the permission process_vm_readv needs). For every other call it is host memory
+ * like any other. weftHostFree(NULL) does nothing; it refuses
  * any other pointer weftHostAlloc did not return; a peer's mapping outlives the free until its
  * communicator goes. */
 WEFT_API weftResult_t weftHostAlloc(void** ptr, size_t size);

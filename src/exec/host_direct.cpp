@@ -367,8 +367,6 @@ class Direct {
     }
   }
 
-  // The input's and output's extents, and where the input may sit inside the output (the
-  // collective's in-place layout).
   // Elements of the call's input and output.
   std::pair<std::size_t, std::size_t> extents() const {
     switch (c_.coll) {
@@ -383,6 +381,8 @@ class Direct {
     }
   }
 
+  // A private copy of the input where it overlaps the output other than in the collective's
+  // in-place layout (where the input may sit inside the output).
   void stageInputIfNeeded() {
     if (in_ == nullptr || out_ == nullptr) return;
     const auto [inElems, outElems] = extents();
