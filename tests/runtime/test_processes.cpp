@@ -117,13 +117,24 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
 // The direct path between processes (through the stages), made the path of every call it serves
 // with WEFT_HOST_DIRECT=1 and WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in
 // its barriers (below).
-TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
-  WEFT_SKIP_UNDER_TSAN();
+// Forks n ranks whose every call the direct path serves takes it (not the slots either).
+std::vector<int> forkOnTheDirectPath(int n, const std::function<int(int, Comm&)>& body,
+                                     std::vector<pid_t>* pids,
+                                     std::chrono::seconds limit = std::chrono::seconds(60)) {
   setenv("WEFT_HOST_DIRECT", "1", 1);
   setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
-  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);  // not the slots either
+  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
+  std::vector<int> codes = forkRanks(n, body, pids, limit);
+  unsetenv("WEFT_HOST_SMALL_BYTES");
+  unsetenv("WEFT_HOST_DIRECT_BYTES");
+  unsetenv("WEFT_HOST_DIRECT");
+  return codes;
+}
+
+TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
+  WEFT_SKIP_UNDER_TSAN();
   std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(
+  const std::vector<int> codes = forkOnTheDirectPath(
       3,
       [](int r, Comm& comm) {
         if (comm.summary().find("direct path from 0 KiB") == std::string::npos) {
@@ -133,9 +144,6 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
         return everyCollective(r, comm);
       },
       &pids);
-  unsetenv("WEFT_HOST_SMALL_BYTES");
-  unsetenv("WEFT_HOST_DIRECT_BYTES");
-  unsetenv("WEFT_HOST_DIRECT");
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
 }
@@ -144,20 +152,14 @@ TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
 // last ranks) under the whole matrix, in place and out of place, two threads a rank.
 TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
   WEFT_SKIP_UNDER_TSAN();
-  setenv("WEFT_HOST_DIRECT", "1", 1);
-  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
-  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
   setenv("WEFT_HOST_STAGE_BYTES", "8192", 1);
   setenv("WEFT_HOST_DIRECT_THREADS", "2", 1);
   std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(
+  const std::vector<int> codes = forkOnTheDirectPath(
       3, [](int r, Comm& comm) { return matrixAsRank(3, r, comm); }, &pids,
       std::chrono::seconds(300));
   unsetenv("WEFT_HOST_DIRECT_THREADS");
   unsetenv("WEFT_HOST_STAGE_BYTES");
-  unsetenv("WEFT_HOST_SMALL_BYTES");
-  unsetenv("WEFT_HOST_DIRECT_BYTES");
-  unsetenv("WEFT_HOST_DIRECT");
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
 }
@@ -263,16 +265,10 @@ int hostAllocMatrix(int n, int r, Comm& comm) {
 
 TEST(ProcessDirect, BuffersInWeftHostAllocMemoryAreReadInPlace) {
   WEFT_SKIP_UNDER_TSAN();
-  setenv("WEFT_HOST_DIRECT", "1", 1);
-  setenv("WEFT_HOST_DIRECT_BYTES", "1", 1);
-  setenv("WEFT_HOST_SMALL_BYTES", "0", 1);
   std::vector<pid_t> pids;
-  const std::vector<int> codes = forkRanks(
+  const std::vector<int> codes = forkOnTheDirectPath(
       3, [](int r, Comm& comm) { return hostAllocMatrix(3, r, comm); }, &pids,
       std::chrono::seconds(300));
-  unsetenv("WEFT_HOST_SMALL_BYTES");
-  unsetenv("WEFT_HOST_DIRECT_BYTES");
-  unsetenv("WEFT_HOST_DIRECT");
   if (std::count(codes.begin(), codes.end(), 2) == 3)
     GTEST_SKIP() << "this kernel does not let the ranks read each other";
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
