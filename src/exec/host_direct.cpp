@@ -76,6 +76,7 @@ class Direct {
       roundsRun[t] = th.round - rounds;
     });
     state_.rounds += roundsRun[0];
+    if (!g_.stages.empty()) ++state_.calls;
     for (Status& s : results) {
       if (!s) return s;
     }
@@ -152,23 +153,30 @@ class Direct {
   // ---- Ranks in several processes: their weftHostAlloc buffers in place, or rounds through the
   // stages.
 
+  // A rank whose buffers are not weftHostAlloc memory starts through the stages at once (its
+  // first barrier, after its copy-in, is where it publishes its refs); one whose are skips the
+  // copy-in and waits at that barrier for the others' refs. Past it every rank sees every
+  // rank's: all shared, they load in place; else those that skipped copy in late, and the
+  // others wait once more for them (staged(), `early`).
   Status betweenProcesses(Thread& th) {
     const auto [inElems, outElems] = extents();
     const std::size_t inBytes = inElems * es_, outBytes = outElems * es_;
+    // All-to-all in place cannot load: peers would still read blocks this rank overwrites.
+    const bool inPlaceA2a =
+        c_.coll == Collective::allToAll && overlaps(in_, inBytes, out_, outBytes);
+    const transport::HostRef inRef =
+        inPlaceA2a ? transport::HostRef{} : transport::hostRefOf(in_, inBytes);
+    const transport::HostRef outRef = transport::hostRefOf(out_, outBytes);
     transport::ShmControl* mine = g_.controls[me_];
+    const std::size_t slot = state_.calls % 2;
     if (th.t == 0) {
-      // All-to-all in place cannot load: peers would still read blocks this rank overwrites.
-      const bool inPlaceA2a =
-          c_.coll == Collective::allToAll && overlaps(in_, inBytes, out_, outBytes);
-      mine->directInputRef = inPlaceA2a ? transport::HostRef{} : transport::hostRefOf(in_, inBytes);
-      mine->directOutputRef = transport::hostRefOf(out_, outBytes);
+      mine->directRefs[slot][0] = inRef;
+      mine->directRefs[slot][1] = outRef;
     }
+    if (inRef.id == 0 || outRef.id == 0) return staged(th, true);
     if (Status s = sync(); !s) return s;
     // Every rank sees the same refs, so every rank takes the same branch.
-    const bool allShared = std::all_of(g_.controls.begin(), g_.controls.end(), [](auto* c) {
-      return c->directInputRef.id != 0 && c->directOutputRef.id != 0;
-    });
-    if (!allShared) return staged(th);
+    if (!everyRankShares()) return staged(th, false);
     if (th.t == 0) {
       peerInputs_.assign(n_, nullptr);
       peerOutputs_.assign(n_, nullptr);
@@ -181,8 +189,8 @@ class Direct {
         }
         transport::PeerAllocations& views = *state_.peerAllocations;
         const int pid = g_.pids[q];
-        peerInputs_[q] = views.view(pid, g_.controls[q]->directInputRef, inBytes);
-        peerOutputs_[q] = views.view(pid, g_.controls[q]->directOutputRef, outBytes);
+        peerInputs_[q] = views.view(pid, g_.controls[q]->directRefs[slot][0], inBytes);
+        peerOutputs_[q] = views.view(pid, g_.controls[q]->directRefs[slot][1], outBytes);
         mapped = mapped && peerInputs_[q] != nullptr && peerOutputs_[q] != nullptr;
       }
       mine->directViews = mapped ? 1 : 0;
@@ -190,22 +198,45 @@ class Direct {
     if (Status s = sync(); !s) return s;
     const bool allMapped = std::all_of(g_.controls.begin(), g_.controls.end(),
                                        [](auto* c) { return c->directViews != 0; });
-    if (!allMapped) return staged(th);
+    if (!allMapped) return staged(th, false);
     if (th.t == 0) ++state_.inPlaceCalls;
     return loadFromPeers(
         th, [&](std::size_t q) { return peerInputs_[q]; },
         [&](std::size_t q) { return peerOutputs_[q]; });
   }
 
-  Status staged(Thread& th) {
+  // Whether every rank's (any rank's) refs of this call name weftHostAlloc memory: read past the
+  // call's first barrier.
+  bool everyRankShares() const {
+    return std::all_of(g_.controls.begin(), g_.controls.end(), [&](auto* c) { return shares(c); });
+  }
+  bool someRankShares() const {
+    return std::any_of(g_.controls.begin(), g_.controls.end(), [&](auto* c) { return shares(c); });
+  }
+  bool shares(const transport::ShmControl* c) const {
+    const auto& refs = c->directRefs[state_.calls % 2];
+    return refs[0].id != 0 && refs[1].id != 0;
+  }
+
+  // early: this rank copies in before the call's first barrier, where it publishes its refs; if
+  // another rank waited there to copy in after it (its buffers weftHostAlloc memory, some
+  // rank's not), every early rank waits at one more barrier for those late copies.
+  Status staged(Thread& th, bool early) {
     switch (c_.coll) {
       case Collective::allReduce:
-        return stagedAllReduce(th);
+        return stagedAllReduce(th, early);
       case Collective::allGather:
-        return stagedAllGather(th);
+        return stagedAllGather(th, early);
       default:  // reduce-scatter, all-to-all
-        return stagedBlocks(th);
+        return stagedBlocks(th, early);
     }
+  }
+
+  // After a round's copy-in: the barrier that lets peers read it (the call's first: see staged()).
+  Status copiedIn(const Thread& th, std::uint64_t firstRound, bool early) {
+    if (Status s = sync(); !s) return s;
+    if (early && th.round == firstRound && someRankShares()) return sync();
+    return {};
   }
 
   std::size_t halfBytes() const { return g_.stageBytes / 2 / 64 * 64; }
@@ -221,12 +252,13 @@ class Direct {
 
   // Two-shot in rounds: the input's pieces go through the stage's first part, the sums through
   // its second.
-  Status stagedAllReduce(Thread& th) {
+  Status stagedAllReduce(Thread& th, bool early) {
     const std::size_t t = th.t, k = k_;
     // A round of m elements stages m (its pieces) and m / n (the sum of one).
     const std::size_t most =
         std::max(n_ * v_, halfBytes() / es_ * n_ / (n_ + 1) / (n_ * v_) * (n_ * v_));
     const std::size_t sumsAt = roundUp(most * es_, 64);
+    const std::uint64_t first = th.round;
     for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
       const std::size_t piece = pieceElems(m);
@@ -236,7 +268,7 @@ class Direct {
         const Range r = share(pieceOf((me_ + j) % n_, piece, m), t, k, v_);
         copyBytes(half(me_, th.round) + r.begin * es_, in + r.begin * es_, r.size() * es_);
       }
-      if (Status s = sync(); !s) return s;
+      if (Status s = copiedIn(th, first, early); !s) return s;
       const Range mine = pieceOf(me_, piece, m);
       const Range r = share(mine, t, k, v_);
       sum(out + r.begin * es_, in + r.begin * es_, r.size(),
@@ -257,10 +289,11 @@ class Direct {
 
   // Reduce-scatter and all-to-all: a round takes elements [off, off + m) of every block; block q
   // of this rank's input goes to the stage at q * m, and rank q reads it from there.
-  Status stagedBlocks(Thread& th) {
+  Status stagedBlocks(Thread& th, bool early) {
     const std::size_t t = th.t, k = k_;
     const bool a2a = c_.coll == Collective::allToAll;
     const std::size_t most = roundElems(n_);
+    const std::uint64_t first = th.round;
     for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
       const Range r = share({0, m}, t, k, v_);
@@ -269,7 +302,7 @@ class Direct {
         copyBytes(half(me_, th.round) + (q * m + r.begin) * es_,
                   in_ + (q * c_.count + off + r.begin) * es_, r.size() * es_);
       }
-      if (Status s = sync(); !s) return s;
+      if (Status s = copiedIn(th, first, early); !s) return s;
       const std::byte* own = in_ + (me_ * c_.count + off + r.begin) * es_;
       auto staged = [&](std::size_t q) { return half(q, th.round) + (me_ * m + r.begin) * es_; };
       if (!a2a) {
@@ -285,15 +318,16 @@ class Direct {
     return {};
   }
 
-  Status stagedAllGather(Thread& th) {
+  Status stagedAllGather(Thread& th, bool early) {
     const std::size_t t = th.t, k = k_;
     const std::size_t most = roundElems(1);
+    const std::uint64_t first = th.round;
     for (std::size_t off = 0; off < c_.count; off += most, ++th.round) {
       const std::size_t m = std::min(most, c_.count - off);
       const std::byte* in = in_ + off * es_;
       const Range r = share({0, m}, t, k, v_);
       copyBytes(half(me_, th.round) + r.begin * es_, in + r.begin * es_, r.size() * es_);
-      if (Status s = sync(); !s) return s;
+      if (Status s = copiedIn(th, first, early); !s) return s;
       for (std::size_t j = 0; j < n_; ++j) {
         const std::size_t q = (me_ + j) % n_;
         copyBytes(out_ + (q * c_.count + off + r.begin) * es_,

@@ -84,6 +84,7 @@ bool directServes(Collective coll);
 struct DirectState {
   std::uint64_t barriers = 0;      // barriers passed
   std::uint64_t rounds = 0;        // rounds through the stage (its half is rounds % 2)
+  std::uint64_t calls = 0;         // calls between processes (their refs' slot is calls % 2)
   std::vector<std::byte> staging;  // a private copy of the input, where one is needed
   // Between processes: the peers' weftHostAlloc memory mapped here, and the calls that loaded
   // from it instead of going through the stages.

@@ -35,9 +35,11 @@ struct ShmControl {
   // buffers of its current call, written before the first of the call's barriers.
   alignas(64) std::atomic<std::uint64_t> directArrived;
   std::uint64_t directInput, directOutput;
-  // Between processes: where the call's buffers lie in weftHostAlloc memory (id 0: elsewhere),
-  // and whether this rank mapped every peer's (src/transport/host_alloc.hpp).
-  HostRef directInputRef, directOutputRef;
+  // Between processes: where the call's input and output lie in weftHostAlloc memory (id 0:
+  // elsewhere), by the parity of the call (a peer may still read the last call's while this
+  // rank writes the next's), and whether this rank mapped every peer's
+  // (src/transport/host_alloc.hpp).
+  HostRef directRefs[2][2];
   std::uint32_t directViews;
   // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
   // its peers send it bytes through the FIFO instead of naming their pieces.

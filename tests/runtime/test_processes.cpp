@@ -242,8 +242,30 @@ int hostAllocMatrix(int n, int r, Comm& comm) {
     (void)hostFree(*out);
   }
   auto shared_ = hostCountersOf(mine.front().handle());
+  // Plain memory on every rank, then on all but rank 0 (which waits at the first barrier to
+  // copy in late): through the stages, right, and not counted.
   const Case plain{Collective::allReduce, DataType::f32, RedOp::sum, 65537, false, 0};
   if (std::string e = runCase(mine, plain, 99, n, r); !e.empty()) failures.push_back(e);
+  DeviceMemory mixed = shared;
+  mixed.alloc = [&](int q, std::size_t bytes) {
+    return q == 0 ? shared.alloc(q, bytes) : new std::byte[bytes];
+  };
+  mixed.release = [&](int q, std::byte* p) {
+    if (q == 0) {
+      shared.release(q, p);
+    } else {
+      delete[] p;
+    }
+  };
+  std::uint64_t seed = 100;
+  for (Collective coll : {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                          Collective::allToAll}) {
+    for (bool inPlace : {false, true}) {
+      const Case c{coll, DataType::f32, RedOp::sum, 50000, inPlace, 0};
+      if (std::string e = runCase(mine, c, seed++, n, r, &mixed); !e.empty())
+        failures.push_back("mixed memory: " + describe(c, n) + ": " + e);
+    }
+  }
   auto after = hostCountersOf(mine.front().handle());
   if (!shared_ || !after) return 21;
   for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
