@@ -170,8 +170,14 @@ class Direct {
     transport::ShmControl* mine = g_.controls[me_];
     const std::size_t slot = state_.calls % 2;
     if (th.t == 0) {
-      mine->directRefs[slot][0] = inRef;
-      mine->directRefs[slot][1] = outRef;
+      // Written only when they change: peers read them after every first barrier.
+      auto publish = [](transport::HostRef& to, const transport::HostRef& ref) {
+        if (to.id != ref.id || to.offset != ref.offset || to.allocBytes != ref.allocBytes ||
+            to.fd != ref.fd)
+          to = ref;
+      };
+      publish(mine->directRefs[slot][0], inRef);
+      publish(mine->directRefs[slot][1], outRef);
     }
     if (inRef.id == 0 || outRef.id == 0) return staged(th, true);
     if (Status s = sync(); !s) return s;

@@ -38,8 +38,8 @@ struct ShmControl {
   // Between processes: where the call's input and output lie in weftHostAlloc memory (id 0:
   // elsewhere), by the parity of the call (a peer may still read the last call's while this
   // rank writes the next's), and whether this rank mapped every peer's
-  // (src/transport/host_alloc.hpp).
-  HostRef directRefs[2][2];
+  // (src/transport/host_alloc.hpp). Lines of their own: peers poll directArrived meanwhile.
+  alignas(64) HostRef directRefs[2][2];
   std::uint32_t directViews;
   // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
   // its peers send it bytes through the FIFO instead of naming their pieces.
