@@ -1,5 +1,6 @@
 // Ranks as processes for the tests: fork n children, hand them the unique id, collect their
-// exit codes, and never wait forever; and the shared-memory segments they leave.
+// exit codes, and never wait forever; and the shared-memory segments and weftHostAlloc memory they
+// leave.
 #pragma once
 
 #include <dirent.h>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <set>
 #include <string>
@@ -48,6 +50,32 @@ inline int segmentsOf(const std::vector<pid_t>& pids) {
     }
   }
   return count;
+}
+
+// Lines of /proc/self/maps, and entries of /proc/self/fd, that are weftHostAlloc memory (memfds
+// named weft-host-<id>): this process's own allocations and its mappings of its peers'.
+inline int hostAllocMaps() {
+  int found = 0;
+  if (FILE* f = std::fopen("/proc/self/maps", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      found += std::strstr(line, "memfd:weft-host-") != nullptr;
+    std::fclose(f);
+  }
+  return found;
+}
+inline int hostAllocDescriptors() {
+  int found = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[256] = {};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      if (readlink(path.c_str(), target, sizeof target - 1) > 0)
+        found += std::strstr(target, "memfd:weft-host-") != nullptr;
+    }
+    closedir(d);
+  }
+  return found;
 }
 
 // Forks n ranks running body(rank, comm) -> exit code; returns each child's exit code (or -sig),

@@ -114,10 +114,8 @@ TEST_P(Processes, EveryCollectiveTypeOpAndSize) {
   EXPECT_EQ(segmentsOf(pids), 0);
 }
 
-// The direct path between processes (through the stages), made the path of every call it serves
-// with WEFT_HOST_DIRECT=1 and WEFT_HOST_DIRECT_BYTES=1; and a rank killed while its peers wait in
-// its barriers (below).
-// Forks n ranks whose every call the direct path serves takes it (not the slots either).
+// Forks n ranks whose every call the direct path serves takes it (WEFT_HOST_DIRECT=1,
+// WEFT_HOST_DIRECT_BYTES=1; not the slots either).
 std::vector<int> forkOnTheDirectPath(int n, const std::function<int(int, Comm&)>& body,
                                      std::vector<pid_t>* pids,
                                      std::chrono::seconds limit = std::chrono::seconds(60)) {
@@ -131,6 +129,8 @@ std::vector<int> forkOnTheDirectPath(int n, const std::function<int(int, Comm&)>
   return codes;
 }
 
+// The direct path between processes (through the stages), the path of every call it serves; and
+// a rank killed while its peers wait in its barriers (below).
 TEST(ProcessDirect, EveryCollectiveThroughPeersMemory) {
   WEFT_SKIP_UNDER_TSAN();
   std::vector<pid_t> pids;
@@ -162,28 +162,6 @@ TEST(ProcessDirect, EveryCollectiveTypeOpAndSizeInRoundsThroughTheStage) {
   unsetenv("WEFT_HOST_STAGE_BYTES");
   for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
   EXPECT_EQ(segmentsOf(pids), 0);
-}
-
-// Entries of /proc/self/maps and /proc/self/fd that are weftHostAlloc memory (memfds named
-// weft-host-<id>): this process's own allocations and its mappings of its peers'.
-int hostAllocTraces() {
-  int found = 0;
-  if (FILE* f = std::fopen("/proc/self/maps", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr)
-      found += std::strstr(line, "memfd:weft-host-") != nullptr;
-    std::fclose(f);
-  }
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (dirent* e = readdir(d)) {
-      char target[256] = {};
-      const std::string path = std::string("/proc/self/fd/") + e->d_name;
-      if (readlink(path.c_str(), target, sizeof target - 1) > 0)
-        found += std::strstr(target, "memfd:weft-host-") != nullptr;
-    }
-    closedir(d);
-  }
-  return found;
 }
 
 // Rank r of n runs the matrix with every buffer (poison included) in weftHostAlloc memory: each
@@ -241,7 +219,7 @@ int hostAllocMatrix(int n, int r, Comm& comm) {
     (void)hostFree(*in);
     (void)hostFree(*out);
   }
-  auto shared_ = hostCountersOf(mine.front().handle());
+  auto onShared = hostCountersOf(mine.front().handle());
   // Plain memory on every rank, then on all but rank 0 (which waits at the first barrier to
   // copy in late): through the stages, right, and not counted.
   const Case plain{Collective::allReduce, DataType::f32, RedOp::sum, 65537, false, 0};
@@ -267,18 +245,18 @@ int hostAllocMatrix(int n, int r, Comm& comm) {
     }
   }
   auto after = hostCountersOf(mine.front().handle());
-  if (!shared_ || !after) return 21;
+  if (!onShared || !after) return 21;
   for (const std::string& f : failures) std::fprintf(stderr, "rank %d: %s\n", r, f.c_str());
-  const std::uint64_t inPlace = shared_->directInPlaceCalls - before->directInPlaceCalls;
+  const std::uint64_t inPlace = onShared->directInPlaceCalls - before->directInPlaceCalls;
   std::fprintf(stderr, "rank %d: %llu calls in place, %zu peer allocations mapped\n", r,
-               static_cast<unsigned long long>(inPlace), shared_->peerAllocationsMapped);
+               static_cast<unsigned long long>(inPlace), onShared->peerAllocationsMapped);
   int code = failures.empty() ? 0 : 1;
-  if (inPlace == 0 || shared_->peerAllocationsMapped == 0) code = 3;
-  if (after->directInPlaceCalls != shared_->directInPlaceCalls) code = 4;
+  if (inPlace == 0 || onShared->peerAllocationsMapped == 0) code = 3;
+  if (after->directInPlaceCalls != onShared->directInPlaceCalls) code = 4;
   // Every rank is done with the others' buffers before any communicator goes.
   if (!mine.front().barrier()) code = 22;
   mine.clear();
-  if (const int left = hostAllocTraces(); left != 0) {
+  if (const int left = hostAllocMaps() + hostAllocDescriptors(); left != 0) {
     std::fprintf(stderr, "rank %d: %d weftHostAlloc maps or descriptors left\n", r, left);
     code = 6;
   }

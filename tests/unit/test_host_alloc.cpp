@@ -9,21 +9,10 @@
 #include <vector>
 
 #include "src/transport/host_alloc.hpp"
+#include "tests/runtime/fork.hpp"
 
 namespace weft::transport {
 namespace {
-
-// Lines of /proc/self/maps that are weftHostAlloc memory.
-int mappedAllocations() {
-  int found = 0;
-  if (FILE* f = std::fopen("/proc/self/maps", "r")) {
-    char line[512];
-    while (std::fgets(line, sizeof line, f) != nullptr)
-      found += std::strstr(line, "memfd:weft-host-") != nullptr;
-    std::fclose(f);
-  }
-  return found;
-}
 
 TEST(HostAlloc, RefsNameTheAllocationHoldingARange) {
   const std::size_t held = hostAllocations();
@@ -77,9 +66,9 @@ TEST(HostAlloc, APeersViewSeesTheBytesAndRefusesWhatDoesNotMatch) {
     EXPECT_EQ(views.mappings(), 1u);
   }
   // The views went with their owner: only the allocation itself is mapped.
-  EXPECT_EQ(mappedAllocations(), 1);
+  EXPECT_EQ(test::hostAllocMaps(), 1);
   EXPECT_TRUE(hostFree(b).isOk());
-  EXPECT_EQ(mappedAllocations(), 0);
+  EXPECT_EQ(test::hostAllocMaps(), 0);
 }
 
 TEST(HostAlloc, APeerKeepsAFewAllocationsMappedTheLeastRecentlyUsedGoFirst) {
@@ -101,10 +90,10 @@ TEST(HostAlloc, APeerKeepsAFewAllocationsMappedTheLeastRecentlyUsedGoFirst) {
   ASSERT_NE(views.view(pid, hostRefOf(allocs[9], 4096), 4096), nullptr);
   EXPECT_EQ(views.mappings(), 8u);
   EXPECT_EQ(views.view(pid, hostRefOf(allocs[0], 4096), 4096), first);
-  EXPECT_EQ(mappedAllocations(), 10 + 8);
+  EXPECT_EQ(test::hostAllocMaps(), 10 + 8);
   for (void* p : allocs) EXPECT_TRUE(hostFree(p).isOk());
   // A peer's view outlives the owner's free (the memory stays until the view goes).
-  EXPECT_EQ(mappedAllocations(), 8);
+  EXPECT_EQ(test::hostAllocMaps(), 8);
 }
 
 }  // namespace
