@@ -24,6 +24,10 @@
 struct weftComm {
   std::unique_ptr<weft::Communicator> impl;
   std::string summary;
+  // Held by every call that uses the communicator's state (collectives, point-to-point, groups,
+  // split, registration, plans): calls from several host threads run one at a time, each whole,
+  // in the order the threads take it. Abort, the queries and the async error take no lock.
+  std::mutex calls;
 };
 
 namespace {
@@ -44,9 +48,10 @@ weftResult_t invalid(std::string message) {
   return weftInvalidArgument;
 }
 
-// Runs `fn` on a live communicator; unknown handles and exceptions become errors.
+// Runs `fn` on a live communicator, one call at a time (weftComm::calls) unless `serialized` is
+// false; unknown handles and exceptions become errors.
 template <typename Fn>
-weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn) {
+weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn, bool serialized = true) {
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);
     if (comm == nullptr || gLive.count(comm) == 0) {
@@ -55,6 +60,8 @@ weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn) {
     }
   }
   try {
+    std::unique_lock<std::mutex> lock(comm->calls, std::defer_lock);
+    if (serialized) lock.lock();
     return report(fn(*comm->impl));
   } catch (const std::exception& e) {
     return report({weft::Code::internalError, std::string(what) + ": " + e.what()});
@@ -129,7 +136,8 @@ weft::boot::BootstrapOptions bootOptions(const weft::Config& c) {
 }
 
 weftComm_t adopt(std::unique_ptr<weft::Communicator> impl) {
-  auto* c = new weftComm{std::move(impl), {}};
+  auto* c = new weftComm();
+  c->impl = std::move(impl);
   c->summary = c->impl->summary();
   std::lock_guard<std::mutex> lock(gLiveMutex);
   gLive.insert(c);
@@ -257,26 +265,35 @@ weftResult_t weftCommDestroy(weftComm_t comm) {
 }
 
 weftResult_t weftCommAbort(weftComm_t comm) {
-  return withComm(comm, "weftCommAbort", [](weft::Communicator& c) {
-    c.abort("rank " + std::to_string(c.rank()) + " called weftCommAbort");
-    return weft::Status{};
-  });
+  return withComm(
+      comm, "weftCommAbort",
+      [](weft::Communicator& c) {
+        c.abort("rank " + std::to_string(c.rank()) + " called weftCommAbort");
+        return weft::Status{};
+      },
+      false);
 }
 
 weftResult_t weftCommCount(weftComm_t comm, int* count) {
   if (count == nullptr) return invalid("weftCommCount: count is NULL");
-  return withComm(comm, "weftCommCount", [&](weft::Communicator& c) {
-    *count = c.size();
-    return weft::Status{};
-  });
+  return withComm(
+      comm, "weftCommCount",
+      [&](weft::Communicator& c) {
+        *count = c.size();
+        return weft::Status{};
+      },
+      false);
 }
 
 weftResult_t weftCommUserRank(weftComm_t comm, int* rank) {
   if (rank == nullptr) return invalid("weftCommUserRank: rank is NULL");
-  return withComm(comm, "weftCommUserRank", [&](weft::Communicator& c) {
-    *rank = c.rank();
-    return weft::Status{};
-  });
+  return withComm(
+      comm, "weftCommUserRank",
+      [&](weft::Communicator& c) {
+        *rank = c.rank();
+        return weft::Status{};
+      },
+      false);
 }
 
 weftResult_t weftCommDevice(weftComm_t comm, int* device) {
@@ -465,6 +482,7 @@ weftResult_t weftGroupEnd(void) {
       return;
     }
     try {
+      const std::lock_guard<std::mutex> lock(comm->calls);
       if (!ops.empty()) results[i] = comm->impl->exchange(std::move(ops));
       for (const Queued* q : byComm[comm]) {
         if (!results[i].isOk()) break;

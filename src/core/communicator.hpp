@@ -176,8 +176,17 @@ class Communicator {
   Communicator() = default;
   Status run(Collective coll, const void* input, void* output, std::size_t count, DataType type,
              RedOp op, int root, void* stream);
+  // A call on GPU memory: planned, then launched between the executor's begin() and end(), so
+  // it runs after the communicator's previous operation whatever the streams.
   Status runGpu(Collective coll, const void* input, void* output, std::size_t count, DataType type,
                 RedOp op, int root, void* stream);
+  Status launchGpu(Collective coll, const algo::Plan& plan, const void* input, void* output,
+                   std::size_t count, DataType type, RedOp op, int root, void* stream);
+  // WEFT_CHECK_PLANS: every rank's account of how it runs this call (`how`), compared through
+  // the bootstrap; a difference fails the call on every rank, naming both.
+  Status checkSamePlan(Collective coll, std::size_t count, DataType type, RedOp op, int root,
+                       const std::string& how);
+  std::uint64_t gpuCalls_ = 0;  // calls on GPU memory so far (WEFT_CHECK_PLANS names them)
   // A host call's schedule on the CpuExecutor (run() divides for avg afterwards).
   Status runSchedule(Collective coll, const algo::Plan& plan, const void* input, void* output,
                      std::size_t count, DataType type, RedOp op, int root);
@@ -266,6 +275,9 @@ class Communicator {
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };
 
+// n ranks on one host where every pattern gets the same per-rank bandwidth (GB/s) over hops of
+// one class, and a tree edge gets treeBw.
+algo::RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, double treeBw);
 // The cost model's view of n ranks on one host talking through shared memory.
 algo::RankGraph sharedMemoryRankGraph(int nranks);
 // The cost model's view of n ranks whose kernels share the memory of one GPU.

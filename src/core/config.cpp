@@ -66,6 +66,11 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.maxChannels = static_cast<int>(*x);
   }
+  if (env("WEFT_CHECK_PLANS") != nullptr) {
+    auto x = number("WEFT_CHECK_PLANS", 0, 1);
+    if (!x) return x.status();
+    c.checkPlans = *x != 0;
+  }
   if (env("WEFT_GPU_DIRECT") != nullptr) {
     auto x = number("WEFT_GPU_DIRECT", 0, 64);
     if (!x) return x.status();

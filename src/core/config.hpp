@@ -87,6 +87,11 @@ struct Config {
   // schedule; 0 turns them off.
   std::size_t hostSmallBytes = 4096;
   std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
+  // WEFT_CHECK_PLANS (0 or 1; a diagnostic): before each call on GPU memory the ranks compare,
+  // through the bootstrap (a host round trip a call), the call and how each runs it (algorithm,
+  // protocol, channels, slices, kernel, registered buffers); any difference fails the call on
+  // every rank with both ranks' accounts.
+  bool checkPlans = false;
   // WEFT_GPU_TRACE=PREFIX (a diagnostic): each rank's GPU executor keeps when each block of its
   // last schedule kernels started, waited and moved each step, and writes it to PREFIX.RANK when
   // the communicator is destroyed (scripts/gpu-trace.py reads the files).

@@ -230,10 +230,9 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   std::memcpy(table.data() + epBytes + abortBytes, direct.data(), direct.size() * sizeof(void*));
   if (Status s = x->toDevice(x->endpoints_, table.data(), bytes, "copying the endpoint table"); !s)
     return s;
-  cudaEvent_t ev = nullptr;
-  if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess)
-    return cudaFailed("creating the completion event", e);
-  x->done_ = ev;
+  auto order = LaunchOrder::create();
+  if (!order) return order.status();
+  x->order_ = std::move(*order);
   if (!o.tracePath.empty()) {
     const std::size_t traceBytes = static_cast<std::size_t>(device::kTraceCalls) * x->channels_ *
                                    device::kTraceWords * sizeof(std::uint64_t);
@@ -290,8 +289,8 @@ CudaExecutor::~CudaExecutor() {
   if (endpoints_ != nullptr) (void)cudaFree(endpoints_);
   if (error_ != nullptr) (void)cudaFreeHost(error_);
   if (registered_) (void)cudaHostUnregister(options_.controlPage);
-  if (done_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(done_));
   if (copies_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copies_));
+  order_.reset();
   ipc_.reset();
   (void)cudaGetLastError();
 }
@@ -402,11 +401,7 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
   a.scratch = scratch_;
   a.traceCall = traceCalls_;
   a.trace = nextTrace();
-  if (Status st =
-          device::launchSchedule(a, static_cast<int>(s.channels.size()), b.type, b.op, p, stream);
-      !st)
-    return st;
-  return recordLaunch(stream);
+  return device::launchSchedule(a, static_cast<int>(s.channels.size()), b.type, b.op, p, stream);
 }
 
 device::LaunchArgs CudaExecutor::baseArgs() const {
@@ -424,7 +419,9 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
     a.directLl = reinterpret_cast<std::byte* const*>(direct + 2 * N);
   a.directCounts = ipc_->directCounts();
   a.llCounts = ipc_->llCounts();
-  a.dependentLaunch = options_.dependentLaunch;
+  // An operation made to wait for its predecessor on another stream, or for a capture's wait
+  // node, launches plainly: the stream's previous kernel is not what it follows.
+  a.dependentLaunch = options_.dependentLaunch && !order_->waited();
   a.directSlabBytes = ipc_->geometry().directSlabBytes;
   a.staging = ipc_->staging();
   a.hostAbort = hostAbortDevice_;
@@ -437,16 +434,6 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   a.llPayload = options_.llPayload;
   a.deviceScope = ipc_->allOnThisDevice() ? 1 : 0;
   return a;
-}
-
-Status CudaExecutor::recordLaunch(void* stream) {
-  if (capturing(stream)) return {};
-  if (cudaError_t e =
-          cudaEventRecord(static_cast<cudaEvent_t>(done_), static_cast<cudaStream_t>(stream));
-      e != cudaSuccess)
-    return cudaFailed("recording the call's completion", e);
-  pending_ = true;
-  return {};
 }
 
 std::size_t CudaExecutor::oneShotLimit() const {
@@ -507,8 +494,7 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   const Spread grid = spread(b.count, a.directSlabBytes / es, std::max<std::size_t>(1, 512 / es),
                              std::max<std::size_t>(1, options_.directBlockBytes / es));
   a.directShareElems = grid.share;
-  if (Status s = device::launchDirect(a, grid.blocks, twoShot, b.type, b.op, stream); !s) return s;
-  return recordLaunch(stream);
+  return device::launchDirect(a, grid.blocks, twoShot, b.type, b.op, stream);
 }
 
 CudaExecutor::Spread CudaExecutor::spread(std::size_t count, std::size_t most, std::size_t align,
@@ -542,11 +528,7 @@ Status CudaExecutor::launchLl(const device::LaunchArgs& a, device::DirectKind ki
   const auto wanted = static_cast<int>(
       std::min<std::size_t>((most + least - 1) / least, static_cast<std::size_t>(cap)));
   const int blocks = std::clamp(wanted, 1, std::min(cap, ipc_->residentChannels()));
-  if (Status s =
-          device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
-      !s)
-    return s;
-  return recordLaunch(stream);
+  return device::launchDirectLl(a, kind, Ipc::kDirectLlBytes, blocks, least, b.type, b.op, stream);
 }
 
 Status CudaExecutor::directBlocks(const Buffers& b, device::DirectKind kind, void* stream) {
@@ -568,9 +550,7 @@ Status CudaExecutor::directBlocks(const Buffers& b, device::DirectKind kind, voi
   const Spread grid = spread(b.count, share, std::max<std::size_t>(1, 16 / es),
                              std::max<std::size_t>(1, options_.directBlockBytes / (es * pieces)));
   a.directShareElems = grid.share;
-  if (Status s = device::launchDirectBlocks(a, grid.blocks, kind, b.type, b.op, stream); !s)
-    return s;
-  return recordLaunch(stream);
+  return device::launchDirectBlocks(a, grid.blocks, kind, b.type, b.op, stream);
 }
 
 Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
@@ -619,9 +599,8 @@ Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
     lane.count = static_cast<int>(list.size());
     for (const P2p* op : list) p2p->ops[next++] = {op->buf, op->bytes};
   }
-  if (p2p->nlanes == 0) return selfSends.empty() ? Status{} : recordLaunch(stream);
-  if (Status s = device::launchP2p(baseArgs(), *p2p, stream); !s) return s;
-  return recordLaunch(stream);
+  if (p2p->nlanes == 0) return {};
+  return device::launchP2p(baseArgs(), *p2p, stream);
 }
 
 Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::uint64_t n,
@@ -663,10 +642,8 @@ Status CudaExecutor::asyncError() const {
 }
 
 Status CudaExecutor::synchronize() {
-  if (!pending_) return {};
-  pending_ = false;
-  if (cudaError_t e = cudaEventSynchronize(static_cast<cudaEvent_t>(done_)); e != cudaSuccess)
-    return cudaFailed("waiting for the communicator's kernels", e);
+  if (!order_) return {};
+  if (Status s = order_->synchronize(); !s) return s;
   return asyncError();
 }
 

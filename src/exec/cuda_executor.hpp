@@ -19,6 +19,7 @@
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/device/schedule_kernel.hpp"
 #include "src/exec/cpu_executor.hpp"
+#include "src/exec/launch_order.hpp"
 #include "weft/status.hpp"
 
 namespace weft::transport {
@@ -114,6 +115,12 @@ class CudaExecutor {
   }
   std::string describe() const;
 
+  // Every operation (a collective or a batch of sends and receives, with whatever it launches)
+  // between begin() and end() on its stream: it then runs after the operation issued before it,
+  // whatever the streams (src/exec/launch_order.hpp).
+  Status begin(void* stream) { return order_->begin(stream); }
+  Status end(void* stream) { return order_->end(stream); }
+
   // Enqueues the schedule on `stream` (a cudaStream_t). b.scratch is ignored: the executor
   // keeps its own device scratch. avg is left as a sum (see divide()).
   Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
@@ -165,7 +172,6 @@ class CudaExecutor {
   Status toDevice(void* dev, const void* host, std::size_t bytes, const std::string& what);
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
-  Status recordLaunch(void* stream);
   // The direct kernels' grid for `count` elements (of the call, or of each piece) with at most
   // `most` a block in a round: blocks, and the elements each takes (LaunchArgs::directShareElems).
   struct Spread {
@@ -195,9 +201,8 @@ class CudaExecutor {
   std::byte* scratch_ = nullptr;
   std::size_t scratchBytes_ = 0;
   std::vector<void*> retired_;  // earlier scratch, kept: captured graphs may still use it
-  void* done_ = nullptr;        // cudaEvent_t after the last launch outside capture
+  std::unique_ptr<LaunchOrder> order_;
   void* copies_ = nullptr;      // cudaStream_t (non-blocking) of toDevice
-  bool pending_ = false;
   std::uint64_t* trace_ = nullptr;  // device: kTraceCalls x channels x kTraceWords
   std::uint64_t traceCalls_ = 0;    // schedule kernels launched while tracing
 };

@@ -84,4 +84,7 @@ Status CudaExecutor::synchronize() {
   return {};
 }
 
+// No LaunchOrder exists without CUDA; CudaExecutor's destructor still names this one.
+LaunchOrder::~LaunchOrder() = default;
+
 }  // namespace weft::exec

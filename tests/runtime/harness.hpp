@@ -248,6 +248,64 @@ inline std::pair<std::size_t, std::size_t> sizes(Collective coll, std::size_t co
   }
 }
 
+// Rank r's input of case c run with `seed`: a function of (seed, rank) alone, so a rank of a
+// multi-process run computes its peers' inputs by itself.
+inline std::vector<std::byte> caseInput(const Case& c, std::uint64_t seed, int r, int n) {
+  std::mt19937_64 rng(seed * 1315423911u + static_cast<std::uint64_t>(r));
+  return randomBuffer(sizes(c.coll, c.count, n).first, c.type, c.op, rng);
+}
+
+// Checks rank r's result of case c (`got`: its output, or for an in-place reduce-scatter its
+// piece of the input) against the double-precision reference over every rank's `original`
+// input; "" or what is wrong. A non-root's output of reduce must still hold the poison.
+inline std::string checkRank(const Case& c, int n, int r,
+                             const std::vector<std::vector<std::byte>>& original,
+                             const std::vector<std::byte>& got) {
+  const auto R = static_cast<std::size_t>(r);
+  const std::size_t es = sizeOf(c.type);
+  const std::size_t outCount = sizes(c.coll, c.count, n).second;
+  if (c.coll == Collective::reduce && r != c.root) {
+    if (got != poisoned(outCount * es) && !c.inPlace)
+      return "rank " + std::to_string(r) + " is not the root, yet its output changed";
+    return "";
+  }
+  for (std::size_t i = 0; i < outCount; ++i) {
+    Expected e{};
+    std::vector<double> values;
+    switch (c.coll) {
+      case Collective::allReduce:
+      case Collective::reduce:
+        for (int q = 0; q < n; ++q)
+          values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
+        e = reference(values, c.type, c.op);
+        break;
+      case Collective::reduceScatter:
+        for (int q = 0; q < n; ++q)
+          values.push_back(load(original[static_cast<std::size_t>(q)], R * c.count + i, c.type));
+        e = reference(values, c.type, c.op);
+        break;
+      case Collective::allGather:
+        e = {load(original[i / c.count], i % c.count, c.type), 0};
+        break;
+      case Collective::broadcast:
+        e = {load(original[static_cast<std::size_t>(c.root)], i, c.type), 0};
+        break;
+      case Collective::allToAll:  // block j of rank r comes from rank j's block r
+        e = {load(original[i / c.count], R * c.count + i % c.count, c.type), 0};
+        break;
+      default:
+        break;
+    }
+    const double v = load(got, i, c.type);
+    if (!(std::fabs(v - e.value) <= e.tolerance)) {
+      return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
+             std::to_string(v) + ", expected " + std::to_string(e.value) + " +- " +
+             std::to_string(e.tolerance);
+    }
+  }
+  return "";
+}
+
 // Where the buffers of a GPU run live: the test supplies device allocation, copies, each rank's
 // stream, and the wait for a rank's call (which returns its asynchronous error, or "").
 struct DeviceMemory {
@@ -271,11 +329,10 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
   auto mine = [&](int r) { return only < 0 || r == only; };
   auto commOf = [&](int r) -> Comm& { return comms[only < 0 ? static_cast<std::size_t>(r) : 0]; };
   const std::size_t es = sizeOf(c.type);
-  const auto [inCount, outCount] = sizes(c.coll, c.count, n);
+  const std::size_t outCount = sizes(c.coll, c.count, n).second;
   std::vector<std::vector<std::byte>> in(static_cast<std::size_t>(n)), out(in.size());
   for (int r = 0; r < n; ++r) {
-    std::mt19937_64 rng(seed * 1315423911u + static_cast<std::uint64_t>(r));
-    in[static_cast<std::size_t>(r)] = randomBuffer(inCount, c.type, c.op, rng);
+    in[static_cast<std::size_t>(r)] = caseInput(c, seed, r, n);
     out[static_cast<std::size_t>(r)] = poisoned(outCount * es);
   }
   const std::vector<std::vector<std::byte>> original = in;
@@ -401,45 +458,7 @@ inline std::string runCase(std::vector<Comm>& comms, const Case& c, std::uint64_
     } else {
       got = out[R];
     }
-    if (c.coll == Collective::reduce && r != c.root) {
-      if (got != poisoned(outCount * es) && !c.inPlace)
-        return "rank " + std::to_string(r) + " is not the root, yet its output changed";
-      continue;
-    }
-    for (std::size_t i = 0; i < outCount; ++i) {
-      Expected e{};
-      std::vector<double> values;
-      switch (c.coll) {
-        case Collective::allReduce:
-        case Collective::reduce:
-          for (int q = 0; q < n; ++q)
-            values.push_back(load(original[static_cast<std::size_t>(q)], i, c.type));
-          e = reference(values, c.type, c.op);
-          break;
-        case Collective::reduceScatter:
-          for (int q = 0; q < n; ++q)
-            values.push_back(load(original[static_cast<std::size_t>(q)], R * c.count + i, c.type));
-          e = reference(values, c.type, c.op);
-          break;
-        case Collective::allGather:
-          e = {load(original[i / c.count], i % c.count, c.type), 0};
-          break;
-        case Collective::broadcast:
-          e = {load(original[static_cast<std::size_t>(c.root)], i, c.type), 0};
-          break;
-        case Collective::allToAll:  // block j of rank r comes from rank j's block r
-          e = {load(original[i / c.count], R * c.count + i % c.count, c.type), 0};
-          break;
-        default:
-          break;
-      }
-      const double v = load(got, i, c.type);
-      if (!(std::fabs(v - e.value) <= e.tolerance)) {
-        return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " +
-               std::to_string(v) + ", expected " + std::to_string(e.value) + " +- " +
-               std::to_string(e.tolerance);
-      }
-    }
+    if (std::string err = checkRank(c, n, r, original, got); !err.empty()) return err;
   }
   return "";
 }
