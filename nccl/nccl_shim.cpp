@@ -1,83 +1,31 @@
-// libweft_nccl.so: NCCL's C API (the nccl.h of NCCL 2.28) over weft, so a program built against
-// nccl.h (PyTorch's ProcessGroupNCCL, nccl-tests) runs on weft unchanged: its SONAME is
-// libnccl.so.2, every pncclX is the function and ncclX a weak alias of it (as NCCL exports
-// them, so a profiler may interpose either). What weft does not do yet returns ncclInvalidUsage
-// with a message naming the function (ncclGetLastError), never a silent success.
-#include <cuda_runtime.h>
-#include <nccl.h>
-#include <nccl_device/core.h>
-#include <nccl_device/gin_barrier.h>
-#include <nccl_device/ll_a2a.h>
-#include <nccl_device/lsa_barrier.h>
-
-#include <atomic>
+// libweft_nccl.so: NCCL's C API over weft, so a program built against nccl.h (PyTorch's
+// ProcessGroupNCCL, nccl-tests) runs on weft unchanged: its SONAME is libnccl.so.2, every pncclX
+// of the nccl.h it was built against (2.19 to 2.28; nccl/shim.hpp) is the function and ncclX a
+// weak alias of it (as NCCL exports them, so a profiler may interpose either). What weft does not
+// do yet returns ncclInvalidUsage with a message naming the function (ncclGetLastError), never a
+// silent success. The device API's host functions are in nccl_device_api.cpp.
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 
 #include "nccl/premulsum.hpp"
-#include "weft/weft.h"
+#include "nccl/shim.hpp"
 
+using namespace weft::nccl;  // NOLINT(google-build-using-namespace): this library's own helpers
+
+namespace weft::nccl {
 namespace {
-
-// An operator ncclRedOpCreatePreMulSum made: multiply by the scalar, then sum.
-struct PreMulSum {
-  bool live = false;
-  ncclDataType_t type = ncclFloat32;
-  unsigned char value[8] = {};   // ncclScalarHostImmediate: the scalar, read at creation
-  const void* device = nullptr;  // ncclScalarDevice: read by each call's kernel
-};
-
-}  // namespace
-
-// The communicator NCCL's handle points at: weft's, and how it came to be.
-struct ncclComm {
-  weftComm_t weft = nullptr;
-  int device = -1;  // the CUDA device current at init (NCCL binds a communicator to it)
-  // Non-blocking init (ncclConfig_t::blocking = 0): ncclInProgress until the thread is done.
-  std::atomic<int> state{ncclSuccess};
-  std::thread init;
-  std::string initError;
-  // Operators of ncclRedOpCreatePreMulSum: op ncclNumOps + k is ops[k].
-  std::mutex opsMutex;
-  std::vector<PreMulSum> ops;
-  // Calls running on this handle: ncclCommAbort frees it only once they have returned (on host
-  // buffers a call blocks until the abort ends it).
-  std::atomic<int> inflight{0};
-};
-
-namespace {
-
-// Counts a call on a communicator for as long as it runs.
-class Flight {
- public:
-  explicit Flight(ncclComm_t c) : c_(c) {
-    if (c_ != nullptr) c_->inflight.fetch_add(1);
-  }
-  ~Flight() {
-    if (c_ != nullptr) c_->inflight.fetch_sub(1);
-  }
-  Flight(const Flight&) = delete;
-  Flight& operator=(const Flight&) = delete;
-
- private:
-  ncclComm_t c_;
-};
-
-}  // namespace
-
-namespace {
-
-// ncclGetLastError's text: the last failure of this process (NCCL keeps one per process).
 std::mutex gErrorMutex;
 std::string gError;
+}  // namespace
 
 void remember(const std::string& message) {
   std::lock_guard<std::mutex> lock(gErrorMutex);
   gError = message;
+}
+
+std::string lastError() {
+  std::lock_guard<std::mutex> lock(gErrorMutex);
+  return gError;
 }
 
 ncclResult_t fromWeft(weftResult_t r) {
@@ -117,6 +65,30 @@ ncclResult_t unsupported(const char* function, const char* why) {
                 std::string(function) + " is not supported by weft's NCCL interface yet: " + why);
 }
 
+weftComm_t ready(ncclComm_t comm, const char* function, ncclResult_t* err) {
+  if (comm == nullptr) {
+    *err = refuse(ncclInvalidArgument, std::string(function) + ": comm is NULL");
+    return nullptr;
+  }
+  const int state = comm->state.load();
+  if (state == ncclInProgress) {
+    *err = refuse(ncclInProgress, std::string(function) +
+                                      ": the communicator is still being "
+                                      "initialized (ncclCommGetAsyncError)");
+    return nullptr;
+  }
+  if (comm->weft == nullptr) {
+    *err = refuse(state != ncclSuccess ? static_cast<ncclResult_t>(state) : ncclInvalidUsage,
+                  std::string(function) + ": the communicator's init failed: " + comm->initError);
+    return nullptr;
+  }
+  return comm->weft;
+}
+
+}  // namespace weft::nccl
+
+namespace {
+
 bool typeOf(ncclDataType_t t, weftDataType_t* out) {
   switch (t) {
     case ncclInt8:
@@ -149,12 +121,14 @@ bool typeOf(ncclDataType_t t, weftDataType_t* out) {
     case ncclBfloat16:
       *out = weftBfloat16;
       return true;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)  // fp8 types from 2.24
     case ncclFloat8e4m3:
       *out = weftFloat8e4m3;
       return true;
     case ncclFloat8e5m2:
       *out = weftFloat8e5m2;
       return true;
+#endif
     default:
       return false;
   }
@@ -180,28 +154,6 @@ bool opOf(ncclRedOp_t op, weftRedOp_t* out) {
     default:
       return false;
   }
-}
-
-// The communicator behind a handle once its init is done: null (with the error set) if the
-// handle is null, still initializing, or failed to.
-weftComm_t ready(ncclComm_t comm, const char* function, ncclResult_t* err) {
-  if (comm == nullptr) {
-    *err = refuse(ncclInvalidArgument, std::string(function) + ": comm is NULL");
-    return nullptr;
-  }
-  const int state = comm->state.load();
-  if (state == ncclInProgress) {
-    *err = refuse(ncclInProgress, std::string(function) +
-                                      ": the communicator is still being "
-                                      "initialized (ncclCommGetAsyncError)");
-    return nullptr;
-  }
-  if (comm->weft == nullptr) {
-    *err = refuse(state != ncclSuccess ? static_cast<ncclResult_t>(state) : ncclInvalidUsage,
-                  std::string(function) + ": the communicator's init failed: " + comm->initError);
-    return nullptr;
-  }
-  return comm->weft;
 }
 
 // The collective's arguments in weft's terms; false with the error set when one is bad.
@@ -402,6 +354,7 @@ weftResult_t onDevice(ncclComm_t comm, Call call) {
 
 }  // namespace
 
+#if defined(WEFT_NCCL_HAS_Gather) || defined(WEFT_NCCL_HAS_Scatter)
 namespace {
 
 // Gather and scatter: the root's n receives (sends) and every rank's send (receive) to it, in
@@ -442,17 +395,15 @@ ncclResult_t rooted(bool gather, const void* sendbuff, void* recvbuff, size_t co
 }
 
 }  // namespace
-
-// pnccl* are the functions; nccl* weak aliases of them.
-#define WEFT_NCCL_ALIAS(name) __attribute__((weak, alias("p" #name)))
+#endif
 
 extern "C" {
 
 ncclResult_t pncclGetVersion(int* version) {
   if (version == nullptr) return refuse(ncclInvalidArgument, "ncclGetVersion: version is NULL");
-  // NCCL 2.28's code, so frameworks' version gates take the paths of this API, plus weft's own
-  // patch level.
-  *version = NCCL_VERSION(2, 28, WEFT_VERSION_PATCH);
+  // The version of the nccl.h this was built against, so frameworks' version gates take the
+  // paths of the API it defines, with weft's own patch level.
+  *version = NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, WEFT_VERSION_PATCH);
   return ncclSuccess;
 }
 
@@ -482,8 +433,7 @@ const char* pncclGetErrorString(ncclResult_t result) {
 const char* pncclGetLastError(ncclComm_t) {
   // A copy per thread, so the pointer stays valid while other threads fail.
   thread_local std::string copy;
-  std::lock_guard<std::mutex> lock(gErrorMutex);
-  copy = gError;
+  copy = lastError();
   return copy.c_str();
 }
 
@@ -504,6 +454,7 @@ ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId 
   return initRank(comm, nranks, commId, rank, config, "ncclCommInitRankConfig");
 }
 
+#if defined(WEFT_NCCL_HAS_CommInitRankScalable)
 ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                        ncclUniqueId* commIds, ncclConfig_t* config) {
   // Several ids spread NCCL's bootstrap; weft's rendezvous needs one: the first.
@@ -511,6 +462,7 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myra
     return refuse(ncclInvalidArgument, "ncclCommInitRankScalable: no unique id given");
   return initRank(newcomm, nranks, commIds[0], myrank, config, "ncclCommInitRankScalable");
 }
+#endif
 
 ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr || ndev < 1)
@@ -587,15 +539,19 @@ ncclResult_t pncclCommAbort(ncclComm_t comm) {
   return check(r, "ncclCommAbort");
 }
 
+#if defined(WEFT_NCCL_HAS_CommRevoke)
 ncclResult_t pncclCommRevoke(ncclComm_t, int) {
   return unsupported("ncclCommRevoke", "use ncclCommAbort");
 }
+#endif
 
+#if defined(WEFT_NCCL_HAS_CommShrink)
 ncclResult_t pncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
   return unsupported("ncclCommShrink",
                      "use ncclCommSplit with the excluded ranks' color "
                      "NCCL_SPLIT_NOCOLOR");
 }
+#endif
 
 ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   if (comm == nullptr || asyncError == nullptr)
@@ -650,13 +606,17 @@ ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   return w == nullptr ? err : check(weftCommDeregister(w, handle), "ncclCommDeregister");
 }
 
+#if defined(WEFT_NCCL_HAS_CommWindowRegister)
 ncclResult_t pncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int) {
   return unsupported("ncclCommWindowRegister", "symmetric windows (use ncclCommRegister)");
 }
+#endif
 
+#if defined(WEFT_NCCL_HAS_CommWindowDeregister)
 ncclResult_t pncclCommWindowDeregister(ncclComm_t, ncclWindow_t) {
   return unsupported("ncclCommWindowDeregister", "symmetric windows (use ncclCommDeregister)");
 }
+#endif
 
 ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   if (ptr == nullptr) return refuse(ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
@@ -764,12 +724,14 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                   });
 }
 
+#if defined(WEFT_NCCL_HAS_AlltoAll)
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return typed(comm, datatype, "ncclAlltoAll", [&](weftComm_t w, weftDataType_t t) {
     return weftAllToAll(sendbuff, recvbuff, count, t, w, stream);
   });
 }
+#endif
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
@@ -793,88 +755,31 @@ ncclResult_t pncclGroupEnd() {
   return check(weftGroupEnd(), "ncclGroupEnd");
 }
 
+#if defined(WEFT_NCCL_HAS_GroupSimulateEnd)
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t*) {
   return unsupported("ncclGroupSimulateEnd", "weft-plan tune prices calls without running them");
 }
+#endif
 
-// NCCL's device API (nccl_device.h: device communicators, symmetric windows, the barriers and
-// all-to-all its kernels use) has no counterpart in weft, so its entry points refuse; they are
-// here because a program linked to libnccl.so.2 (PyTorch) binds them at load. The teams are
-// answered: the world's, and an LSA domain of the rank alone (no peer's memory is reachable
-// through this interface's device API), so the rail is the world.
-ncclResult_t pncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
-  return unsupported("ncclDevCommCreate", "NCCL's device API (use the host collectives)");
-}
-
-ncclResult_t pncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*) {
-  return unsupported("ncclDevCommDestroy", "NCCL's device API (no device communicator exists)");
-}
-
-ncclResult_t pncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
-                                              ncclDevResourceRequirements_t*) {
-  return unsupported("ncclLsaBarrierCreateRequirement", "NCCL's device API");
-}
-
-ncclResult_t pncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
-                                              ncclDevResourceRequirements_t*) {
-  return unsupported("ncclGinBarrierCreateRequirement", "NCCL's device API");
-}
-
-ncclResult_t pncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*,
-                                         ncclDevResourceRequirements_t*) {
-  return unsupported("ncclLLA2ACreateRequirement", "NCCL's device API");
-}
-
-// Slots of the device API's all-to-all: none (ncclGetLastError says why).
-int pncclLLA2ACalcSlots(int, int) {
-  (void)unsupported("ncclLLA2ACalcSlots", "NCCL's device API");
-  return 0;
-}
-
-ncclTeam_t pncclTeamWorld(ncclComm_t comm) {
-  const Flight flight(comm);
-  ncclResult_t err = ncclSuccess;
-  ncclTeam_t team{0, 0, 1};  // no ranks: a null or unready communicator (the error is set)
-  weftComm_t w = ready(comm, "ncclTeamWorld", &err);
-  if (w != nullptr && (check(weftCommCount(w, &team.nRanks), "ncclTeamWorld") != ncclSuccess ||
-                       check(weftCommUserRank(w, &team.rank), "ncclTeamWorld") != ncclSuccess)) {
-    team = ncclTeam_t{0, 0, 1};
-  }
-  return team;
-}
-
-ncclTeam_t pncclTeamLsa(ncclComm_t comm) {
-  const ncclTeam_t world = pncclTeamWorld(comm);
-  return world.nRanks == 0 ? world : ncclTeam_t{1, 0, 1};
-}
-
-ncclTeam_t pncclTeamRail(ncclComm_t comm) {
-  return pncclTeamWorld(comm);  // ranks with this one's LSA rank: all, an LSA domain being one
-}
-
-// Rank `rank` of `team` (which holds this rank) as a rank of the world, or of this rank's LSA
-// domain: NCCL's formula, the caller's place plus the team's stride times the distance.
-int pncclTeamRankToWorld(ncclComm_t comm, ncclTeam_t team, int rank) {
-  const ncclTeam_t world = pncclTeamWorld(comm);
-  return world.rank + (rank - team.rank) * team.stride;
-}
-
-int pncclTeamRankToLsa(ncclComm_t, ncclTeam_t team, int rank) {
-  return 0 + (rank - team.rank) * team.stride;  // this rank's LSA rank is 0
-}
-
+#if defined(WEFT_NCCL_HAS_ResetDebugInit)
 // NCCL_DEBUG is read at every communicator's creation: there is no state to reset.
 void pncclResetDebugInit() {}
 
+#endif
+
+#if defined(WEFT_NCCL_HAS_Gather)
 ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return rooted(true, sendbuff, recvbuff, count, datatype, root, comm, stream, "ncclGather");
 }
+#endif
 
+#if defined(WEFT_NCCL_HAS_Scatter)
 ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
   return rooted(false, sendbuff, recvbuff, count, datatype, root, comm, stream, "ncclScatter");
 }
+#endif
 
 // The weak aliases: what programs built against nccl.h call.
 ncclResult_t ncclGetVersion(int*) WEFT_NCCL_ALIAS(ncclGetVersion);
@@ -885,17 +790,23 @@ ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int)
     WEFT_NCCL_ALIAS(ncclCommInitRank);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*)
     WEFT_NCCL_ALIAS(ncclCommInitRankConfig);
+#if defined(WEFT_NCCL_HAS_CommInitRankScalable)
 ncclResult_t ncclCommInitRankScalable(ncclComm_t*, int, int, int, ncclUniqueId*, ncclConfig_t*)
     WEFT_NCCL_ALIAS(ncclCommInitRankScalable);
+#endif
 ncclResult_t ncclCommInitAll(ncclComm_t*, int, const int*) WEFT_NCCL_ALIAS(ncclCommInitAll);
 ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, ncclConfig_t*)
     WEFT_NCCL_ALIAS(ncclCommSplit);
 ncclResult_t ncclCommFinalize(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommFinalize);
 ncclResult_t ncclCommDestroy(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommDestroy);
 ncclResult_t ncclCommAbort(ncclComm_t) WEFT_NCCL_ALIAS(ncclCommAbort);
+#if defined(WEFT_NCCL_HAS_CommRevoke)
 ncclResult_t ncclCommRevoke(ncclComm_t, int) WEFT_NCCL_ALIAS(ncclCommRevoke);
+#endif
+#if defined(WEFT_NCCL_HAS_CommShrink)
 ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int)
     WEFT_NCCL_ALIAS(ncclCommShrink);
+#endif
 ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*)
     WEFT_NCCL_ALIAS(ncclCommGetAsyncError);
 ncclResult_t ncclCommCount(const ncclComm_t, int*) WEFT_NCCL_ALIAS(ncclCommCount);
@@ -904,10 +815,14 @@ ncclResult_t ncclCommUserRank(const ncclComm_t, int*) WEFT_NCCL_ALIAS(ncclCommUs
 ncclResult_t ncclCommRegister(const ncclComm_t, void*, size_t, void**)
     WEFT_NCCL_ALIAS(ncclCommRegister);
 ncclResult_t ncclCommDeregister(const ncclComm_t, void*) WEFT_NCCL_ALIAS(ncclCommDeregister);
+#if defined(WEFT_NCCL_HAS_CommWindowRegister)
 ncclResult_t ncclCommWindowRegister(ncclComm_t, void*, size_t, ncclWindow_t*, int)
     WEFT_NCCL_ALIAS(ncclCommWindowRegister);
+#endif
+#if defined(WEFT_NCCL_HAS_CommWindowDeregister)
 ncclResult_t ncclCommWindowDeregister(ncclComm_t, ncclWindow_t)
     WEFT_NCCL_ALIAS(ncclCommWindowDeregister);
+#endif
 ncclResult_t ncclMemAlloc(void**, size_t) WEFT_NCCL_ALIAS(ncclMemAlloc);
 ncclResult_t ncclMemFree(void*) WEFT_NCCL_ALIAS(ncclMemFree);
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t,
@@ -925,40 +840,31 @@ ncclResult_t ncclBcast(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStrea
     WEFT_NCCL_ALIAS(ncclBcast);
 ncclResult_t ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t,
                         cudaStream_t) WEFT_NCCL_ALIAS(ncclReduce);
+#if defined(WEFT_NCCL_HAS_AlltoAll)
 ncclResult_t ncclAlltoAll(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t)
     WEFT_NCCL_ALIAS(ncclAlltoAll);
+#endif
+#if defined(WEFT_NCCL_HAS_Gather)
 ncclResult_t ncclGather(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
     WEFT_NCCL_ALIAS(ncclGather);
+#endif
+#if defined(WEFT_NCCL_HAS_Scatter)
 ncclResult_t ncclScatter(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
     WEFT_NCCL_ALIAS(ncclScatter);
+#endif
 ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
     WEFT_NCCL_ALIAS(ncclSend);
 ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t)
     WEFT_NCCL_ALIAS(ncclRecv);
 ncclResult_t ncclGroupStart() WEFT_NCCL_ALIAS(ncclGroupStart);
 ncclResult_t ncclGroupEnd() WEFT_NCCL_ALIAS(ncclGroupEnd);
+#if defined(WEFT_NCCL_HAS_GroupSimulateEnd)
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) WEFT_NCCL_ALIAS(ncclGroupSimulateEnd);
-ncclResult_t ncclDevCommCreate(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*)
-    WEFT_NCCL_ALIAS(ncclDevCommCreate);
-ncclResult_t ncclDevCommDestroy(ncclComm_t, ncclDevComm_t const*)
-    WEFT_NCCL_ALIAS(ncclDevCommDestroy);
-ncclResult_t ncclLsaBarrierCreateRequirement(ncclTeam_t, int, ncclLsaBarrierHandle_t*,
-                                             ncclDevResourceRequirements_t*)
-    WEFT_NCCL_ALIAS(ncclLsaBarrierCreateRequirement);
-ncclResult_t ncclGinBarrierCreateRequirement(ncclComm_t, ncclTeam_t, int, ncclGinBarrierHandle_t*,
-                                             ncclDevResourceRequirements_t*)
-    WEFT_NCCL_ALIAS(ncclGinBarrierCreateRequirement);
-ncclResult_t ncclLLA2ACreateRequirement(int, int, ncclLLA2AHandle_t*,
-                                        ncclDevResourceRequirements_t*)
-    WEFT_NCCL_ALIAS(ncclLLA2ACreateRequirement);
-int ncclLLA2ACalcSlots(int, int) WEFT_NCCL_ALIAS(ncclLLA2ACalcSlots);
-ncclTeam_t ncclTeamWorld(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamWorld);
-ncclTeam_t ncclTeamLsa(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamLsa);
-ncclTeam_t ncclTeamRail(ncclComm_t) WEFT_NCCL_ALIAS(ncclTeamRail);
-int ncclTeamRankToWorld(ncclComm_t, ncclTeam_t, int) WEFT_NCCL_ALIAS(ncclTeamRankToWorld);
-int ncclTeamRankToLsa(ncclComm_t, ncclTeam_t, int) WEFT_NCCL_ALIAS(ncclTeamRankToLsa);
+#endif
+#if defined(WEFT_NCCL_HAS_ResetDebugInit)
 void ncclResetDebugInit() WEFT_NCCL_ALIAS(ncclResetDebugInit);
 // NCCL exports this internal name too (no pnccl twin).
 void ncclResetDebugInitInternal() __attribute__((weak, alias("pncclResetDebugInit")));
+#endif
 
 }  // extern "C"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite, for a machine with a GPU and no package installs (the H200 test machine):
-# builds with CUDA; runs the GPU tests (ranks as threads, and as processes both time-sliced and
-# under MPS, which the script starts and stops); runs them under compute-sanitizer memcheck and
+# builds with CUDA and the NCCL interface from source (saying against which nccl.h); runs the GPU
+# tests (ranks as threads, and as processes both time-sliced and under MPS, which the script
+# starts and stops) and the NCCL interface's; runs them under compute-sanitizer memcheck and
 # racecheck; runs the GPU benchmarks; prints a short table last. Full logs go to $OUT.
 #   FULL=1   also the host unit and runtime suites
 #   BENCH=0  skip the benchmarks
@@ -32,18 +33,30 @@ mkdir -p "$OUT"
 dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 
 nvidia-smi -L | tee "$OUT/gpu.txt"
-# Only what this script runs (FULL=1: everything).
+# Only what this script runs (FULL=1: everything), from source; the NCCL interface and its tests
+# against the first nccl.h found (NCCL_HOME, the system's, the CUDA toolkit's; any of 2.19-2.28).
 targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench weft-perf weft-plan)
-[[ "${FULL:-0}" == 1 ]] && targets=()
 add_cuda_to_path
-{
-  cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON \
-    "-DCMAKE_CUDA_FLAGS=${CUDA_FLAGS:-}" &&
-    cmake --build "$dir" -j "$JOBS" "${targets[@]}"
-} >"$OUT/build.log" 2>&1 || {
+t0=$SECONDS
+cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON \
+  "-DCMAKE_CUDA_FLAGS=${CUDA_FLAGS:-}" >"$OUT/build.log" 2>&1 || {
   tail -50 "$OUT/build.log"
   exit 1
 }
+shim=0
+if grep -q "NCCL interface ON" "$OUT/build.log"; then
+  shim=1
+  targets+=(weft_nccl weft_nccl_shim_test weft_nccl_shim_gpu_test)
+  grep -q "DevCommCreate" "$dir/nccl/nccl_functions.cmake" && targets+=(weft_nccl_device_api_test)
+fi
+[[ "${FULL:-0}" == 1 ]] && targets=()
+cmake --build "$dir" -j "$JOBS" "${targets[@]}" >>"$OUT/build.log" 2>&1 || {
+  tail -50 "$OUT/build.log"
+  exit 1
+}
+header="$(grep -o 'NCCL interface O[NF].*' "$OUT/build.log" | tail -1)"
+echo "gpu-check: built from source in $((SECONDS - t0)) s; ${header:-no NCCL interface}" |
+  tee -a "$OUT/gpu.txt"
 status=0
 summary=()
 run() {  # run NAME LIMIT_S CMD...
@@ -79,10 +92,17 @@ export WEFT_TIMEOUT_S="${WEFT_TIMEOUT_S:-30}"
 run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
 # one-shot both ways, 256 MB, graphs, point-to-point, faults.
-run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*}"
+# GpuThreadsOrdering: a communicator's calls on several streams, graphs among eager calls, two
+# host threads; GpuCheckPlans: WEFT_CHECK_PLANS.
+run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*}"
+# The NCCL interface: its C API on host and GPU memory, its device API, its exports.
+if ((shim)); then
+  run nccl-interface 300 bash -c "cd '$dir' && ctest -R '^nccl_shim' --output-on-failure"
+fi
 # Ranks as processes sharing the GPU through CUDA IPC: time-sliced (correctness; 8 processes
 # that spin on each other's kernels would wait out time slices there, and so would the forced
-# algorithms' many calls), then under MPS, 8 ranks and every algorithm x protocol too.
+# algorithms' many calls), then under MPS, 8 ranks and every algorithm x protocol too, and the
+# ordering of calls on several streams (GpuProcessesOrdering).
 run gpu-processes 600 "$T" --gtest_filter='*GpuProcesses.Collectives*-*/8ranks'
 if command -v nvidia-cuda-mps-control >/dev/null; then
   mps="$(mktemp -d)"
@@ -164,6 +184,7 @@ if [[ -n "$copy_tbs" && -f "${sweeps[0]}" ]]; then
     "${sweeps[@]}" >"$OUT/memory-fraction.txt" 2>&1 || true
 fi
 {
+  grep "^gpu-check:" "$OUT/gpu.txt"
   grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-threads.log" | tail -3
   printf '%s\n' "${summary[@]}"
   [[ -f "$OUT/bench-table.txt" ]] && cat "$OUT/bench-table.txt"

@@ -1,7 +1,8 @@
-# libweft_nccl.so is a drop-in libnccl.so.2: that SONAME, every function NCCL 2.28 declares as a
-# strong pnccl* and a weak nccl*, no other symbol of its own (weft's are hidden), and, given
-# REAL (NCCL's own libnccl.so.2), every symbol that one exports (PyTorch binds its device API's
-# at load).
+# libweft_nccl.so is a drop-in libnccl.so.2: that SONAME, every function the nccl.h it was built
+# against declares (FUNCTIONS_FILE, written at configure time from that header of version
+# VERSION) as a strong pnccl* and a weak nccl*, no other symbol of its own (weft's are hidden),
+# and, given REAL (NCCL's own libnccl.so.2) of that same version, every symbol that one exports
+# (PyTorch binds its device API's at load).
 execute_process(COMMAND readelf -d ${LIB} OUTPUT_VARIABLE dynamic RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR NOT dynamic MATCHES "Library soname: \\[libnccl\\.so\\.2\\]")
   message(FATAL_ERROR "${LIB}: SONAME is not libnccl.so.2:\n${dynamic}")
@@ -10,15 +11,15 @@ execute_process(COMMAND readelf --dyn-syms -W ${LIB} OUTPUT_VARIABLE syms RESULT
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "readelf --dyn-syms ${LIB} failed")
 endif()
-set(functions
-    GetVersion GetErrorString GetLastError GetUniqueId CommInitRank CommInitRankConfig
-    CommInitRankScalable CommInitAll CommSplit CommShrink CommFinalize CommDestroy CommAbort
-    CommRevoke CommGetAsyncError CommCount CommCuDevice CommUserRank CommRegister CommDeregister
-    CommWindowRegister CommWindowDeregister MemAlloc MemFree RedOpCreatePreMulSum RedOpDestroy
-    AllReduce AllGather ReduceScatter Broadcast Bcast Reduce AlltoAll Gather Scatter Send Recv
-    GroupStart GroupEnd GroupSimulateEnd DevCommCreate DevCommDestroy
-    LsaBarrierCreateRequirement GinBarrierCreateRequirement LLA2ACreateRequirement
-    LLA2ACalcSlots TeamWorld TeamLsa TeamRail TeamRankToWorld TeamRankToLsa ResetDebugInit)
+cmake_policy(SET CMP0057 NEW)  # if(... IN_LIST ...) in script mode
+include(${FUNCTIONS_FILE})
+# Every header from 2.19 on declares these at least.
+foreach(f AllReduce AllGather ReduceScatter Broadcast Reduce Send Recv GroupStart GroupEnd
+          CommInitRank CommInitRankConfig CommSplit CommDestroy CommAbort CommRegister MemAlloc)
+  if(NOT f IN_LIST functions)
+    message(FATAL_ERROR "${FUNCTIONS_FILE} lacks nccl${f}: the header scan found ${functions}")
+  endif()
+endforeach()
 foreach(f ${functions})
   if(NOT syms MATCHES "FUNC +GLOBAL +DEFAULT +[0-9]+ pnccl${f}\n")
     message(FATAL_ERROR "${LIB}: pnccl${f} is not exported as a global function")
@@ -36,6 +37,26 @@ foreach(d ${defined})
 endforeach()
 list(LENGTH functions n)
 set(also "")
+# NCCL's library counts only where it is the header's version: where its pnccl* functions are
+# exactly the header's (its file name, libnccl.so.2, need not say).
+if(REAL AND EXISTS "${REAL}")
+  execute_process(COMMAND readelf --dyn-syms -W ${REAL} OUTPUT_VARIABLE real RESULT_VARIABLE rc)
+  string(REGEX MATCHALL "(GLOBAL|WEAK) +DEFAULT +[0-9]+ pnccl[A-Za-z0-9_]*" theirs "${real}")
+  set(real_functions "")
+  foreach(d ${theirs})
+    string(REGEX REPLACE ".* pnccl" "" name "${d}")
+    list(APPEND real_functions ${name})
+  endforeach()
+  list(REMOVE_DUPLICATES real_functions)
+  list(SORT real_functions)
+  set(sorted ${functions})
+  list(SORT sorted)
+  if(NOT rc EQUAL 0 OR NOT real_functions STREQUAL sorted)
+    message(STATUS "${REAL} is not NCCL ${VERSION} (its API: ${real_functions}): its symbols "
+                   "are not compared")
+    set(REAL "")
+  endif()
+endif()
 if(REAL AND EXISTS "${REAL}")
   execute_process(COMMAND readelf --dyn-syms -W ${REAL} OUTPUT_VARIABLE real RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
@@ -53,4 +74,5 @@ if(REAL AND EXISTS "${REAL}")
   endforeach()
   set(also ", and all ${count} symbols of ${REAL}")
 endif()
-message(STATUS "${LIB}: SONAME libnccl.so.2, ${n} functions as pnccl* and weak nccl*${also}")
+message(STATUS "${LIB}: SONAME libnccl.so.2, the ${n} functions of nccl.h ${VERSION} as pnccl* "
+               "and weak nccl*${also}")

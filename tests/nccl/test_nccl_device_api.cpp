@@ -6,7 +6,11 @@
 #include <nccl.h>
 #include <nccl_device/core.h>
 #include <nccl_device/ll_a2a.h>
+#if defined(WEFT_NCCL_HEADER_lsa_barrier)
 #include <nccl_device/lsa_barrier.h>
+#else
+#include <nccl_device/mem_barrier.h>  // 2.28.3's name for it
+#endif
 
 #include <atomic>
 #include <cstdio>

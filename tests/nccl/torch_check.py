@@ -8,33 +8,21 @@ max, premul_sum), all_gather_into_tensor, reduce_scatter_tensor, all_to_all_sing
 send/recv around a ring, barrier and a new_group of the even ranks; then a few DDP steps of a
 small model, whose gradients must equal those of one process over the whole batch. It also
 checks that NCCL's functions, as the process resolves them, are weft's (PyTorch maps its own
-libnccl.so.2 too, by path, and must not call it). Exit 0 when all holds.
+libnccl.so.2 too, by path, and must not call it). Then the frameworks of torch_frameworks.py:
+FSDP2, DTensor tensor/sequence parallelism, DDP bucket views and bf16 compression, a CUDA graph
+replaying an all-reduce, collectives on two user streams. WEFT_TORCH_CHECKS (comma-separated
+names, e.g. "fsdp2,cuda_graph") runs only those; "collectives" and "ddp" name the checks here.
+Exit 0 when all holds.
 """
 import ctypes
 import os
-import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-
-def fail(msg):
-    print(f"rank {dist.get_rank() if dist.is_initialized() else '?'}: FAIL {msg}", flush=True)
-    sys.exit(1)
-
-
-def close(got, want, what, tol=1e-5):
-    got = got.detach().to("cpu", torch.float64)
-    want = want.to(torch.float64)
-    if got.shape != want.shape or not torch.allclose(got, want, rtol=tol, atol=tol):
-        err = (got - want).abs().max().item() if got.shape == want.shape else "shape"
-        fail(f"{what}: wrong (max error {err})")
-
-
-def data(rank, n, seed):
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
-    return torch.randn(n, generator=g, dtype=torch.float64)
+import torch_frameworks
+from torch_frameworks import close, data, fail
 
 
 def check_maps():
@@ -142,12 +130,16 @@ def main():
     dist.init_process_group("nccl", device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()
     check_maps()
-    collectives(rank, world, dev)
-    ddp(rank, world, dev)
+    checks = [("collectives", collectives), ("ddp", ddp)] + torch_frameworks.CHECKS
+    chosen = torch_frameworks.selected([name for name, _ in checks])
+    for name, check in checks:
+        if name in chosen:
+            check(rank, world, dev)
+            torch_frameworks.settle()
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank} of {world}: every check passed ({os.environ.get('LD_PRELOAD', '')})",
-          flush=True)
+    print(f"rank {rank} of {world}: every check passed ({len(chosen)} checks; "
+          f"{os.environ.get('LD_PRELOAD', '')})", flush=True)
 
 
 if __name__ == "__main__":
