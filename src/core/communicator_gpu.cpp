@@ -136,6 +136,7 @@ Status Communicator::ensureGpu() {
   o.llBlockBytes = config_.gpuLlBlockBytes;
   o.llBlocks = config_.gpuLlBlocks;
   o.dependentLaunch = config_.gpuDependentLaunch;
+  o.graphMixing = config_.graphMixing;
   o.tracePath = config_.gpuTrace;
   o.timeout = config_.timeout;
   // Kernels watch this rank's host abort word through a mapping of the page that holds it.

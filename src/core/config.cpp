@@ -66,6 +66,13 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.maxChannels = static_cast<int>(*x);
   }
+  if (envOrNccl("WEFT_GRAPH_MIXING", "NCCL_GRAPH_MIXING_SUPPORT") != nullptr) {
+    const char* name = env("WEFT_GRAPH_MIXING") != nullptr ? "WEFT_GRAPH_MIXING"
+                                                          : "NCCL_GRAPH_MIXING_SUPPORT";
+    auto x = number(name, 0, 1);
+    if (!x) return x.status();
+    c.graphMixing = *x != 0;
+  }
   if (env("WEFT_CHECK_PLANS") != nullptr) {
     auto x = number("WEFT_CHECK_PLANS", 0, 1);
     if (!x) return x.status();

@@ -92,6 +92,12 @@ struct Config {
   // protocol, channels, slices, kernel, registered buffers); any difference fails the call on
   // every rank with both ranks' accounts.
   bool checkPlans = false;
+  // WEFT_GRAPH_MIXING (NCCL_GRAPH_MIXING_SUPPORT; 0 or 1, default 1): whether a CUDA graph's
+  // operations are also ordered against the communicator's eager calls and other graphs (an
+  // external wait and record node per graph: src/exec/launch_order.hpp). 0 orders a graph's
+  // operations among themselves only; the caller's streams must then order graphs and eager
+  // calls, as with NCCL_GRAPH_MIXING_SUPPORT=0.
+  bool graphMixing = true;
   // WEFT_GPU_TRACE=PREFIX (a diagnostic): each rank's GPU executor keeps when each block of its
   // last schedule kernels started, waited and moved each step, and writes it to PREFIX.RANK when
   // the communicator is destroyed (scripts/gpu-trace.py reads the files).

@@ -230,7 +230,7 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   std::memcpy(table.data() + epBytes + abortBytes, direct.data(), direct.size() * sizeof(void*));
   if (Status s = x->toDevice(x->endpoints_, table.data(), bytes, "copying the endpoint table"); !s)
     return s;
-  auto order = LaunchOrder::create();
+  auto order = LaunchOrder::create(o.graphMixing);
   if (!order) return order.status();
   x->order_ = std::move(*order);
   if (!o.tracePath.empty()) {

@@ -80,6 +80,8 @@ struct GpuOptions {
   // Letting it be scheduled as soon as a block starts measured the same, and a waiting kernel
   // could then hold SMs that a peer sharing the GPU needs to become resident.
   bool dependentLaunch = true;
+  // Graphs ordered against eager calls too (WEFT_GRAPH_MIXING; src/exec/launch_order.hpp).
+  bool graphMixing = true;
   // The direct kernels (one-shot and two-shot through the slabs) give each block at least this
   // many bytes of a call that one round holds, so a small call spreads over many blocks (one
   // block reading a peer's 128 KiB slab over NVLink is slow) instead of one per slab.

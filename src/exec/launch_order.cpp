@@ -65,8 +65,9 @@ constexpr std::size_t kCaptures = 8;
 
 }  // namespace
 
-Result<std::unique_ptr<LaunchOrder>> LaunchOrder::create() {
+Result<std::unique_ptr<LaunchOrder>> LaunchOrder::create(bool mixing) {
   std::unique_ptr<LaunchOrder> o(new LaunchOrder());
+  o->mixing_ = mixing;
   cudaEvent_t ev = nullptr;
   if (cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming); e != cudaSuccess)
     return cudaFailed("creating the completion event", e);
@@ -103,11 +104,11 @@ Status LaunchOrder::begin(void* stream) {
   }
   if (c.status != cudaStreamCaptureStatusActive)
     return {Code::invalidUsage, "the stream's graph capture was invalidated (an earlier error)"};
-  everCaptured_ = true;
+  everCaptured_ = mixing_;
   auto [at, fresh] = captures_.try_emplace(c.id);
   Capture& cap = at->second;
   cap.used = ++operations_;
-  if (fresh) {
+  if (fresh && mixing_) {
     // At every replay, after whatever operation was issued before the graph's launch.
     if (cudaError_t e = cudaStreamWaitEvent(s, done, cudaEventWaitExternal); e != cudaSuccess)
       return cudaFailed("making the capture wait for the previous operation", e);
@@ -146,7 +147,9 @@ Status LaunchOrder::end(void* stream) {
   std::vector<void*> tail(c.deps, c.deps + c.ndeps);
   // One record node per capture, moved after the newest operation: the event a later
   // operation waits on then covers every operation of the graph.
-  if (cap.record == nullptr) {
+  if (!mixing_) {
+    // No record node: nothing outside the graph waits for it.
+  } else if (cap.record == nullptr) {
     cudaGraphNode_t node = nullptr;
     if (cudaError_t e = cudaGraphAddEventRecordNode(&node, c.graph, c.deps, c.ndeps, done);
         e != cudaSuccess)

@@ -24,8 +24,10 @@ namespace weft::exec {
 
 class LaunchOrder {
  public:
-  // On the current device (the communicator's).
-  static Result<std::unique_ptr<LaunchOrder>> create();
+  // On the current device (the communicator's). mixing: graphs are ordered against eager
+  // operations and other graphs too (the external wait and record nodes); without it a graph's
+  // operations are ordered among themselves only (NCCL_GRAPH_MIXING_SUPPORT=0).
+  static Result<std::unique_ptr<LaunchOrder>> create(bool mixing = true);
   ~LaunchOrder();
   LaunchOrder(const LaunchOrder&) = delete;
   LaunchOrder& operator=(const LaunchOrder&) = delete;
@@ -51,6 +53,7 @@ class LaunchOrder {
   };
   void* done_ = nullptr;           // cudaEvent_t: recorded after every operation
   bool issued_ = false;            // some operation recorded done_ outside capture
+  bool mixing_ = true;
   bool everCaptured_ = false;      // replays may record done_ on any stream
   unsigned long long stream_ = 0;  // the stream of the newest operation outside capture
   bool pending_ = false;           // done_ recorded since the last synchronize()

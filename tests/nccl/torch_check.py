@@ -129,7 +129,10 @@ def main():
     torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     rank, world = dist.get_rank(), dist.get_world_size()
-    check_maps()
+    # WEFT_TORCH_REFERENCE=1: the same checks on PyTorch's own NCCL (no LD_PRELOAD), to tell
+    # weft's errors from the checks' own.
+    if os.environ.get("WEFT_TORCH_REFERENCE") != "1":
+        check_maps()
     checks = [("collectives", collectives), ("ddp", ddp)] + torch_frameworks.CHECKS
     chosen = torch_frameworks.selected([name for name, _ in checks])
     for name, check in checks:

@@ -169,16 +169,16 @@ def fsdp_run(rank, world, dev, label, reshard, bf16):
             ref_opt.zero_grad()
             ref_loss = ((ref(x) - y) ** 2).mean()
             ref_loss.backward()
-        if step == 0:
-            # AdamW would not see a gradient scaled by a constant (sum for mean): compare them.
-            for (name, p), (ref_name, q) in zip(model.named_parameters(), ref.named_parameters()):
-                if name != ref_name:
-                    fail(f"fsdp2 {label}: parameter {name} against the reference's {ref_name}")
-                err = norm_rel(grad_of(p), q.grad)
-                worst_grad = max(worst_grad, err)
-                if not err <= tol_grad:
-                    fail(f"fsdp2 {label}: gradient of {name} after the first backward off by "
-                         f"{err:.3e} in norm (tolerance {tol_grad})")
+        # Every step's gradients (AdamW would not see one scaled by a constant, sum for mean,
+        # and a few wrong elements barely move the loss).
+        for (name, p), (ref_name, q) in zip(model.named_parameters(), ref.named_parameters()):
+            if name != ref_name:
+                fail(f"fsdp2 {label}: parameter {name} against the reference's {ref_name}")
+            err = norm_rel(grad_of(p), q.grad)
+            worst_grad = max(worst_grad, err)
+            if not err <= tol_grad:
+                fail(f"fsdp2 {label}: step {step} gradient of {name} off by {err:.3e} in "
+                     f"norm (tolerance {tol_grad})")
         opt.step()
         ref_opt.step()
         mean = loss.detach().clone()
@@ -195,7 +195,8 @@ def fsdp_run(rank, world, dev, label, reshard, bf16):
             worst_param = max(worst_param, err)
             if not err <= tol_param:
                 fail(f"fsdp2 {label}: parameter {name} after {FSDP_STEPS} steps off by {err:.3e} "
-                     f"of its movement (tolerance {tol_param})")
+                     f"of its movement (tolerance {tol_param}; every step's loss within "
+                     f"{worst_loss:.1e}, gradients within {worst_grad:.1e})")
     say(rank, f"ok  fsdp2 {label}: {FSDP_STEPS} AdamW steps, worst relative error: loss "
               f"{worst_loss:.1e} (tol {tol_loss:g}), first grads {worst_grad:.1e} "
               f"(tol {tol_grad:g}), final params {worst_param:.1e} (tol {tol_param:g})")
