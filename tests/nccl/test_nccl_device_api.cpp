@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -51,15 +52,22 @@ void rankMain(int rank, const ncclUniqueId& id) {
   expect(ncclTeamRankToLsa(comm, lsa, 0) == 0, rank, "ncclTeamRankToLsa");
 
   // (The device communicator and handle types are complete only in CUDA code: null outputs.)
-  ncclDevCommRequirements_t reqs{};
-  expect(ncclDevCommCreate(comm, &reqs, nullptr) == ncclInvalidUsage, rank, "ncclDevCommCreate");
-  expect(named(comm, "ncclDevCommCreate"), rank, "ncclDevCommCreate's error names it");
-  expect(ncclDevCommDestroy(comm, nullptr) == ncclInvalidUsage, rank, "ncclDevCommDestroy");
-  ncclDevResourceRequirements_t res{};
-  expect(ncclLsaBarrierCreateRequirement(lsa, 1, nullptr, &res) == ncclInvalidUsage, rank,
-         "ncclLsaBarrierCreateRequirement");
-  expect(named(comm, "ncclLsaBarrierCreateRequirement"), rank, "its error names it");
-  expect(ncclLLA2ACalcSlots(1024, 4) == 0, rank, "ncclLLA2ACalcSlots");
+  // ncclGetLastError is the process's, as NCCL's: the ranks take turns failing and reading it,
+  // or one rank's failure could overwrite the other's before it is read.
+  static std::mutex turns;
+  {
+    const std::lock_guard<std::mutex> turn(turns);
+    ncclDevCommRequirements_t reqs{};
+    expect(ncclDevCommCreate(comm, &reqs, nullptr) == ncclInvalidUsage, rank,
+           "ncclDevCommCreate");
+    expect(named(comm, "ncclDevCommCreate"), rank, "ncclDevCommCreate's error names it");
+    expect(ncclDevCommDestroy(comm, nullptr) == ncclInvalidUsage, rank, "ncclDevCommDestroy");
+    ncclDevResourceRequirements_t res{};
+    expect(ncclLsaBarrierCreateRequirement(lsa, 1, nullptr, &res) == ncclInvalidUsage, rank,
+           "ncclLsaBarrierCreateRequirement");
+    expect(named(comm, "ncclLsaBarrierCreateRequirement"), rank, "its error names it");
+    expect(ncclLLA2ACalcSlots(1024, 4) == 0, rank, "ncclLLA2ACalcSlots");
+  }
 
   // The collectives still run after the refusals (host buffers).
   int value = rank + 1;

@@ -16,6 +16,7 @@
 static ncclUniqueId gId;
 static int gFailures = 0;
 static pthread_mutex_t gLock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t gTurns = PTHREAD_MUTEX_INITIALIZER; /* failing calls and their checks */
 
 static void fail(int rank, const char* what, ncclResult_t r) {
   pthread_mutex_lock(&gLock);
@@ -120,7 +121,9 @@ static void* rankMain(void* arg) {
   EXPECT(rank, halfCount == NRANKS / 2 && halfRank == rank / 2);
   CHECK(rank, ncclCommDestroy(half));
 
-  /* Bad input is an error that names the function; what weft does not do is refused. */
+  /* Bad input is an error that names the function; what weft does not do is refused. The last
+   * error is the process's, as NCCL's: the ranks take turns failing and reading it. */
+  pthread_mutex_lock(&gTurns);
   EXPECT(rank, ncclAllReduce(in, out, COUNT, (ncclDataType_t)99, ncclSum, comm, NULL) ==
                    ncclInvalidArgument);
   EXPECT(rank, strstr(ncclGetLastError(comm), "ncclAllReduce") != NULL);
@@ -128,6 +131,7 @@ static void* rankMain(void* arg) {
   EXPECT(rank, ncclCommShrink(comm, NULL, 0, NULL, NULL, 0) == ncclInvalidUsage);
   EXPECT(rank, strstr(ncclGetLastError(comm), "ncclCommShrink") != NULL);
 #endif
+  pthread_mutex_unlock(&gTurns);
 
   /* PreMulSum: each rank multiplies by its own scalar (rank + 1) before the sum; the scalar is
    * read at creation, so changing it afterwards changes nothing. */
