@@ -38,7 +38,6 @@ print(d if os.path.isfile(os.path.join(d, "nccl.h")) else "")' 2>/dev/null)"
     fi
   fi
   if [[ -z "$inc" ]]; then
-    inc=""
     why="the first nccl.h found (NCCL_HOME, the system's, the CUDA toolkit's)"
   fi
 fi

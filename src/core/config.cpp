@@ -66,10 +66,12 @@ Result<Config> Config::fromEnvironment() {
     if (!x) return x.status();
     c.maxChannels = static_cast<int>(*x);
   }
-  if (envOrNccl("WEFT_GRAPH_MIXING", "NCCL_GRAPH_MIXING_SUPPORT") != nullptr) {
-    const char* name = env("WEFT_GRAPH_MIXING") != nullptr ? "WEFT_GRAPH_MIXING"
-                                                          : "NCCL_GRAPH_MIXING_SUPPORT";
-    auto x = number(name, 0, 1);
+  // weft's name, else NCCL's (number() names the variable in its error).
+  const char* mixing = env("WEFT_GRAPH_MIXING") != nullptr           ? "WEFT_GRAPH_MIXING"
+                       : env("NCCL_GRAPH_MIXING_SUPPORT") != nullptr ? "NCCL_GRAPH_MIXING_SUPPORT"
+                                                                     : nullptr;
+  if (mixing != nullptr) {
+    auto x = number(mixing, 0, 1);
     if (!x) return x.status();
     c.graphMixing = *x != 0;
   }

@@ -26,11 +26,10 @@ struct CaptureInfo {
 };
 
 cudaError_t captureInfo(cudaStream_t s, CaptureInfo& c) {
-#if CUDART_VERSION >= 13000
   const cudaGraphEdgeData* edges = nullptr;
+#if CUDART_VERSION >= 13000
   return cudaStreamGetCaptureInfo(s, &c.status, &c.id, &c.graph, &c.deps, &edges, &c.ndeps);
 #else
-  const cudaGraphEdgeData* edges = nullptr;
   return cudaStreamGetCaptureInfo_v3(s, &c.status, &c.id, &c.graph, &c.deps, &edges, &c.ndeps);
 #endif
 }

@@ -117,7 +117,7 @@ def fsdp_model():
 
 def fsdp_run(rank, world, dev, label, reshard, bf16):
     """FSDP2 training against one process training a copy on the whole batch: the ranks' mean
-    loss at every step, the gradients after the first backward (gathered) and the parameters
+    loss and gradients (gathered) at every step, and the parameters
     after the last step (gathered)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     torch.manual_seed(11)
