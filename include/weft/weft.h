@@ -64,8 +64,10 @@ WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int nranks);
 #define WEFT_SPLIT_NOCOLOR (-1)
 WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm);
 
-/* Frees the communicator once no call is in flight on it. Any rank may destroy at any time after
- * its last call; an aborted communicator is destroyed the same way. */
+/* Waits until no call is in flight on the communicator, then frees it: a call on another thread
+ * finishes first (one stuck on a dead peer ends at WEFT_TIMEOUT_S, or at once after
+ * weftCommAbort); calls that begin after the destroy did return weftInvalidArgument. Any rank may
+ * destroy at any time after its last call; an aborted communicator is destroyed the same way. */
 WEFT_API weftResult_t weftCommDestroy(weftComm_t comm);
 
 /* From any thread: ends every current and later call on every rank of the communicator with an

@@ -1,5 +1,6 @@
 // The C ABI: validates handles, turns Status into codes and the last-error message, and never
 // lets an exception out.
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -22,21 +24,60 @@
 #include "weft/weft.h"
 
 struct weftComm {
-  std::unique_ptr<weft::Communicator> impl;
+  std::unique_ptr<weft::Communicator> impl;  // null once destroyed
   std::string summary;
   // Held by every call that uses the communicator's state (collectives, point-to-point, groups,
   // split, registration, plans): calls from several host threads run one at a time, each whole,
   // in the order the threads take it. Abort, the queries and the async error take no lock.
   std::mutex calls;
+  // The calls inside the communicator now; weftCommDestroy waits for none before freeing it.
+  std::mutex state;
+  std::condition_variable idle;
+  int inflight = 0;
+  bool destroying = false;  // a destroy waits: no new call but abort and the queries starts
 };
 
 namespace {
 thread_local std::string gLastError;  // per-thread, like errno: no locking, no sharing
 
-// The communicators alive now, so a destroyed or bogus handle is an error, not a crash. This and
+// The communicators alive now, so a destroyed or bogus handle is an error, not a crash; a call
+// holds its communicator's shared_ptr, so a destroy racing it never frees what it uses. This and
 // the algorithm registry are weft's only global state.
 std::mutex gLiveMutex;
-std::set<const weftComm*> gLive;
+std::map<const weftComm*, std::shared_ptr<weftComm>> gLive;
+
+std::shared_ptr<weftComm> find(const weftComm* c) {
+  std::lock_guard<std::mutex> lock(gLiveMutex);
+  auto it = gLive.find(c);
+  return it == gLive.end() ? nullptr : it->second;
+}
+
+// One call inside a communicator: counted while it runs (weftCommDestroy waits for the count to
+// reach zero), refused once the communicator is gone or, unless `duringDestroy` (abort and the
+// queries, which never block), once a destroy has begun.
+class Inside {
+ public:
+  Inside(std::shared_ptr<weftComm> c, bool duringDestroy) : c_(std::move(c)) {
+    if (!c_) return;
+    std::lock_guard<std::mutex> lock(c_->state);
+    if (!c_->impl || (c_->destroying && !duringDestroy)) return;
+    ++c_->inflight;
+    in_ = true;
+  }
+  ~Inside() {
+    if (!in_) return;
+    std::lock_guard<std::mutex> lock(c_->state);
+    if (--c_->inflight == 0) c_->idle.notify_all();
+  }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+  explicit operator bool() const { return in_; }
+  weftComm& operator*() const { return *c_; }
+
+ private:
+  std::shared_ptr<weftComm> c_;
+  bool in_ = false;
+};
 
 weftResult_t report(const weft::Status& s) {
   if (!s.isOk()) gLastError = s.message();
@@ -48,23 +89,40 @@ weftResult_t invalid(std::string message) {
   return weftInvalidArgument;
 }
 
+// What an exception escaping weft becomes: a failed thread start or allocation a system error
+// (the process is out of threads, address space or memory), anything else an internal error.
+weft::Status caught(const char* what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return {weft::Code::systemError, std::string(what) + ": out of memory"};
+  } catch (const std::system_error& e) {
+    return {weft::Code::systemError, std::string(what) + ": " + e.what()};
+  } catch (const std::exception& e) {
+    return {weft::Code::internalError, std::string(what) + ": " + e.what()};
+  } catch (...) {
+    return {weft::Code::internalError, std::string(what) + ": an unknown exception"};
+  }
+}
+
+weftResult_t notLive(const char* what) {
+  return invalid(std::string(what) +
+                 ": comm is not a live communicator (NULL, never created, or destroyed)");
+}
+
 // Runs `fn` on a live communicator, one call at a time (weftComm::calls) unless `serialized` is
-// false; unknown handles and exceptions become errors.
+// false (abort and the queries: they run even while a destroy waits); unknown handles and
+// exceptions become errors.
 template <typename Fn>
 weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn, bool serialized = true) {
-  {
-    std::lock_guard<std::mutex> lock(gLiveMutex);
-    if (comm == nullptr || gLive.count(comm) == 0) {
-      return invalid(std::string(what) +
-                     ": comm is not a live communicator (NULL, never created, or destroyed)");
-    }
-  }
   try {
-    std::unique_lock<std::mutex> lock(comm->calls, std::defer_lock);
+    Inside in(find(comm), !serialized);
+    if (!in) return notLive(what);
+    std::unique_lock<std::mutex> lock((*in).calls, std::defer_lock);
     if (serialized) lock.lock();
-    return report(fn(*comm->impl));
-  } catch (const std::exception& e) {
-    return report({weft::Code::internalError, std::string(what) + ": " + e.what()});
+    return report(fn(*(*in).impl));
+  } catch (...) {
+    return report(caught(what));
   }
 }
 
@@ -82,17 +140,20 @@ thread_local int gGroupDepth = 0;
 thread_local std::vector<Queued> gGroup;
 
 bool live(const weftComm* c) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  return c != nullptr && gLive.count(c) != 0;
+  return find(c) != nullptr;
 }
 
 // A collective: run now, or queue it when a group is open.
 template <typename Fn>
 weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
   if (gGroupDepth > 0) {
-    if (!live(comm)) return invalid(std::string(what) + ": comm is not a live communicator");
-    gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn),
-                      weft::exec::currentDevice()});
+    if (!live(comm)) return notLive(what);
+    try {
+      gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn),
+                        weft::exec::currentDevice()});
+    } catch (...) {
+      return report(caught(what));
+    }
     return weftSuccess;
   }
   return withComm(comm, what, fn);
@@ -136,12 +197,51 @@ weft::boot::BootstrapOptions bootOptions(const weft::Config& c) {
 }
 
 weftComm_t adopt(std::unique_ptr<weft::Communicator> impl) {
-  auto* c = new weftComm();
+  auto c = std::make_shared<weftComm>();
   c->impl = std::move(impl);
   c->summary = c->impl->summary();
   std::lock_guard<std::mutex> lock(gLiveMutex);
-  gLive.insert(c);
-  return c;
+  gLive.emplace(c.get(), c);
+  return c.get();
+}
+
+// Runs job(0..n-1) on n threads of their own, or on none: every thread is started first and
+// waits for the others, so a thread that cannot be started (std::system_error) lets the started
+// ones return at once, having done nothing, and the call fails with systemError.
+weft::Status onThreads(std::size_t n, const std::function<void(std::size_t)>& job,
+                       const char* what) {
+  std::mutex m;
+  std::condition_variable cv;
+  int go = 0;  // 1: run, -1: give up
+  auto gate = [&](std::size_t i) {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return go != 0; });
+      if (go < 0) return;
+    }
+    job(i);
+  };
+  std::vector<std::thread> threads;
+  weft::Status started;
+  try {
+    threads.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) threads.emplace_back(gate, i);
+  } catch (...) {
+    started = caught(what);
+    if (started.isOk()) started = {weft::Code::systemError, std::string(what) + ": no thread"};
+  }
+  {
+    std::lock_guard<std::mutex> lock(m);
+    go = started.isOk() ? 1 : -1;
+  }
+  cv.notify_all();
+  for (std::thread& t : threads) t.join();
+  if (!started.isOk()) {
+    return {weft::Code::systemError,
+            started.message() + " (" + std::to_string(threads.size()) + " of " +
+                std::to_string(n) + " threads started; none ran)"};
+  }
+  return {};
 }
 
 }  // namespace
@@ -174,14 +274,18 @@ size_t weftTypeSize(weftDataType_t type) {
 
 weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
   if (uniqueId == nullptr) return invalid("weftGetUniqueId: uniqueId is NULL");
-  auto cfg = config();
-  if (!cfg) return report(cfg.status());
-  auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
-                                : weft::boot::uniqueIdFromAddress(cfg->commId);
-  if (!id) return report(id.status());
-  static_assert(sizeof(weftUniqueId) == sizeof(weft::boot::UniqueId));
-  std::memcpy(uniqueId->internal, id->bytes, sizeof id->bytes);
-  return weftSuccess;
+  try {
+    auto cfg = config();
+    if (!cfg) return report(cfg.status());
+    auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
+                                  : weft::boot::uniqueIdFromAddress(cfg->commId);
+    if (!id) return report(id.status());
+    static_assert(sizeof(weftUniqueId) == sizeof(weft::boot::UniqueId));
+    std::memcpy(uniqueId->internal, id->bytes, sizeof id->bytes);
+    return weftSuccess;
+  } catch (...) {
+    return report(caught("weftGetUniqueId"));
+  }
 }
 
 weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank) {
@@ -202,8 +306,8 @@ weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueI
     if (!impl) return report(impl.status());
     *comm = adopt(std::move(*impl));
     return weftSuccess;
-  } catch (const std::exception& e) {
-    return report({weft::Code::internalError, std::string("weftCommInitRank: ") + e.what()});
+  } catch (...) {
+    return report(caught("weftCommInitRank"));
   }
 }
 
@@ -218,26 +322,37 @@ weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
     // Creation is collective: one thread per rank.
     std::vector<std::unique_ptr<weft::Communicator>> made(static_cast<std::size_t>(nranks));
     std::vector<weft::Status> status(made.size());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < nranks; ++r) {
-      threads.emplace_back([&, r] {
-        const auto R = static_cast<std::size_t>(r);
-        auto c = weft::Communicator::create(std::move((*boots)[R]), *cfg);
-        if (c) {
-          made[R] = std::move(*c);
-        } else {
-          status[R] = c.status();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    weft::Status ran = onThreads(
+        made.size(),
+        [&](std::size_t r) {
+          try {
+            auto c = weft::Communicator::create(std::move((*boots)[r]), *cfg);
+            if (c) {
+              made[r] = std::move(*c);
+            } else {
+              status[r] = c.status();
+            }
+          } catch (...) {
+            status[r] = caught("weftCommInitAll");
+          }
+        },
+        "weftCommInitAll");
+    if (!ran) return report(ran);
     for (const weft::Status& s : status) {
       if (!s.isOk()) return report(s);
     }
-    for (int r = 0; r < nranks; ++r) comms[r] = adopt(std::move(made[static_cast<std::size_t>(r)]));
+    // Adopted all or none: a failed adoption frees the ones before it.
+    std::vector<weftComm_t> out;
+    try {
+      for (auto& m : made) out.push_back(adopt(std::move(m)));
+    } catch (...) {
+      for (weftComm_t c : out) (void)weftCommDestroy(c);
+      throw;
+    }
+    std::copy(out.begin(), out.end(), comms);
     return weftSuccess;
-  } catch (const std::exception& e) {
-    return report({weft::Code::internalError, std::string("weftCommInitAll: ") + e.what()});
+  } catch (...) {
+    return report(caught("weftCommInitAll"));
   }
 }
 
@@ -255,12 +370,25 @@ weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newc
 }
 
 weftResult_t weftCommDestroy(weftComm_t comm) {
+  std::shared_ptr<weftComm> c;
   {
     std::lock_guard<std::mutex> lock(gLiveMutex);
-    if (comm == nullptr || gLive.erase(comm) == 0)
+    auto it = gLive.find(comm);
+    if (comm == nullptr || it == gLive.end())
       return invalid("weftCommDestroy: comm is not a live communicator");
+    c = std::move(it->second);
+    gLive.erase(it);
   }
-  delete comm;
+  // Waits for the calls inside it (a stuck one ends at its timeout or at weftCommAbort), then
+  // frees it here; calls that hold it and have not started are refused.
+  std::unique_ptr<weft::Communicator> impl;
+  {
+    std::unique_lock<std::mutex> lock(c->state);
+    c->destroying = true;
+    c->idle.wait(lock, [&] { return c->inflight == 0; });
+    impl = std::move(c->impl);
+  }
+  impl.reset();
   return weftSuccess;
 }
 
@@ -315,11 +443,17 @@ weftResult_t weftCommGetAsyncError(weftComm_t comm, weftResult_t* asyncError) {
 }
 
 const char* weftCommSummary(weftComm_t comm) {
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  if (comm == nullptr || gLive.count(comm) == 0) return "";
-  // The first GPU call adds the GPU transport to the line.
-  if (std::string now = comm->impl->summary(); now != comm->summary) comm->summary = std::move(now);
-  return comm->summary.c_str();
+  try {
+    Inside in(find(comm), false);
+    if (!in) return "";
+    // The first GPU call adds the GPU transport to the line.
+    weftComm& c = *in;
+    const std::lock_guard<std::mutex> lock(c.calls);
+    if (std::string now = c.impl->summary(); now != c.summary) c.summary = std::move(now);
+    return c.summary.c_str();
+  } catch (...) {
+    return "";
+  }
 }
 
 weftResult_t weftCommPlan(weftComm_t comm, weftCollective_t coll, size_t count,
@@ -461,50 +595,54 @@ weftResult_t weftGroupEnd(void) {
   if (--gGroupDepth > 0) return weftSuccess;
   std::vector<Queued> queued = std::move(gGroup);
   gGroup.clear();
-  // Per communicator, in first-call order: its point-to-point batch, then its collectives.
-  std::vector<weftComm*> order;
-  std::map<weftComm*, std::vector<const Queued*>> byComm;
-  for (const Queued& q : queued) {
-    if (byComm.count(q.comm) == 0) order.push_back(q.comm);
-    byComm[q.comm].push_back(&q);
-  }
-  std::vector<weft::Status> results(order.size());
-  auto runOne = [&](std::size_t i) {
-    weftComm* comm = order[i];
-    weft::exec::useDevice(byComm[comm].front()->device);
-    std::vector<weft::Communicator::P2pOp> ops;
-    for (const Queued* q : byComm[comm]) {
-      if (q->p2p) ops.push_back(*q->p2p);
+  try {
+    // Per communicator, in first-call order: its point-to-point batch, then its collectives.
+    std::vector<weftComm*> order;
+    std::map<weftComm*, std::vector<const Queued*>> byComm;
+    for (const Queued& q : queued) {
+      if (byComm.count(q.comm) == 0) order.push_back(q.comm);
+      byComm[q.comm].push_back(&q);
     }
-    if (!live(comm)) {
-      results[i] = {weft::Code::invalidArgument,
-                    "weftGroupEnd: a communicator was destroyed inside the group"};
-      return;
-    }
-    try {
-      const std::lock_guard<std::mutex> lock(comm->calls);
-      if (!ops.empty()) results[i] = comm->impl->exchange(std::move(ops));
-      for (const Queued* q : byComm[comm]) {
-        if (!results[i].isOk()) break;
-        if (q->coll) results[i] = q->coll(*comm->impl);
+    std::vector<weft::Status> results(order.size());
+    auto runOne = [&](std::size_t i) {
+      weftComm* comm = order[i];
+      try {
+        weft::exec::useDevice(byComm[comm].front()->device);
+        std::vector<weft::Communicator::P2pOp> ops;
+        for (const Queued* q : byComm[comm]) {
+          if (q->p2p) ops.push_back(*q->p2p);
+        }
+        Inside in(find(comm), false);
+        if (!in) {
+          results[i] = {weft::Code::invalidArgument,
+                        "weftGroupEnd: a communicator was destroyed inside the group"};
+          return;
+        }
+        const std::lock_guard<std::mutex> lock((*in).calls);
+        weft::Communicator& c = *(*in).impl;
+        if (!ops.empty()) results[i] = c.exchange(std::move(ops));
+        for (const Queued* q : byComm[comm]) {
+          if (!results[i].isOk()) break;
+          if (q->coll) results[i] = q->coll(c);
+        }
+      } catch (...) {
+        results[i] = caught("weftGroupEnd");
       }
-    } catch (const std::exception& e) {
-      results[i] = {weft::Code::internalError, std::string("weftGroupEnd: ") + e.what()};
+    };
+    if (order.size() == 1) {
+      const int caller = weft::exec::currentDevice();
+      runOne(0);
+      weft::exec::useDevice(caller);
+    } else if (weft::Status s = onThreads(order.size(), runOne, "weftGroupEnd"); !s) {
+      return report(s);
     }
-  };
-  if (order.size() == 1) {
-    const int caller = weft::exec::currentDevice();
-    runOne(0);
-    weft::exec::useDevice(caller);
-  } else {
-    std::vector<std::thread> threads;
-    for (std::size_t i = 0; i < order.size(); ++i) threads.emplace_back(runOne, i);
-    for (std::thread& t : threads) t.join();
+    for (const weft::Status& s : results) {
+      if (!s.isOk()) return report(s);
+    }
+    return weftSuccess;
+  } catch (...) {
+    return report(caught("weftGroupEnd"));
   }
-  for (const weft::Status& s : results) {
-    if (!s.isOk()) return report(s);
-  }
-  return weftSuccess;
 }
 
 weftResult_t weftCommRegister(weftComm_t comm, void* buff, size_t size, void** handle) {
@@ -524,14 +662,22 @@ weftResult_t weftCommDeregister(weftComm_t comm, void* handle) {
 
 weftResult_t weftHostAlloc(void** ptr, size_t size) {
   if (ptr == nullptr) return invalid("weftHostAlloc: ptr is NULL");
-  auto p = weft::transport::hostAlloc(size);
-  if (!p) return report(p.status());
-  *ptr = *p;
-  return weftSuccess;
+  try {
+    auto p = weft::transport::hostAlloc(size);
+    if (!p) return report(p.status());
+    *ptr = *p;
+    return weftSuccess;
+  } catch (...) {
+    return report(caught("weftHostAlloc"));
+  }
 }
 
 weftResult_t weftHostFree(void* ptr) {
-  return report(weft::transport::hostFree(ptr));
+  try {
+    return report(weft::transport::hostFree(ptr));
+  } catch (...) {
+    return report(caught("weftHostFree"));
+  }
 }
 
 weftResult_t weftBarrier(weftComm_t comm, void* stream) {
@@ -544,15 +690,19 @@ weftResult_t weftBarrier(weftComm_t comm, void* stream) {
 namespace weft {
 
 Result<Communicator::GpuModel> gpuTunerModelOf(weftComm_t comm) {
-  if (!live(comm))
+  Inside in(find(comm), false);
+  if (!in)
     return invalidArgument("comm is not a live communicator (NULL, never created, or destroyed)");
-  return comm->impl->gpuTunerModel();
+  const std::lock_guard<std::mutex> lock((*in).calls);
+  return (*in).impl->gpuTunerModel();
 }
 
 Result<Communicator::HostCounters> hostCountersOf(weftComm_t comm) {
-  if (!live(comm))
+  Inside in(find(comm), false);
+  if (!in)
     return invalidArgument("comm is not a live communicator (NULL, never created, or destroyed)");
-  return comm->impl->hostCounters();
+  const std::lock_guard<std::mutex> lock((*in).calls);
+  return (*in).impl->hostCounters();
 }
 
 }  // namespace weft

@@ -84,12 +84,12 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
   if (!testHostId.empty()) {
     std::snprintf(r.hostname, sizeof r.hostname, "test-host-%s", testHostId.c_str());
   }
-  std::string boot;
+  char line[64] = {};  // the file closed before anything allocates (and may throw)
   if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    char line[64] = {};
-    if (std::fgets(line, sizeof line, f) != nullptr) boot = line;
+    if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
     std::fclose(f);
   }
+  const std::string boot = line;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (char ch : std::string(r.hostname) + "/" + boot) {
     h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
@@ -100,16 +100,26 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
 }  // namespace
 
 ChannelWorkers::ChannelWorkers(int workers, std::chrono::microseconds spin) : spin_(spin) {
-  for (int i = 0; i < workers; ++i) threads_.emplace_back(&ChannelWorkers::loop, this, i + 1);
+  try {
+    for (int i = 0; i < workers; ++i) threads_.emplace_back(&ChannelWorkers::loop, this, i + 1);
+  } catch (...) {
+    stop();  // the ones started, before the exception (std::system_error) leaves
+    throw;
+  }
 }
 
 ChannelWorkers::~ChannelWorkers() {
+  stop();
+}
+
+void ChannelWorkers::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_.store(true, std::memory_order_relaxed);
   }
   start_.notify_all();
   for (std::thread& t : threads_) t.join();
+  threads_.clear();
 }
 
 namespace {
@@ -519,10 +529,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
         c->geometry_.channels, config.hostDirectThreads > 0 ? config.hostDirectThreads : cores));
     g.fixedThreads = config.hostDirectThreads > 0;
   }
+  c->created_ = true;
   return c;
 }
 
 Communicator::~Communicator() {
+  // A rank whose set-up failed (an error or an exception out of create) tells its peers through
+  // the bootstrap, so they fail now rather than at their timeout.
+  if (!created_ && bootstrap_) bootstrap_->abort();
   // Registered buffers are unmapped before the executor goes: no kernel may still read them.
   if (gpu_ && !registrations_.empty()) (void)gpu_->synchronize();
 }

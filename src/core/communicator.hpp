@@ -47,6 +47,7 @@ class ChannelWorkers {
 
  private:
   void loop(std::size_t channel);
+  void stop();  // stops and joins the workers
   std::mutex mutex_;
   std::condition_variable start_, finished_;
   const std::function<void(std::size_t)>* job_ = nullptr;
@@ -271,6 +272,7 @@ class Communicator {
   bool hostSlotsServe(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
+  bool created_ = false;         // create() finished: a destructor before that aborts the peers
   bool channelsInline_ = false;  // a schedule's channels one after another on the caller
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };

@@ -61,10 +61,10 @@ Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
   char name[64];
   std::snprintf(name, sizeof name, "/weft-%d-%02x%02x%02x%02x%02x%02x%02x%02x", getpid(), random[0],
                 random[1], random[2], random[3], random[4], random[5], random[6], random[7]);
+  ShmSegment s;
+  s.name_ = name;  // allocates: before the segment exists, so a throw leaves none behind
   const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, S_IRUSR | S_IWUSR);
   if (fd < 0) return sysError(std::string("shm: shm_open(") + name + ")");
-  ShmSegment s;
-  s.name_ = name;
   s.linked_ = true;
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const Status err = sysError("shm: ftruncate " + s.name_ + " to " + std::to_string(bytes) +
@@ -81,6 +81,8 @@ Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
 }
 
 Result<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes) {
+  ShmSegment s;
+  s.name_ = name;  // allocates: before anything is opened or mapped
   const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return sysError("shm: shm_open(" + name + ") of a peer's inbox");
   struct stat st {};
@@ -93,10 +95,8 @@ Result<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes) 
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return sysError("shm: mmap " + name);
-  ShmSegment s;
   s.data_ = static_cast<std::byte*>(p);
   s.size_ = bytes;
-  s.name_ = name;
   return s;
 }
 

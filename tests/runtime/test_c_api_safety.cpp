@@ -1,0 +1,315 @@
+// The C ABI never crashes its caller: a destroy racing calls on other threads waits for them,
+// and a thread or an allocation that cannot be had at any point of init or of a group becomes
+// weftSystemError, with nothing left behind. Failures are injected by this binary's own
+// pthread_create and operator new, which stand in for the C library's and libstdc++'s in the
+// whole process (libweft.so included) and fail on demand.
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "weft/weft.h"
+
+// ---- failure injection ---------------------------------------------------------------------
+
+namespace {
+// The number of thread starts (allocations) from now on that succeed before one fails; negative:
+// none fails. Each counts down once per start (allocation) and fails exactly one.
+std::atomic<long> gThreadsLeft{-1};
+std::atomic<long> gAllocsLeft{-1};
+std::atomic<long> gThreadsMade{0};
+std::atomic<long> gAllocsMade{0};
+
+bool failNow(std::atomic<long>& left) {
+  long v = left.load(std::memory_order_relaxed);
+  while (v >= 0) {
+    if (left.compare_exchange_weak(v, v - 1, std::memory_order_relaxed)) return v == 0;
+  }
+  return false;
+}
+}  // namespace
+
+extern "C" int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*),
+                              void* arg) {
+  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+  gThreadsMade.fetch_add(1, std::memory_order_relaxed);
+  if (failNow(gThreadsLeft)) return EAGAIN;
+  return real(t, attr, fn, arg);
+}
+
+void* operator new(std::size_t n) {
+  gAllocsMade.fetch_add(1, std::memory_order_relaxed);
+  if (failNow(gAllocsLeft)) throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+// The pair of the operator new above (malloc), which GCC cannot see is not the default one.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+#pragma GCC diagnostic pop
+
+namespace {
+
+// ---- helpers -------------------------------------------------------------------------------
+
+// What this process's descriptors point at (the directory read's own included), sorted.
+std::multiset<std::string> openFds() {
+  std::multiset<std::string> out;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[512] = {};
+      const std::string path = std::string("/proc/self/fd/") + e->d_name;
+      const ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+      out.insert(n > 0 ? std::string(target, static_cast<std::size_t>(n)) : e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+std::set<std::string> weftSegments() {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    const std::string mine = "weft-" + std::to_string(getpid()) + "-";
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind(mine, 0) == 0) out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// A short timeout: a rank whose init failed leaves its peers waiting for it that long.
+struct ShortTimeout {
+  ShortTimeout() { setenv("WEFT_TIMEOUT_S", "1", 1); }
+  ~ShortTimeout() { unsetenv("WEFT_TIMEOUT_S"); }
+};
+
+// One all-reduce of n floats on every rank of comms, each rank on a thread of its own; true when
+// every rank succeeded with the right sums.
+bool allReduceWorks(const std::vector<weftComm_t>& comms) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<int> ok(comms.size(), 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<float> buf(1000, static_cast<float>(r + 1));
+      const auto R = static_cast<std::size_t>(r);
+      if (weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum, comms[R],
+                        nullptr) != weftSuccess)
+        return;
+      bool right = true;
+      for (float v : buf) right = right && v == static_cast<float>(n * (n + 1) / 2);
+      ok[R] = right ? 1 : 0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return std::all_of(ok.begin(), ok.end(), [](int v) { return v == 1; });
+}
+
+void destroyAll(const std::vector<weftComm_t>& comms) {
+  for (weftComm_t c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess) << weftGetLastError();
+}
+
+// ---- destroy racing calls ------------------------------------------------------------------
+
+// Two ranks all-reduce in a loop on threads of their own while the main thread destroys rank
+// 0's communicator at a random moment, then aborts and destroys rank 1's: every call returns
+// success with the right sums or an error (never a crash, never a wrong sum), and each destroy
+// returns success.
+TEST(CApiSafety, DestroyRacingCallsOnOtherThreads) {
+  const char* env = std::getenv("WEFT_TEST_DESTROY_ROUNDS");
+  const int rounds = env != nullptr ? std::atoi(env) : 1000;
+  std::mt19937 rng(20261202);
+  int raced = 0;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<weftComm_t> comms(2);
+    ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+    std::atomic<int> wrong{0}, calls{0};
+    std::atomic<bool> stop{false};
+    auto loop = [&](int r) {
+      std::vector<float> buf(64);
+      while (!stop.load()) {
+        std::fill(buf.begin(), buf.end(), static_cast<float>(r + 1));
+        const weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32,
+                                               weftSum, comms[static_cast<std::size_t>(r)],
+                                               nullptr);
+        if (res != weftSuccess) break;  // destroyed, aborted or timed out: the loop ends
+        calls.fetch_add(1);
+        for (float v : buf) wrong.fetch_add(v == 3.0f ? 0 : 1);
+      }
+    };
+    std::thread t0(loop, 0), t1(loop, 1);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 400));
+    raced += calls.load() > 0 ? 1 : 0;
+    EXPECT_EQ(weftCommDestroy(comms[0]), weftSuccess) << weftGetLastError();
+    stop.store(true);
+    EXPECT_EQ(weftCommAbort(comms[1]), weftSuccess) << weftGetLastError();
+    t0.join();
+    t1.join();
+    EXPECT_EQ(weftCommDestroy(comms[1]), weftSuccess) << weftGetLastError();
+    ASSERT_EQ(wrong.load(), 0) << "round " << round;
+  }
+  EXPECT_GT(raced, 0) << "no destroy came while calls were running";
+  EXPECT_EQ(weftCommDestroy(nullptr), weftInvalidArgument);
+}
+
+// ---- thread starts that fail ---------------------------------------------------------------
+
+// weftCommInitAll(4) with its k-th thread start failing, for every k until one makes none
+// fail: each an error (systemError where the failing thread was its own, or a peer's timeout),
+// never a crash; then it works, and no descriptor or segment is left.
+TEST(CApiSafety, InitAllWithAThreadThatCannotStart) {
+  ShortTimeout timeout;
+  const auto fds = openFds();
+  const auto segments = weftSegments();
+  int failed = 0;
+  for (long k = 0;; ++k) {
+    std::vector<weftComm_t> comms(4, nullptr);
+    gThreadsLeft.store(k);
+    const weftResult_t r = weftCommInitAll(comms.data(), 4);
+    const bool injected = gThreadsLeft.exchange(-1) < 0;
+    if (!injected) {
+      ASSERT_EQ(r, weftSuccess) << weftGetLastError();
+      EXPECT_TRUE(allReduceWorks(comms));
+      destroyAll(comms);
+      break;
+    }
+    ++failed;
+    ASSERT_NE(r, weftSuccess) << "thread start " << k << " failed, yet init succeeded";
+    EXPECT_TRUE(r == weftSystemError || r == weftTimeout || r == weftRemoteError)
+        << "start " << k << ": " << weftGetErrorString(r) << ": " << weftGetLastError();
+    if (k == 0) {  // the first of the rank threads: nothing ran
+      EXPECT_EQ(r, weftSystemError);
+      EXPECT_NE(std::string(weftGetLastError()).find("none ran"), std::string::npos)
+          << weftGetLastError();
+    }
+    ASSERT_LT(k, 200) << "more thread starts than expected";
+  }
+  EXPECT_GE(failed, 4);
+  EXPECT_EQ(openFds(), fds);
+  EXPECT_EQ(weftSegments(), segments);
+}
+
+// weftGroupEnd over four communicators, driven by one thread, with each of its threads failing
+// to start in turn: weftSystemError, nothing run (the next group works and sums right).
+TEST(CApiSafety, GroupEndWithAThreadThatCannotStart) {
+  std::vector<weftComm_t> comms(4, nullptr);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 4), weftSuccess) << weftGetLastError();
+  auto group = [&](long failAt, std::vector<std::vector<float>>& bufs) {
+    bufs.assign(4, std::vector<float>(256));
+    for (int r = 0; r < 4; ++r) {
+      auto& b = bufs[static_cast<std::size_t>(r)];
+      std::fill(b.begin(), b.end(), static_cast<float>(r + 1));
+    }
+    EXPECT_EQ(weftGroupStart(), weftSuccess);
+    for (int r = 0; r < 4; ++r) {
+      auto& b = bufs[static_cast<std::size_t>(r)];
+      EXPECT_EQ(weftAllReduce(b.data(), b.data(), b.size(), weftFloat32, weftSum,
+                              comms[static_cast<std::size_t>(r)], nullptr),
+                weftSuccess);
+    }
+    gThreadsLeft.store(failAt);
+    const weftResult_t res = weftGroupEnd();
+    gThreadsLeft.store(-1);
+    return res;
+  };
+  std::vector<std::vector<float>> bufs;
+  for (long k = 0; k < 4; ++k) {
+    EXPECT_EQ(group(k, bufs), weftSystemError) << "start " << k << ": " << weftGetLastError();
+    EXPECT_NE(std::string(weftGetLastError()).find("none ran"), std::string::npos)
+        << weftGetLastError();
+    for (auto& b : bufs) {
+      for (float v : b) ASSERT_NE(v, 10.0f) << "a call ran although the group failed";
+    }
+  }
+  ASSERT_EQ(group(-1, bufs), weftSuccess) << weftGetLastError();
+  for (auto& b : bufs) {
+    for (float v : b) ASSERT_EQ(v, 10.0f);
+  }
+  destroyAll(comms);
+}
+
+// ---- allocations that fail -----------------------------------------------------------------
+
+// weftCommInitAll(2) with its k-th allocation failing, for every one of init's allocations: each
+// an error (the failing rank aborts its peers' bootstrap, so it comes at once), never a crash,
+// nothing left behind; then it works.
+TEST(CApiSafety, InitAllWithAnAllocationThatFails) {
+  ShortTimeout timeout;
+  const auto fds = openFds();
+  const auto segments = weftSegments();
+  long total = 0;
+  {
+    std::vector<weftComm_t> comms(2, nullptr);
+    const long before = gAllocsMade.load();
+    ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+    total = gAllocsMade.load() - before;
+    destroyAll(comms);
+  }
+  ASSERT_GT(total, 0);
+  for (long k = 0; k < total; ++k) {
+    std::vector<weftComm_t> comms(2, nullptr);
+    gAllocsLeft.store(k);
+    const weftResult_t r = weftCommInitAll(comms.data(), 2);
+    const bool injected = gAllocsLeft.exchange(-1) < 0;
+    if (!injected) {  // fewer allocations this time: it must have worked
+      ASSERT_EQ(r, weftSuccess) << weftGetLastError();
+      destroyAll(comms);
+      continue;
+    }
+    ASSERT_NE(r, weftSuccess) << "allocation " << k << " of " << total << " failed, yet init "
+                              << "succeeded";
+    EXPECT_TRUE(r == weftSystemError || r == weftTimeout || r == weftRemoteError)
+        << "allocation " << k << ": " << weftGetErrorString(r) << ": " << weftGetLastError();
+    EXPECT_EQ(openFds(), fds) << "allocation " << k << " of " << total << ": "
+                              << weftGetLastError();
+    EXPECT_EQ(weftSegments(), segments) << "allocation " << k << " of " << total;
+  }
+  std::vector<weftComm_t> comms(2, nullptr);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+  EXPECT_TRUE(allReduceWorks(comms));
+  destroyAll(comms);
+  EXPECT_EQ(openFds(), fds);
+  EXPECT_EQ(weftSegments(), segments);
+}
+
+// weftHostAlloc and weftGetUniqueId with their first allocation failing: systemError.
+TEST(CApiSafety, EntryPointsWithAnAllocationThatFails) {
+  weftUniqueId id;
+  gAllocsLeft.store(0);
+  const weftResult_t r = weftGetUniqueId(&id);
+  gAllocsLeft.store(-1);
+  EXPECT_EQ(r, weftSystemError) << weftGetLastError();
+  void* p = nullptr;
+  gAllocsLeft.store(0);
+  const weftResult_t a = weftHostAlloc(&p, 4096);
+  gAllocsLeft.store(-1);
+  EXPECT_TRUE(a == weftSystemError || a == weftSuccess) << weftGetLastError();
+  if (a == weftSuccess) {
+    EXPECT_EQ(weftHostFree(p), weftSuccess);
+  }
+}
+
+}  // namespace
