@@ -62,6 +62,9 @@ WEFT_API weftResult_t weftCommInitAll(weftComm_t* comms, int nranks);
 /* Collective over `comm`: ranks passing the same color get a new communicator together, ranked
  * by key (ties by their rank in `comm`). Color WEFT_SPLIT_NOCOLOR takes part and gets NULL. */
 #define WEFT_SPLIT_NOCOLOR (-1)
+/* The most ranks a communicator may have (weftCommInitRank, weftCommInitAll): more is
+ * weftInvalidArgument. */
+#define WEFT_MAX_RANKS 65536
 WEFT_API weftResult_t weftCommSplit(weftComm_t comm, int color, int key, weftComm_t* newcomm);
 
 /* Waits until no call is in flight on the communicator, then frees it: a call on another thread

@@ -1,10 +1,15 @@
 // The root of a rendezvous: a detached thread that collects every rank's listening address and
 // hands each rank the full table. It serves exactly one rendezvous, then exits: on success, on
 // a usage error (after telling every rank it can), or when no rank has arrived for the timeout.
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "src/bootstrap/rendezvous.hpp"
@@ -152,20 +157,55 @@ std::string Root::missingRanks() const {
   return out;
 }
 
+// The listening sockets of the roots alive in this process. A child forked meanwhile has no root
+// thread, so its copies would only keep the port open (a stranger's connection queued there and
+// never answered) and hold a descriptor per id: the child closes them as it starts.
+std::mutex gRootsMutex;
+std::set<int>& rootFds() {
+  static std::set<int> fds;
+  return fds;
+}
+
+void watchForks() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    (void)pthread_atfork([] { gRootsMutex.lock(); }, [] { gRootsMutex.unlock(); },
+                         [] {
+                           for (int fd : rootFds()) ::close(fd);
+                           rootFds().clear();
+                           gRootsMutex.unlock();
+                         });
+  });
+}
+
+void track(int fd, bool alive) {
+  std::lock_guard<std::mutex> lock(gRootsMutex);
+  if (alive) {
+    rootFds().insert(fd);
+  } else {
+    rootFds().erase(fd);
+  }
+}
+
 }  // namespace
 
 Status startRootThread(Socket listener, const Secret& secret, double timeoutSeconds) {
+  const int fd = listener.fd();
   try {
+    watchForks();
+    track(fd, true);
     auto root = std::make_unique<Root>(std::move(listener), secret, timeoutSeconds);
-    std::thread([root = std::move(root)]() mutable {
+    std::thread([root = std::move(root), fd]() mutable {
       try {
         root->run();
       } catch (...) {
         // Only allocation can throw here; the ranks then time out with their own message.
       }
+      track(fd, false);
       root.reset();  // close every descriptor before the thread ends
     }).detach();
   } catch (const std::exception& e) {
+    track(fd, false);
     return {Code::systemError,
             std::string("could not start the bootstrap root thread: ") + e.what()};
   }

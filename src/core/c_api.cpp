@@ -139,16 +139,17 @@ struct Queued {
 thread_local int gGroupDepth = 0;
 thread_local std::vector<Queued> gGroup;
 
-bool live(const weftComm* c) {
-  return find(c) != nullptr;
-}
 
-// A collective: run now, or queue it when a group is open.
-template <typename Fn>
-weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
+// A collective: run now, or, when a group is open, queued once `check` (its arguments, as the
+// call itself checks them) passed.
+template <typename Check, typename Fn>
+weftResult_t collective(weftComm_t comm, const char* what, Check check, Fn fn) {
   if (gGroupDepth > 0) {
-    if (!live(comm)) return notLive(what);
     try {
+      Inside in(find(comm), false);
+      if (!in) return notLive(what);
+      if (weft::Status s = check(static_cast<const weft::Communicator&>(*(*in).impl)); !s)
+        return report(s);
       gGroup.push_back({comm, std::nullopt, std::function<weft::Status(weft::Communicator&)>(fn),
                         weft::exec::currentDevice()});
     } catch (...) {
@@ -157,6 +158,14 @@ weftResult_t collective(weftComm_t comm, const char* what, Fn fn) {
     return weftSuccess;
   }
   return withComm(comm, what, fn);
+}
+
+// The check of a collective with plain buffers (not all-to-all-v).
+auto checked(weft::Collective coll, const void* send, const void* recv, size_t count,
+             weftDataType_t type, int root) {
+  return [=](const weft::Communicator& c) {
+    return c.check(coll, send, recv, count, static_cast<weft::DataType>(type), root);
+  };
 }
 
 weftResult_t checkStream(void* stream, const char* what) {
@@ -290,7 +299,9 @@ weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
 
 weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank) {
   if (comm == nullptr) return invalid("weftCommInitRank: comm is NULL");
-  if (nranks < 1) return invalid("weftCommInitRank: nranks " + std::to_string(nranks) + " < 1");
+  if (nranks < 1 || nranks > WEFT_MAX_RANKS)
+    return invalid("weftCommInitRank: nranks " + std::to_string(nranks) +
+                   " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
   if (rank < 0 || rank >= nranks)
     return invalid("weftCommInitRank: rank " + std::to_string(rank) + " is outside [0, " +
                    std::to_string(nranks) + ")");
@@ -313,7 +324,9 @@ weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueI
 
 weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
   if (comms == nullptr) return invalid("weftCommInitAll: comms is NULL");
-  if (nranks < 1) return invalid("weftCommInitAll: nranks " + std::to_string(nranks) + " < 1");
+  if (nranks < 1 || nranks > WEFT_MAX_RANKS)
+    return invalid("weftCommInitAll: nranks " + std::to_string(nranks) +
+                   " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
   try {
     auto cfg = config();
     if (!cfg) return report(cfg.status());
@@ -484,7 +497,9 @@ weftResult_t weftCommPlanMemory(weftComm_t comm, weftCollective_t coll, size_t c
 weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, weftRedOp_t op, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllReduce", datatype, op, stream); r != weftSuccess) return r;
-  return collective(comm, "weftAllReduce", [=](weft::Communicator& c) {
+  return collective(comm, "weftAllReduce",
+                    checked(weft::Collective::allReduce, sendbuff, recvbuff, count, datatype, 0),
+                    [=](weft::Communicator& c) {
     return c.allReduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
                        static_cast<weft::RedOp>(op), stream);
   });
@@ -494,7 +509,9 @@ weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                            weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftAllGather", [=](weft::Communicator& c) {
+  return collective(comm, "weftAllGather",
+                    checked(weft::Collective::allGather, sendbuff, recvbuff, sendcount, datatype, 0),
+                    [=](weft::Communicator& c) {
     return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype),
                        stream);
   });
@@ -505,7 +522,10 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                void* stream) {
   if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftReduceScatter", [=](weft::Communicator& c) {
+  return collective(comm, "weftReduceScatter",
+                    checked(weft::Collective::reduceScatter, sendbuff, recvbuff, recvcount,
+                            datatype, 0),
+                    [=](weft::Communicator& c) {
     return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
                            static_cast<weft::RedOp>(op), stream);
   });
@@ -515,7 +535,9 @@ weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            weftDataType_t datatype, int root, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftBroadcast", datatype, weftSum, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftBroadcast", [=](weft::Communicator& c) {
+  return collective(comm, "weftBroadcast",
+                    checked(weft::Collective::broadcast, sendbuff, recvbuff, count, datatype, root),
+                    [=](weft::Communicator& c) {
     return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root,
                        stream);
   });
@@ -524,7 +546,9 @@ weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t datatype,
                         weftRedOp_t op, int root, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftReduce", datatype, op, stream); r != weftSuccess) return r;
-  return collective(comm, "weftReduce", [=](weft::Communicator& c) {
+  return collective(comm, "weftReduce",
+                    checked(weft::Collective::reduce, sendbuff, recvbuff, count, datatype, root),
+                    [=](weft::Communicator& c) {
     return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
                     static_cast<weft::RedOp>(op), root, stream);
   });
@@ -534,7 +558,9 @@ weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllToAll", datatype, weftSum, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftAllToAll", [=](weft::Communicator& c) {
+  return collective(comm, "weftAllToAll",
+                    checked(weft::Collective::allToAll, sendbuff, recvbuff, count, datatype, 0),
+                    [=](weft::Communicator& c) {
     return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), stream);
   });
 }
@@ -576,7 +602,13 @@ weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[], cons
                            weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllToAllv", datatype, weftSum, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftAllToAllv", [=](weft::Communicator& c) {
+  return collective(
+      comm, "weftAllToAllv",
+      [=](const weft::Communicator& c) {
+        return c.checkAllToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                                static_cast<weft::DataType>(datatype));
+      },
+      [=](weft::Communicator& c) {
     return c.allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
                        static_cast<weft::DataType>(datatype), stream);
   });

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "algorithms/algorithm.hpp"
+#include "src/core/arguments.hpp"
 #include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
 #include "src/transport/cuda_ipc.hpp"
@@ -805,29 +806,6 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
   return {};
 }
 
-namespace {
-
-// The C ABI has checked the dtype and op before any of these run.
-Status checkBuffers(const char* what, const void* send, const void* recv, std::size_t count,
-                    bool needSend, bool needRecv) {
-  if (count > 0 && needSend && send == nullptr)
-    return invalidArgument(std::string(what) + ": sendbuff is NULL with count " +
-                           std::to_string(count));
-  if (count > 0 && needRecv && recv == nullptr)
-    return invalidArgument(std::string(what) + ": recvbuff is NULL with count " +
-                           std::to_string(count));
-  return {};
-}
-
-Status checkCount(const char* what, std::size_t count, std::size_t segments, DataType type) {
-  const std::size_t limit = SIZE_MAX / (segments * std::max<std::size_t>(1, sizeOf(type)));
-  if (count > limit)
-    return invalidArgument(std::string(what) + ": count " + std::to_string(count) +
-                           " overflows the byte size of the buffers");
-  return {};
-}
-
-}  // namespace
 
 Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, DataType type,
                                          bool gpu) {
@@ -856,51 +834,37 @@ Communicator::HostCounters Communicator::hostCounters() const {
 
 Status Communicator::allReduce(const void* send, void* recv, std::size_t count, DataType type,
                                RedOp op, void* stream) {
-  if (Status s = checkBuffers("allReduce", send, recv, count, true, true); !s) return s;
-  if (Status s = checkCount("allReduce", count, 1, type); !s) return s;
+  if (Status s = check(Collective::allReduce, send, recv, count, type, 0); !s) return s;
   return run(Collective::allReduce, send, recv, count, type, op, 0, stream);
 }
 
 Status Communicator::allGather(const void* send, void* recv, std::size_t count, DataType type,
                                void* stream) {
-  if (Status s = checkBuffers("allGather", send, recv, count, true, true); !s) return s;
-  if (Status s = checkCount("allGather", count, static_cast<std::size_t>(size_), type); !s)
-    return s;
+  if (Status s = check(Collective::allGather, send, recv, count, type, 0); !s) return s;
   return run(Collective::allGather, send, recv, count, type, RedOp::sum, 0, stream);
 }
 
 Status Communicator::reduceScatter(const void* send, void* recv, std::size_t count, DataType type,
                                    RedOp op, void* stream) {
-  if (Status s = checkBuffers("reduceScatter", send, recv, count, true, true); !s) return s;
-  if (Status s = checkCount("reduceScatter", count, static_cast<std::size_t>(size_), type); !s)
-    return s;
+  if (Status s = check(Collective::reduceScatter, send, recv, count, type, 0); !s) return s;
   return run(Collective::reduceScatter, send, recv, count, type, op, 0, stream);
 }
 
 Status Communicator::broadcast(const void* send, void* recv, std::size_t count, DataType type,
                                int root, void* stream) {
-  if (root < 0 || root >= size_)
-    return invalidArgument("broadcast: root " + std::to_string(root) + " is not a rank of this " +
-                           std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("broadcast", send, recv, count, rank_ == root, true); !s) return s;
-  if (Status s = checkCount("broadcast", count, 1, type); !s) return s;
+  if (Status s = check(Collective::broadcast, send, recv, count, type, root); !s) return s;
   return run(Collective::broadcast, send, recv, count, type, RedOp::sum, root, stream);
 }
 
 Status Communicator::reduce(const void* send, void* recv, std::size_t count, DataType type,
                             RedOp op, int root, void* stream) {
-  if (root < 0 || root >= size_)
-    return invalidArgument("reduce: root " + std::to_string(root) + " is not a rank of this " +
-                           std::to_string(size_) + "-rank communicator");
-  if (Status s = checkBuffers("reduce", send, recv, count, true, rank_ == root); !s) return s;
-  if (Status s = checkCount("reduce", count, 1, type); !s) return s;
+  if (Status s = check(Collective::reduce, send, recv, count, type, root); !s) return s;
   return run(Collective::reduce, send, recv, count, type, op, root, stream);
 }
 
 Status Communicator::allToAll(const void* send, void* recv, std::size_t count, DataType type,
                               void* stream) {
-  if (Status s = checkBuffers("allToAll", send, recv, count, true, true); !s) return s;
-  if (Status s = checkCount("allToAll", count, static_cast<std::size_t>(size_), type); !s) return s;
+  if (Status s = check(Collective::allToAll, send, recv, count, type, 0); !s) return s;
   return run(Collective::allToAll, send, recv, count, type, RedOp::sum, 0, stream);
 }
 
@@ -912,17 +876,6 @@ Status Communicator::barrier() {
 
 // Point-to-point streams through channel 0's FIFO in slot-sized messages; both sides know the
 // count, so they agree on the slicing.
-Status Communicator::checkP2p(const char* what, const void* buf, std::size_t count, DataType type,
-                              int peer) const {
-  if (peer < 0 || peer >= size_)
-    return invalidArgument(std::string(what) + ": peer " + std::to_string(peer) +
-                           " is not a rank of this " + std::to_string(size_) +
-                           "-rank communicator");
-  if (Status s = checkBuffers(what, buf, buf, count, true, false); !s) return s;
-  if (Status s = checkCount(what, count, 1, type); !s) return s;
-  return checkUsable(what);
-}
-
 Status Communicator::send(const void* buf, std::size_t count, DataType type, int peer,
                           void* stream) {
   if (Status s = checkP2p("send", buf, count, type, peer); !s) return s;
@@ -1109,25 +1062,12 @@ Status Communicator::allToAllv(const void* send, const std::size_t* sendCounts,
                                const std::size_t* recvCounts, const std::size_t* recvDispls,
                                DataType type, void* stream) {
   const char* what = "allToAllv";
-  if (sendCounts == nullptr || sendDispls == nullptr || recvCounts == nullptr ||
-      recvDispls == nullptr)
-    return invalidArgument("allToAllv: counts and displacements must not be NULL");
-  std::size_t sent = 0, received = 0;
-  for (int q = 0; q < size_; ++q) {
-    const auto Q = static_cast<std::size_t>(q);
-    if (Status s = checkCount(what, sendCounts[Q], 1, type); !s) return s;
-    if (Status s = checkCount(what, recvCounts[Q], 1, type); !s) return s;
-    sent += sendCounts[Q];
-    received += recvCounts[Q];
-  }
-  if (Status s = checkBuffers(what, send, recv, std::max(sent, received), sent > 0, received > 0);
+  if (Status s = checkAllToAllv(send, sendCounts, sendDispls, recv, recvCounts, recvDispls, type);
       !s)
     return s;
   const auto self = static_cast<std::size_t>(rank_);
-  if (sendCounts[self] != recvCounts[self])
-    return invalidArgument("allToAllv: rank " + std::to_string(rank_) + " sends itself " +
-                           std::to_string(sendCounts[self]) + " elements but receives " +
-                           std::to_string(recvCounts[self]));
+  std::size_t sent = 0;  // cannot wrap: each count is below PTRDIFF_MAX / size_ elements
+  for (int q = 0; q < size_; ++q) sent += sendCounts[static_cast<std::size_t>(q)];
   if (Status s = checkUsable(what); !s) return s;
   // The tuner's plan fixes the order of the exchanges; the point-to-point engine runs them.
   auto plan = planFor(Collective::allToAllv, sent * sizeOf(type));

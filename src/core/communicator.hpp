@@ -121,6 +121,16 @@ class Communicator {
     std::size_t bytes = 0;
     void* stream = nullptr;  // GPU buffers: the cudaStream_t it is ordered on
   };
+  // A collective's arguments (root: broadcast and reduce; count as the call takes it), checked
+  // as the call checks them but without running it: a group queues a call once they pass.
+  Status check(Collective coll, const void* send, const void* recv, std::size_t count,
+               DataType type, int root) const;
+  // allToAllv's: every buffer's extent (the largest displacement plus count) at most
+  // PTRDIFF_MAX bytes and inside the address space, and the rank's own block sent as received.
+  Status checkAllToAllv(const void* send, const std::size_t* sendCounts,
+                        const std::size_t* sendDispls, const void* recv,
+                        const std::size_t* recvCounts, const std::size_t* recvDispls,
+                        DataType type) const;
   // Checks one point-to-point operation's arguments without running it.
   Status checkP2p(const char* what, const void* buf, std::size_t count, DataType type,
                   int peer) const;

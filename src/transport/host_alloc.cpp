@@ -37,8 +37,12 @@ std::string nameOf(std::uint64_t id) {
   return "weft-host-" + std::to_string(id);
 }
 
+std::size_t pageBytes() {
+  return static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
 std::size_t pageRounded(std::size_t bytes) {
-  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t page = pageBytes();
   return (bytes + page - 1) / page * page;
 }
 
@@ -50,6 +54,12 @@ Status systemError(const std::string& what) {
 
 Result<void*> hostAlloc(std::size_t bytes) {
   if (bytes == 0) return Status(Code::invalidArgument, "weftHostAlloc: 0 bytes");
+  // Rounded up to pages, the size must stay a valid object size (and not wrap to 0).
+  const std::size_t limit = (static_cast<std::size_t>(PTRDIFF_MAX) / pageBytes()) * pageBytes();
+  if (bytes > limit)
+    return Status(Code::invalidArgument, "weftHostAlloc: size " + std::to_string(bytes) +
+                                             " exceeds the largest allocation (" +
+                                             std::to_string(limit) + " bytes)");
   Registry& r = registry();
   std::uint64_t id = 0;
   {
@@ -70,8 +80,14 @@ Result<void*> hostAlloc(std::size_t bytes) {
     close(fd);
     return s;
   }
-  std::lock_guard lock(r.mutex);
-  r.byBase.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{size, fd, id});
+  try {
+    std::lock_guard lock(r.mutex);
+    r.byBase.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{size, fd, id});
+  } catch (...) {  // out of memory for the registry's node: nothing kept
+    munmap(p, size);
+    close(fd);
+    throw;
+  }
   return p;
 }
 

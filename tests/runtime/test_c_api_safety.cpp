@@ -1,17 +1,22 @@
 // The C ABI never crashes its caller: a destroy racing calls on other threads waits for them,
-// and a thread or an allocation that cannot be had at any point of init or of a group becomes
-// weftSystemError, with nothing left behind. Failures are injected by this binary's own
+// a thread or an allocation that cannot be had at any point of init or of a group becomes
+// weftSystemError, with nothing left behind, and arguments out of range (all-to-all-v's counts
+// and displacements, a group's queued calls, sizes) are refused before anything moves. Failures are injected by this binary's own
 // pthread_create and operator new, which stand in for the C library's and libstdc++'s in the
 // whole process (libweft.so included) and fail on demand.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <chrono>
+#include <functional>
 #include <cstdlib>
 #include <new>
 #include <random>
@@ -310,6 +315,158 @@ TEST(CApiSafety, EntryPointsWithAnAllocationThatFails) {
   if (a == weftSuccess) {
     EXPECT_EQ(weftHostFree(p), weftSuccess);
   }
+}
+
+// weftGetUniqueId's listeners are not a forked child's: with 64 ids made, a child forked after
+// holds none of their sockets (the port closes when the root ends), and the ids still work in
+// the parent.
+TEST(CApiSafety, AForkedChildHoldsNoRendezvousListener) {
+  auto sockets = [] {
+    int n = 0;
+    for (const std::string& target : openFds()) n += target.rfind("socket:", 0) == 0 ? 1 : 0;
+    return n;
+  };
+  const int before = sockets();
+  std::vector<weftUniqueId> ids(64);
+  for (weftUniqueId& id : ids) ASSERT_EQ(weftGetUniqueId(&id), weftSuccess) << weftGetLastError();
+  ASSERT_GE(sockets(), before + 64);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(sockets() == before ? 0 : 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child holds the parent's rendezvous listeners";
+  // The last id still makes a communicator here: two ranks on threads.
+  std::vector<weftComm_t> comms(2, nullptr);
+  std::thread other([&] { (void)weftCommInitRank(&comms[1], 2, ids.back(), 1); });
+  EXPECT_EQ(weftCommInitRank(&comms[0], 2, ids.back(), 0), weftSuccess) << weftGetLastError();
+  other.join();
+  ASSERT_NE(comms[1], nullptr);
+  EXPECT_TRUE(allReduceWorks(comms));
+  destroyAll(comms);
+}
+
+
+// ---- arguments out of range ----------------------------------------------------------------
+
+// Runs call(0) and call(1), the two ranks of a communicator, at once; their results.
+std::vector<weftResult_t> onBoth(const std::function<weftResult_t(int)>& call) {
+  std::vector<weftResult_t> out(2, weftSuccess);
+  std::thread other([&] { out[1] = call(1); });
+  out[0] = call(0);
+  other.join();
+  return out;
+}
+
+// All-to-all-v whose counts or displacements overflow, or whose buffer would run past the end of
+// the address space: weftInvalidArgument on every rank, naming the argument, nothing written.
+TEST(CApiArguments, AllToAllvCountsAndDisplacementsThatOverflow) {
+  ShortTimeout timeout;
+  std::vector<weftComm_t> comms(2, nullptr);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+  struct Case {
+    const char* what;
+    std::size_t sendCount, sendDispl;  // rank 0's to rank 1 (and rank 1's to rank 0)
+    std::size_t recvCount, recvDispl;
+    bool wildSend;  // the send buffer at the top of the address space
+    const char* names;
+  };
+  const std::size_t half = SIZE_MAX / 2;
+  const Case cases[] = {
+      {"a displacement of SIZE_MAX/2", 1, half, 1, 1, false, "senddispls[1]"},
+      {"a receive displacement of SIZE_MAX/2", 1, 1, 1, half, false, "recvdispls[1]"},
+      {"a displacement whose sum with its count wraps", 4, SIZE_MAX - 1, 4, 0, false,
+       "senddispls[1]"},
+      {"counts whose sum wraps", half + 1, 0, 1, 1, false, "sendcounts[1]"},
+      {"a buffer past the end of the address space", 64, 0, 64, 0, true, "sendbuff"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::vector<float>> recv(2, std::vector<float>(256, -7.0f));
+    std::vector<std::vector<float>> send(2, std::vector<float>(256, 1.0f));
+    std::vector<std::string> messages(2);
+    const auto results = onBoth([&](int r) {
+      const auto R = static_cast<std::size_t>(r);
+      const std::size_t other = R ^ 1;
+      std::size_t sc[2] = {0, 0}, sd[2] = {0, 0}, rc[2] = {0, 0}, rd[2] = {0, 0};
+      sc[other] = c.sendCount;
+      sd[other] = c.sendDispl;
+      rc[other] = c.recvCount;
+      rd[other] = c.recvDispl;
+      const void* sb = c.wildSend ? reinterpret_cast<const void*>(UINTPTR_MAX - 15)
+                                  : static_cast<const void*>(send[R].data());
+      const weftResult_t res =
+          weftAllToAllv(sb, sc, sd, recv[R].data(), rc, rd, weftFloat32, comms[R], nullptr);
+      messages[R] = weftGetLastError();
+      return res;
+    });
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(results[r], weftInvalidArgument) << c.what << ", rank " << r;
+      const std::string want = c.names;
+      // sendcounts[1] on rank 0 is sendcounts[0] on rank 1.
+      std::string alt = want;
+      if (auto at = alt.find("[1]"); at != std::string::npos) alt.replace(at, 3, "[0]");
+      EXPECT_TRUE(messages[r].find(want) != std::string::npos ||
+                  messages[r].find(alt) != std::string::npos)
+          << c.what << ": " << messages[r];
+      for (float v : recv[r]) ASSERT_EQ(v, -7.0f) << c.what << ": the call wrote";
+    }
+  }
+  EXPECT_TRUE(allReduceWorks(comms));
+  destroyAll(comms);
+}
+
+// In a group, a call's arguments are checked when it is queued: a bad root, an overflowing
+// count and a NULL buffer are refused there, and weftGroupEnd runs what was queued.
+TEST(CApiArguments, AGroupChecksEachCallWhenItIsQueued) {
+  std::vector<weftComm_t> comms(2, nullptr);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+  std::vector<std::vector<float>> bufs(2, std::vector<float>(100));
+  std::vector<std::string> refused(2);
+  const auto results = onBoth([&](int r) -> weftResult_t {
+    const auto R = static_cast<std::size_t>(r);
+    std::fill(bufs[R].begin(), bufs[R].end(), static_cast<float>(r + 1));
+    float* b = bufs[R].data();
+    if (weftGroupStart() != weftSuccess) return weftInternalError;
+    if (weftBroadcast(b, b, 100, weftFloat32, 5, comms[R], nullptr) != weftInvalidArgument)
+      refused[R] += "broadcast with root 5 was queued; ";
+    else if (std::string(weftGetLastError()).find("root 5") == std::string::npos)
+      refused[R] += std::string("broadcast: ") + weftGetLastError() + "; ";
+    if (weftAllGather(b, b, SIZE_MAX / 2, weftFloat32, comms[R], nullptr) != weftInvalidArgument)
+      refused[R] += "an all-gather of SIZE_MAX/2 was queued; ";
+    if (weftAllReduce(b, nullptr, 100, weftFloat32, weftSum, comms[R], nullptr) !=
+        weftInvalidArgument)
+      refused[R] += "an all-reduce into NULL was queued; ";
+    if (weftAllReduce(b, b, 100, weftFloat32, weftSum, comms[R], nullptr) != weftSuccess)
+      refused[R] += "a good all-reduce was refused; ";
+    return weftGroupEnd();
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(refused[r], "") << "rank " << r;
+    EXPECT_EQ(results[r], weftSuccess) << "rank " << r;
+    for (float v : bufs[r]) ASSERT_EQ(v, 3.0f) << "rank " << r;
+  }
+  destroyAll(comms);
+}
+
+// Sizes beyond what weft can hold: named, with the limit.
+TEST(CApiArguments, RankCountsAndHostAllocationsBeyondTheLimits) {
+  std::vector<weftComm_t> one(1, nullptr);
+  EXPECT_EQ(weftCommInitAll(one.data(), INT_MAX), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("WEFT_MAX_RANKS"), std::string::npos)
+      << weftGetLastError();
+  EXPECT_EQ(one[0], nullptr);
+  weftUniqueId id{};
+  weftComm_t comm = nullptr;
+  EXPECT_EQ(weftCommInitRank(&comm, INT_MAX, id, 0), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("WEFT_MAX_RANKS"), std::string::npos)
+      << weftGetLastError();
+  void* p = reinterpret_cast<void*>(0x1);
+  EXPECT_EQ(weftHostAlloc(&p, SIZE_MAX), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("exceeds the largest allocation"),
+            std::string::npos)
+      << weftGetLastError();
+  EXPECT_EQ(p, reinterpret_cast<void*>(0x1));
 }
 
 }  // namespace
