@@ -56,9 +56,10 @@ Result<UniqueId> createUniqueId(const BootstrapOptions& options);
 
 // An id for a fixed root address "host:port" (WEFT_COMM_ID, like NCCL_COMM_ID): "10.0.0.1:29500",
 // "[fd00::1]:29500" or "node7:29500". No thread is started: rank 0 runs the root when it joins
-// (see rankStartsRoot). Every process derives the same id from the address, so the secret is
-// derived from the address too: this mode is only as secret as the address itself.
-Result<UniqueId> uniqueIdFromAddress(const std::string& hostPort);
+// (see rankStartsRoot). Every process derives the same id, so its secret comes from `secret`
+// (WEFT_COMM_SECRET: text every rank is given out of band) and the address; without one, from
+// the address alone, and the rendezvous is then only as secret as the address itself.
+Result<UniqueId> uniqueIdFromAddress(const std::string& hostPort, const std::string& secret = "");
 
 // Whether `rank` must run the root for this id: true for rank 0 of an id from
 // uniqueIdFromAddress; false otherwise (createUniqueId's process already runs it).

@@ -1,11 +1,15 @@
 #include "src/bootstrap/rendezvous.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "src/bootstrap/hmac.hpp"
 #include "src/bootstrap/wire.hpp"
 
 namespace weft::boot::detail {
@@ -14,10 +18,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr unsigned char kIdMagic[4] = {'W', 'F', 'I', 'D'};
-constexpr unsigned char kHelloMagic[8] = {'W', 'E', 'F', 'T', 'B', 'O', 'O', 'T'};
+constexpr unsigned char kChallengeMagic[8] = {'W', 'E', 'F', 'T', 'C', 'H', 'A', 'L'};
+constexpr unsigned char kProofMagic[8] = {'W', 'E', 'F', 'T', 'P', 'R', 'O', 'F'};
+constexpr unsigned char kServerMagic[8] = {'W', 'E', 'F', 'T', 'S', 'R', 'V', 'P'};
 constexpr unsigned char kReplyMagic[8] = {'W', 'E', 'F', 'T', 'R', 'O', 'O', 'T'};
 constexpr std::uint16_t kIdVersion = 1;
-constexpr std::uint32_t kHelloVersion = 1;
+// 2: challenge-response (1 sent the secret in the hello).
+constexpr std::uint32_t kHelloVersion = 2;
 
 // Id layout offsets.
 constexpr std::size_t kIdMode = 6;
@@ -26,19 +33,34 @@ constexpr std::size_t kIdRoot = kIdSecret + kSecretBytes;
 constexpr std::size_t kIdName = kIdRoot + SocketAddress::kWireBytes;
 static_assert(kIdName < kUniqueIdBytes);
 
-// A client must send its whole hello this soon after connecting, or it is dropped; bounds the
-// descriptors a silent or slow stray client can hold.
-constexpr auto kHelloGrace = std::chrono::seconds(10);
+// A client must finish the handshake this soon after connecting, or it is dropped: a silent or
+// slow stranger holds a descriptor no longer. Ranks answer within milliseconds.
+constexpr auto kHelloGrace = std::chrono::seconds(5);
+// A server's small messages (challenge, proof) go to a fresh socket whose buffer is empty; a
+// client that does not take them this soon is dropped.
+constexpr double kSendSeconds = 1.0;
+
+std::array<unsigned char, kMacBytes> proofMac(const Session& s, bool server) {
+  unsigned char kind[4];
+  wire::put32(kind, static_cast<std::uint32_t>(s.kind));
+  const char* label = server ? "weft-server" : "weft-client";
+  const Nonce& first = server ? s.client : s.server;
+  const Nonce& second = server ? s.server : s.client;
+  return hmacSha256(s.secret.data(), s.secret.size(),
+                    {{label, std::strlen(label)},
+                     {kind, sizeof kind},
+                     {first.data(), first.size()},
+                     {second.data(), second.size()}});
+}
+
+bool validKind(std::uint32_t kind) {
+  return kind == static_cast<std::uint32_t>(HelloKind::toRoot) ||
+         kind == static_cast<std::uint32_t>(HelloKind::ring);
+}
 // At most this many connections wait for their hello; beyond it the oldest is dropped.
 constexpr std::size_t kMaxPending = 256;
 
 }  // namespace
-
-bool sameSecret(const Secret& a, const Secret& b) {
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < kSecretBytes; ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 UniqueId encodeId(const IdContents& id) {
   UniqueId out{};
@@ -81,46 +103,103 @@ Result<IdContents> decodeId(const UniqueId& id) {
   return out;
 }
 
-void encodeHello(const Hello& hello, unsigned char* out) {
-  std::memset(out, 0, kHelloBytes);
-  std::memcpy(out, kHelloMagic, sizeof kHelloMagic);
-  wire::put32(out + 8, kHelloVersion);
-  wire::put32(out + 12, static_cast<std::uint32_t>(hello.kind));
-  std::memcpy(out + 16, hello.secret.data(), kSecretBytes);
-  wire::put32(out + 32, static_cast<std::uint32_t>(hello.rank));
-  wire::put32(out + 36, static_cast<std::uint32_t>(hello.nranks));
-  hello.address.encode(out + 40);
+std::array<unsigned char, kMacBytes> Session::mac(const char* label, const void* data,
+                                                  std::size_t bytes) const {
+  return hmacSha256(secret.data(), secret.size(),
+                    {{label, std::strlen(label)},
+                     {server.data(), server.size()},
+                     {client.data(), client.size()},
+                     {data, bytes}});
 }
 
-std::optional<Hello> decodeHello(const unsigned char* in, const Secret& secret) {
-  if (std::memcmp(in, kHelloMagic, sizeof kHelloMagic) != 0) return std::nullopt;
-  if (wire::get32(in + 8) != kHelloVersion) return std::nullopt;
-  Hello h;
-  std::memcpy(h.secret.data(), in + 16, kSecretBytes);
-  if (!sameSecret(h.secret, secret)) return std::nullopt;
-  const std::uint32_t kind = wire::get32(in + 12);
-  if (kind != static_cast<std::uint32_t>(HelloKind::toRoot) &&
-      kind != static_cast<std::uint32_t>(HelloKind::ring)) {
-    return std::nullopt;
+Status randomBytes(void* out, std::size_t bytes) {
+  auto* p = static_cast<unsigned char*>(out);
+  std::size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::getrandom(p + got, bytes - got, 0);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      break;  // ENOSYS on old kernels: fall back to the device
+    }
   }
-  h.kind = static_cast<HelloKind>(kind);
-  h.rank = static_cast<std::int32_t>(wire::get32(in + 32));
-  h.nranks = static_cast<std::int32_t>(wire::get32(in + 36));
-  h.address = SocketAddress::decode(in + 40);
-  return h;
+  if (got == bytes) return Status::ok();
+  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status(Code::systemError, "bootstrap: no randomness: " + errnoText(errno));
+  got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::read(fd, p + got, bytes - got);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fd);
+  if (got != bytes) return Status(Code::systemError, "bootstrap: could not read /dev/urandom");
+  return Status::ok();
 }
 
-std::vector<unsigned char> encodeReply(const Secret& secret, const Status& status,
+Result<Session> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
+                                const std::string& peer, const Deadline& deadline) {
+  Session s;
+  s.secret = secret;
+  s.kind = hello.kind;
+  const std::string notOurs = " does not speak weft's rendezvous (is another program listening "
+                              "there, or a weft of another version?)";
+  unsigned char challenge[kChallengeBytes];
+  if (Status st = socket.recvAll(challenge, sizeof challenge, peer, deadline, nullptr); !st)
+    return st;
+  if (std::memcmp(challenge, kChallengeMagic, sizeof kChallengeMagic) != 0 ||
+      wire::get32(challenge + 8) != kHelloVersion)
+    return Status(Code::remoteError, peer + notOurs);
+  std::memcpy(s.server.data(), challenge + 16, kNonceBytes);
+  if (Status st = randomBytes(s.client.data(), s.client.size()); !st) return st;
+  unsigned char proof[kProofBytes];
+  std::memcpy(proof, kProofMagic, sizeof kProofMagic);
+  wire::put32(proof + 8, kHelloVersion);
+  wire::put32(proof + 12, static_cast<std::uint32_t>(hello.kind));
+  std::memcpy(proof + 16, s.client.data(), kNonceBytes);
+  const auto mine = proofMac(s, false);
+  std::memcpy(proof + 32, mine.data(), mine.size());
+  if (Status st = socket.sendAll(proof, sizeof proof, peer, deadline, nullptr); !st) return st;
+  unsigned char answer[kServerProofBytes];
+  if (Status st = socket.recvAll(answer, sizeof answer, peer, deadline, nullptr); !st) {
+    if (st.code() == Code::remoteError)  // closed without a word: our proof was refused
+      return Status(Code::remoteError,
+                    peer + " refused this rank's proof of the id's secret (is this id, or "
+                           "WEFT_COMM_SECRET, the one of this run?)");
+    return st;
+  }
+  const auto theirs = proofMac(s, true);
+  if (std::memcmp(answer, kServerMagic, sizeof kServerMagic) != 0 ||
+      !sameDigest(answer + 8, theirs.data(), theirs.size()))
+    return Status(Code::remoteError, peer + " could not prove it knows the id's secret: "
+                                            "not a rank of this communicator");
+  unsigned char body[kHelloBytes] = {};
+  wire::put32(body, static_cast<std::uint32_t>(hello.rank));
+  wire::put32(body + 4, static_cast<std::uint32_t>(hello.nranks));
+  hello.address.encode(body + 8);
+  const auto tag = s.mac("weft-hello", body, kHelloBytes - kMacBytes);
+  std::memcpy(body + kHelloBytes - kMacBytes, tag.data(), tag.size());
+  if (Status st = socket.sendAll(body, sizeof body, peer, deadline, nullptr); !st) return st;
+  return s;
+}
+
+bool sameSecret(const Secret& a, const Secret& b) {
+  return sameDigest(a.data(), b.data(), kSecretBytes);
+}
+
+std::vector<unsigned char> encodeReply(const Session& session, const Status& status,
                                        const std::vector<SocketAddress>& table) {
   const std::string message = status.message().substr(0, kMaxReplyMessage);
   const std::size_t tableBytes = status.isOk() ? table.size() * SocketAddress::kWireBytes : 0;
   std::vector<unsigned char> out(kReplyHeaderBytes + message.size() + tableBytes);
   unsigned char* p = out.data();
   std::memcpy(p, kReplyMagic, sizeof kReplyMagic);
-  std::memcpy(p + 8, secret.data(), kSecretBytes);
-  wire::put32(p + 24, static_cast<std::uint32_t>(status.code()));
-  wire::put32(p + 28, static_cast<std::uint32_t>(status.isOk() ? table.size() : 0));
-  wire::put32(p + 32, static_cast<std::uint32_t>(message.size()));
+  wire::put32(p + 8, static_cast<std::uint32_t>(status.code()));
+  wire::put32(p + 12, static_cast<std::uint32_t>(status.isOk() ? table.size() : 0));
+  wire::put32(p + 16, static_cast<std::uint32_t>(message.size()));
   std::memcpy(p + kReplyHeaderBytes, message.data(), message.size());
   if (status.isOk()) {
     unsigned char* t = p + kReplyHeaderBytes + message.size();
@@ -129,13 +208,59 @@ std::vector<unsigned char> encodeReply(const Secret& secret, const Status& statu
       t += SocketAddress::kWireBytes;
     }
   }
+  const auto tag = session.mac("weft-reply", out.data(), out.size());
+  out.insert(out.end(), tag.begin(), tag.end());
   return out;
 }
 
-bool replyHeaderValid(const unsigned char* header, const Secret& secret) {
-  Secret echoed;
-  std::memcpy(echoed.data(), header + 8, kSecretBytes);
-  return std::memcmp(header, kReplyMagic, sizeof kReplyMagic) == 0 && sameSecret(echoed, secret);
+bool replyHeaderValid(const unsigned char* header) {
+  return std::memcmp(header, kReplyMagic, sizeof kReplyMagic) == 0;
+}
+
+bool replyValid(const Session& session, const std::vector<unsigned char>& reply) {
+  if (reply.size() < kReplyHeaderBytes + kMacBytes) return false;
+  const std::size_t body = reply.size() - kMacBytes;
+  const auto tag = session.mac("weft-reply", reply.data(), body);
+  return sameDigest(reply.data() + body, tag.data(), tag.size());
+}
+
+bool HelloListener::progress(Pending& p, bool& done, Hello& hello) {
+  done = false;
+  const std::size_t want = p.proved ? kHelloBytes : kProofBytes;
+  auto n = p.socket.tryRecv(p.bytes.data() + p.got, want - p.got, "a client");
+  if (!n) return false;
+  p.got += *n;
+  if (p.got < want) return true;
+  const unsigned char* b = p.bytes.data();
+  if (!p.proved) {
+    // The client's proof: a wrong magic, version, kind or HMAC closes the connection at once,
+    // with no answer telling the client why.
+    if (std::memcmp(b, kProofMagic, sizeof kProofMagic) != 0 ||
+        wire::get32(b + 8) != kHelloVersion || !validKind(wire::get32(b + 12)))
+      return false;
+    p.session.kind = static_cast<HelloKind>(wire::get32(b + 12));
+    std::memcpy(p.session.client.data(), b + 16, kNonceBytes);
+    const auto want_mac = proofMac(p.session, false);
+    if (!sameDigest(b + 32, want_mac.data(), want_mac.size())) return false;
+    unsigned char answer[kServerProofBytes];
+    std::memcpy(answer, kServerMagic, sizeof kServerMagic);
+    const auto mine = proofMac(p.session, true);
+    std::memcpy(answer + 8, mine.data(), mine.size());
+    if (!p.socket.sendAll(answer, sizeof answer, "a client", Deadline::after(kSendSeconds),
+                          nullptr))
+      return false;
+    p.proved = true;
+    p.got = 0;
+    return true;
+  }
+  const auto tag = p.session.mac("weft-hello", b, kHelloBytes - kMacBytes);
+  if (!sameDigest(b + kHelloBytes - kMacBytes, tag.data(), tag.size())) return false;
+  hello.kind = p.session.kind;
+  hello.rank = static_cast<std::int32_t>(wire::get32(b));
+  hello.nranks = static_cast<std::int32_t>(wire::get32(b + 4));
+  hello.address = SocketAddress::decode(b + 8);
+  done = true;
+  return true;
 }
 
 void HelloListener::close() {
@@ -155,25 +280,31 @@ Result<HelloListener::Arrival> HelloListener::next(const Deadline& deadline,
       if (!accepted) return accepted.status();
       if (!accepted->valid()) break;
       if (pending_.size() >= kMaxPending) pending_.erase(pending_.begin());
-      pending_.push_back(Pending{std::move(*accepted), {}, 0, Clock::now()});
+      Pending p{std::move(*accepted), {}, false, {}, 0, Clock::now()};
+      p.session.secret = secret_;
+      unsigned char challenge[kChallengeBytes] = {};
+      std::memcpy(challenge, kChallengeMagic, sizeof kChallengeMagic);
+      wire::put32(challenge + 8, kHelloVersion);
+      if (!randomBytes(p.session.server.data(), kNonceBytes)) continue;
+      std::memcpy(challenge + 16, p.session.server.data(), kNonceBytes);
+      if (!p.socket.sendAll(challenge, sizeof challenge, "a client",
+                            Deadline::after(kSendSeconds), nullptr))
+        continue;
+      pending_.push_back(std::move(p));
     }
 
     const auto now = Clock::now();
     for (std::size_t i = 0; i < pending_.size();) {
       Pending& p = pending_[i];
-      auto n = p.socket.tryRecv(p.bytes.data() + p.got, kHelloBytes - p.got, "a client");
-      bool drop = !n || now - p.since > kHelloGrace;
-      if (n) p.got += *n;
-      if (!drop && p.got == kHelloBytes) {
-        // A wrong secret or magic closes the connection at once; no answer tells the client why.
-        if (auto hello = decodeHello(p.bytes.data(), secret_)) {
-          Arrival arrival{std::move(p.socket), *hello};
-          pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
-          return arrival;
-        }
-        drop = true;
+      bool done = false;
+      Hello hello;
+      bool keep = progress(p, done, hello) && now - p.since <= kHelloGrace;
+      if (keep && done) {
+        Arrival arrival{std::move(p.socket), hello, p.session};
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+        return arrival;
       }
-      if (drop) {
+      if (!keep) {
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;

@@ -8,8 +8,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 
 #include "src/bootstrap/bootstrap.hpp"
+#include "src/bootstrap/hmac.hpp"
 #include "src/bootstrap/rendezvous.hpp"
 #include "src/bootstrap/socket.hpp"
 #include "src/bootstrap/wire.hpp"
@@ -41,41 +43,16 @@ Status checkTimeout(double seconds) {
 
 Result<Secret> randomSecret() {
   Secret secret{};
-  std::size_t got = 0;
-  while (got < secret.size()) {
-    const ssize_t n = ::getrandom(secret.data() + got, secret.size() - got, 0);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      break;  // ENOSYS on old kernels: fall back to the device
-    }
-  }
-  if (got == secret.size()) return secret;
-  const int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Status(Code::systemError,
-                  "bootstrap: no randomness for the id's secret: " + errnoText(errno));
-  }
-  got = 0;
-  while (got < secret.size()) {
-    const ssize_t n = ::read(fd, secret.data() + got, secret.size() - got);
-    if (n > 0) {
-      got += static_cast<std::size_t>(n);
-    } else if (n == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  ::close(fd);
-  if (got != secret.size()) {
-    return Status(Code::systemError, "bootstrap: could not read /dev/urandom for the id's secret");
-  }
+  if (Status st = detail::randomBytes(secret.data(), secret.size()); !st)
+    return withPrefix(st, "", " (for the id's secret)");
   return secret;
 }
 
-// Every process given the same WEFT_COMM_ID must compute the same secret, so it can only be a
-// function of the address: it keeps out strays and stale jobs on a reused port, not attackers
-// who know the address. The resolved address (not the text) is hashed, so "localhost:29500" and
-// "127.0.0.1:29500" agree.
+// Without WEFT_COMM_SECRET every process given the same WEFT_COMM_ID must compute the same
+// secret, so it can only be a function of the address: it keeps out strays and stale jobs on a
+// reused port, not attackers who know the address (the rendezvous is unauthenticated, and says
+// so). The resolved address (not the text) is hashed, so "localhost:29500" and "127.0.0.1:29500"
+// agree.
 Secret secretFromAddress(const SocketAddress& address) {
   unsigned char bytes[SocketAddress::kWireBytes];
   address.encode(bytes);
@@ -92,6 +69,21 @@ Secret secretFromAddress(const SocketAddress& address) {
   Secret secret{};
   wire::put64(secret.data(), lanes[0]);
   wire::put64(secret.data() + 8, lanes[1]);
+  return secret;
+}
+
+// With WEFT_COMM_SECRET: the text shared out of band and the address, hashed (SHA-256).
+Secret secretFromText(const std::string& text, const SocketAddress& address) {
+  unsigned char bytes[SocketAddress::kWireBytes];
+  address.encode(bytes);
+  const char* label = "weft-comm-secret";
+  detail::Sha256 h;
+  h.update(label, std::strlen(label));
+  h.update(text.data(), text.size());
+  h.update(bytes, sizeof bytes);
+  const detail::Digest d = h.finish();
+  Secret secret{};
+  std::memcpy(secret.data(), d.data(), secret.size());
   return secret;
 }
 
@@ -226,12 +218,12 @@ Result<UniqueId> createUniqueId(const BootstrapOptions& options) {
   return detail::encodeId(id);
 }
 
-Result<UniqueId> uniqueIdFromAddress(const std::string& hostPort) {
+Result<UniqueId> uniqueIdFromAddress(const std::string& hostPort, const std::string& secret) {
   auto address = SocketAddress::parse(hostPort);
   if (!address) return withPrefix(address.status(), "bootstrap: WEFT_COMM_ID: ");
   IdContents id;
   id.mode = RootMode::fixedAddress;
-  id.secret = secretFromAddress(*address);
+  id.secret = secret.empty() ? secretFromAddress(*address) : secretFromText(secret, *address);
   id.root = *address;
   id.rootName = hostPort;
   return detail::encodeId(id);
@@ -297,20 +289,25 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
   auto listenAddress = listenerSocket->localAddress();
   if (!listenAddress) return withPrefix(listenAddress.status(), who);
 
-  // 1. Join at the root: hello with this rank's address; receive the table of all addresses.
+  // 1. Join at the root: the handshake, then this rank's address; receive the table of all
+  // addresses, checked against the session's HMAC before anything in it is used.
   std::vector<SocketAddress> table(static_cast<std::size_t>(nranks));
   {
     const std::string hint = "; check WEFT_COMM_ID / WEFT_SOCKET_IFNAME and firewalls";
     auto root = Socket::connect(rootAddr, rootPeer, deadline, nullptr);
     if (!root) return withPrefix(root.status(), who, hint);
-    unsigned char hello[detail::kHelloBytes];
-    detail::encodeHello(Hello{HelloKind::toRoot, secret, rank, nranks, *listenAddress}, hello);
     const std::string rootWhere = rootPeer + " at " + rootText;
-    if (Status st = root->sendAll(hello, sizeof hello, rootWhere, deadline, nullptr); !st.isOk()) {
-      return withPrefix(st, who, hint);
+    auto session = detail::clientHandshake(
+        *root, secret, Hello{HelloKind::toRoot, rank, nranks, *listenAddress}, rootWhere, deadline);
+    if (!session) {
+      std::string why;
+      if (session.status().code() == Code::timeout) {
+        why = " (is the root's process alive, and this id from this run?)";
+      }
+      return withPrefix(session.status(), who + "joining the rendezvous: ", why);
     }
-    unsigned char header[detail::kReplyHeaderBytes];
-    if (Status st = root->recvAll(header, sizeof header, rootWhere, deadline, nullptr);
+    std::vector<unsigned char> reply(detail::kReplyHeaderBytes);
+    if (Status st = root->recvAll(reply.data(), reply.size(), rootWhere, deadline, nullptr);
         !st.isOk()) {
       std::string why;
       if (st.code() == Code::timeout) {
@@ -318,41 +315,43 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
             " (the root is still waiting for other ranks: every rank must join with the same "
             "id and nranks=" +
             std::to_string(nranks) + ")";
-      } else if (st.code() == Code::remoteError) {
-        // The root closes connections that present a wrong secret without a word.
-        why = "; the root drops ranks whose id has the wrong secret: is this id from this run?";
       }
       return withPrefix(st, who + "joining the rendezvous: ", why);
     }
-    if (!detail::replyHeaderValid(header, secret)) {
+    if (!detail::replyHeaderValid(reply.data())) {
       return Status(Code::remoteError, who + rootWhere +
-                                           " answered with a bad reply (wrong magic or secret); "
+                                           " answered with a bad reply (wrong magic); "
                                            "is another program listening on that port?");
     }
-    const auto code = static_cast<Code>(wire::get32(header + 24));
-    const std::uint32_t replyRanks = wire::get32(header + 28);
-    const std::uint32_t messageBytes = wire::get32(header + 32);
-    if (messageBytes > detail::kMaxReplyMessage) {
-      return Status(Code::remoteError, who + rootWhere + " sent a malformed reply");
-    }
-    std::string message(messageBytes, '\0');
-    if (Status st = root->recvAll(message.data(), message.size(), rootWhere, deadline, nullptr);
-        !st.isOk()) {
-      return withPrefix(st, who);
-    }
-    if (code != Code::ok) return Status(code, who + "the root refused the rendezvous: " + message);
-    if (replyRanks != static_cast<std::uint32_t>(nranks)) {
-      return Status(Code::remoteError, who + rootWhere + " sent a table of " +
+    const auto code = static_cast<Code>(wire::get32(reply.data() + 8));
+    const std::uint32_t replyRanks = wire::get32(reply.data() + 12);
+    const std::uint32_t messageBytes = wire::get32(reply.data() + 16);
+    if (messageBytes > detail::kMaxReplyMessage ||
+        (code == Code::ok && replyRanks != static_cast<std::uint32_t>(nranks)) ||
+        (code != Code::ok && replyRanks != 0)) {
+      return Status(Code::remoteError, who + rootWhere + " sent a malformed reply (" +
                                            std::to_string(replyRanks) + " ranks, expected " +
-                                           std::to_string(nranks));
+                                           std::to_string(nranks) + ")");
     }
-    std::vector<unsigned char> wireTable(table.size() * SocketAddress::kWireBytes);
-    if (Status st = root->recvAll(wireTable.data(), wireTable.size(), rootWhere, deadline, nullptr);
+    const std::size_t rest = messageBytes + replyRanks * SocketAddress::kWireBytes +
+                             detail::kMacBytes;
+    reply.resize(detail::kReplyHeaderBytes + rest);
+    if (Status st = root->recvAll(reply.data() + detail::kReplyHeaderBytes, rest, rootWhere,
+                                  deadline, nullptr);
         !st.isOk()) {
       return withPrefix(st, who);
     }
+    if (!detail::replyValid(*session, reply)) {
+      return Status(Code::remoteError,
+                    who + rootWhere + " sent a reply that fails its HMAC: not this rendezvous");
+    }
+    const std::string message(reinterpret_cast<const char*>(reply.data()) +
+                                  detail::kReplyHeaderBytes,
+                              messageBytes);
+    if (code != Code::ok) return Status(code, who + "the root refused the rendezvous: " + message);
+    const unsigned char* wireTable = reply.data() + detail::kReplyHeaderBytes + messageBytes;
     for (std::size_t r = 0; r < table.size(); ++r) {
-      table[r] = SocketAddress::decode(wireTable.data() + r * SocketAddress::kWireBytes);
+      table[r] = SocketAddress::decode(wireTable + r * SocketAddress::kWireBytes);
       if (!table[r].valid()) {
         return Status(Code::remoteError,
                       who + "the root sent no address for rank " + std::to_string(r));
@@ -367,48 +366,62 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
         rank, nranks, options.timeoutSeconds, Socket(), "", Socket(), "", std::move(*abort)));
   }
 
-  // 2. Form the ring: connect to rank+1's listener; accept rank-1 on ours.
+  // 2. Form the ring: connect to rank+1's listener; accept rank-1 on ours. Each connection's
+  // handshake needs its server to answer, so even ranks connect first and odd ones accept
+  // first: nobody waits on a successor that is itself waiting on its own.
   const int next = (rank + 1) % nranks;
   const int prev = (rank + nranks - 1) % nranks;
   std::string nextName = rankName(next, table[static_cast<std::size_t>(next)]);
   std::string prevName = rankName(prev, table[static_cast<std::size_t>(prev)]);
-  auto nextSocket = Socket::connect(table[static_cast<std::size_t>(next)],
-                                    "rank " + std::to_string(next), deadline, nullptr);
-  if (!nextSocket) return withPrefix(nextSocket.status(), who + "forming the ring: ");
-  unsigned char hello[detail::kHelloBytes];
-  detail::encodeHello(Hello{HelloKind::ring, secret, rank, nranks, *listenAddress}, hello);
-  if (Status st = nextSocket->sendAll(hello, sizeof hello, nextName, deadline, nullptr);
-      !st.isOk()) {
-    return withPrefix(st, who + "forming the ring: ");
-  }
-
   detail::HelloListener listener(std::move(*listenerSocket), secret);
-  Socket prevSocket;
-  while (!prevSocket.valid()) {
-    auto arrival = listener.next(deadline, nullptr);
-    if (!arrival) {
-      if (arrival.status().code() == Code::timeout) {
-        return Status(Code::timeout, who + "timed out after " + deadline.describe() +
-                                         " waiting for " + prevName + " to connect to the ring");
+  auto connectNext = [&]() -> Result<Socket> {
+    auto socket = Socket::connect(table[static_cast<std::size_t>(next)],
+                                  "rank " + std::to_string(next), deadline, nullptr);
+    if (!socket) return withPrefix(socket.status(), who + "forming the ring: ");
+    auto session = detail::clientHandshake(
+        *socket, secret, Hello{HelloKind::ring, rank, nranks, *listenAddress}, nextName, deadline);
+    if (!session) return withPrefix(session.status(), who + "forming the ring: ");
+    return std::move(*socket);
+  };
+  auto acceptPrev = [&]() -> Result<Socket> {
+    for (;;) {
+      auto arrival = listener.next(deadline, nullptr);
+      if (!arrival) {
+        if (arrival.status().code() == Code::timeout) {
+          return Status(Code::timeout, who + "timed out after " + deadline.describe() +
+                                           " waiting for " + prevName + " to connect to the ring");
+        }
+        return withPrefix(arrival.status(), who + "forming the ring: ");
       }
-      return withPrefix(arrival.status(), who + "forming the ring: ");
+      if (arrival->hello.kind != HelloKind::ring) continue;
+      if (arrival->hello.rank != prev || arrival->hello.nranks != nranks) {
+        return Status(Code::invalidUsage,
+                      who + "rank " + std::to_string(arrival->hello.rank) + " of " +
+                          std::to_string(arrival->hello.nranks) +
+                          " connected as ring predecessor, expected rank " + std::to_string(prev) +
+                          " of " + std::to_string(nranks) + "; is one id used by two communicators?");
+      }
+      return std::move(arrival->socket);
     }
-    if (arrival->hello.kind != HelloKind::ring) continue;
-    if (arrival->hello.rank != prev || arrival->hello.nranks != nranks) {
-      return Status(Code::invalidUsage, who + "rank " + std::to_string(arrival->hello.rank) +
-                                            " of " + std::to_string(arrival->hello.nranks) +
-                                            " connected as ring predecessor, "
-                                            "expected rank " +
-                                            std::to_string(prev) + " of " + std::to_string(nranks) +
-                                            "; is one id used by two communicators?");
-    }
-    prevSocket = std::move(arrival->socket);
+  };
+  Result<Socket> nextSocket = Socket();
+  Result<Socket> prevSocket = Socket();
+  if (rank % 2 == 0) {
+    nextSocket = connectNext();
+    if (!nextSocket) return nextSocket.status();
+    prevSocket = acceptPrev();
+  } else {
+    prevSocket = acceptPrev();
+    if (!prevSocket) return prevSocket.status();
+    nextSocket = connectNext();
   }
+  if (!prevSocket) return prevSocket.status();
+  if (!nextSocket) return nextSocket.status();
   listener.close();  // nobody else may join
 
   return std::unique_ptr<Bootstrap>(new TcpBootstrap(
       rank, nranks, options.timeoutSeconds, std::move(*nextSocket), std::move(nextName),
-      std::move(prevSocket), std::move(prevName), std::move(*abort)));
+      std::move(*prevSocket), std::move(prevName), std::move(*abort)));
 }
 
 }  // namespace weft::boot

@@ -286,8 +286,19 @@ weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
   try {
     auto cfg = config();
     if (!cfg) return report(cfg.status());
-    auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
-                                  : weft::boot::uniqueIdFromAddress(cfg->commId);
+    if (!cfg->commId.empty() && cfg->commSecret.empty() && !cfg->debug.empty()) {
+      static std::once_flag warned;
+      std::call_once(warned, [&] {
+        std::fprintf(stderr,
+                     "weft WARN WEFT_COMM_ID=%s without WEFT_COMM_SECRET: the rendezvous is "
+                     "unauthenticated (anyone who can reach that address can join; "
+                     "docs/security.md)\n",
+                     cfg->commId.c_str());
+      });
+    }
+    auto id = cfg->commId.empty()
+                  ? weft::boot::createUniqueId(bootOptions(*cfg))
+                  : weft::boot::uniqueIdFromAddress(cfg->commId, cfg->commSecret);
     if (!id) return report(id.status());
     static_assert(sizeof(weftUniqueId) == sizeof(weft::boot::UniqueId));
     std::memcpy(uniqueId->internal, id->bytes, sizeof id->bytes);

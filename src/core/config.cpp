@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 #include "src/transport/cuda_ipc.hpp"
 #include "src/transport/ucx.hpp"
@@ -49,6 +51,13 @@ Result<Config> Config::fromEnvironment() {
   }
   if (const char* v = envOrNccl("WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")) c.socketIfname = v;
   if (const char* v = envOrNccl("WEFT_COMM_ID", "NCCL_COMM_ID")) c.commId = v;
+  if (const char* v = env("WEFT_COMM_SECRET")) c.commSecret = v;
+  if (const char* path = env("WEFT_COMM_SECRET_FILE"); path != nullptr && c.commSecret.empty()) {
+    std::ifstream in(path);
+    if (!in || !std::getline(in, c.commSecret) || c.commSecret.empty())
+      return invalidArgument(std::string("WEFT_COMM_SECRET_FILE=") + path +
+                             ": cannot read a secret from it (its first line, not empty)");
+  }
   if (const char* v = env("WEFT_TRANSPORT")) {
     c.transport = v;
     if (c.transport != "auto" && c.transport != "shm" && c.transport != "ucx") {

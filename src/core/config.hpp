@@ -15,6 +15,9 @@ struct Config {
   std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
   std::string commId;                          // WEFT_COMM_ID=host:port
+  // WEFT_COMM_SECRET (or the first line of the file WEFT_COMM_SECRET_FILE names): the secret a
+  // WEFT_COMM_ID rendezvous proves by challenge-response; empty: unauthenticated.
+  std::string commSecret;
   std::string transport =
       "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
   int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "src/bootstrap/bootstrap.hpp"
+#include "src/bootstrap/hmac.hpp"
 #include "src/bootstrap/rendezvous.hpp"
 #include "src/bootstrap/socket.hpp"
 
@@ -380,16 +382,17 @@ TEST(Bootstrap, WrongSecretIsRefusedAndTheRendezvousCompletes) {
   // A stray sending garbage, an impostor with a wrong secret, and a client that stays silent.
   auto garbage = Socket::connect(root, "the root", deadline, nullptr);
   ASSERT_TRUE(garbage.isOk()) << garbage.status().toString();
-  std::vector<unsigned char> junk(detail::kHelloBytes, 0x5A);
+  std::vector<unsigned char> junk(detail::kProofBytes, 0x5A);
   ASSERT_TRUE(garbage->sendAll(junk.data(), junk.size(), "the root", deadline, nullptr).isOk());
 
   detail::Secret wrong = contents->secret;
   wrong[3] ^= 0x40;
   auto impostor = Socket::connect(root, "the root", deadline, nullptr);
   ASSERT_TRUE(impostor.isOk());
-  unsigned char hello[detail::kHelloBytes];
-  detail::encodeHello({detail::HelloKind::toRoot, wrong, 0, 3, root}, hello);
-  ASSERT_TRUE(impostor->sendAll(hello, sizeof hello, "the root", deadline, nullptr).isOk());
+  const Status impostorResult =
+      detail::clientHandshake(*impostor, wrong, {detail::HelloKind::toRoot, 0, 3, root},
+                              "the root", deadline)
+          .status();
 
   auto silent = Socket::connect(root, "the root", deadline, nullptr);
   ASSERT_TRUE(silent.isOk());
@@ -400,15 +403,106 @@ TEST(Bootstrap, WrongSecretIsRefusedAndTheRendezvousCompletes) {
   const UniqueId badId = detail::encodeId(badContents);
   const Status badResult = connectTcp(badId, 1, 3, testOptions(5), false).status();
 
-  // The refused connections are closed by the root without an answer.
+  // The refused connections got the root's challenge and nothing more: closed without an answer.
+  unsigned char challenge[detail::kChallengeBytes];
+  EXPECT_TRUE(garbage->recvAll(challenge, sizeof challenge, "the root", deadline, nullptr).isOk());
   unsigned char byte = 0;
   EXPECT_EQ(garbage->recvAll(&byte, 1, "the root", deadline, nullptr).code(), Code::remoteError);
-  EXPECT_EQ(impostor->recvAll(&byte, 1, "the root", deadline, nullptr).code(), Code::remoteError);
+  EXPECT_EQ(impostorResult.code(), Code::remoteError) << impostorResult.toString();
 
   auto bs = connectThreads(*id, 3, testOptions());
   runRanks(3, [&](int r) { EXPECT_EQ(gatherRound(*bs[static_cast<std::size_t>(r)], 0, 8), ""); });
   EXPECT_EQ(badResult.code(), Code::remoteError) << badResult.toString();
-  EXPECT_NE(badResult.message().find("wrong secret"), std::string::npos) << badResult.message();
+  EXPECT_NE(badResult.message().find("refused this rank's proof"), std::string::npos)
+      << badResult.message();
+}
+
+// WEFT_COMM_ID with a secret: a stranger who knows the address and the wire format (and so the
+// address-derived secret of an unauthenticated rendezvous) joins neither as a missing rank nor
+// as a spare one, and learns nothing but a challenge nonce; the real ranks all succeed.
+TEST(Bootstrap, AStrangerWhoKnowsTheAddressCannotJoin) {
+  const int port = freePort();
+  ASSERT_NE(port, 0);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto id = uniqueIdFromAddress(address, "correct horse battery staple");
+  auto guessed = uniqueIdFromAddress(address);  // what the address alone gives
+  auto other = uniqueIdFromAddress(address, "a wrong guess");
+  ASSERT_TRUE(id.isOk() && guessed.isOk() && other.isOk());
+  auto contents = detail::decodeId(*id);
+  ASSERT_TRUE(contents.isOk());
+  EXPECT_FALSE(detail::sameSecret(contents->secret, detail::decodeId(*guessed)->secret));
+
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<Bootstrap>> real(n);
+  std::vector<std::string> errors(n);
+  std::vector<Status> strangers(3);
+  std::vector<unsigned char> learned;
+  std::thread root([&] {  // rank 0 runs the root at the address
+    auto b = connectTcp(*id, 0, n, testOptions(10), true);
+    if (b) real[0] = std::move(*b); else errors[0] = b.status().toString();
+  });
+  // Strangers come first: as rank 1 (the address-derived secret), as a spare rank 3 of 4, with a
+  // wrong secret, and by hand with a made-up proof, reading whatever the root sends.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  strangers[0] = connectTcp(*guessed, 1, n, testOptions(3), false).status();
+  strangers[1] = connectTcp(*guessed, 3, n + 1, testOptions(3), false).status();
+  strangers[2] = connectTcp(*other, 2, n, testOptions(3), false).status();
+  {
+    const Deadline deadline = Deadline::after(3);
+    auto s = Socket::connect(contents->root, "the root", deadline, nullptr);
+    ASSERT_TRUE(s.isOk()) << s.status().toString();
+    std::vector<unsigned char> proof(detail::kProofBytes, 0);
+    std::memcpy(proof.data(), "WEFTPROF", 8);
+    proof[11] = 2;  // version 2, big-endian or not: the HMAC is wrong anyway
+    proof[15] = 1;
+    (void)s->sendAll(proof.data(), proof.size(), "the root", deadline, nullptr);
+    unsigned char byte = 0;
+    while (s->recvAll(&byte, 1, "the root", deadline, nullptr).isOk()) learned.push_back(byte);
+  }
+  std::thread rest([&] {
+    runRanks(n - 1, [&](int i) {
+      const int r = i + 1;
+      auto b = connectTcp(*id, r, n, testOptions(10), false);
+      if (b) real[static_cast<std::size_t>(r)] = std::move(*b);
+      else errors[static_cast<std::size_t>(r)] = b.status().toString();
+    });
+  });
+  root.join();
+  rest.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  runRanks(n, [&](int r) { EXPECT_EQ(gatherRound(*real[static_cast<std::size_t>(r)], 0, 8), ""); });
+  for (const Status& st : strangers) {
+    EXPECT_EQ(st.code(), Code::remoteError) << st.toString();
+    EXPECT_NE(st.message().find("refused this rank's proof"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(learned.size(), detail::kChallengeBytes) << "the stranger was told more than a nonce";
+}
+
+// SHA-256 and HMAC-SHA256 against FIPS 180-4's and RFC 4231's published vectors.
+TEST(Bootstrap, Sha256AndHmacMatchTheirStandardVectors) {
+  auto hex = [](const detail::Digest& d) {
+    std::string out;
+    char two[3];
+    for (unsigned char c : d) {
+      std::snprintf(two, sizeof two, "%02x", c);
+      out += two;
+    }
+    return out;
+  };
+  EXPECT_EQ(hex(detail::sha256("abc", 3)),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(hex(detail::sha256(two.data(), two.size())),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::vector<unsigned char> key1(20, 0x0b);
+  EXPECT_EQ(hex(detail::hmacSha256(key1.data(), key1.size(), {{"Hi There", 8}})),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(hex(detail::hmacSha256("Jefe", 4, {{"what do ya want ", 16}, {"for nothing?", 12}})),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  const std::vector<unsigned char> key6(131, 0xaa);  // a key longer than a block is hashed first
+  const std::string msg6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+  EXPECT_EQ(hex(detail::hmacSha256(key6.data(), key6.size(), {{msg6.data(), msg6.size()}})),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
 }
 
 TEST(Bootstrap, DeadRootAddressTimesOutNamingIt) {
