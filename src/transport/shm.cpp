@@ -55,6 +55,29 @@ std::size_t ShmGeometry::offset(int channel, int from) const {
 }
 
 Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
+  // Anonymous memory that peers open through /proc/<pid>/fd/<fd> while this process holds the
+  // descriptor: no name in /dev/shm, so a SIGKILL at any moment leaves nothing behind. Where
+  // memfd_create is missing, a randomly named segment, unlinked once every peer mapped it.
+  {
+    ShmSegment s;
+    s.name_.reserve(64);  // allocates: before anything is created
+    const int fd = memfd_create("weft-inbox", MFD_CLOEXEC);
+    if (fd >= 0) {
+      s.fd_ = fd;
+      s.linked_ = true;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/%d/fd/%d", getpid(), fd);
+      s.name_ = path;  // fits the reserved capacity: no allocation
+      if (fchmod(fd, S_IRUSR | S_IWUSR) != 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0)
+        return sysError("shm: sizing an inbox of " + std::to_string(bytes) + " bytes");
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) return sysError("shm: mmap of an inbox");
+      s.data_ = static_cast<std::byte*>(p);
+      s.size_ = bytes;
+      return s;
+    }
+    if (errno != ENOSYS && errno != EINVAL) return sysError("shm: memfd_create");
+  }
   unsigned char random[8];
   if (getrandom(random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
     return sysError("shm: getrandom");
@@ -83,8 +106,15 @@ Result<ShmSegment> ShmSegment::create(std::size_t bytes) {
 Result<ShmSegment> ShmSegment::open(const std::string& name, std::size_t bytes) {
   ShmSegment s;
   s.name_ = name;  // allocates: before anything is opened or mapped
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return sysError("shm: shm_open(" + name + ") of a peer's inbox");
+  // A peer's descriptor through /proc (its memfd), or a name in /dev/shm.
+  const bool viaProc = name.rfind("/proc/", 0) == 0;
+  const int fd = viaProc ? ::open(name.c_str(), O_RDWR | O_CLOEXEC)
+                         : shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0)
+    return sysError("shm: opening " + name + ", a peer's inbox" +
+                    (viaProc ? " (its process must be alive, of this user, and readable through "
+                               "/proc)"
+                             : ""));
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
     close(fd);
@@ -111,6 +141,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& o) noexcept {
     size_ = std::exchange(o.size_, 0);
     name_ = std::move(o.name_);
     linked_ = std::exchange(o.linked_, false);
+    fd_ = std::exchange(o.fd_, -1);
   }
   return *this;
 }
@@ -122,7 +153,9 @@ ShmSegment::~ShmSegment() {
 }
 
 void ShmSegment::unlink() {
-  if (linked_) shm_unlink(name_.c_str());
+  if (linked_ && fd_ < 0) shm_unlink(name_.c_str());
+  if (fd_ >= 0) close(fd_);  // a memfd: peers can no longer open it
+  fd_ = -1;
   linked_ = false;
 }
 

@@ -1,10 +1,11 @@
 // Shared-memory transport between the ranks of one host, processes or threads alike.
 //
-// Every rank owns an inbox: one POSIX shared-memory segment holding a control page and the FIFOs
-// of every connection into it (one per channel and sender). The segment is created mode 0600
-// under an unguessable name, its name goes to the peers through the bootstrap, every peer maps
-// it, and after a barrier its owner unlinks it: from then on nothing is left in /dev/shm, even if
-// a process crashes.
+// Every rank owns an inbox: one shared-memory segment holding a control page and the FIFOs of
+// every connection into it (one per channel and sender). The segment is a memfd of mode 0600;
+// its /proc/<pid>/fd path goes to the peers through the bootstrap, every peer maps it, and after
+// a barrier its owner closes the descriptor. It never has a name in /dev/shm, so a process
+// killed at any moment leaves nothing there. (Without memfd_create: a POSIX segment under an
+// unguessable name, unlinked after that barrier.)
 //
 // A FIFO is a head counter (messages posted, written by the sender), a tail counter (messages
 // consumed, written by the receiver), each on its own cache line, and kSlots slots. The sender
@@ -75,9 +76,10 @@ struct ShmGeometry {
 // One mapping of a segment; unmaps (and, for the owner until released, unlinks) on destruction.
 class ShmSegment {
  public:
-  // Creates a fresh segment of `bytes` (zero-filled), mode 0600, under a random name.
+  // Creates a fresh segment of `bytes` (zero-filled), mode 0600: a memfd whose name is its
+  // /proc/<pid>/fd path (nothing in /dev/shm), or where there is no memfd a random name.
   static Result<ShmSegment> create(std::size_t bytes);
-  // Maps a peer's segment by name.
+  // Maps a peer's segment by name (a /proc path or a /dev/shm name).
   static Result<ShmSegment> open(const std::string& name, std::size_t bytes);
 
   ShmSegment() = default;
@@ -87,7 +89,7 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  // Removes the name (the mapping stays). Idempotent.
+  // Removes the name, or closes the memfd peers open (the mapping stays). Idempotent.
   void unlink();
   std::byte* data() const { return data_; }
   std::size_t size() const { return size_; }
@@ -98,6 +100,7 @@ class ShmSegment {
   std::size_t size_ = 0;
   std::string name_;
   bool linked_ = false;
+  int fd_ = -1;  // a memfd's descriptor, held while peers may open it
 };
 
 // The FIFO at `base` (inside some rank's inbox), used from one side.

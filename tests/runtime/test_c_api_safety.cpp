@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -347,6 +348,112 @@ TEST(CApiSafety, AForkedChildHoldsNoRendezvousListener) {
   destroyAll(comms);
 }
 
+
+// ---- SIGKILL during init ---------------------------------------------------------------------
+
+std::set<std::string> shmOf(pid_t pid) {
+  std::set<std::string> out;
+  if (DIR* d = opendir("/dev/shm")) {
+    const std::string prefix = "weft-" + std::to_string(pid) + "-";
+    while (dirent* e = readdir(d)) {
+      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// A process making 4-rank communicators over and over, SIGKILLed at a random moment, 200 times:
+// nothing of it stays in /dev/shm.
+TEST(CApiSafety, ASigkillAtAnyMomentOfInitLeavesNothing) {
+  std::mt19937 rng(20261202);
+  int left = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (;;) {
+        std::vector<weftComm_t> comms(4, nullptr);
+        if (weftCommInitAll(comms.data(), 4) != weftSuccess) _exit(2);
+        for (weftComm_t c : comms) (void)weftCommDestroy(c);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status)) << "trial " << trial << ": the child exited by itself";
+    left += static_cast<int>(shmOf(pid).size());
+  }
+  EXPECT_EQ(left, 0) << "segments left in /dev/shm by killed processes";
+}
+
+// Two processes joining one communicator over TCP, one SIGKILLed at a random moment of its init,
+// 40 times: the survivor's init fails (or had finished) within its timeout and leaves it no more
+// descriptors than it had and nothing in /dev/shm.
+TEST(CApiSafety, ASigkilledPeerDuringInitLeavesTheSurvivorClean) {
+  std::mt19937 rng(20261203);
+  for (int trial = 0; trial < 40; ++trial) {
+    int idPipe[2], readyPipe[2];
+    ASSERT_EQ(pipe(idPipe), 0);
+    ASSERT_EQ(pipe(readyPipe), 0);
+    const pid_t survivor = fork();
+    ASSERT_GE(survivor, 0);
+    if (survivor == 0) {  // rank 0: makes the id, hands it over, joins, checks itself
+      setenv("WEFT_TIMEOUT_S", "1", 1);
+      close(idPipe[0]);
+      close(readyPipe[0]);
+      close(readyPipe[1]);
+      const auto fds = openFds();
+      weftUniqueId id;
+      if (weftGetUniqueId(&id) != weftSuccess) _exit(3);
+      if (write(idPipe[1], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) _exit(3);
+      close(idPipe[1]);
+      weftComm_t comm = nullptr;
+      const auto start = std::chrono::steady_clock::now();
+      if (weftCommInitRank(&comm, 2, id, 0) == weftSuccess) (void)weftCommDestroy(comm);
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(3)) _exit(4);
+      // The root thread ends once the rendezvous is over (or after its timeout), and its
+      // descriptors with it: none may stay that was not there before (the id's pipe went).
+      auto noneNew = [&] {
+        const auto now = openFds();
+        return std::includes(fds.begin(), fds.end(), now.begin(), now.end());
+      };
+      for (int i = 0; i < 100 && !noneNew(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!noneNew()) _exit(5);
+      if (!shmOf(getpid()).empty()) _exit(6);
+      _exit(0);
+    }
+    close(idPipe[1]);
+    const pid_t victim = fork();
+    ASSERT_GE(victim, 0);
+    if (victim == 0) {  // rank 1: says when it has the id, then joins
+      close(readyPipe[0]);
+      weftUniqueId id;
+      if (read(idPipe[0], &id, sizeof id) != static_cast<ssize_t>(sizeof id)) _exit(3);
+      const char go = 1;
+      if (write(readyPipe[1], &go, 1) != 1) _exit(3);
+      weftComm_t comm = nullptr;
+      if (weftCommInitRank(&comm, 2, id, 1) == weftSuccess) pause();
+      _exit(1);
+    }
+    close(idPipe[0]);
+    close(readyPipe[1]);
+    char go = 0;
+    EXPECT_EQ(read(readyPipe[0], &go, 1), 1);
+    close(readyPipe[0]);
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 15000));
+    kill(victim, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(victim, &status, 0), victim);
+    ASSERT_EQ(waitpid(survivor, &status, 0), survivor);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0)
+        << "trial " << trial << ": 4 too slow, 5 descriptors left, 6 segments left";
+    EXPECT_TRUE(shmOf(victim).empty()) << "trial " << trial;
+  }
+}
 
 // ---- arguments out of range ----------------------------------------------------------------
 

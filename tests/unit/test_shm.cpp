@@ -1,6 +1,8 @@
-// The shared-memory transport on its own: segments (mode 0600, unguessable names, gone once
-// unlinked) and the FIFO contract every transport keeps (order, capacity, blocking, timeouts).
+// The shared-memory transport on its own: segments (memfds of mode 0600 named by their /proc
+// path, unopenable once let go) and the FIFO contract every transport keeps (order, capacity,
+// blocking, timeouts).
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,30 +15,40 @@
 namespace weft::transport {
 namespace {
 
-TEST(ShmSegment, PrivateModeRandomNameAndUnlinked) {
+// An inbox is a memfd, named by its /proc path: nothing in /dev/shm at any moment, mode 0600; a
+// peer maps it through that path until the owner lets go of the descriptor.
+TEST(ShmSegment, AMemfdPeersOpenThroughProcAndNothingInDevShm) {
+  auto devShm = [] {
+    int n = 0;
+    if (DIR* d = opendir("/dev/shm")) {
+      const std::string mine = "weft-" + std::to_string(getpid()) + "-";
+      while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind(mine, 0) == 0 ? 1 : 0;
+      closedir(d);
+    }
+    return n;
+  };
   auto a = ShmSegment::create(1 << 16);
   auto b = ShmSegment::create(1 << 16);
   ASSERT_TRUE(a.isOk()) << a.status().toString();
   ASSERT_TRUE(b.isOk());
   EXPECT_NE(a->name(), b->name());
-  EXPECT_EQ(a->name().rfind("/weft-", 0), 0u) << a->name();
+  EXPECT_EQ(a->name().rfind("/proc/" + std::to_string(getpid()) + "/fd/", 0), 0u) << a->name();
+  EXPECT_EQ(devShm(), 0);
   struct stat st {};
-  const std::string path = "/dev/shm" + a->name();
-  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  ASSERT_EQ(stat(a->name().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  // A peer maps it by name; once the owner unlinks, the name is gone but the mappings work.
+  // A peer maps it by its path; once the owner lets go, the path is gone but the mappings work.
   auto peer = ShmSegment::open(a->name(), a->size());
   ASSERT_TRUE(peer.isOk()) << peer.status().toString();
+  const std::string aname = a->name();
   a->unlink();
-  EXPECT_NE(stat(path.c_str(), &st), 0);
+  EXPECT_FALSE(ShmSegment::open(aname, 1 << 16).isOk());
   std::memset(a->data(), 7, 16);
   EXPECT_EQ(peer->data()[15], std::byte{7});
   // Opening with the wrong size is an error, not a short mapping.
-  const std::string bname = b->name();
-  EXPECT_FALSE(ShmSegment::open(bname, 4096).isOk());
-  // The owner's destructor removes a name it still holds.
+  EXPECT_FALSE(ShmSegment::open(b->name(), 4096).isOk());
   { ShmSegment gone = std::move(*b); }
-  EXPECT_NE(stat(("/dev/shm" + bname).c_str(), &st), 0);
+  EXPECT_EQ(devShm(), 0);
 }
 
 struct Fifo {
