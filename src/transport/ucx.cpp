@@ -1,9 +1,11 @@
 #include "src/transport/ucx.hpp"
 
+#include <dlfcn.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 namespace weft::transport {
@@ -229,6 +231,22 @@ bool ucxAvailable() {
   return true;
 }
 
+namespace {
+
+// libucs installs handlers for SIGSEGV, SIGBUS, SIGILL and SIGFPE as it loads (UCX_ERROR_SIGNALS),
+// printing "Caught signal" backtraces for crashes of whatever process weft lives in, PyTorch's
+// included. Unless the user asked for them, weft puts the previous handlers back as it loads
+// (after libucs, which it depends on). Looked up, not called: not every UCX exports it.
+[[maybe_unused]] const bool kQuietUcs = [] {
+  if (std::getenv("UCX_ERROR_SIGNALS") != nullptr) return false;
+  using Disable = void (*)();
+  auto disable = reinterpret_cast<Disable>(dlsym(RTLD_DEFAULT, "ucs_debug_disable_signals"));
+  if (disable != nullptr) disable();
+  return disable != nullptr;
+}();
+
+}  // namespace
+
 Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g) {
   std::unique_ptr<UcxTransport> t(new UcxTransport());
   t->g_ = g;
@@ -238,6 +256,10 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
     return ucxError("reading the configuration (UCX_* variables)", s);
+  // UCX's memory-type cache patches mmap and friends in the whole process (libucm's hooks) to
+  // learn of GPU memory; weft hands UCX host memory only. Off unless the user set it.
+  if (std::getenv("UCX_MEMTYPE_CACHE") == nullptr)
+    (void)ucp_config_modify(config, "MEMTYPE_CACHE", "n");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;

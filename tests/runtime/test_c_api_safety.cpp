@@ -455,6 +455,30 @@ TEST(CApiSafety, ASigkilledPeerDuringInitLeavesTheSurvivorClean) {
   }
 }
 
+// ---- a library in someone else's process ------------------------------------------------------
+
+// No handler of libucs (UCX's) for the crash signals once weft is loaded and a communicator made,
+// unless UCX_ERROR_SIGNALS asks for them: a caller's crash is the caller's to report.
+TEST(CApiSafety, UcxInstallsNoSignalHandlersUnlessAskedTo) {
+  if (std::getenv("UCX_ERROR_SIGNALS") != nullptr) GTEST_SKIP() << "UCX_ERROR_SIGNALS is set";
+  std::vector<weftComm_t> comms(2, nullptr);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
+    struct sigaction sa {};
+    ASSERT_EQ(sigaction(sig, nullptr, &sa), 0);
+    void* handler = (sa.sa_flags & SA_SIGINFO) != 0 ? reinterpret_cast<void*>(sa.sa_sigaction)
+                                                    : reinterpret_cast<void*>(sa.sa_handler);
+    Dl_info info{};
+    const std::string owner =
+        handler != nullptr && dladdr(handler, &info) != 0 && info.dli_fname != nullptr
+            ? info.dli_fname
+            : "";
+    EXPECT_EQ(owner.find("libucs"), std::string::npos) << "signal " << sig << ": " << owner;
+  }
+  destroyAll(comms);
+}
+
+
 // ---- arguments out of range ----------------------------------------------------------------
 
 // Runs call(0) and call(1), the two ranks of a communicator, at once; their results.
