@@ -303,6 +303,14 @@ int CudaExecutor::threadsOnDevice() const {
   return ipc_->threadsOnThisDevice();
 }
 
+Status CudaExecutor::begin(void* stream) {
+  return order_->begin(stream);
+}
+
+Status CudaExecutor::end(void* stream) {
+  return order_->end(stream);
+}
+
 std::string CudaExecutor::describe() const {
   return ipc_->describe() + ", " + std::to_string(channels_) + " channel(s), " +
          std::to_string(options_.slots) + " x " + std::to_string(options_.slotBytes / 1024) +

@@ -120,8 +120,8 @@ class CudaExecutor {
   // Every operation (a collective or a batch of sends and receives, with whatever it launches)
   // between begin() and end() on its stream: it then runs after the operation issued before it,
   // whatever the streams (src/exec/launch_order.hpp).
-  Status begin(void* stream) { return order_->begin(stream); }
-  Status end(void* stream) { return order_->end(stream); }
+  Status begin(void* stream);
+  Status end(void* stream);
 
   // Enqueues the schedule on `stream` (a cudaStream_t). b.scratch is ignored: the executor
   // keeps its own device scratch. avg is left as a sum (see divide()).

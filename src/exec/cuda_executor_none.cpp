@@ -39,6 +39,14 @@ std::string CudaExecutor::describe() const {
   return "no CUDA";
 }
 
+Status CudaExecutor::begin(void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
+Status CudaExecutor::end(void*) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
 Status CudaExecutor::run(const algo::Schedule&, const Geometry&, const Buffers&, algo::Protocol,
                          void*) {
   return Status(Code::unsupported, "this build has no CUDA");
