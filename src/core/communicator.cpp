@@ -464,6 +464,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
         return {};
       },
       config.timeout, me);
+  if (config.checkCalls) c->waiter_->watchWith([raw = c.get()] { raw->watchCall(); });
   c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   // A rank with one core (or less) runs a schedule's channels one after another on the calling
   // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
@@ -726,6 +727,13 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto plan = planFor(coll, bytes);
   if (!plan) return plan.status();
+  // What this call is, for the peers to compare before anything moves (WEFT_CHECK_CALLS); the
+  // waits below compare it with theirs, and verifyCall once more at the end.
+  if (config_.checkCalls) postCall(coll, count, type, op, root);
+  struct EndCall {
+    std::atomic<bool>& inCall;
+    ~EndCall() { inCall.store(false, std::memory_order_release); }
+  } endCall{inCall_};
   if (plan->algorithm == "slots" || plan->algorithm == "direct") {
     const bool slots = plan->algorithm == "slots";
     if (!slots && (config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
@@ -739,6 +747,9 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
     if (!s) return fail(s);
   } else if (Status s = runSchedule(coll, *plan, input, output, count, type, op, root); !s) {
     return s;
+  }
+  if (config_.checkCalls) {
+    if (Status s = verifyCall(); !s) return s;
   }
   if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
     exec::divide(output, output, count, type, static_cast<std::uint64_t>(size_));

@@ -282,6 +282,30 @@ class Communicator {
   bool hostSlotsServe(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
+  // Call signatures (src/core/call_check.cpp).
+  struct CallSignature {
+    Collective coll = Collective::allReduce;
+    DataType type = DataType::f32;
+    RedOp op = RedOp::sum;
+    int root = 0;
+    std::size_t count = 0;
+    std::string toString() const;
+    bool operator==(const CallSignature& o) const;  // op and root where they matter
+  };
+  struct Posted {
+    enum State { notYet, here, ahead } state = notYet;
+    CallSignature call;
+  };
+  void postCall(Collective coll, std::size_t count, DataType type, RedOp op, int root);
+  Posted postedBy(int q) const;  // peer q's post of this rank's current call number
+  bool comparesWith(int q) const;
+  Status mismatch(int q, const CallSignature& theirs);
+  void watchCall();     // during the call's waits
+  Status verifyCall();  // before the call returns: every peer's post, waited for
+  std::uint64_t hostCalls_ = 0;  // host collectives made (posted) so far
+  CallSignature current_;
+  std::atomic<bool> inCall_{false};
+  std::atomic<bool> mismatchRaised_{false};
   bool created_ = false;         // create() finished: a destructor before that aborts the peers
   bool channelsInline_ = false;  // a schedule's channels one after another on the caller
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes

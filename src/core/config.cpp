@@ -52,6 +52,11 @@ Result<Config> Config::fromEnvironment() {
   if (const char* v = envOrNccl("WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")) c.socketIfname = v;
   if (const char* v = envOrNccl("WEFT_COMM_ID", "NCCL_COMM_ID")) c.commId = v;
   if (const char* v = env("WEFT_COMM_SECRET")) c.commSecret = v;
+  if (env("WEFT_CHECK_CALLS") != nullptr) {
+    auto x = number("WEFT_CHECK_CALLS", 0, 1);
+    if (!x) return x.status();
+    c.checkCalls = *x != 0;
+  }
   if (const char* path = env("WEFT_COMM_SECRET_FILE"); path != nullptr && c.commSecret.empty()) {
     std::ifstream in(path);
     if (!in || !std::getline(in, c.commSecret) || c.commSecret.empty())

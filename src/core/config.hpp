@@ -18,6 +18,10 @@ struct Config {
   // WEFT_COMM_SECRET (or the first line of the file WEFT_COMM_SECRET_FILE names): the secret a
   // WEFT_COMM_ID rendezvous proves by challenge-response; empty: unauthenticated.
   std::string commSecret;
+  // WEFT_CHECK_CALLS (0 or 1, default 1): every host collective's signature (collective, dtype,
+  // count, op, root) compared with the same call of each peer on this host; a mismatch fails
+  // the call on every rank, naming both calls (src/core/call_check.cpp).
+  bool checkCalls = true;
   std::string transport =
       "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
   int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank

@@ -33,6 +33,7 @@ void Waiter::nap(int microseconds) {
 }
 
 Status Waiter::check(const char* what, int peer, Clock::time_point start, int round) const {
+  if (watch_) watch_();  // may abort (a mismatched call): the check below then ends the wait
   if (aborted_ != nullptr && aborted_->load(std::memory_order_acquire) != 0) {
     // The setter wrote the reason before its release of the flag; this acquire sees it.
     const std::string why = reason_ != nullptr && reason_[0] != '\0' ? reason_ : "abort was called";

@@ -47,6 +47,9 @@ class Waiter {
   // Give the core away while spinning (sched_yield, at most kYields times, then the naps): for
   // ranks that outnumber the host's cores, whose peer may be waiting for this rank's core.
   void yieldWhileSpinning(bool yields) { yields_ = yields; }
+  // Called at each nap of a wait that spun without success, from the waiting thread (any of the
+  // communicator's): it may abort the communicator (a mismatched call), which ends the wait.
+  void watchWith(std::function<void()> watch) { watch_ = std::move(watch); }
 
   // Returns once ready() holds, or the error that ended the wait. `what` and `peer` name it.
   template <typename Ready>
@@ -93,6 +96,7 @@ class Waiter {
   const std::atomic<int>* aborted_;
   const char* reason_;
   std::function<std::string(int)> peerFailure_;
+  std::function<void()> watch_;
   std::chrono::milliseconds timeout_;
   int rank_;
 };

@@ -27,6 +27,17 @@
 namespace weft::transport {
 
 // The first page of every inbox.
+// One collective a rank made, as it posts it for its peers to compare (WEFT_CHECK_CALLS,
+// src/core/call_check.cpp): a seqlock, `seq` the call's number (0 while being rewritten).
+struct PostedCall {
+  std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint32_t> coll, type, op;
+  std::atomic<std::int32_t> root;
+  std::atomic<std::uint64_t> count;
+};
+// Calls kept: a peer more calls ahead than this is past comparing.
+constexpr std::size_t kPostedCalls = 16;
+
 struct ShmControl {
   std::atomic<int> aborted;  // any rank may set it in any inbox: the owner stops waiting
   std::atomic<int> claimed;  // the first aborter takes it, writes `reason`, then sets `aborted`
@@ -45,6 +56,8 @@ struct ShmControl {
   // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
   // its peers send it bytes through the FIFO instead of naming their pieces.
   alignas(64) std::atomic<std::uint32_t> refusesReferences;
+  // This rank's last host collectives, by number modulo kPostedCalls.
+  alignas(64) PostedCall calls[kPostedCalls];
 };
 
 // After the control page, two of these: a small call's input, published whole (the slots path).

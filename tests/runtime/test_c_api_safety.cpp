@@ -58,19 +58,47 @@ extern "C" int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*
   return real(t, attr, fn, arg);
 }
 
-void* operator new(std::size_t n) {
+// Every form of new and delete but the aligned ones, on malloc and free (so none of them pairs
+// with the C++ runtime's, or a sanitizer's, own).
+namespace {
+void* allocate(std::size_t n, bool throws) {
   gAllocsMade.fetch_add(1, std::memory_order_relaxed);
-  if (failNow(gAllocsLeft)) throw std::bad_alloc();
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
+  void* p = failNow(gAllocsLeft) ? nullptr : std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr && throws) throw std::bad_alloc();
+  return p;
 }
-// The pair of the operator new above (malloc), which GCC cannot see is not the default one.
+}  // namespace
+void* operator new(std::size_t n) {
+  return allocate(n, true);
+}
+void* operator new[](std::size_t n) {
+  return allocate(n, true);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return allocate(n, false);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return allocate(n, false);
+}
+// GCC cannot see that these pair with the operator new above (malloc), not the default one.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept {
   std::free(p);
 }
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
 void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
   std::free(p);
 }
 #pragma GCC diagnostic pop

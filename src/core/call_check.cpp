@@ -1,0 +1,127 @@
+// Call signatures (WEFT_CHECK_CALLS): every host collective posts what it is (collective, dtype,
+// count, op, root) in the caller's inbox before it touches a peer; a rank compares its call with
+// each peer's on this host while it waits for them and once more before it returns, so a call
+// the ranks made differently fails on every rank with both calls named, instead of returning
+// wrong data or hanging. Ranks reached through UCX, point-to-point calls and GPU calls are not
+// compared here.
+#include <atomic>
+#include <string>
+
+#include "src/core/communicator.hpp"
+#include "src/transport/shm.hpp"
+
+namespace weft {
+namespace {
+
+bool reduces(Collective c) {
+  return c == Collective::allReduce || c == Collective::reduceScatter || c == Collective::reduce;
+}
+bool rooted(Collective c) {
+  return c == Collective::broadcast || c == Collective::reduce;
+}
+
+}  // namespace
+
+std::string Communicator::CallSignature::toString() const {
+  std::string out = std::string(name(coll)) + "(" + std::string(name(type)) + ", " +
+                    std::to_string(count);
+  if (reduces(coll)) out += ", " + std::string(name(op));
+  if (rooted(coll)) out += ", root " + std::to_string(root);
+  return out + ")";
+}
+
+bool Communicator::CallSignature::operator==(const CallSignature& o) const {
+  return coll == o.coll && type == o.type && count == o.count &&
+         (!reduces(coll) || op == o.op) && (!rooted(coll) || root == o.root);
+}
+
+void Communicator::postCall(Collective coll, std::size_t count, DataType type, RedOp op,
+                            int root) {
+  current_ = {coll, type, op, root, count};
+  const std::uint64_t seq = ++hostCalls_;
+  transport::PostedCall& p =
+      transport::controlOf(inbox_.data())->calls[seq % transport::kPostedCalls];
+  // A seqlock: readers that see the same number before and after their reads read one call.
+  p.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  p.coll.store(static_cast<std::uint32_t>(coll), std::memory_order_relaxed);
+  p.type.store(static_cast<std::uint32_t>(type), std::memory_order_relaxed);
+  p.op.store(static_cast<std::uint32_t>(op), std::memory_order_relaxed);
+  p.root.store(root, std::memory_order_relaxed);
+  p.count.store(count, std::memory_order_relaxed);
+  p.seq.store(seq, std::memory_order_release);
+  inCall_.store(true, std::memory_order_release);
+}
+
+Communicator::Posted Communicator::postedBy(int q) const {
+  const auto Q = static_cast<std::size_t>(q);
+  const std::uint64_t seq = hostCalls_;
+  const transport::PostedCall& p =
+      transport::controlOf(peerInboxes_[Q].data())->calls[seq % transport::kPostedCalls];
+  Posted out;
+  const std::uint64_t before = p.seq.load(std::memory_order_acquire);
+  if (before < seq) return out;  // not yet (or its entry is being rewritten)
+  if (before > seq) {
+    out.state = Posted::ahead;  // it made this call and many more: nothing left to compare
+    return out;
+  }
+  out.call.coll = static_cast<Collective>(p.coll.load(std::memory_order_relaxed));
+  out.call.type = static_cast<DataType>(p.type.load(std::memory_order_relaxed));
+  out.call.op = static_cast<RedOp>(p.op.load(std::memory_order_relaxed));
+  out.call.root = p.root.load(std::memory_order_relaxed);
+  out.call.count = static_cast<std::size_t>(p.count.load(std::memory_order_relaxed));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  out.state = p.seq.load(std::memory_order_relaxed) == before ? Posted::here : Posted::ahead;
+  return out;
+}
+
+Status Communicator::mismatch(int q, const CallSignature& theirs) {
+  const std::string why = "rank " + std::to_string(rank_) + " called " + current_.toString() +
+                          " but rank " + std::to_string(q) + " called " + theirs.toString() +
+                          " as call " + std::to_string(hostCalls_) +
+                          " (every rank must make the same collective calls in the same order; "
+                          "WEFT_CHECK_CALLS)";
+  // Every rank's waits end with it: the first to see a mismatch tells them all.
+  if (!mismatchRaised_.exchange(true)) abort(why);
+  return {Code::invalidUsage, why};
+}
+
+void Communicator::watchCall() {
+  if (!inCall_.load(std::memory_order_acquire)) return;
+  for (int q = 0; q < size_; ++q) {
+    if (!comparesWith(q)) continue;
+    const Posted p = postedBy(q);
+    if (p.state == Posted::here && !(p.call == current_)) {
+      (void)mismatch(q, p.call);
+      return;
+    }
+  }
+}
+
+Status Communicator::verifyCall() {
+  inCall_.store(false, std::memory_order_release);
+  for (int q = 0; q < size_; ++q) {
+    if (!comparesWith(q)) continue;
+    Posted p = postedBy(q);
+    if (p.state == Posted::notYet) {
+      // A peer this call did not wait for (a broadcast's root, say): until it makes its call.
+      Status s = waiter_->wait(
+          [&] {
+            p = postedBy(q);
+            return p.state != Posted::notYet;
+          },
+          "waiting for the rank to make its call (WEFT_CHECK_CALLS)", q);
+      if (!s) return fail(s);
+    }
+    if (p.state == Posted::here && !(p.call == current_)) return mismatch(q, p.call);
+  }
+  return {};
+}
+
+bool Communicator::comparesWith(int q) const {
+  const auto Q = static_cast<std::size_t>(q);
+  return config_.checkCalls && q != rank_ && sameHost_[Q] && !viaUcx_[Q] &&
+         peerInboxes_[Q].data() != nullptr;
+}
+
+}  // namespace weft

@@ -1,0 +1,111 @@
+// Call signatures (WEFT_CHECK_CALLS, on by default): ranks that make one collective call
+// differently (count, dtype, op, collective, root) all get an error naming both calls, within a
+// second, instead of success with wrong data or a wait for the timeout.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/weft.h"
+
+namespace {
+
+struct Call {
+  weftCollective_t coll = weftCollAllReduce;
+  weftDataType_t type = weftFloat32;
+  size_t count = 100;
+  weftRedOp_t op = weftSum;
+  int root = 0;
+};
+
+weftResult_t make(const Call& c, weftComm_t comm, int rank, int n) {
+  const size_t es = weftTypeSize(c.type);
+  std::vector<unsigned char> in(c.count * es * static_cast<size_t>(n), 1);
+  std::vector<unsigned char> out(c.count * es * static_cast<size_t>(n), 0);
+  switch (c.coll) {
+    case weftCollAllReduce:
+      return weftAllReduce(in.data(), out.data(), c.count, c.type, c.op, comm, nullptr);
+    case weftCollBroadcast:
+      return weftBroadcast(in.data(), out.data(), c.count, c.type, c.root, comm, nullptr);
+    case weftCollReduce:
+      return weftReduce(in.data(), out.data(), c.count, c.type, c.op, c.root, comm, nullptr);
+    case weftCollAllGather:
+      return weftAllGather(in.data(), out.data(), c.count, c.type, comm, nullptr);
+    default:
+      (void)rank;
+      return weftInternalError;
+  }
+}
+
+struct Case {
+  const char* what;
+  Call everyone, odd;  // rank 1 makes `odd`
+  const char* mine;    // how the calls are named
+  const char* theirs;
+};
+
+class CallCheck : public ::testing::TestWithParam<int> {};
+
+TEST_P(CallCheck, AMismatchedCallIsAnErrorOnEveryRankNamingBothCalls) {
+  const int n = GetParam();
+  const Case cases[] = {
+      {"count", {}, {weftCollAllReduce, weftFloat32, 200}, "allreduce(f32, 100, sum)",
+       "allreduce(f32, 200, sum)"},
+      {"count, 10k", {weftCollAllReduce, weftFloat32, 10000},
+       {weftCollAllReduce, weftFloat32, 20000}, "allreduce(f32, 10000, sum)",
+       "allreduce(f32, 20000, sum)"},
+      {"count, 100k", {weftCollAllReduce, weftFloat32, 100000},
+       {weftCollAllReduce, weftFloat32, 200000}, "allreduce(f32, 100000, sum)",
+       "allreduce(f32, 200000, sum)"},
+      {"dtype", {}, {weftCollAllReduce, weftFloat64, 100}, "allreduce(f32, 100, sum)",
+       "allreduce(f64, 100, sum)"},
+      {"op", {}, {weftCollAllReduce, weftFloat32, 100, weftProd}, "allreduce(f32, 100, sum)",
+       "allreduce(f32, 100, prod)"},
+      {"collective", {}, {weftCollBroadcast, weftFloat32, 100}, "allreduce(f32, 100, sum)",
+       "broadcast(f32, 100, root 0)"},
+      {"root", {weftCollBroadcast, weftFloat32, 100}, {weftCollBroadcast, weftFloat32, 100,
+       weftSum, 1}, "broadcast(f32, 100, root 0)", "broadcast(f32, 100, root 1)"},
+      {"reduce's root, 1M", {weftCollReduce, weftFloat32, 1 << 20},
+       {weftCollReduce, weftFloat32, 1 << 20, weftSum, 1}, "reduce(f32, 1048576, sum, root 0)",
+       "reduce(f32, 1048576, sum, root 1)"},
+  };
+  for (const Case& c : cases) {
+    std::vector<weftComm_t> comms(static_cast<size_t>(n), nullptr);
+    ASSERT_EQ(weftCommInitAll(comms.data(), n), weftSuccess) << weftGetLastError();
+    // A good call first: the mismatch is the second call of each rank.
+    std::vector<weftResult_t> good(static_cast<size_t>(n)), bad(static_cast<size_t>(n));
+    std::vector<std::string> messages(static_cast<size_t>(n));
+    std::vector<double> seconds(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        const auto R = static_cast<size_t>(r);
+        good[R] = make(c.everyone, comms[R], r, n);
+        const auto start = std::chrono::steady_clock::now();
+        bad[R] = make(r == 1 ? c.odd : c.everyone, comms[R], r, n);
+        seconds[R] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        messages[R] = weftGetLastError();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      const auto R = static_cast<size_t>(r);
+      EXPECT_EQ(good[R], weftSuccess) << c.what << ", rank " << r << ": " << messages[R];
+      EXPECT_NE(bad[R], weftSuccess) << c.what << ", rank " << r << " got success";
+      EXPECT_LT(seconds[R], 1.0) << c.what << ", rank " << r;
+      EXPECT_NE(messages[R].find(c.mine), std::string::npos)
+          << c.what << ", rank " << r << ": " << messages[R];
+      EXPECT_NE(messages[R].find(c.theirs), std::string::npos)
+          << c.what << ", rank " << r << ": " << messages[R];
+    }
+    for (weftComm_t comm : comms) EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, CallCheck, ::testing::Values(2, 3, 4),
+                         [](const auto& p) { return std::to_string(p.param) + "ranks"; });
+
+}  // namespace
