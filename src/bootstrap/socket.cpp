@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "src/bootstrap/wire.hpp"
@@ -334,6 +335,8 @@ Result<SocketAddress> interfaceAddress(std::string_view ifname) {
   if (::getifaddrs(&list) != 0) {
     return Status(Code::systemError, "could not list network interfaces: " + errnoText(errno));
   }
+  // Freed on every way out, an exception (an allocation below) included.
+  const std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owned(list, ::freeifaddrs);
 
   // NCCL_SOCKET_IFNAME syntax: optional '^' (exclude), optional '=' (exact), comma list.
   std::string_view spec = ifname;
@@ -377,7 +380,6 @@ Result<SocketAddress> interfaceAddress(std::string_view ifname) {
     const int kind = family == AF_INET ? 0 : isLinkLocal(*address) ? 2 : 1;
     candidates.push_back({*address, (loopback ? 10 : 0) + kind});
   }
-  ::freeifaddrs(list);
 
   // stable: among equals, the first interface listed wins
   const auto best =

@@ -734,6 +734,14 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
     std::atomic<bool>& inCall;
     ~EndCall() { inCall.store(false, std::memory_order_release); }
   } endCall{inCall_};
+  // Paths that read peers' buffers in place (the direct path, single copy) would read past a
+  // peer's smaller buffer on a mismatched count: there every peer's call is compared first.
+  const bool readsPeers =
+      plan->algorithm == "direct" ||
+      (plan->algorithm != "slots" && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes);
+  if (config_.checkCalls && readsPeers) {
+    if (Status s = verifyCall(); !s) return s;
+  }
   if (plan->algorithm == "slots" || plan->algorithm == "direct") {
     const bool slots = plan->algorithm == "slots";
     if (!slots && (config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
@@ -748,7 +756,7 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   } else if (Status s = runSchedule(coll, *plan, input, output, count, type, op, root); !s) {
     return s;
   }
-  if (config_.checkCalls) {
+  if (config_.checkCalls && !readsPeers) {
     if (Status s = verifyCall(); !s) return s;
   }
   if (op == RedOp::avg && output != nullptr && (coll != Collective::reduce || rank_ == root)) {
