@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/runtime/fork.hpp"
 #include "weft/weft.h"
 
 namespace {
@@ -102,6 +103,48 @@ TEST_P(CallCheck, AMismatchedCallIsAnErrorOnEveryRankNamingBothCalls) {
           << c.what << ", rank " << r << ": " << messages[R];
     }
     for (weftComm_t comm : comms) EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+  }
+}
+
+// The same between processes (inboxes mapped through /proc): a count and a root mismatch, each
+// an error on both ranks within a second, with both calls named.
+TEST(CallCheckProcesses, AMismatchedCallIsAnErrorOnEveryProcess) {
+  WEFT_SKIP_UNDER_TSAN();
+  struct Mismatch {
+    const char* what;
+    std::function<weft::Status(int, weft::Comm&, std::vector<float>&)> call;
+    const char* named;
+  };
+  const Mismatch cases[] = {
+      {"count",
+       [](int r, weft::Comm& c, std::vector<float>& b) {
+         return c.allReduce(b.data(), b.data(), r == 0 ? 1000 : 2000, weft::DataType::f32,
+                            weft::RedOp::sum);
+       },
+       "allreduce(f32, 2000, sum)"},
+      {"root",
+       [](int r, weft::Comm& c, std::vector<float>& b) {
+         return c.broadcast(b.data(), b.data(), 1000, weft::DataType::f32, r);
+       },
+       "broadcast(f32, 1000, root 1)"},
+  };
+  for (const Mismatch& m : cases) {
+    const std::vector<int> codes = weft::test::forkRanks(2, [&](int r, weft::Comm& comm) {
+      std::vector<float> buf(4096, 1.0f);
+      const auto start = std::chrono::steady_clock::now();
+      const weft::Status s = m.call(r, comm, buf);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (s.isOk()) return 1;
+      if (seconds > 1.0) return 2;
+      if (s.message().find(m.named) == std::string::npos) {
+        std::fprintf(stderr, "rank %d: %s\n", r, s.message().c_str());
+        return 3;
+      }
+      return 0;
+    });
+    for (std::size_t r = 0; r < codes.size(); ++r)
+      EXPECT_EQ(codes[r], 0) << m.what << ", rank " << r << " (1 success, 2 slow, 3 unnamed)";
   }
 }
 
