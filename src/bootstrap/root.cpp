@@ -162,26 +162,31 @@ std::string Root::missingRanks() const {
 // The listening sockets of the roots alive in this process. A child forked meanwhile has no root
 // thread, so its copies would only keep the port open (a stranger's connection queued there and
 // never answered) and hold a descriptor per id: the child closes them as it starts.
-std::mutex gRootsMutex;
+// Never destroyed: a detached root thread may still untrack its descriptor while the process
+// exits and runs static destructors.
+std::mutex& rootsMutex() {
+  static auto* m = new std::mutex;
+  return *m;
+}
 std::set<int>& rootFds() {
-  static std::set<int> fds;
-  return fds;
+  static auto* fds = new std::set<int>;
+  return *fds;
 }
 
 void watchForks() {
   static std::once_flag once;
   std::call_once(once, [] {
-    (void)pthread_atfork([] { gRootsMutex.lock(); }, [] { gRootsMutex.unlock(); },
+    (void)pthread_atfork([] { rootsMutex().lock(); }, [] { rootsMutex().unlock(); },
                          [] {
                            for (int fd : rootFds()) ::close(fd);
                            rootFds().clear();
-                           gRootsMutex.unlock();
+                           rootsMutex().unlock();
                          });
   });
 }
 
 void track(int fd, bool alive) {
-  std::lock_guard<std::mutex> lock(gRootsMutex);
+  std::lock_guard<std::mutex> lock(rootsMutex());
   if (alive) {
     rootFds().insert(fd);
   } else {

@@ -42,13 +42,14 @@ void Communicator::postCall(Collective coll, std::size_t count, DataType type, R
   transport::PostedCall& p =
       transport::controlOf(inbox_.data())->calls[seq % transport::kPostedCalls];
   // A seqlock: readers that see the same number before and after their reads read one call.
-  p.seq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  p.coll.store(static_cast<std::uint32_t>(coll), std::memory_order_relaxed);
-  p.type.store(static_cast<std::uint32_t>(type), std::memory_order_relaxed);
-  p.op.store(static_cast<std::uint32_t>(op), std::memory_order_relaxed);
-  p.root.store(root, std::memory_order_relaxed);
-  p.count.store(count, std::memory_order_relaxed);
+  // (The exchange's acquire keeps the field stores after it; no fences: TSan cannot see them.)
+  (void)p.seq.exchange(0, std::memory_order_acq_rel);
+  // Release: a reader that loads a new field then sees the 0 above in its second look at seq.
+  p.coll.store(static_cast<std::uint32_t>(coll), std::memory_order_release);
+  p.type.store(static_cast<std::uint32_t>(type), std::memory_order_release);
+  p.op.store(static_cast<std::uint32_t>(op), std::memory_order_release);
+  p.root.store(root, std::memory_order_release);
+  p.count.store(count, std::memory_order_release);
   p.seq.store(seq, std::memory_order_release);
   inCall_.store(true, std::memory_order_release);
 }
@@ -65,12 +66,12 @@ Communicator::Posted Communicator::postedBy(int q) const {
     out.state = Posted::ahead;  // it made this call and many more: nothing left to compare
     return out;
   }
-  out.call.coll = static_cast<Collective>(p.coll.load(std::memory_order_relaxed));
-  out.call.type = static_cast<DataType>(p.type.load(std::memory_order_relaxed));
-  out.call.op = static_cast<RedOp>(p.op.load(std::memory_order_relaxed));
-  out.call.root = p.root.load(std::memory_order_relaxed);
-  out.call.count = static_cast<std::size_t>(p.count.load(std::memory_order_relaxed));
-  std::atomic_thread_fence(std::memory_order_acquire);
+  // Acquire loads: the second look at seq below cannot move above them.
+  out.call.coll = static_cast<Collective>(p.coll.load(std::memory_order_acquire));
+  out.call.type = static_cast<DataType>(p.type.load(std::memory_order_acquire));
+  out.call.op = static_cast<RedOp>(p.op.load(std::memory_order_acquire));
+  out.call.root = p.root.load(std::memory_order_acquire);
+  out.call.count = static_cast<std::size_t>(p.count.load(std::memory_order_acquire));
   out.state = p.seq.load(std::memory_order_relaxed) == before ? Posted::here : Posted::ahead;
   return out;
 }

@@ -328,10 +328,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   std::snprintf(reach[ME].inbox, sizeof reach[ME].inbox, "%s", c->inbox_.name().c_str());
   reach[ME].inboxBytes = c->geometry_.inboxBytes();
   reach[ME].ucxBytes = c->ucx_ ? c->ucx_->address().size() : 0;
-  c->probe_ = std::make_unique<std::uint64_t>(0x77656674'00000000ull ^
-                                              (static_cast<std::uint64_t>(getpid()) << 8) ^ ME);
-  reach[ME].probeAddress = reinterpret_cast<std::uintptr_t>(c->probe_.get());
-  reach[ME].probeValue = *c->probe_;
+  // One word per process, never freed: a peer thread may still read it after this rank's init
+  // failed and its communicator went (in-process ranks read each other with memcpy).
+  static const std::uint64_t* const probe =
+      new std::uint64_t(0x77656674'00000000ull ^ (static_cast<std::uint64_t>(getpid()) << 8));
+  reach[ME].probeAddress = reinterpret_cast<std::uintptr_t>(probe);
+  reach[ME].probeValue = *probe;
   if (Status s = c->bootstrap_->allGather(reach.data(), sizeof(ReachRecord)); !s) return s;
   std::size_t ucxBytes = 0;
   for (const ReachRecord& r : reach) ucxBytes = std::max<std::size_t>(ucxBytes, r.ucxBytes);

@@ -237,7 +237,6 @@ class Communicator {
   bool namesTo(std::size_t q, std::size_t bytes) const {
     return singleCopy(bytes, readsMe_[q]) && !transport::refusesReferences(refuses_[q]);
   }
-  std::unique_ptr<std::uint64_t> probe_;
   bool singleCopy(std::size_t bytes, std::uint8_t possible) const {
     return possible != 0 && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
   }
