@@ -1,9 +1,10 @@
 // Call signatures (WEFT_CHECK_CALLS): every host collective posts what it is (collective, dtype,
 // count, op, root) in the caller's inbox before it touches a peer; a rank compares its call with
-// each peer's on this host while it waits for them and once more before it returns, so a call
-// the ranks made differently fails on every rank with both calls named, instead of returning
-// wrong data or hanging. Ranks reached through UCX, point-to-point calls and GPU calls are not
-// compared here.
+// each peer's on this host while it waits for them and once more before it returns (before it
+// starts, on paths that read peers' buffers in place), so a call the ranks made differently
+// fails on every rank with both calls named, instead of returning wrong data, reading past a
+// buffer or hanging. Ranks reached through UCX, point-to-point calls, all-to-all-v and GPU calls
+// are not compared here.
 #include <atomic>
 #include <string>
 
