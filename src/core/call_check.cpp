@@ -3,10 +3,15 @@
 // each peer's on this host while it waits for them and once more before it returns (before it
 // starts, on paths that read peers' buffers in place), so a call the ranks made differently
 // fails on every rank with both calls named, instead of returning wrong data, reading past a
-// buffer or hanging. Ranks reached through UCX, point-to-point calls, all-to-all-v and GPU calls
-// are not compared here.
+// buffer or hanging. Sends and receives (and all-to-all-v's) post their sizes too: a receive
+// compares with its send before anything moves, a send with its receive if that was posted by
+// the time it finishes (a send never waits for its receiver). Ranks reached through UCX and GPU
+// calls are not compared here.
 #include <atomic>
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "src/core/communicator.hpp"
 #include "src/transport/shm.hpp"
@@ -124,6 +129,73 @@ bool Communicator::comparesWith(int q) const {
   const auto Q = static_cast<std::size_t>(q);
   return config_.checkCalls && q != rank_ && sameHost_[Q] && !viaUcx_[Q] &&
          peerInboxes_[Q].data() != nullptr;
+}
+
+namespace {
+
+// A seqlock entry: `bytes` under number `seq` (see postCall).
+void post(transport::PostedOp& p, std::uint64_t seq, std::uint64_t bytes) {
+  (void)p.seq.exchange(0, std::memory_order_acq_rel);
+  p.bytes.store(bytes, std::memory_order_release);
+  p.seq.store(seq, std::memory_order_release);
+}
+
+// The bytes of entry `seq`: nullopt while not posted; UINT64_MAX when it has moved on.
+std::optional<std::uint64_t> posted(const transport::PostedOp& p, std::uint64_t seq) {
+  const std::uint64_t before = p.seq.load(std::memory_order_acquire);
+  if (before < seq) return std::nullopt;
+  if (before > seq) return UINT64_MAX;
+  const std::uint64_t bytes = p.bytes.load(std::memory_order_acquire);
+  return p.seq.load(std::memory_order_relaxed) == before ? bytes : UINT64_MAX;
+}
+
+}  // namespace
+
+Status Communicator::checkOps(const std::vector<P2pOp>& ops, bool before) {
+  struct Numbered {
+    const P2pOp* op;
+    std::uint64_t seq;
+  };
+  // The numbers were given when posting (before); the end looks at the same operations again.
+  thread_local std::vector<Numbered> numbered;
+  if (before) {
+    numbered.clear();
+    for (const P2pOp& op : ops) {
+      if (op.bytes == 0 || !comparesWith(op.peer)) continue;
+      const auto Q = static_cast<std::size_t>(op.peer);
+      const std::uint64_t seq = op.isSend ? ++sendsTo_[Q] : ++recvsFrom_[Q];
+      transport::PostedOps* mine =
+          transport::postedOpsOf(peerInboxes_[Q].data(), geometry_, rank_);
+      post((op.isSend ? mine->sends : mine->recvs)[seq % transport::kPostedOps], seq, op.bytes);
+      numbered.push_back({&op, seq});
+    }
+  }
+  for (const Numbered& n : numbered) {
+    if (n.op->isSend == before) continue;  // receives before, sends at the end
+    const int q = n.op->peer;
+    transport::PostedOps* theirs = transport::postedOpsOf(inbox_.data(), geometry_, q);
+    const transport::PostedOp& p =
+        (n.op->isSend ? theirs->recvs : theirs->sends)[n.seq % transport::kPostedOps];
+    std::optional<std::uint64_t> bytes = posted(p, n.seq);
+    if (!bytes && before) {
+      Status s = waiter_->wait([&] { return (bytes = posted(p, n.seq)).has_value(); },
+                               "waiting for the rank to post its send (WEFT_CHECK_CALLS)", q);
+      if (!s) return fail(s);
+    }
+    if (!bytes || *bytes == UINT64_MAX || *bytes == n.op->bytes) continue;
+    const std::string sender = std::to_string(n.op->isSend ? rank_ : q);
+    const std::string receiver = std::to_string(n.op->isSend ? q : rank_);
+    const std::uint64_t sent = n.op->isSend ? n.op->bytes : *bytes;
+    const std::uint64_t received = n.op->isSend ? *bytes : n.op->bytes;
+    const std::string why = "rank " + sender + "'s send #" + std::to_string(n.seq) + " to rank " +
+                            receiver + " is " + std::to_string(sent) + " bytes but rank " +
+                            receiver + " receives " + std::to_string(received) +
+                            " bytes (each send needs a receive of its size, in the same order; "
+                            "WEFT_CHECK_CALLS)";
+    if (!mismatchRaised_.exchange(true)) abort(why);
+    return {Code::invalidUsage, why};
+  }
+  return {};
 }
 
 }  // namespace weft

@@ -250,6 +250,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   std::snprintf(self.transport, sizeof self.transport, "%s", config.transport.c_str());
   if (Status s = c->bootstrap_->allGather(hosts.data(), sizeof(HostRecord)); !s) return s;
   c->pids_.resize(N);
+  c->sendsTo_.assign(N, 0);
+  c->recvsFrom_.assign(N, 0);
   c->sameHost_.resize(N);
   c->viaUcx_.assign(N, false);
   bool anyUcx = false;
@@ -975,6 +977,10 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
     if (selfSends[k]->bytes > 0)
       std::memmove(selfRecvs[k]->buf, selfSends[k]->buf, selfSends[k]->bytes);
   }
+  // Every receive's size against its send's before anything moves (WEFT_CHECK_CALLS).
+  if (config_.checkCalls) {
+    if (Status s = checkOps(ops, true); !s) return s;
+  }
   // Per (direction, peer): the operations in call order; only the first unfinished one moves.
   // Sends come first in each pass, so a rank names its buffers before it spends a single-copy
   // read on a peer's: with receives first, two ranks exchanging 1 MB took turns, each posting
@@ -1075,6 +1081,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
   if (ucx_) {
     if (Status s = ucx_->flush(0, *waiter_); !s) return fail(s);
   }
+  if (config_.checkCalls) return checkOps(ops, false);  // each send, where its receive posted
   return {};
 }
 

@@ -301,7 +301,12 @@ class Communicator {
   Status mismatch(int q, const CallSignature& theirs);
   void watchCall();     // during the call's waits
   Status verifyCall();  // before the call returns: every peer's post, waited for
+  // Point-to-point (a batch: sends, receives, all-to-all-v): posts every operation in the peer's
+  // inbox; `before`: compares each receive with its sender's post (waiting for it), else each
+  // send with its receiver's post where that is there already (a send never waits for it).
+  Status checkOps(const std::vector<P2pOp>& ops, bool before);
   std::uint64_t hostCalls_ = 0;  // host collectives made (posted) so far
+  std::vector<std::uint64_t> sendsTo_, recvsFrom_;  // by peer: point-to-point operations posted
   CallSignature current_;
   std::atomic<bool> inCall_{false};
   std::atomic<bool> mismatchRaised_{false};

@@ -32,6 +32,7 @@ struct ShmConnection::Header {
   alignas(kCacheLine) std::atomic<std::uint64_t> head;  // sender's; release on post
   alignas(kCacheLine) std::atomic<std::uint64_t> tail;  // receiver's; release on release()
   alignas(kCacheLine) std::uint64_t sizes[64];          // bytes of the message in each slot
+  alignas(kCacheLine) PostedOps posted;                 // channel 0's: WEFT_CHECK_CALLS
 };
 
 static_assert(sizeof(ShmControl) <= kControlBytes);
@@ -180,6 +181,11 @@ ShmControl* controlOf(std::byte* inbox) {
 
 ShmSmallSlot* smallSlotsOf(std::byte* inbox) {
   return std::launder(reinterpret_cast<ShmSmallSlot*>(inbox + kControlBytes));
+}
+
+PostedOps* postedOpsOf(std::byte* inbox, const ShmGeometry& g, int from) {
+  auto* h = std::launder(reinterpret_cast<ShmConnection::Header*>(inbox + g.offset(0, from)));
+  return &h->posted;
 }
 
 ShmConnection::ShmConnection(std::byte* base, const ShmGeometry& g, int peer)

@@ -38,6 +38,19 @@ struct PostedCall {
 // Calls kept: a peer more calls ahead than this is past comparing.
 constexpr std::size_t kPostedCalls = 16;
 
+// One send or receive a rank made with the inbox's owner (WEFT_CHECK_CALLS): its number among
+// that rank's operations of that direction with the owner, and its bytes. A seqlock, in the
+// header of channel 0's FIFO from that rank (postedOpsOf).
+struct PostedOp {
+  std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint64_t> bytes;
+};
+constexpr std::size_t kPostedOps = 16;
+struct PostedOps {
+  PostedOp sends[kPostedOps];  // the sender's sends to the owner
+  PostedOp recvs[kPostedOps];  // the sender's receives from the owner
+};
+
 struct ShmControl {
   std::atomic<int> aborted;  // any rank may set it in any inbox: the owner stops waiting
   std::atomic<int> claimed;  // the first aborter takes it, writes `reason`, then sets `aborted`
@@ -148,5 +161,8 @@ void initInbox(std::byte* inbox, const ShmGeometry& g);
 ShmControl* controlOf(std::byte* inbox);
 // The inbox's two small slots.
 ShmSmallSlot* smallSlotsOf(std::byte* inbox);
+// What rank `from` posted of its sends and receives with the inbox's owner (an inbox with
+// FIFOs only).
+PostedOps* postedOpsOf(std::byte* inbox, const ShmGeometry& g, int from);
 
 }  // namespace weft::transport

@@ -106,6 +106,63 @@ TEST_P(CallCheck, AMismatchedCallIsAnErrorOnEveryRankNamingBothCalls) {
   }
 }
 
+// Sends and receives (and all-to-all-v's) of different sizes: the receiver's call fails before
+// anything moves, naming both sizes, and the communicator is aborted, so the sender's call, or
+// at the latest its next one, fails too. 2 ranks as threads; small, and large enough that the
+// receiver reads the sender's buffer in place.
+TEST(CallCheckPointToPoint, ASendAndAReceiveOfDifferentSizesAreAnError) {
+  struct P2p {
+    const char* what;
+    size_t sent, received;  // floats
+    bool alltoallv;
+  };
+  const P2p cases[] = {{"send/recv", 100, 200, false},
+                       {"send/recv, 400 KB", 100000, 200000, false},
+                       {"all-to-all-v", 10, 20, true}};
+  for (const P2p& c : cases) {
+    std::vector<weftComm_t> comms(2, nullptr);
+    ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+    std::vector<weftResult_t> first(2), second(2);
+    std::vector<std::string> messages(2);
+    std::vector<double> seconds(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        const auto R = static_cast<size_t>(r);
+        std::vector<float> buf(2 * c.received + 16, 1.0f);
+        const auto start = std::chrono::steady_clock::now();
+        if (c.alltoallv) {
+          // Rank 0 sends rank 1 `sent` floats; rank 1 expects `received` from rank 0.
+          size_t sc[2] = {0, 0}, sd[2] = {0, 0}, rc[2] = {0, 0}, rd[2] = {0, c.received};
+          if (r == 0) sc[1] = c.sent;
+          if (r == 1) rc[0] = c.received;
+          first[R] = weftAllToAllv(buf.data(), sc, sd, buf.data() + c.received + 8, rc, rd,
+                                   weftFloat32, comms[R], nullptr);
+        } else if (r == 0) {
+          first[R] = weftSend(buf.data(), c.sent, weftFloat32, 1, comms[R], nullptr);
+        } else {
+          first[R] = weftRecv(buf.data(), c.received, weftFloat32, 0, comms[R], nullptr);
+        }
+        messages[R] = weftGetLastError();
+        second[R] = first[R] == weftSuccess ? weftBarrier(comms[R], nullptr) : first[R];
+        if (first[R] == weftSuccess) messages[R] = weftGetLastError();
+        seconds[R] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const std::string named = "is " + std::to_string(c.sent * 4) + " bytes but rank 1 receives " +
+                              std::to_string(c.received * 4);
+    EXPECT_NE(first[1], weftSuccess) << c.what << ": the receiver got success";
+    for (size_t r = 0; r < 2; ++r) {
+      EXPECT_NE(second[r], weftSuccess) << c.what << ", rank " << r << ": no error by its next call";
+      EXPECT_LT(seconds[r], 1.0) << c.what << ", rank " << r;
+      EXPECT_NE(messages[r].find(named), std::string::npos)
+          << c.what << ", rank " << r << ": " << messages[r];
+    }
+    for (weftComm_t comm : comms) EXPECT_EQ(weftCommDestroy(comm), weftSuccess);
+  }
+}
+
 // The same between processes (inboxes mapped through /proc): a count and a root mismatch, each
 // an error on both ranks within a second, with both calls named.
 TEST(CallCheckProcesses, AMismatchedCallIsAnErrorOnEveryProcess) {
