@@ -29,6 +29,8 @@ struct BootstrapOptions {
   // interface that is neither loopback nor docker*, else loopback. Otherwise a comma-separated
   // list of name prefixes ("eth,ib"), "=eth0" for exact names, "^lo,docker" to exclude.
   std::string ifname;
+  // Tests only: this rank alters every record it forwards in allGather (the HMAC must catch it).
+  bool testTamperForwarded = false;
 };
 
 class Bootstrap {

@@ -1,7 +1,9 @@
 // The TCP bootstrap: ids, the rank's side of the rendezvous, and a ring of TCP connections.
 // allGather is a ring all-gather: a 16-byte call header, then n-1 steps, each rank passing on the
-// record it received last; bytes on the wire per rank: 16 + (n-1) * record. barrier is a 1-byte
-// allGather.
+// record it received last with the HMAC its origin put on it (the id's secret over the call
+// number, the origin's rank and the record: a forwarder can neither alter a record nor pass one
+// off as another rank's or another call's); bytes on the wire per rank: 16 + (n-1) * (record +
+// 32). barrier is a 1-byte allGather.
 #include <fcntl.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/bootstrap/hmac.hpp"
@@ -90,7 +93,8 @@ Secret secretFromText(const std::string& text, const SocketAddress& address) {
 class TcpBootstrap final : public Bootstrap {
  public:
   TcpBootstrap(int rank, int nranks, double timeoutSeconds, Socket next, std::string nextName,
-               Socket prev, std::string prevName, std::unique_ptr<AbortSignal> abort)
+               Socket prev, std::string prevName, std::unique_ptr<AbortSignal> abort,
+               const Secret& secret, bool tamper)
       : rank_(rank),
         nranks_(nranks),
         timeoutSeconds_(timeoutSeconds),
@@ -99,7 +103,9 @@ class TcpBootstrap final : public Bootstrap {
         nextName_(std::move(nextName)),
         prev_(std::move(prev)),
         prevName_(std::move(prevName)),
-        abort_(std::move(abort)) {}
+        abort_(std::move(abort)),
+        secret_(secret),
+        tamper_(tamper) {}
 
   int rank() const override { return rank_; }
   int size() const override { return nranks_; }
@@ -138,6 +144,8 @@ class TcpBootstrap final : public Bootstrap {
   Socket prev_;  // from rank-1: this rank only receives on it
   std::string prevName_;
   std::unique_ptr<AbortSignal> abort_;
+  Secret secret_;
+  bool tamper_ = false;  // BootstrapOptions::testTamperForwarded
   std::uint64_t calls_ = 0;
   std::optional<Status> broken_;
 };
@@ -176,16 +184,41 @@ Status TcpBootstrap::allGather(void* buf, std::size_t bytes) {
   auto* base = static_cast<unsigned char*>(buf);
   const auto n = static_cast<std::size_t>(nranks_);
   const auto me = static_cast<std::size_t>(rank_);
+  // A record travels with its origin's HMAC; each rank checks every one it receives.
+  auto tag = [&](std::size_t origin, const unsigned char* record) {
+    unsigned char who[16];
+    wire::put64(who, call);
+    wire::put32(who + 8, static_cast<std::uint32_t>(origin));
+    wire::put32(who + 12, static_cast<std::uint32_t>(nranks_));
+    const char* label = "weft-record";
+    return detail::hmacSha256(secret_.data(), secret_.size(),
+                              {{label, std::strlen(label)}, {who, sizeof who}, {record, bytes}});
+  };
+  constexpr std::size_t kTag = sizeof(detail::Digest);
+  std::vector<unsigned char> out(bytes + kTag), in(bytes + kTag);
+  detail::Digest held = bytes > 0 ? tag(me, base + me * bytes) : detail::Digest{};
   for (std::size_t step = 0; step + 1 < n && bytes > 0; ++step) {
     // Step s: pass on the record of rank (me - s), receive the one of rank (me - s - 1).
     const std::size_t sendSlot = (me + n - step) % n;
     const std::size_t recvSlot = (me + n - step - 1) % n;
-    Status st = sendRecvAll(next_, base + sendSlot * bytes, nextName_, prev_,
-                            base + recvSlot * bytes, prevName_, bytes, deadline, abort_.get());
+    std::memcpy(out.data(), base + sendSlot * bytes, bytes);
+    std::memcpy(out.data() + bytes, held.data(), kTag);
+    if (tamper_ && step > 0) out[0] ^= 0x01;
+    Status st = sendRecvAll(next_, out.data(), nextName_, prev_, in.data(), prevName_,
+                            bytes + kTag, deadline, abort_.get());
     if (!st.isOk()) {
       return fail(withPrefix(
           st, what + "step " + std::to_string(step + 1) + " of " + std::to_string(n - 1) + ": "));
     }
+    const detail::Digest want = tag(recvSlot, in.data());
+    if (!detail::sameDigest(in.data() + bytes, want.data(), kTag)) {
+      return fail({Code::remoteError,
+                   what + "rank " + std::to_string(recvSlot) + "'s record, forwarded by " +
+                       prevName_ + ", fails its HMAC: it was altered, or is another rank's or "
+                       "another call's"});
+    }
+    std::memcpy(base + recvSlot * bytes, in.data(), bytes);
+    std::memcpy(held.data(), in.data() + bytes, kTag);
   }
   return Status::ok();
 }
@@ -362,8 +395,9 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
   auto abort = AbortSignal::create();
   if (!abort) return withPrefix(abort.status(), who);
   if (nranks == 1) {
-    return std::unique_ptr<Bootstrap>(new TcpBootstrap(
-        rank, nranks, options.timeoutSeconds, Socket(), "", Socket(), "", std::move(*abort)));
+    return std::unique_ptr<Bootstrap>(new TcpBootstrap(rank, nranks, options.timeoutSeconds,
+                                                       Socket(), "", Socket(), "",
+                                                       std::move(*abort), secret, false));
   }
 
   // 2. Form the ring: connect to rank+1's listener; accept rank-1 on ours. Each connection's
@@ -421,7 +455,8 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
 
   return std::unique_ptr<Bootstrap>(new TcpBootstrap(
       rank, nranks, options.timeoutSeconds, std::move(*nextSocket), std::move(nextName),
-      std::move(*prevSocket), std::move(prevName), std::move(*abort)));
+      std::move(*prevSocket), std::move(prevName), std::move(*abort), secret,
+      options.testTamperForwarded));
 }
 
 }  // namespace weft::boot

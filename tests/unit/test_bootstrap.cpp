@@ -478,6 +478,30 @@ TEST(Bootstrap, AStrangerWhoKnowsTheAddressCannotJoin) {
   EXPECT_EQ(learned.size(), detail::kChallengeBytes) << "the stranger was told more than a nonce";
 }
 
+// A record altered on its way round the ring fails its origin's HMAC at the next rank, which
+// names the record's origin and the rank that forwarded it.
+TEST(Bootstrap, ARecordAlteredOnTheRingFailsItsHmac) {
+  auto id = createUniqueId(testOptions());
+  ASSERT_TRUE(id.isOk());
+  constexpr int n = 3;
+  std::vector<std::unique_ptr<Bootstrap>> bs(n);
+  runRanks(n, [&](int r) {
+    BootstrapOptions o = testOptions(10);
+    o.testTamperForwarded = r == 1;  // rank 1 flips a bit of every record it passes on
+    auto b = connectTcp(*id, r, n, o, false);
+    ASSERT_TRUE(b.isOk()) << b.status().toString();
+    bs[static_cast<std::size_t>(r)] = std::move(*b);
+  });
+  std::vector<std::string> results(n);
+  runRanks(n, [&](int r) {
+    const auto R = static_cast<std::size_t>(r);
+    results[R] = gatherRound(*bs[R], 0, 24);
+  });
+  EXPECT_NE(results[2].find("rank 0's record, forwarded by rank 1"), std::string::npos)
+      << results[2];
+  EXPECT_NE(results[2].find("fails its HMAC"), std::string::npos) << results[2];
+}
+
 // SHA-256 and HMAC-SHA256 against FIPS 180-4's and RFC 4231's published vectors.
 TEST(Bootstrap, Sha256AndHmacMatchTheirStandardVectors) {
   auto hex = [](const detail::Digest& d) {
