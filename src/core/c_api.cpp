@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -138,7 +137,6 @@ struct Queued {
 };
 thread_local int gGroupDepth = 0;
 thread_local std::vector<Queued> gGroup;
-
 
 // A collective: run now, or, when a group is open, queued once `check` (its arguments, as the
 // call itself checks them) passed.
