@@ -40,7 +40,7 @@ constexpr auto kHelloGrace = std::chrono::seconds(5);
 // client that does not take them this soon is dropped.
 constexpr double kSendSeconds = 1.0;
 
-std::array<unsigned char, kMacBytes> proofMac(const Session& s, bool server) {
+std::array<unsigned char, kMacBytes> proofMac(const Handshake& s, bool server) {
   unsigned char kind[4];
   wire::put32(kind, static_cast<std::uint32_t>(s.kind));
   const char* label = server ? "weft-server" : "weft-client";
@@ -103,7 +103,7 @@ Result<IdContents> decodeId(const UniqueId& id) {
   return out;
 }
 
-std::array<unsigned char, kMacBytes> Session::mac(const char* label, const void* data,
+std::array<unsigned char, kMacBytes> Handshake::mac(const char* label, const void* data,
                                                   std::size_t bytes) const {
   return hmacSha256(secret.data(), secret.size(),
                     {{label, std::strlen(label)},
@@ -140,9 +140,9 @@ Status randomBytes(void* out, std::size_t bytes) {
   return Status::ok();
 }
 
-Result<Session> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
+Result<Handshake> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
                                 const std::string& peer, const Deadline& deadline) {
-  Session s;
+  Handshake s;
   s.secret = secret;
   s.kind = hello.kind;
   const std::string notOurs = " does not speak weft's rendezvous (is another program listening "
@@ -190,7 +190,7 @@ bool sameSecret(const Secret& a, const Secret& b) {
   return sameDigest(a.data(), b.data(), kSecretBytes);
 }
 
-std::vector<unsigned char> encodeReply(const Session& session, const Status& status,
+std::vector<unsigned char> encodeReply(const Handshake& handshake, const Status& status,
                                        const std::vector<SocketAddress>& table) {
   const std::string message = status.message().substr(0, kMaxReplyMessage);
   const std::size_t tableBytes = status.isOk() ? table.size() * SocketAddress::kWireBytes : 0;
@@ -208,7 +208,7 @@ std::vector<unsigned char> encodeReply(const Session& session, const Status& sta
       t += SocketAddress::kWireBytes;
     }
   }
-  const auto tag = session.mac("weft-reply", out.data(), out.size());
+  const auto tag = handshake.mac("weft-reply", out.data(), out.size());
   out.insert(out.end(), tag.begin(), tag.end());
   return out;
 }
@@ -217,10 +217,10 @@ bool replyHeaderValid(const unsigned char* header) {
   return std::memcmp(header, kReplyMagic, sizeof kReplyMagic) == 0;
 }
 
-bool replyValid(const Session& session, const std::vector<unsigned char>& reply) {
+bool replyValid(const Handshake& handshake, const std::vector<unsigned char>& reply) {
   if (reply.size() < kReplyHeaderBytes + kMacBytes) return false;
   const std::size_t body = reply.size() - kMacBytes;
-  const auto tag = session.mac("weft-reply", reply.data(), body);
+  const auto tag = handshake.mac("weft-reply", reply.data(), body);
   return sameDigest(reply.data() + body, tag.data(), tag.size());
 }
 
@@ -238,13 +238,13 @@ bool HelloListener::progress(Pending& p, bool& done, Hello& hello) {
     if (std::memcmp(b, kProofMagic, sizeof kProofMagic) != 0 ||
         wire::get32(b + 8) != kHelloVersion || !validKind(wire::get32(b + 12)))
       return false;
-    p.session.kind = static_cast<HelloKind>(wire::get32(b + 12));
-    std::memcpy(p.session.client.data(), b + 16, kNonceBytes);
-    const auto want_mac = proofMac(p.session, false);
+    p.handshake.kind = static_cast<HelloKind>(wire::get32(b + 12));
+    std::memcpy(p.handshake.client.data(), b + 16, kNonceBytes);
+    const auto want_mac = proofMac(p.handshake, false);
     if (!sameDigest(b + 32, want_mac.data(), want_mac.size())) return false;
     unsigned char answer[kServerProofBytes];
     std::memcpy(answer, kServerMagic, sizeof kServerMagic);
-    const auto mine = proofMac(p.session, true);
+    const auto mine = proofMac(p.handshake, true);
     std::memcpy(answer + 8, mine.data(), mine.size());
     if (!p.socket.sendAll(answer, sizeof answer, "a client", Deadline::after(kSendSeconds),
                           nullptr))
@@ -253,9 +253,9 @@ bool HelloListener::progress(Pending& p, bool& done, Hello& hello) {
     p.got = 0;
     return true;
   }
-  const auto tag = p.session.mac("weft-hello", b, kHelloBytes - kMacBytes);
+  const auto tag = p.handshake.mac("weft-hello", b, kHelloBytes - kMacBytes);
   if (!sameDigest(b + kHelloBytes - kMacBytes, tag.data(), tag.size())) return false;
-  hello.kind = p.session.kind;
+  hello.kind = p.handshake.kind;
   hello.rank = static_cast<std::int32_t>(wire::get32(b));
   hello.nranks = static_cast<std::int32_t>(wire::get32(b + 4));
   hello.address = SocketAddress::decode(b + 8);
@@ -281,12 +281,12 @@ Result<HelloListener::Arrival> HelloListener::next(const Deadline& deadline,
       if (!accepted->valid()) break;
       if (pending_.size() >= kMaxPending) pending_.erase(pending_.begin());
       Pending p{std::move(*accepted), {}, false, {}, 0, Clock::now()};
-      p.session.secret = secret_;
+      p.handshake.secret = secret_;
       unsigned char challenge[kChallengeBytes] = {};
       std::memcpy(challenge, kChallengeMagic, sizeof kChallengeMagic);
       wire::put32(challenge + 8, kHelloVersion);
-      if (!randomBytes(p.session.server.data(), kNonceBytes)) continue;
-      std::memcpy(challenge + 16, p.session.server.data(), kNonceBytes);
+      if (!randomBytes(p.handshake.server.data(), kNonceBytes)) continue;
+      std::memcpy(challenge + 16, p.handshake.server.data(), kNonceBytes);
       if (!p.socket.sendAll(challenge, sizeof challenge, "a client",
                             Deadline::after(kSendSeconds), nullptr))
         continue;
@@ -300,7 +300,7 @@ Result<HelloListener::Arrival> HelloListener::next(const Deadline& deadline,
       Hello hello;
       bool keep = progress(p, done, hello) && now - p.since <= kHelloGrace;
       if (keep && done) {
-        Arrival arrival{std::move(p.socket), hello, p.session};
+        Arrival arrival{std::move(p.socket), hello, p.handshake};
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
         return arrival;
       }

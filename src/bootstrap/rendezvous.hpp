@@ -65,7 +65,7 @@ inline constexpr std::size_t kHelloBytes = 64;        // rank(4) nranks(4) addre
 
 // One authenticated connection: the secret both ends proved and the nonces that bind what
 // follows to it.
-struct Session {
+struct Handshake {
   Secret secret{};
   HelloKind kind = HelloKind::toRoot;
   Nonce server{}, client{};
@@ -86,7 +86,7 @@ Status randomBytes(void* out, std::size_t bytes);
 
 // The client's side, on a connected socket: proves the secret, checks the server's proof, then
 // sends the hello. `peer` names the server in messages.
-Result<Session> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
+Result<Handshake> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
                                 const std::string& peer, const Deadline& deadline);
 
 // Compares in time independent of where the first difference is.
@@ -95,16 +95,16 @@ bool sameSecret(const Secret& a, const Secret& b);
 // ---- the root's reply ----
 
 // magic(8) code(4) nranks(4) message length(4); then the message, then (on success) nranks
-// addresses of SocketAddress::kWireBytes each; then the session's HMAC over all of it.
+// addresses of SocketAddress::kWireBytes each; then the handshake's HMAC over all of it.
 inline constexpr std::size_t kReplyHeaderBytes = 20;
 inline constexpr std::size_t kMaxReplyMessage = 4096;
 
-std::vector<unsigned char> encodeReply(const Session& session, const Status& status,
+std::vector<unsigned char> encodeReply(const Handshake& handshake, const Status& status,
                                        const std::vector<SocketAddress>& table);
 // Whether a reply header (kReplyHeaderBytes) has the right magic; the HMAC at its end is
 // checked once the whole reply is in (replyValid).
 bool replyHeaderValid(const unsigned char* header);
-bool replyValid(const Session& session, const std::vector<unsigned char>& reply);
+bool replyValid(const Handshake& handshake, const std::vector<unsigned char>& reply);
 
 // ---- the listener ----
 
@@ -119,7 +119,7 @@ class HelloListener {
   struct Arrival {
     Socket socket;
     Hello hello;
-    Session session;
+    Handshake handshake;
   };
   // The next connection that completed the handshake.
   Result<Arrival> next(const Deadline& deadline, const AbortSignal* abort);
@@ -129,7 +129,7 @@ class HelloListener {
  private:
   struct Pending {
     Socket socket;
-    Session session;
+    Handshake handshake;
     bool proved = false;  // the client's proof checked, the server's sent; the hello is next
     std::array<unsigned char, kProofBytes> bytes{};
     std::size_t got = 0;

@@ -32,7 +32,7 @@ class Root {
   Status check(const Hello& hello) const;
   // Records the failure and tells every rank connected so far.
   void fail(Status problem);
-  void tell(const Socket& socket, const Session& session, int rank);
+  void tell(const Socket& socket, const Handshake& handshake, int rank);
   bool everyoneTold() const { return toldCount_ == nranks_; }
   std::string missingRanks() const;
 
@@ -42,7 +42,7 @@ class Root {
   int firstRank_ = -1;
   int arrived_ = 0;
   std::vector<Socket> members_;  // by rank
-  std::vector<Session> sessions_;  // by rank: their connections' handshakes
+  std::vector<Handshake> handshakes_;  // by rank: their connections' handshakes
   std::vector<SocketAddress> table_;
   std::optional<Status> failure_;
   std::vector<bool> told_;
@@ -70,7 +70,7 @@ void Root::run() {
     const Hello& hello = arrival->hello;
     if (hello.kind != HelloKind::toRoot) continue;  // not for the root; the socket closes
     if (failure_) {
-      tell(arrival->socket, arrival->session, hello.rank);
+      tell(arrival->socket, arrival->handshake, hello.rank);
       if (everyoneTold()) return;
       continue;
     }
@@ -78,25 +78,25 @@ void Root::run() {
       nranks_ = hello.nranks;
       firstRank_ = hello.rank;
       members_.resize(static_cast<std::size_t>(nranks_));
-      sessions_.resize(static_cast<std::size_t>(nranks_));
+      handshakes_.resize(static_cast<std::size_t>(nranks_));
       table_.resize(static_cast<std::size_t>(nranks_));
       told_.assign(static_cast<std::size_t>(nranks_), false);
     }
     if (Status problem = check(hello); !problem.isOk()) {
       fail(std::move(problem));
-      tell(arrival->socket, arrival->session, hello.rank);
+      tell(arrival->socket, arrival->handshake, hello.rank);
       if (everyoneTold()) return;
       continue;  // keep answering late ranks with the error until all know or none come
     }
     members_[static_cast<std::size_t>(hello.rank)] = std::move(arrival->socket);
-    sessions_[static_cast<std::size_t>(hello.rank)] = arrival->session;
+    handshakes_[static_cast<std::size_t>(hello.rank)] = arrival->handshake;
     table_[static_cast<std::size_t>(hello.rank)] = hello.address;
     if (++arrived_ < nranks_) continue;
 
     const Deadline deadline = Deadline::after(timeoutSeconds_);
     for (std::size_t r = 0; r < members_.size(); ++r) {
       // A rank that vanished now finds out when its ring neighbours cannot reach it.
-      const std::vector<unsigned char> reply = encodeReply(sessions_[r], Status::ok(), table_);
+      const std::vector<unsigned char> reply = encodeReply(handshakes_[r], Status::ok(), table_);
       (void)members_[r].sendAll(reply.data(), reply.size(), "rank " + std::to_string(r), deadline,
                                 nullptr);
     }
@@ -130,13 +130,13 @@ Status Root::check(const Hello& hello) const {
 void Root::fail(Status problem) {
   failure_ = std::move(problem);
   for (std::size_t r = 0; r < members_.size(); ++r) {
-    if (members_[r].valid()) tell(members_[r], sessions_[r], static_cast<int>(r));
+    if (members_[r].valid()) tell(members_[r], handshakes_[r], static_cast<int>(r));
   }
   members_.clear();  // closes them
 }
 
-void Root::tell(const Socket& socket, const Session& session, int rank) {
-  const std::vector<unsigned char> reply = encodeReply(session, *failure_, {});
+void Root::tell(const Socket& socket, const Handshake& handshake, int rank) {
+  const std::vector<unsigned char> reply = encodeReply(handshake, *failure_, {});
   (void)socket.sendAll(reply.data(), reply.size(), "rank " + std::to_string(rank),
                        Deadline::after(kErrorReplySeconds), nullptr);
   if (rank >= 0 && rank < nranks_ && !told_[static_cast<std::size_t>(rank)]) {

@@ -323,21 +323,21 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
   if (!listenAddress) return withPrefix(listenAddress.status(), who);
 
   // 1. Join at the root: the handshake, then this rank's address; receive the table of all
-  // addresses, checked against the session's HMAC before anything in it is used.
+  // addresses, checked against the handshake's HMAC before anything in it is used.
   std::vector<SocketAddress> table(static_cast<std::size_t>(nranks));
   {
     const std::string hint = "; check WEFT_COMM_ID / WEFT_SOCKET_IFNAME and firewalls";
     auto root = Socket::connect(rootAddr, rootPeer, deadline, nullptr);
     if (!root) return withPrefix(root.status(), who, hint);
     const std::string rootWhere = rootPeer + " at " + rootText;
-    auto session = detail::clientHandshake(
+    auto handshake = detail::clientHandshake(
         *root, secret, Hello{HelloKind::toRoot, rank, nranks, *listenAddress}, rootWhere, deadline);
-    if (!session) {
+    if (!handshake) {
       std::string why;
-      if (session.status().code() == Code::timeout) {
+      if (handshake.status().code() == Code::timeout) {
         why = " (is the root's process alive, and this id from this run?)";
       }
-      return withPrefix(session.status(), who + "joining the rendezvous: ", why);
+      return withPrefix(handshake.status(), who + "joining the rendezvous: ", why);
     }
     std::vector<unsigned char> reply(detail::kReplyHeaderBytes);
     if (Status st = root->recvAll(reply.data(), reply.size(), rootWhere, deadline, nullptr);
@@ -374,7 +374,7 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
         !st.isOk()) {
       return withPrefix(st, who);
     }
-    if (!detail::replyValid(*session, reply)) {
+    if (!detail::replyValid(*handshake, reply)) {
       return Status(Code::remoteError,
                     who + rootWhere + " sent a reply that fails its HMAC: not this rendezvous");
     }
@@ -412,9 +412,9 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
     auto socket = Socket::connect(table[static_cast<std::size_t>(next)],
                                   "rank " + std::to_string(next), deadline, nullptr);
     if (!socket) return withPrefix(socket.status(), who + "forming the ring: ");
-    auto session = detail::clientHandshake(
+    auto handshake = detail::clientHandshake(
         *socket, secret, Hello{HelloKind::ring, rank, nranks, *listenAddress}, nextName, deadline);
-    if (!session) return withPrefix(session.status(), who + "forming the ring: ");
+    if (!handshake) return withPrefix(handshake.status(), who + "forming the ring: ");
     return std::move(*socket);
   };
   auto acceptPrev = [&]() -> Result<Socket> {
@@ -433,7 +433,8 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
                       who + "rank " + std::to_string(arrival->hello.rank) + " of " +
                           std::to_string(arrival->hello.nranks) +
                           " connected as ring predecessor, expected rank " + std::to_string(prev) +
-                          " of " + std::to_string(nranks) + "; is one id used by two communicators?");
+                          " of " + std::to_string(nranks) +
+                          "; is one id used by two communicators?");
       }
       return std::move(arrival->socket);
     }

@@ -192,6 +192,12 @@ weftResult_t checkArgs(const char* what, weftDataType_t type, weftRedOp_t op, vo
   return weftSuccess;
 }
 
+weftResult_t checkRanks(const char* what, int nranks) {
+  if (nranks >= 1 && nranks <= WEFT_MAX_RANKS) return weftSuccess;
+  return invalid(std::string(what) + ": nranks " + std::to_string(nranks) +
+                 " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
+}
+
 weft::Result<weft::Config> config() {
   return weft::Config::fromEnvironment();
 }
@@ -308,9 +314,7 @@ weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
 
 weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueId, int rank) {
   if (comm == nullptr) return invalid("weftCommInitRank: comm is NULL");
-  if (nranks < 1 || nranks > WEFT_MAX_RANKS)
-    return invalid("weftCommInitRank: nranks " + std::to_string(nranks) +
-                   " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
+  if (weftResult_t r = checkRanks("weftCommInitRank", nranks); r != weftSuccess) return r;
   if (rank < 0 || rank >= nranks)
     return invalid("weftCommInitRank: rank " + std::to_string(rank) + " is outside [0, " +
                    std::to_string(nranks) + ")");
@@ -333,9 +337,7 @@ weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueI
 
 weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
   if (comms == nullptr) return invalid("weftCommInitAll: comms is NULL");
-  if (nranks < 1 || nranks > WEFT_MAX_RANKS)
-    return invalid("weftCommInitAll: nranks " + std::to_string(nranks) +
-                   " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
+  if (weftResult_t r = checkRanks("weftCommInitAll", nranks); r != weftSuccess) return r;
   try {
     auto cfg = config();
     if (!cfg) return report(cfg.status());
@@ -519,7 +521,8 @@ weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess)
     return r;
   return collective(comm, "weftAllGather",
-                    checked(weft::Collective::allGather, sendbuff, recvbuff, sendcount, datatype, 0),
+                    checked(weft::Collective::allGather, sendbuff, recvbuff, sendcount, datatype,
+                            0),
                     [=](weft::Communicator& c) {
     return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype),
                        stream);

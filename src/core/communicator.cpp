@@ -740,9 +740,9 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   } endCall{inCall_};
   // Paths that read peers' buffers in place (the direct path, single copy) would read past a
   // peer's smaller buffer on a mismatched count: there every peer's call is compared first.
+  const bool byReference = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
   const bool readsPeers =
-      plan->algorithm == "direct" ||
-      (plan->algorithm != "slots" && config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes);
+      plan->algorithm == "direct" || (plan->algorithm != "slots" && byReference);
   if (config_.checkCalls && readsPeers) {
     if (Status s = verifyCall(); !s) return s;
   }

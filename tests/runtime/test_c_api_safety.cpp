@@ -1,9 +1,9 @@
 // The C ABI never crashes its caller: a destroy racing calls on other threads waits for them,
 // a thread or an allocation that cannot be had at any point of init or of a group becomes
 // weftSystemError, with nothing left behind, and arguments out of range (all-to-all-v's counts
-// and displacements, a group's queued calls, sizes) are refused before anything moves. Failures are injected by this binary's own
-// pthread_create and operator new, which stand in for the C library's and libstdc++'s in the
-// whole process (libweft.so included) and fail on demand.
+// and displacements, a group's queued calls, sizes) are refused before anything moves. Failures
+// are injected by this binary's own pthread_create and operator new, which stand in for the C
+// library's and libstdc++'s in the whole process (libweft.so included) and fail on demand.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -28,6 +28,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/runtime/fork.hpp"
 #include "weft/weft.h"
 
 // ---- failure injection ---------------------------------------------------------------------
@@ -122,14 +123,12 @@ std::multiset<std::string> openFds() {
   return out;
 }
 
-std::set<std::string> weftSegments() {
+// This process's segments in /dev/shm (weft names them weft-<pid>-<random>).
+std::set<std::string> shmOf(pid_t pid) {
   std::set<std::string> out;
-  if (DIR* d = opendir("/dev/shm")) {
-    const std::string mine = "weft-" + std::to_string(getpid()) + "-";
-    while (dirent* e = readdir(d)) {
-      if (std::string(e->d_name).rfind(mine, 0) == 0) out.insert(e->d_name);
-    }
-    closedir(d);
+  const std::string prefix = "weft-" + std::to_string(pid) + "-";
+  for (const std::string& name : weft::test::shmNames()) {
+    if (name.rfind(prefix, 0) == 0) out.insert(name);
   }
   return out;
 }
@@ -217,7 +216,7 @@ TEST(CApiSafety, DestroyRacingCallsOnOtherThreads) {
 TEST(CApiSafety, InitAllWithAThreadThatCannotStart) {
   ShortTimeout timeout;
   const auto fds = openFds();
-  const auto segments = weftSegments();
+  const auto segments = shmOf(getpid());
   int failed = 0;
   for (long k = 0;; ++k) {
     std::vector<weftComm_t> comms(4, nullptr);
@@ -243,7 +242,7 @@ TEST(CApiSafety, InitAllWithAThreadThatCannotStart) {
   }
   EXPECT_GE(failed, 4);
   EXPECT_EQ(openFds(), fds);
-  EXPECT_EQ(weftSegments(), segments);
+  EXPECT_EQ(shmOf(getpid()), segments);
 }
 
 // weftGroupEnd over four communicators, driven by one thread, with each of its threads failing
@@ -293,7 +292,7 @@ TEST(CApiSafety, GroupEndWithAThreadThatCannotStart) {
 TEST(CApiSafety, InitAllWithAnAllocationThatFails) {
   ShortTimeout timeout;
   const auto fds = openFds();
-  const auto segments = weftSegments();
+  const auto segments = shmOf(getpid());
   long total = 0;
   {
     std::vector<weftComm_t> comms(2, nullptr);
@@ -319,14 +318,14 @@ TEST(CApiSafety, InitAllWithAnAllocationThatFails) {
         << "allocation " << k << ": " << weftGetErrorString(r) << ": " << weftGetLastError();
     EXPECT_EQ(openFds(), fds) << "allocation " << k << " of " << total << ": "
                               << weftGetLastError();
-    EXPECT_EQ(weftSegments(), segments) << "allocation " << k << " of " << total;
+    EXPECT_EQ(shmOf(getpid()), segments) << "allocation " << k << " of " << total;
   }
   std::vector<weftComm_t> comms(2, nullptr);
   ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
   EXPECT_TRUE(allReduceWorks(comms));
   destroyAll(comms);
   EXPECT_EQ(openFds(), fds);
-  EXPECT_EQ(weftSegments(), segments);
+  EXPECT_EQ(shmOf(getpid()), segments);
 }
 
 // weftHostAlloc and weftGetUniqueId with their first allocation failing: systemError.
@@ -377,32 +376,13 @@ TEST(CApiSafety, AForkedChildHoldsNoRendezvousListener) {
 }
 
 
-// Children that run weft after a fork from a threaded process: ThreadSanitizer does not support
-// it (their runs fail on its own account).
-#if defined(__SANITIZE_THREAD__)
-#define SKIP_UNDER_TSAN() GTEST_SKIP() << "fork after threads is unsupported under TSan"
-#else
-#define SKIP_UNDER_TSAN() (void)0
-#endif
 
 // ---- SIGKILL during init ---------------------------------------------------------------------
-
-std::set<std::string> shmOf(pid_t pid) {
-  std::set<std::string> out;
-  if (DIR* d = opendir("/dev/shm")) {
-    const std::string prefix = "weft-" + std::to_string(pid) + "-";
-    while (dirent* e = readdir(d)) {
-      if (std::string(e->d_name).rfind(prefix, 0) == 0) out.insert(e->d_name);
-    }
-    closedir(d);
-  }
-  return out;
-}
 
 // A process making 4-rank communicators over and over, SIGKILLed at a random moment, 200 times:
 // nothing of it stays in /dev/shm.
 TEST(CApiSafety, ASigkillAtAnyMomentOfInitLeavesNothing) {
-  SKIP_UNDER_TSAN();
+  WEFT_SKIP_UNDER_TSAN();
   std::mt19937 rng(20261202);
   int left = 0;
   for (int trial = 0; trial < 200; ++trial) {
@@ -429,7 +409,7 @@ TEST(CApiSafety, ASigkillAtAnyMomentOfInitLeavesNothing) {
 // 40 times: the survivor's init fails (or had finished) within its timeout and leaves it no more
 // descriptors than it had and nothing in /dev/shm.
 TEST(CApiSafety, ASigkilledPeerDuringInitLeavesTheSurvivorClean) {
-  SKIP_UNDER_TSAN();
+  WEFT_SKIP_UNDER_TSAN();
   std::mt19937 rng(20261203);
   for (int trial = 0; trial < 40; ++trial) {
     int idPipe[2], readyPipe[2];

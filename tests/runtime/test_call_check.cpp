@@ -100,7 +100,8 @@ TEST_P(CallCheck, AMismatchedCallIsAnErrorOnEveryRankNamingBothCalls) {
         good[R] = make(c.everyone, comms[R], r, buffers);
         const auto start = std::chrono::steady_clock::now();
         bad[R] = make(r == 1 ? c.odd : c.everyone, comms[R], r, buffers);
-        seconds[R] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        seconds[R] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         messages[R] = weftGetLastError();
       });
     }
@@ -159,7 +160,8 @@ TEST(CallCheckPointToPoint, ASendAndAReceiveOfDifferentSizesAreAnError) {
         messages[R] = weftGetLastError();
         second[R] = first[R] == weftSuccess ? weftBarrier(comms[R], nullptr) : first[R];
         if (first[R] == weftSuccess) messages[R] = weftGetLastError();
-        seconds[R] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        seconds[R] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       });
     }
     for (std::thread& t : threads) t.join();
@@ -167,7 +169,8 @@ TEST(CallCheckPointToPoint, ASendAndAReceiveOfDifferentSizesAreAnError) {
                               std::to_string(c.received * 4);
     EXPECT_NE(first[1], weftSuccess) << c.what << ": the receiver got success";
     for (size_t r = 0; r < 2; ++r) {
-      EXPECT_NE(second[r], weftSuccess) << c.what << ", rank " << r << ": no error by its next call";
+      EXPECT_NE(second[r], weftSuccess)
+          << c.what << ", rank " << r << ": no error by its next call";
       EXPECT_LT(seconds[r], 1.0) << c.what << ", rank " << r;
       EXPECT_NE(messages[r].find(named), std::string::npos)
           << c.what << ", rank " << r << ": " << messages[r];

@@ -399,7 +399,8 @@ TEST(Arguments, BadInputIsAnErrorAndTouchesNothing) {
   EXPECT_EQ(weftRecv(out.data(), 8, weftFloat32, 5, h, nullptr), weftInvalidArgument);
   EXPECT_EQ(weftAllGather(in.data(), out.data(), SIZE_MAX / 2, weftFloat32, h, nullptr),
             weftInvalidArgument);
-  EXPECT_NE(std::string(weftGetLastError()).find("larger than the largest possible"), std::string::npos);
+  EXPECT_NE(std::string(weftGetLastError()).find("larger than the largest possible"),
+            std::string::npos);
   int dummy = 0;
   EXPECT_EQ(weftAllReduce(in.data(), out.data(), 8, weftFloat32, weftSum, h, &dummy),
             weftInvalidUsage);
