@@ -5,8 +5,9 @@
 // fails on every rank with both calls named, instead of returning wrong data, reading past a
 // buffer or hanging. Sends and receives (and all-to-all-v's) post their sizes too: a receive
 // compares with its send before anything moves, a send with its receive if that was posted by
-// the time it finishes (a send never waits for its receiver). Ranks reached through UCX and GPU
-// calls are not compared here.
+// the time it finishes (a send never waits for its receiver). Calls on GPU memory post theirs
+// before their launch and compare with the peers that posted already (the later of two ranks
+// sees the earlier's). Ranks reached through UCX are not compared here.
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "src/core/communicator.hpp"
+#include "src/device/schedule_kernel.hpp"
 #include "src/transport/shm.hpp"
 
 namespace weft {
@@ -29,63 +31,114 @@ bool rooted(Collective c) {
 }  // namespace
 
 std::string Communicator::CallSignature::toString() const {
-  std::string out = std::string(name(coll)) + "(" + std::string(name(type)) + ", " +
-                    std::to_string(count);
+  std::string out =
+      std::string(name(coll)) + "(" + std::string(name(type)) + ", " + std::to_string(count);
   if (reduces(coll)) out += ", " + std::string(name(op));
   if (rooted(coll)) out += ", root " + std::to_string(root);
   return out + ")";
 }
 
 bool Communicator::CallSignature::operator==(const CallSignature& o) const {
-  return coll == o.coll && type == o.type && count == o.count &&
+  return coll == o.coll && type == o.type && count == o.count && gpu == o.gpu &&
          (!reduces(coll) || op == o.op) && (!rooted(coll) || root == o.root);
 }
 
-void Communicator::postCall(Collective coll, std::size_t count, DataType type, RedOp op,
-                            int root) {
-  current_ = {coll, type, op, root, count};
-  const std::uint64_t seq = ++hostCalls_;
+std::uint32_t Communicator::CallSignature::signature() const {
+  const std::uint64_t what = static_cast<std::uint64_t>(coll) |
+                             static_cast<std::uint64_t>(type) << 8 |
+                             static_cast<std::uint64_t>(reduces(coll) ? op : RedOp::sum) << 16 |
+                             static_cast<std::uint64_t>(rooted(coll) ? root : 0) << 24;
+  return device::signatureOf(device::signatureOf(what) ^ count * 0x9e3779b97f4a7c15ULL);
+}
+
+void Communicator::publishCall(const CallSignature& call) {
+  current_ = call;
+  const std::uint64_t seq = ++postedCalls_;
   transport::PostedCall& p =
       transport::controlOf(inbox_.data())->calls[seq % transport::kPostedCalls];
   // A seqlock: readers that see the same number before and after their reads read one call.
   // (The exchange's acquire keeps the field stores after it; no fences: TSan cannot see them.)
   (void)p.seq.exchange(0, std::memory_order_acq_rel);
   // Release: a reader that loads a new field then sees the 0 above in its second look at seq.
-  p.coll.store(static_cast<std::uint32_t>(coll), std::memory_order_release);
-  p.type.store(static_cast<std::uint32_t>(type), std::memory_order_release);
-  p.op.store(static_cast<std::uint32_t>(op), std::memory_order_release);
-  p.root.store(root, std::memory_order_release);
-  p.count.store(count, std::memory_order_release);
-  p.seq.store(seq, std::memory_order_release);
+  p.coll.store(static_cast<std::uint32_t>(call.coll), std::memory_order_release);
+  p.type.store(static_cast<std::uint32_t>(call.type), std::memory_order_release);
+  p.op.store(static_cast<std::uint32_t>(call.op), std::memory_order_release);
+  p.root.store(call.root, std::memory_order_release);
+  p.gpu.store(call.gpu ? 1 : 0, std::memory_order_release);
+  p.count.store(call.count, std::memory_order_release);
+  // Sequentially consistent, as postedBy's first load: of two ranks that each publish, then
+  // look at the other's entry, at least one sees the other's call (checkGpuCall relies on it).
+  p.seq.store(seq, std::memory_order_seq_cst);
+}
+
+void Communicator::postCall(Collective coll, std::size_t count, DataType type, RedOp op, int root) {
+  publishCall({coll, type, op, root, count, false});
   inCall_.store(true, std::memory_order_release);
+}
+
+Status Communicator::checkGpuCall(Collective coll, std::size_t count, DataType type, RedOp op,
+                                  int root) {
+  publishCall({coll, type, op, root, count, true});
+  for (int q = 0; q < size_; ++q) {
+    if (!comparesWith(q)) continue;
+    const Posted p = postedBy(q);
+    if (p.state == Posted::here && !(p.call == current_)) return mismatch(q, p.call);
+  }
+  return {};
+}
+
+std::uint64_t Communicator::readPosted(const transport::PostedCall& p, CallSignature& call) {
+  const std::uint64_t before = p.seq.load(std::memory_order_seq_cst);
+  // Acquire loads: the second look at seq below cannot move above them.
+  call.coll = static_cast<Collective>(p.coll.load(std::memory_order_acquire));
+  call.type = static_cast<DataType>(p.type.load(std::memory_order_acquire));
+  call.op = static_cast<RedOp>(p.op.load(std::memory_order_acquire));
+  call.root = p.root.load(std::memory_order_acquire);
+  call.gpu = p.gpu.load(std::memory_order_acquire) != 0;
+  call.count = static_cast<std::size_t>(p.count.load(std::memory_order_acquire));
+  return p.seq.load(std::memory_order_relaxed) == before ? before : 0;
 }
 
 Communicator::Posted Communicator::postedBy(int q) const {
   const auto Q = static_cast<std::size_t>(q);
-  const std::uint64_t seq = hostCalls_;
+  const std::uint64_t seq = postedCalls_;
   const transport::PostedCall& p =
       transport::controlOf(peerInboxes_[Q].data())->calls[seq % transport::kPostedCalls];
   Posted out;
-  const std::uint64_t before = p.seq.load(std::memory_order_acquire);
+  const std::uint64_t before = p.seq.load(std::memory_order_seq_cst);
   if (before < seq) return out;  // not yet (or its entry is being rewritten)
   if (before > seq) {
     out.state = Posted::ahead;  // it made this call and many more: nothing left to compare
     return out;
   }
-  // Acquire loads: the second look at seq below cannot move above them.
-  out.call.coll = static_cast<Collective>(p.coll.load(std::memory_order_acquire));
-  out.call.type = static_cast<DataType>(p.type.load(std::memory_order_acquire));
-  out.call.op = static_cast<RedOp>(p.op.load(std::memory_order_acquire));
-  out.call.root = p.root.load(std::memory_order_acquire);
-  out.call.count = static_cast<std::size_t>(p.count.load(std::memory_order_acquire));
-  out.state = p.seq.load(std::memory_order_relaxed) == before ? Posted::here : Posted::ahead;
+  out.state = readPosted(p, out.call) == seq ? Posted::here : Posted::ahead;
   return out;
 }
 
+std::string Communicator::callSigned(int q, std::uint64_t signature, bool ll) const {
+  std::byte* inbox = q == rank_ ? inbox_.data() : peerInboxes_[static_cast<std::size_t>(q)].data();
+  if (inbox == nullptr) return "";
+  std::optional<CallSignature> found;
+  for (const transport::PostedCall& p : transport::controlOf(inbox)->calls) {
+    CallSignature c;
+    if (readPosted(p, c) == 0 || !c.gpu) continue;
+    const std::uint32_t s = c.signature();
+    if (ll ? (device::llFlag(0, s) & 0xffu) != signature : s != signature) continue;
+    if (found && !(*found == c)) return "";  // two calls: cannot tell which
+    found = c;
+  }
+  return found ? found->toString() : "";
+}
+
 Status Communicator::mismatch(int q, const CallSignature& theirs) {
+  auto memory = [&](const CallSignature& c) -> std::string {
+    if (c.gpu == current_.gpu && c.gpu == theirs.gpu) return "";
+    return c.gpu ? " on GPU memory" : " on host memory";
+  };
   const std::string why = "rank " + std::to_string(rank_) + " called " + current_.toString() +
-                          " but rank " + std::to_string(q) + " called " + theirs.toString() +
-                          " as call " + std::to_string(hostCalls_) +
+                          memory(current_) + " but rank " + std::to_string(q) + " called " +
+                          theirs.toString() + memory(theirs) + " as call " +
+                          std::to_string(postedCalls_) +
                           " (every rank must make the same collective calls in the same order; "
                           "WEFT_CHECK_CALLS)";
   // Every rank's waits end with it: the first to see a mismatch tells them all.
@@ -133,16 +186,16 @@ bool Communicator::comparesWith(int q) const {
 
 namespace {
 
-// A seqlock entry: `bytes` under number `seq` (see postCall).
+// A seqlock entry: `bytes` under number `seq` (see publishCall; sequentially consistent too).
 void post(transport::PostedOp& p, std::uint64_t seq, std::uint64_t bytes) {
   (void)p.seq.exchange(0, std::memory_order_acq_rel);
   p.bytes.store(bytes, std::memory_order_release);
-  p.seq.store(seq, std::memory_order_release);
+  p.seq.store(seq, std::memory_order_seq_cst);
 }
 
 // The bytes of entry `seq`: nullopt while not posted; UINT64_MAX when it has moved on.
 std::optional<std::uint64_t> posted(const transport::PostedOp& p, std::uint64_t seq) {
-  const std::uint64_t before = p.seq.load(std::memory_order_acquire);
+  const std::uint64_t before = p.seq.load(std::memory_order_seq_cst);
   if (before < seq) return std::nullopt;
   if (before > seq) return UINT64_MAX;
   const std::uint64_t bytes = p.bytes.load(std::memory_order_acquire);
@@ -151,27 +204,28 @@ std::optional<std::uint64_t> posted(const transport::PostedOp& p, std::uint64_t 
 
 }  // namespace
 
-Status Communicator::checkOps(const std::vector<P2pOp>& ops, bool before) {
+Status Communicator::checkOps(const std::vector<P2pOp>& ops, OpsCheck when) {
+  const bool before = when == OpsCheck::before;
   struct Numbered {
     const P2pOp* op;
     std::uint64_t seq;
   };
   // The numbers were given when posting (before); the end looks at the same operations again.
   thread_local std::vector<Numbered> numbered;
-  if (before) {
+  if (when != OpsCheck::after) {
     numbered.clear();
     for (const P2pOp& op : ops) {
       if (op.bytes == 0 || !comparesWith(op.peer)) continue;
       const auto Q = static_cast<std::size_t>(op.peer);
       const std::uint64_t seq = op.isSend ? ++sendsTo_[Q] : ++recvsFrom_[Q];
-      transport::PostedOps* mine =
-          transport::postedOpsOf(peerInboxes_[Q].data(), geometry_, rank_);
+      transport::PostedOps* mine = transport::postedOpsOf(peerInboxes_[Q].data(), geometry_, rank_);
       post((op.isSend ? mine->sends : mine->recvs)[seq % transport::kPostedOps], seq, op.bytes);
       numbered.push_back({&op, seq});
     }
   }
   for (const Numbered& n : numbered) {
-    if (n.op->isSend == before) continue;  // receives before, sends at the end
+    // Receives before a host batch, sends at its end; every operation of a GPU batch.
+    if (when != OpsCheck::gpu && n.op->isSend == before) continue;
     const int q = n.op->peer;
     transport::PostedOps* theirs = transport::postedOpsOf(inbox_.data(), geometry_, q);
     const transport::PostedOp& p =

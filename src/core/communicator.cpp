@@ -829,7 +829,6 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
   return {};
 }
 
-
 Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t count, DataType type,
                                          bool gpu) {
   if (Status s = checkUsable("plan"); !s) return s;
@@ -964,6 +963,10 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
     if (!exec::cudaBuilt())
       return Status(Code::unsupported, "send/recv: GPU buffers, but this build has no CUDA");
     if (Status s = ensureGpu(); !s) return s;
+    if (config_.checkCalls) {
+      if (Status s = checkOps(ops, OpsCheck::gpu); !s) return s;
+    }
+    gpu_->sign(config_.checkCalls ? 1 : 0);  // each message signed with its operation's size
     std::vector<exec::CudaExecutor::P2p> batch;
     for (const P2pOp& op : ops) batch.push_back({op.isSend, op.peer, op.buf, op.bytes});
     // Ordered after the communicator's previous operation, as a collective is.
@@ -979,7 +982,7 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
   }
   // Every receive's size against its send's before anything moves (WEFT_CHECK_CALLS).
   if (config_.checkCalls) {
-    if (Status s = checkOps(ops, true); !s) return s;
+    if (Status s = checkOps(ops, OpsCheck::before); !s) return s;
   }
   // Per (direction, peer): the operations in call order; only the first unfinished one moves.
   // Sends come first in each pass, so a rank names its buffers before it spends a single-copy
@@ -1081,7 +1084,8 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
   if (ucx_) {
     if (Status s = ucx_->flush(0, *waiter_); !s) return fail(s);
   }
-  if (config_.checkCalls) return checkOps(ops, false);  // each send, where its receive posted
+  if (config_.checkCalls)
+    return checkOps(ops, OpsCheck::after);  // each send, where its receive posted
   return {};
 }
 

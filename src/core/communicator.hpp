@@ -288,24 +288,42 @@ class Communicator {
     RedOp op = RedOp::sum;
     int root = 0;
     std::size_t count = 0;
+    bool gpu = false;  // on GPU memory
     std::string toString() const;
     bool operator==(const CallSignature& o) const;  // op and root where they matter
+    std::uint32_t signature() const;                // what GPU messages carry (device::signatureOf)
   };
   struct Posted {
     enum State { notYet, here, ahead } state = notYet;
     CallSignature call;
   };
+  // Writes this call's signature under the next call number into this rank's inbox.
+  void publishCall(const CallSignature& call);
+  // A host call: published, then compared during its waits (watchCall) and at its end.
   void postCall(Collective coll, std::size_t count, DataType type, RedOp op, int root);
+  // A GPU call, before its launch: published, then compared with every peer that made this
+  // call already. The host never waits for a kernel, so it waits for no peer either: of two
+  // ranks the later to publish sees the other's call (sequentially consistent publication).
+  Status checkGpuCall(Collective coll, std::size_t count, DataType type, RedOp op, int root);
+  // Entry p read as one call (a seqlock: see publishCall): its number, or 0 where it was being
+  // rewritten meanwhile.
+  static std::uint64_t readPosted(const transport::PostedCall& p, CallSignature& call);
   Posted postedBy(int q) const;  // peer q's post of this rank's current call number
+  // The GPU call among rank q's last posted ones (this rank's own included) whose signature is
+  // `signature` (ll: whose ll flag bits are), named; "" where none or several calls match.
+  std::string callSigned(int q, std::uint64_t signature, bool ll) const;
   bool comparesWith(int q) const;
   Status mismatch(int q, const CallSignature& theirs);
   void watchCall();     // during the call's waits
   Status verifyCall();  // before the call returns: every peer's post, waited for
-  // Point-to-point (a batch: sends, receives, all-to-all-v): posts every operation in the peer's
-  // inbox; `before`: compares each receive with its sender's post (waiting for it), else each
-  // send with its receiver's post where that is there already (a send never waits for it).
-  Status checkOps(const std::vector<P2pOp>& ops, bool before);
-  std::uint64_t hostCalls_ = 0;  // host collectives made (posted) so far
+  // Point-to-point (a batch: sends, receives, all-to-all-v). `before` a host batch moves
+  // anything: posts every operation in the peer's inbox and compares each receive with its
+  // sender's post (waiting for it); `after`: each send with its receiver's post where that is
+  // there already (a send never waits for it); `gpu`, before a GPU batch is launched: posts
+  // every operation and compares each with its peer's post where that is there already.
+  enum class OpsCheck { before, after, gpu };
+  Status checkOps(const std::vector<P2pOp>& ops, OpsCheck when);
+  std::uint64_t postedCalls_ = 0;  // collectives made (posted) so far, host and GPU
   std::vector<std::uint64_t> sendsTo_, recvsFrom_;  // by peer: point-to-point operations posted
   CallSignature current_;
   std::atomic<bool> inCall_{false};

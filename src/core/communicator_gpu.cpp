@@ -12,6 +12,7 @@
 #include "src/core/communicator.hpp"
 #include "src/core/sizes.hpp"
 #include "src/transport/cuda_ipc.hpp"
+#include "src/transport/shm.hpp"
 
 namespace weft {
 
@@ -150,6 +151,9 @@ Status Communicator::ensureGpu() {
   auto gpu = exec::CudaExecutor::create(o, *bootstrap_);
   if (!gpu) return fail(gpu.status());
   gpu_ = std::move(*gpu);
+  gpu_->namer = [this](int q, std::uint64_t signature, bool ll) {
+    return callSigned(q, signature, ll);
+  };
   // Ranks that are threads of one process and share a GPU run kernels that wait on each other
   // from streams of one CUDA context. Beyond CUDA_DEVICE_MAX_CONNECTIONS streams (8 unless set)
   // streams share hardware queues, where a rank's kernel queued behind a peer's next call
@@ -210,6 +214,12 @@ Status Communicator::runGpu(Collective coll, const void* input, void* output, st
   }
   if (Status s = ensureGpu(); !s) return s;
   if (count == 0) return gpu_->asyncError();
+  if (config_.checkCalls) {
+    if (Status s = checkGpuCall(coll, count, type, op, root); !s) return s;
+  }
+  // The kernels compare it too, where the hosts could not (graphs replayed, a rank many calls
+  // ahead).
+  gpu_->sign(config_.checkCalls ? current_.signature() : 0);
   const algo::Segments seg = algo::segments(coll, size_);
   const std::size_t bytes = std::size_t{seg.message()} * count * sizeOf(type);
   auto planned = gpuPlanFor(coll, bytes);
@@ -397,7 +407,13 @@ Status Communicator::checkSamePlan(Collective coll, std::size_t count, DataType 
 
 Status Communicator::asyncError() const {
   if (gpu_) {
-    if (Status s = gpu_->asyncError(); !s) return s;
+    Status s = gpu_->asyncError();
+    // A kernel another rank aborted: with that rank's reason (a mismatched call's, say).
+    if (s.code() == Code::remoteError && aborted()) {
+      return Status(s.code(), s.message() + " (" +
+                                  std::string(transport::controlOf(inbox_.data())->reason) + ")");
+    }
+    if (!s) return s;
   }
   return checkUsable("asyncError");
 }

@@ -139,6 +139,15 @@ __device__ void fail(const LaunchArgs& a, int code, int channel, int peer, int s
 #define WEFT_GPU_SIMPLE_POST_BARRIER 0
 #endif
 
+// Call signatures in the messages (signatureOf, schedule_kernel.hpp): compared unless built with
+// WEFT_GPU_SIGNATURES=0, which keeps the flags' layout but drops the comparisons and the simple
+// slots' signature words (their cost, for an A/B: scripts/gpu-ab.sh
+// B_FLAGS=-DWEFT_GPU_SIGNATURES=0; docs/perf.md).
+#ifndef WEFT_GPU_SIGNATURES
+#define WEFT_GPU_SIGNATURES 1
+#endif
+constexpr bool kSigned = WEFT_GPU_SIGNATURES != 0;
+
 // ---- element-wise work of the whole block ------------------------------------------------
 
 // Waits until *word >= want; false (with the failure recorded for channel, peer and step) if it
@@ -154,6 +163,29 @@ __device__ bool waitAtLeast(const LaunchArgs& a, const std::uint64_t* word, std:
     }
   }
   return true;
+}
+
+// Waits until a peer's direct flag (directFlag) counts round `call` or a later one; false (with
+// the failure recorded) if it never does, or fails with code 3 if it counts this round of a
+// call whose signature differs. The counts are compared modulo 2^32: the ranks are within a
+// round of each other.
+__device__ bool waitForCall(const LaunchArgs& a, const std::uint64_t* word, std::uint64_t call,
+                            int channel, int peer) {
+  Watch w(a);
+  const auto want = static_cast<std::uint32_t>(call);
+  for (;;) {
+    const std::uint64_t v = loadAcquire(a, word);
+    const auto at = static_cast<std::uint32_t>(v >> 32);
+    if (static_cast<std::int32_t>(at - want) >= 0) {
+      if (!kSigned || at != want || static_cast<std::uint32_t>(v) == a.signature) return true;
+      fail(a, 3, channel, peer, 0, Seen{-1, -1, static_cast<std::uint32_t>(v), a.signature});
+      return false;
+    }
+    if (int why = w.check(); why != 0) {
+      fail(a, why, channel, peer, 0, Seen{-1, -1, at, want});
+      return false;
+    }
+  }
 }
 
 __device__ __forceinline__ bool aligned16(const void* p) {
@@ -427,13 +459,21 @@ class Runner {
     return waitAtLeast(a_, word, want, channel_, peer, step, pass_);
   }
 
-  // Every thread: copies the ll message `line` (nwords lines, flag `flag`) into `to`.
+  // Every thread: copies the ll message `line` (nwords lines, flag `flag`) into `to`; fails with
+  // code 3 on a line of this message from another call.
   __device__ bool unpack(const std::uint64_t* lines, std::uint32_t* to, std::size_t nwords,
                          std::uint32_t flag, int peer, int step) {
     for (std::size_t i = threadIdx.x; i < nwords; i += blockDim.x) {
       Watch w(a_);
       std::uint64_t v;
       while (static_cast<std::uint32_t>((v = loadVolatile(lines + i)) >> 32) != flag) {
+        const auto got = static_cast<std::uint32_t>(v >> 32);
+        if (kSigned && llOtherCall(got, flag)) {
+          fail(a_, 3, channel_, peer, step,
+               Seen{pass_, static_cast<int>(i), got & 0xffu, a_.signature});
+          *sp_.failed = 1;
+          return false;
+        }
         if (int why = w.check(); why != 0) {
           fail(a_, why, channel_, peer, step,
                Seen{pass_, static_cast<int>(i), static_cast<std::uint32_t>(v >> 32), flag});
@@ -488,6 +528,13 @@ class Runner {
       for (std::uint32_t k = 0; ok && k < v.st.nrecv; ++k) {
         const int q = v.recvPeers[k];
         ok = waitFor(from_[q].head, sp_.received[q] + 1, q, v.idx);
+        // The message's signature, stored before its head: the peer's call is this one.
+        const std::uint64_t theirs =
+            ok && kSigned ? loadVolatile(from_[q].sigs + sp_.received[q] % K) : a_.signature;
+        if (theirs != a_.signature) {
+          fail(a_, 3, channel_, q, v.idx, Seen{pass_, -1, theirs, a_.signature});
+          ok = false;
+        }
       }
     }
     return ok;
@@ -617,10 +664,15 @@ class Runner {
     }
   }
 
-  // Thread 0, after the fence: the step's messages posted and its received ones freed.
+  // Thread 0, after the fence: the step's messages posted (simple: each slot's signature, then
+  // the head) and its received ones freed.
   __device__ void publish(const View& v) {
     for (std::uint32_t k = 0; k < v.st.nsend; ++k) {
       const int q = v.sendPeers[k];
+      if constexpr (P == Protocol::simple && kSigned) {
+        const std::size_t K = static_cast<std::size_t>(a_.slots);
+        storeVolatile(to_[q].sigs + sp_.sent[q] % K, a_.signature);
+      }
       ++sp_.sent[q];
       if constexpr (P == Protocol::simple) storeRelease(a_, to_[q].head, sp_.sent[q]);
     }
@@ -652,7 +704,7 @@ class Runner {
         const std::uint64_t n = sp_.received[q];
         auto* into = reinterpret_cast<std::uint32_t*>(stage_ + (1 + k) * a_.llPayload);
         if (!unpack(from_[q].lines + (n % K) * lineCount, into, v.msgBytes / 4,
-                    static_cast<std::uint32_t>(n + 1), q, v.idx))
+                    llFlag(n + 1, a_.signature), q, v.idx))
           break;
       }
     }
@@ -674,7 +726,7 @@ class Runner {
         const int q = v.sendPeers[k];
         const std::uint64_t n = sp_.sent[q];
         std::uint64_t* lines = to_[q].lines + (n % K) * lineCount;
-        const std::uint64_t flag = static_cast<std::uint32_t>(n + 1);
+        const std::uint64_t flag = llFlag(n + 1, a_.signature);
         for (std::size_t i = threadIdx.x; i < v.msgBytes / 4; i += blockDim.x)
           storeVolatile(lines + i, flag << 32 | words[i]);
       }
@@ -736,12 +788,22 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
   __syncthreads();
   for (int k = 0; failed == 0 && k < lane.count; ++k) {
     const P2pOp op = p.ops[lane.first + k];
+    // Each message signed with its operation's size: a receive of another size fails.
+    const std::uint32_t sig = a.signature != 0 ? signatureOf(op.bytes) : 0;
     for (std::uint64_t off = 0; failed == 0 && off < op.bytes; off += a.slotBytes) {
       const std::size_t len = lesser(a.slotBytes, op.bytes - off);
       if (threadIdx.x == 0) {
         const std::uint64_t* word = lane.isSend != 0 ? e.tail : e.head;
         const std::uint64_t want = lane.isSend != 0 ? (seq + 1 > K ? seq + 1 - K : 0) : seq + 1;
-        if (!waitAtLeast(a, word, want, 0, lane.peer, k)) failed = 1;
+        if (!waitAtLeast(a, word, want, 0, lane.peer, k)) {
+          failed = 1;
+        } else if (kSigned && lane.isSend == 0) {
+          const std::uint64_t theirs = loadVolatile(e.sigs + seq % K);
+          if (theirs != sig) {
+            fail(a, 3, 0, lane.peer, k, Seen{-1, -1, theirs, sig});
+            failed = 1;
+          }
+        }
       }
       __syncthreads();
       if (failed != 0) break;
@@ -753,6 +815,7 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
       }
       __syncthreads();
       if (threadIdx.x == 0) {
+        if (kSigned && lane.isSend != 0) storeVolatile(e.sigs + seq % K, sig);
         fence(a);
         ++seq;
         storeRelease(a, lane.isSend != 0 ? e.head : e.tail, seq);
@@ -764,19 +827,24 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
 }
 
 // A barrier of block b across the ranks on word `word` of its flag: once the whole block is done
-// with what comes before, thread 0 raises this rank's word to `call`; then every thread waits
-// until the word reaches `call` on every rank, thread q watching rank q (so the ranks' flags are
-// polled side by side, not one after another: at 8 ranks that was 8 round trips a barrier).
+// with what comes before, thread 0 raises this rank's word to `call` (word 0: directFlag, the
+// call's signature beside it); then every thread waits until the word reaches `call` on every
+// rank, thread q watching rank q (so the ranks' flags are polled side by side, not one after
+// another: at 8 ranks that was 8 round trips a barrier), and at word 0 compares the signature.
 // `failed` (shared) is set if some rank never gets there. Ends with the block synchronized.
 __device__ void barrierEveryRank(const LaunchArgs& a, int b, int word, std::uint64_t call,
                                  int* failed) {
   __syncthreads();
   if (threadIdx.x == 0) {
     fence(a);
-    storeRelease(a, a.directFlags[a.rank] + 8 * b + word, call);
+    storeRelease(a, a.directFlags[a.rank] + 8 * b + word,
+                 word == 0 ? directFlag(call, a.signature) : call);
   }
   for (int q = static_cast<int>(threadIdx.x); q < a.nranks; q += static_cast<int>(blockDim.x)) {
-    if (!waitAtLeast(a, a.directFlags[q] + 8 * b + word, call, b, q, word)) *failed = 1;
+    const std::uint64_t* flag = a.directFlags[q] + 8 * b + word;
+    const bool ok =
+        word == 0 ? waitForCall(a, flag, call, b, q) : waitAtLeast(a, flag, call, b, q, word);
+    if (!ok) *failed = 1;
   }
   __syncthreads();
 }
@@ -1051,7 +1119,7 @@ __global__ void __launch_bounds__(kThreads)
   if (!directStart(a, b, a.llCounts, &failed, &call)) return;
   const std::size_t bytes = a.count * sizeof(T);  // of one piece
   const std::size_t chunks = (bytes + 15) / 16;
-  const auto flag = static_cast<std::uint32_t>(call);
+  const std::uint32_t flag = llFlag(call, a.signature);
   const auto N = static_cast<std::size_t>(a.nranks);
   const std::size_t parity = call & 1;
   // Where sender `from`'s lines go in rank `owner`'s inbox this call.
@@ -1097,6 +1165,11 @@ __global__ void __launch_bounds__(kThreads)
           loadLines(l, x0, x1);
           loadLines(l + 2, x2, x3);
           if (high(x0) == flag && high(x1) == flag && high(x2) == flag && high(x3) == flag) break;
+          if (kSigned && llOtherCall(high(x0), flag)) {
+            fail(a, 3, b, q, -1, Seen{-1, static_cast<int>(c), high(x0) & 0xffu, a.signature});
+            gaveUp = true;
+            break;
+          }
           if (int why = w.check(); why != 0) {
             fail(a, why, b, q, -1, Seen{-1, static_cast<int>(c), high(x0), flag});
             gaveUp = true;

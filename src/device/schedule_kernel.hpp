@@ -5,10 +5,12 @@
 // A connection (sender s -> receiver r, one channel) is K slots in r's memory for each protocol,
 // a head counter in r's memory (messages s has posted) and a tail counter in s's memory (messages
 // r has consumed): each side polls only its own memory and writes only the other's.
-//  - simple (bulk): s waits for tail + K > n, writes slot n % K, then a system-scope release of
-//    head = n + 1; r acquires head > n, reads the slot, releases tail = n + 1.
-//  - ll (low latency): each 8-byte line carries 4 bytes of data and a 4-byte flag (n + 1), so r
-//    polls the data itself and no separate flag round trip or fence is needed; tail as above.
+//  - simple (bulk): s waits for tail + K > n, writes slot n % K and its signature word, then a
+//    system-scope release of head = n + 1; r acquires head > n, compares the signature, reads
+//    the slot, releases tail = n + 1.
+//  - ll (low latency): each 8-byte line carries 4 bytes of data and a 4-byte flag (llFlag of
+//    n + 1 and the call's signature), so r polls the data itself and no separate flag round trip
+//    or fence is needed; tail as above.
 // Both protocols share one sequence per connection, so calls of either protocol follow each other.
 //
 // Host-includable: no CUDA headers.
@@ -24,11 +26,51 @@
 
 namespace weft::device {
 
+#if defined(__CUDACC__)
+#define WEFT_HOST_DEVICE __host__ __device__
+#else
+#define WEFT_HOST_DEVICE
+#endif
+
+// Call signatures (WEFT_CHECK_CALLS): 32 bits that stand for a call (its collective, dtype,
+// count, op and root; a point-to-point operation's size), which every message between ranks
+// carries so that a receiver fails at once on a peer's different call:
+//  - the simple protocol's messages in the word of their slot beside the head (Endpoint::sigs),
+//    a point-to-point message its operation's size's signature;
+//  - the direct kernels' first flag beside the round's count (directFlag);
+//  - ll lines in their flag's low 8 bits (llFlag), beside 24 bits of the count.
+// A kernel that sees a peer's differ fails with KernelError code 3. Signature 0: unchecked.
+WEFT_HOST_DEVICE constexpr std::uint32_t signatureOf(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  const auto s = static_cast<std::uint32_t>(x);
+  return s == 0 ? 1 : s;
+}
+// An ll line's flag: the message (or call) count's low 24 bits, then 8 bits (1 to 255, never 0:
+// a line never written is never taken for one of another call) folded from the signature.
+WEFT_HOST_DEVICE constexpr std::uint32_t llFlag(std::uint64_t count, std::uint32_t signature) {
+  const std::uint32_t fold =
+      (signature ^ signature >> 8 ^ signature >> 16 ^ signature >> 24) & 0xffu;
+  return static_cast<std::uint32_t>(count) << 8 | (fold % 255 + 1);
+}
+// Whether an ll line's flag `got` is the one `want` stands for, but of another call.
+WEFT_HOST_DEVICE constexpr bool llOtherCall(std::uint32_t got, std::uint32_t want) {
+  return got != want && got >> 8 == want >> 8 && (got & 0xffu) != 0;
+}
+// A direct kernel's first flag: the round's count's low 32 bits, then the signature.
+WEFT_HOST_DEVICE constexpr std::uint64_t directFlag(std::uint64_t count, std::uint32_t signature) {
+  return static_cast<std::uint64_t>(static_cast<std::uint32_t>(count)) << 32 | signature;
+}
+
 // One direction of one channel with one peer, as this rank's kernel sees it.
 struct Endpoint {
   std::byte* slots = nullptr;        // simple: K slots of slotBytes, in the receiver's memory
   std::uint64_t* lines = nullptr;    // ll: K slots of llLines lines, in the receiver's memory
   std::uint64_t* head = nullptr;     // posted, in the receiver's memory
+  std::uint64_t* sigs = nullptr;     // simple: K slots' signatures, beside head
   std::uint64_t* tail = nullptr;     // consumed, in the sender's memory
   std::uint64_t* counter = nullptr;  // this rank's count on this endpoint (its own memory)
 };
@@ -44,14 +86,15 @@ struct ChannelCode {
 
 // Why a kernel stopped early (written once, to host-mapped memory).
 struct KernelError {
-  std::int32_t code = 0;  // 0 none, 1 timed out, 2 aborted
+  std::int32_t code = 0;  // 0 none, 1 timed out, 2 aborted, 3 a peer's call differs
   std::int32_t channel = -1;
   std::int32_t peer = -1;
   std::int32_t step = -1;
   std::int32_t pass = -1;  // the pass of the schedule's steps, where there is one
   std::int32_t line = -1;  // ll: the line waited for
-  std::uint64_t have = 0;  // what the awaited word (or the ll line's flag) held
-  std::uint64_t want = 0;  // what it waited for
+  std::uint64_t have = 0;  // what the awaited word (or the ll line's flag) held; code 3: the
+                           // peer's signature (its low 8 bits where line >= 0: an ll line)
+  std::uint64_t want = 0;  // what it waited for; code 3: this rank's signature
 };
 
 struct LaunchArgs {
@@ -79,6 +122,9 @@ struct LaunchArgs {
   const void* input = nullptr;
   void* output = nullptr;
   std::byte* scratch = nullptr;
+  // The call's signature (signatureOf; 0: unchecked). Point-to-point: non-zero signs each
+  // message with its operation's size's.
+  std::uint32_t signature = 0;
   // Direct all-reduce (launchDirect): every rank's per-block flags (words 0, 1 and 2 of each
   // 64-byte line) and slabs, this rank's per-block call counts.
   std::uint64_t* const* directFlags = nullptr;  // [rank]
@@ -190,12 +236,12 @@ constexpr std::size_t directShare(std::size_t slabBytes, std::size_t elementByte
 
 // One-shot collective of a small call whose pieces (args.count elements each: the all-reduce's
 // input, the all-gather's, one rank's share of a reduce-scatter's or all-to-all's) hold at most
-// `cap` bytes, pushed as ll lines (8 bytes: 4 of data, and the call count as the flag, stored at
-// once, so a line is whole or absent and needs no fence) into every peer's ll inbox at this
-// rank's place (two parities by the call count): all-reduce and all-gather push the input to
-// every peer, reduce-scatter and all-to-all piece q to rank q. Then every thread waits for its
-// lines from every rank, taking its own from the input: all-reduce and reduce-scatter sum them
-// in rank order 0..n-1 (every rank gets the same bits), all-gather and all-to-all put rank q's
+// `cap` bytes, pushed as ll lines (8 bytes: 4 of data, and the call count with the signature as the
+// flag (llFlag), stored at once, so a line is whole or absent and needs no fence) into every peer's
+// ll inbox at this rank's place (two parities by the call count): all-reduce and all-gather push
+// the input to every peer, reduce-scatter and all-to-all piece q to rank q. Then every thread waits
+// for its lines from every rank, taking its own from the input: all-reduce and reduce-scatter sum
+// them in rank order 0..n-1 (every rank gets the same bits), all-gather and all-to-all put rank q's
 // in output block q. The grid is `blocks` blocks at every call of a communicator (each counts
 // the call in its own word of args.llCounts, so the counts agree); a call takes as many as give
 // each at least leastBytes of a piece, the rest only count. A parity is rewritten two calls later,

@@ -22,6 +22,21 @@ Status cudaFailed(const std::string& what, cudaError_t err) {
   return {Code::systemError, what + ": " + cudaGetErrorString(err)};
 }
 
+// What the executor allocates and copies for itself (the transport at the first call, a
+// schedule's first upload, more scratch) while the caller's stream may be capturing a graph:
+// this thread in relaxed capture mode meanwhile, as NCCL's own allocations, since a capture
+// refuses cudaMalloc and synchronous copies otherwise. None of it is part of the graph.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  ~RelaxedCapture() { (void)cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace
 
 bool CudaExecutor::capturing(void* stream) {
@@ -155,6 +170,7 @@ void useDevice(int device) {
 
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
                                                            boot::Bootstrap& bootstrap) {
+  const RelaxedCapture relaxed;
   std::unique_ptr<CudaExecutor> x(new CudaExecutor());
   x->options_ = o;
   x->nranks_ = bootstrap.size();
@@ -383,17 +399,21 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
                          " channels reached a GPU executor of " + std::to_string(channels_));
   }
   if (g.passes == 0) return {};
-  auto code = upload(s);
-  if (!code) return code.status();
+  Result<const void*> code = nullptr;
   const std::size_t esize = sizeOf(b.type);
-  const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);
-  if (need > scratchBytes_) {
-    void* fresh = nullptr;
-    if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
-      return cudaFailed("allocating " + std::to_string(need) + " bytes of device scratch", e);
-    if (scratch_ != nullptr) retired_.push_back(scratch_);
-    scratch_ = static_cast<std::byte*>(fresh);
-    scratchBytes_ = need;
+  {
+    const RelaxedCapture relaxed;
+    code = upload(s);
+    if (!code) return code.status();
+    const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);
+    if (need > scratchBytes_) {
+      void* fresh = nullptr;
+      if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
+        return cudaFailed("allocating " + std::to_string(need) + " bytes of device scratch", e);
+      if (scratch_ != nullptr) retired_.push_back(scratch_);
+      scratch_ = static_cast<std::byte*>(fresh);
+      scratchBytes_ = need;
+    }
   }
   device::LaunchArgs a = baseArgs();
   a.channels = static_cast<const device::ChannelCode*>(*code);
@@ -441,6 +461,7 @@ device::LaunchArgs CudaExecutor::baseArgs() const {
   a.slotBytes = options_.slotBytes;
   a.llPayload = options_.llPayload;
   a.deviceScope = ipc_->allOnThisDevice() ? 1 : 0;
+  a.signature = signature_;
   return a;
 }
 
@@ -619,6 +640,25 @@ Status CudaExecutor::divide(void* data, std::size_t count, DataType type, std::u
 Status CudaExecutor::asyncError() const {
   const auto* e = static_cast<const volatile device::KernelError*>(error_);
   if (e == nullptr || e->code == 0) return {};
+  if (e->code == 3) {
+    // A peer's message of another call: named by the calls the ranks posted where they can be.
+    const bool ll = e->line >= 0;
+    const std::string mine = namer ? namer(rank_, e->want, false) : "";
+    const std::string theirs = namer ? namer(e->peer, e->have, ll) : "";
+    char seen[128];
+    std::snprintf(seen, sizeof seen, "seen on GPU channel %d: signature %08llx against %s%0*llx",
+                  static_cast<int>(e->channel), static_cast<unsigned long long>(e->want),
+                  ll ? "ll bits " : "", ll ? 2 : 8, static_cast<unsigned long long>(e->have));
+    const std::string who = "rank " + std::to_string(rank_);
+    const std::string peer = "rank " + std::to_string(e->peer);
+    const std::string what =
+        !mine.empty() && !theirs.empty()
+            ? who + " called " + mine + " but " + peer + " called " + theirs
+            : who + "'s messages from " + peer + " are of another call than its own";
+    return {Code::invalidUsage, what + " (" + seen +
+                                    "; every rank must make the same calls in the same order, "
+                                    "each send with a receive of its size; WEFT_CHECK_CALLS)"};
+  }
   std::string where = "GPU channel " + std::to_string(e->channel);
   if (e->peer < 0) {
     where += ", at its start";

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,9 +66,9 @@ struct GpuOptions {
   // another 0.2-0.4 us at 4-64 KB there and at 32 KB on two H200s, level elsewhere.
   std::size_t llBlockBytes = 1024;
   // ... and spreads over at most this many blocks (up to CudaIpcGeometry::kDirectLlBlocks, and
-  // those all ranks' kernels on a device can keep resident). Two H200s in CUDA graphs (docs/perf.md,
-  // 2026-11-30 twelfth session), 128 against 32: all-reduce 64 KB 3.70-3.73 us against
-  // 4.13-4.17, 128 KB 4.03-4.06 against 5.02-5.04, all-gather 256 KB 4.03-4.05 against
+  // those all ranks' kernels on a device can keep resident). Two H200s in CUDA graphs
+  // (docs/perf.md, 2026-11-30 twelfth session), 128 against 32: all-reduce 64 KB 3.70-3.73 us
+  // against 4.13-4.17, 128 KB 4.03-4.06 against 5.02-5.04, all-gather 256 KB 4.03-4.05 against
   // 4.97-4.98; 0.05-0.1 us slower to 2 KB (a larger grid at every call); level at 4 and 8
   // processes on one H200, where residency caps the grid.
   int llBlocks = 128;
@@ -158,6 +159,12 @@ class CudaExecutor {
     std::size_t bytes = 0;
   };
   Status exchange(const std::vector<P2p>& ops, void* stream);
+  // The signature of the operations launched next (device::signatureOf of the call; 0: unchecked;
+  // point-to-point: non-zero signs each message with its operation's size's), and what names
+  // the call a signature stands for in a mismatch's message: namer(rank, signature, ll) with
+  // `ll` where only an ll line's 8 bits of it are known ("" where it cannot tell).
+  void sign(std::uint32_t signature) { signature_ = signature; }
+  std::function<std::string(int, std::uint64_t, bool)> namer;
   // The failure a kernel recorded, if any.
   Status asyncError() const;
   // Whether `stream` (a cudaStream_t) is being captured into a graph.
@@ -204,9 +211,10 @@ class CudaExecutor {
   std::size_t scratchBytes_ = 0;
   std::vector<void*> retired_;  // earlier scratch, kept: captured graphs may still use it
   std::unique_ptr<LaunchOrder> order_;
-  void* copies_ = nullptr;      // cudaStream_t (non-blocking) of toDevice
+  void* copies_ = nullptr;          // cudaStream_t (non-blocking) of toDevice
   std::uint64_t* trace_ = nullptr;  // device: kTraceCalls x channels x kTraceWords
   std::uint64_t traceCalls_ = 0;    // schedule kernels launched while tracing
+  std::uint32_t signature_ = 0;
 };
 
 }  // namespace weft::exec

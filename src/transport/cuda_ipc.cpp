@@ -17,8 +17,10 @@ namespace {
 constexpr std::size_t kAbortBytes = 256;
 constexpr std::size_t kControlBytes = 256;  // head, tail and counts, each on its own 64 bytes
 
-// Where the words of one (channel, peer) control block sit.
-constexpr std::size_t kHead = 0, kTail = 64, kSent = 128, kReceived = 192;
+// Where the words of one (channel, peer) control block sit: the simple slots' signatures
+// (Endpoint::sigs) in the words after head, on its 64 bytes.
+constexpr std::size_t kHead = 0, kSigs = 8, kTail = 64, kSent = 128, kReceived = 192;
+constexpr int kMostSlots = static_cast<int>((kTail - kSigs) / 8);
 
 Status cudaFailed(const std::string& what, cudaError_t err) {
   return {Code::systemError, what + ": " + cudaGetErrorString(err)};
@@ -224,6 +226,11 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
   InboxRecord& self = all[ME];
   std::memset(&self, 0, sizeof self);
   Status local = [&]() -> Status {
+    if (g.slots < 1 || g.slots > kMostSlots) {
+      return {Code::invalidArgument, "cuda_ipc: " + std::to_string(g.slots) +
+                                         " slots per connection; 1 to " +
+                                         std::to_string(kMostSlots) + " fit its control block"};
+    }
     if (cudaError_t e = cudaGetDevice(&t->device_); e != cudaSuccess)
       return cudaFailed("cuda_ipc: no current CUDA device", e);
     void* p = nullptr;
@@ -359,6 +366,7 @@ device::Endpoint CudaIpcTransport::to(int channel, int peer) const {
   e.slots = data;
   e.lines = reinterpret_cast<std::uint64_t*>(data + g_.slots * g_.slotBytes);
   e.head = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kHead);
+  e.sigs = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kSigs);
   e.tail = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kTail);
   e.counter = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kSent);
   return e;
@@ -373,6 +381,7 @@ device::Endpoint CudaIpcTransport::from(int channel, int peer) const {
   e.slots = data;
   e.lines = reinterpret_cast<std::uint64_t*>(data + g_.slots * g_.slotBytes);
   e.head = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kHead);
+  e.sigs = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kSigs);
   e.tail = reinterpret_cast<std::uint64_t*>(theirs + g_.controlOffset(channel, g_.rank) + kTail);
   e.counter = reinterpret_cast<std::uint64_t*>(mine + g_.controlOffset(channel, peer) + kReceived);
   return e;

@@ -33,10 +33,11 @@ struct PostedCall {
   std::atomic<std::uint64_t> seq;
   std::atomic<std::uint32_t> coll, type, op;
   std::atomic<std::int32_t> root;
+  std::atomic<std::uint32_t> gpu;  // 1: on GPU memory
   std::atomic<std::uint64_t> count;
 };
 // Calls kept: a peer more calls ahead than this is past comparing.
-constexpr std::size_t kPostedCalls = 16;
+constexpr std::size_t kPostedCalls = 64;
 
 // One send or receive a rank made with the inbox's owner (WEFT_CHECK_CALLS): its number among
 // that rank's operations of that direction with the owner, and its bytes. A seqlock, in the
@@ -69,7 +70,7 @@ struct ShmControl {
   // Nonzero once this rank's reads of its peers' buffers ran too slow (transport::ReadRate):
   // its peers send it bytes through the FIFO instead of naming their pieces.
   alignas(64) std::atomic<std::uint32_t> refusesReferences;
-  // This rank's last host collectives, by number modulo kPostedCalls.
+  // This rank's last collectives (host and GPU), by number modulo kPostedCalls.
   alignas(64) PostedCall calls[kPostedCalls];
 };
 

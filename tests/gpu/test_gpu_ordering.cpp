@@ -499,10 +499,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuThreadsOrdering, ::testing::Values(2, 3, 4),
                          [](const auto& p) { return std::to_string(p.param) + "ranks"; });
 
 // WEFT_CHECK_PLANS: matching calls pass; a call whose count differs between ranks fails on
-// every rank, each naming both ranks' calls.
+// every rank, each naming both ranks' calls (the call signatures, which would see it first, off).
 TEST(GpuCheckPlans, AMismatchedCallIsAnErrorOnEveryRank) {
   SKIP_WITHOUT_GPU();
   ScopedEnv checkEnv("WEFT_CHECK_PLANS", "1");
+  ScopedEnv callsEnv("WEFT_CHECK_CALLS", "0");
   ScopedEnv timeoutEnv("WEFT_TIMEOUT_S", "20");
   constexpr int n = 2;
   std::vector<Comm> comms = threadRanks(n);
