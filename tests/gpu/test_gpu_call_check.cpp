@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/gpu/gpu_harness.hpp"
@@ -237,6 +239,7 @@ TEST(GpuCallCheckGraphs, GraphsReplayedDifferentlyAreAnError) {
     ASSERT_EQ(comms.size(), static_cast<std::size_t>(n));
     std::vector<Status> captured(n), replayed(n);
     std::vector<double> seconds(n);
+    std::atomic<bool> receiverDone{false};
     onEveryRank(n, [&](int r) {
       const auto R = static_cast<std::size_t>(r);
       Comm& comm = comms[R];
@@ -267,8 +270,10 @@ TEST(GpuCallCheckGraphs, GraphsReplayedDifferentlyAreAnError) {
         (void)cudaStreamSynchronize(s);
         replayed[R] = comm.asyncError();
         // A send does not wait for its receiver: the sender learns of the mismatch by its next
-        // operation, which the receiver's kernel has aborted.
+        // operation after the receiver's kernel aborted the communicator.
+        if (r == 1) receiverDone = true;
         if (pair.p2p && r == 0 && replayed[R].isOk()) {
+          while (!receiverDone) std::this_thread::yield();
           EXPECT_EQ(cudaGraphLaunch(graphs[r], s), cudaSuccess);
           (void)cudaStreamSynchronize(s);
           replayed[R] = comm.asyncError();
