@@ -7,7 +7,8 @@
 // compares with its send before anything moves, a send with its receive if that was posted by
 // the time it finishes (a send never waits for its receiver). Calls on GPU memory post theirs
 // before their launch and compare with the peers that posted already (the later of two ranks
-// sees the earlier's). Ranks reached through UCX are not compared here.
+// sees the earlier's). Ranks reached through UCX compare a 32-bit signature of the call in
+// every message's tag (UcxTransport::sign), failing on the receiver.
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -73,6 +74,8 @@ void Communicator::publishCall(const CallSignature& call) {
 
 void Communicator::postCall(Collective coll, std::size_t count, DataType type, RedOp op, int root) {
   publishCall({coll, type, op, root, count, false});
+  // Ranks through UCX compare it in every message's tag (UcxTransport::sign).
+  if (ucx_) ucx_->sign(current_.signature());
   inCall_.store(true, std::memory_order_release);
 }
 

@@ -323,6 +323,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     auto ucx = transport::UcxTransport::create(ug);
     if (!ucx) return ucx.status();
     c->ucx_ = std::move(*ucx);
+    c->ucx_->callNamer = [raw = c.get()] { return raw->current_.toString(); };
   }
 
   // 3. How to reach every rank.
@@ -980,9 +981,11 @@ Status Communicator::exchange(std::vector<P2pOp> ops) {
     if (selfSends[k]->bytes > 0)
       std::memmove(selfRecvs[k]->buf, selfSends[k]->buf, selfSends[k]->bytes);
   }
-  // Every receive's size against its send's before anything moves (WEFT_CHECK_CALLS).
+  // Every receive's size against its send's before anything moves (WEFT_CHECK_CALLS); through
+  // UCX each message's size is compared on arrival instead (unsigned: no call's signature).
   if (config_.checkCalls) {
     if (Status s = checkOps(ops, OpsCheck::before); !s) return s;
+    if (ucx_) ucx_->sign(0);
   }
   // Per (direction, peer): the operations in call order; only the first unfinished one moves.
   // Sends come first in each pass, so a rank names its buffers before it spends a single-copy

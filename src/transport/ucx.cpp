@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,6 +45,8 @@ ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request,
   return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
 }
 
+// The tag bits a link's receives match: the sender's rank (the call's signature sits above).
+constexpr ucp_tag_t kRankBits = 0xffff'ffffull;
 // The tag of the control worker's one message.
 constexpr ucp_tag_t kAbortTag = 0xab0'0000'0000'0000ull;
 
@@ -55,12 +58,14 @@ constexpr std::chrono::milliseconds kCloseLimit{10'000};
 // One direction to or from one peer on one channel.
 class UcxTransport::Link final : public Connection {
  public:
-  Link(ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer, const UcxGeometry& g,
-       const std::atomic<int>* failed)
-      : worker_(worker),
+  Link(const UcxTransport* owner, ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer,
+       const UcxGeometry& g, const std::atomic<int>* failed)
+      : owner_(owner),
+        worker_(worker),
         ep_(ep),
         sender_(sender),
         tag_(static_cast<ucp_tag_t>(sender ? self : peer)),
+        self_(self),
         peer_(peer),
         slotBytes_(g.slotBytes),
         buffers_(static_cast<std::size_t>(g.slots) * g.slotBytes),
@@ -119,7 +124,8 @@ class UcxTransport::Link final : public Connection {
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
-    ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, buffers_.data() + k * slotBytes_, bytes, tag_, &p);
+    const ucp_tag_t tag = tag_ | static_cast<ucp_tag_t>(owner_->signature()) << 32;
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, buffers_.data() + k * slotBytes_, bytes, tag, &p);
     if (UCS_PTR_IS_ERR(r)) {
       broken_ = UCS_PTR_STATUS(r);
       r = nullptr;
@@ -140,15 +146,24 @@ class UcxTransport::Link final : public Connection {
       broken_ = s;
       return std::nullopt;
     }
+    // Another call's message (both checked): kept unreleased, so it is seen again.
+    const auto theirs = static_cast<std::uint32_t>(info.sender_tag >> 32);
+    const std::uint32_t mine = owner_->signature();
+    if (theirs != 0 && mine != 0 && theirs != mine) {
+      otherCall_ = theirs;
+      return std::nullopt;
+    }
     return std::span<const std::byte>(buffers_.data() + k * slotBytes_, info.length);
   }
 
   Result<std::span<const std::byte>> receive(const Waiter& w) override {
     std::optional<std::span<const std::byte>> m;
-    if (Status s = w.wait([&] { return (m = tryReceive()).has_value() || broken_ != UCS_OK; },
-                          "receiving from", peer_);
+    if (Status s = w.wait(
+            [&] { return (m = tryReceive()).has_value() || broken_ != UCS_OK || otherCall_ != 0; },
+            "receiving from", peer_);
         !s)
       return s;
+    if (otherCall_ != 0) return otherCall();
     if (broken_ != UCS_OK) return failure("receiving from");
     return *m;
   }
@@ -188,13 +203,25 @@ class UcxTransport::Link final : public Connection {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
     ucs_status_ptr_t r = ucp_tag_recv_nbx(worker_, buffers_.data() + k * slotBytes_, slotBytes_,
-                                          tag_, ~ucp_tag_t{0}, &p);
+                                          tag_, kRankBits, &p);
     if (UCS_PTR_IS_ERR(r)) {
       broken_ = UCS_PTR_STATUS(r);
       return ucxError("posting a receive from rank " + std::to_string(peer_), broken_);
     }
     requests_[k] = r;
     return {};
+  }
+
+  Status otherCall() const {
+    const std::string mine = owner_->callNamer ? owner_->callNamer() : "";
+    char seen[80];
+    std::snprintf(seen, sizeof seen, "signature %08x against %08x", owner_->signature(),
+                  otherCall_);
+    return {Code::invalidUsage,
+            "rank " + std::to_string(self_) + " called " + (mine.empty() ? "a call" : mine) +
+                " but rank " + std::to_string(peer_) + "'s message is of another call (" + seen +
+                "; every rank must make the same collective calls in the same order; "
+                "WEFT_CHECK_CALLS)"};
   }
 
   Status failure(const char* what) const {
@@ -204,10 +231,12 @@ class UcxTransport::Link final : public Connection {
                                    " failed: " + ucs_status_string(s)};
   }
 
+  const UcxTransport* owner_;
   ucp_worker_h worker_;
   ucp_ep_h ep_;
   bool sender_;
   ucp_tag_t tag_;
+  int self_;
   int peer_;
   std::size_t slotBytes_;
   std::vector<std::byte> buffers_;
@@ -215,6 +244,7 @@ class UcxTransport::Link final : public Connection {
   const std::atomic<int>* failed_;
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;
+  std::uint32_t otherCall_ = 0;  // the signature of another call's message, once one came
 };
 
 struct UcxTransport::Channel {
@@ -337,10 +367,10 @@ Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
       if (ucs_status_t s = ucp_ep_create(ch.worker, &ep, &ch.eps[q]); s != UCS_OK)
         return ucxError("connecting to rank " + std::to_string(q), s);
       if (c == g_.channels) continue;  // the control worker has no links
-      ch.to[q] = std::make_unique<Link>(ch.worker, ch.eps[q], true, g_.rank, static_cast<int>(q),
-                                        g_, &failed_[q]);
-      ch.from[q] = std::make_unique<Link>(ch.worker, ch.eps[q], false, g_.rank, static_cast<int>(q),
-                                          g_, &failed_[q]);
+      ch.to[q] = std::make_unique<Link>(this, ch.worker, ch.eps[q], true, g_.rank,
+                                        static_cast<int>(q), g_, &failed_[q]);
+      ch.from[q] = std::make_unique<Link>(this, ch.worker, ch.eps[q], false, g_.rank,
+                                          static_cast<int>(q), g_, &failed_[q]);
       if (Status s = ch.from[q]->start(); !s) return s;
     }
   }

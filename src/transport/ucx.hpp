@@ -5,15 +5,18 @@
 // through one endpoint, so a channel's thread is the only one that touches its worker. A
 // connection keeps the shared-memory FIFO's contract with local slots:
 //  - sender: slot k's buffer is free once its tag send has completed; post() sends it with the
-//    sender's rank as the tag;
-//  - receiver: `slots` receives stay posted for that tag; UCP matches a sender's messages to the
-//    receives in posting order, so slot k holds message k, and release() re-posts its receive.
+//    sender's rank as the tag's low 32 bits (the call's signature above them, see sign());
+//  - receiver: `slots` receives stay posted for those bits; UCP matches a sender's messages to
+//    the receives in posting order, so slot k holds message k, and release() re-posts its
+//    receive.
 // Every wait progresses the worker. An endpoint's error (the peer died, its host went away)
 // marks the peer failed, which the Waiter reports as a remote error.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +71,14 @@ class UcxTransport {
   // Empty while the endpoints to `peer` are healthy; else what UCX said went wrong.
   std::string peerFailure(int peer) const;
 
+  // Call signatures (WEFT_CHECK_CALLS): every message carries the signature of the call that
+  // sends it in its tag's high 32 bits (0: unchecked), and receive() of a message whose
+  // signature differs from this rank's current call's fails, naming that call (callNamer). Set
+  // by the caller before it starts a call's channels.
+  void sign(std::uint32_t signature) { signature_.store(signature, std::memory_order_relaxed); }
+  std::uint32_t signature() const { return signature_.load(std::memory_order_relaxed); }
+  std::function<std::string()> callNamer;
+
   struct Channel;  // a worker and its endpoints (ucx.cpp)
   class Link;      // one connection (ucx.cpp)
 
@@ -84,6 +95,7 @@ class UcxTransport {
   std::string abortMessage_;
   std::mutex controlMutex_;  // one poller at a time
   std::atomic<bool> notified_{false};
+  std::atomic<std::uint32_t> signature_{0};
 };
 
 // Whether this build has the UCX transport.
