@@ -343,6 +343,7 @@ Status CudaExecutor::toDevice(void* dev, const void* host, std::size_t bytes,
 
 Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
   if (auto it = uploads_.find(&s); it != uploads_.end()) return it->second;
+  const RelaxedCapture relaxed;  // a first upload may come inside a capture
   const std::size_t C = s.channels.size();
   // ChannelCode[C], then each channel's steps, peers and spans, each 16-byte aligned.
   std::size_t at = roundUp(C * sizeof(device::ChannelCode), 16);
@@ -399,21 +400,18 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
                          " channels reached a GPU executor of " + std::to_string(channels_));
   }
   if (g.passes == 0) return {};
-  Result<const void*> code = nullptr;
+  auto code = upload(s);
+  if (!code) return code.status();
   const std::size_t esize = sizeOf(b.type);
-  {
+  const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);
+  if (need > scratchBytes_) {
     const RelaxedCapture relaxed;
-    code = upload(s);
-    if (!code) return code.status();
-    const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);
-    if (need > scratchBytes_) {
-      void* fresh = nullptr;
-      if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
-        return cudaFailed("allocating " + std::to_string(need) + " bytes of device scratch", e);
-      if (scratch_ != nullptr) retired_.push_back(scratch_);
-      scratch_ = static_cast<std::byte*>(fresh);
-      scratchBytes_ = need;
-    }
+    void* fresh = nullptr;
+    if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
+      return cudaFailed("allocating " + std::to_string(need) + " bytes of device scratch", e);
+    if (scratch_ != nullptr) retired_.push_back(scratch_);
+    scratch_ = static_cast<std::byte*>(fresh);
+    scratchBytes_ = need;
   }
   device::LaunchArgs a = baseArgs();
   a.channels = static_cast<const device::ChannelCode*>(*code);
