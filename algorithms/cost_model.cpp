@@ -88,7 +88,85 @@ Status readTable(const json& j, const std::string& where, const char* const (&ke
   return {};
 }
 
+Result<std::size_t> readBytes(const json& j, const std::string& where) {
+  if (!j.is_number_unsigned()) return invalidArgument(where + " must be a byte count (>= 0)");
+  return static_cast<std::size_t>(j.get<std::uint64_t>());
+}
+
+Status readKernels(const json& j, const std::string& where, KernelConstants& k) {
+  if (!j.is_object()) return invalidArgument(where + " must be an object");
+  const std::pair<const char*, std::size_t*> bytes[] = {
+      {"gpu_direct_round_bytes", &k.gpuDirectRoundBytes},
+      {"gpu_oneshot_max_bytes", &k.gpuOneShotMaxBytes},
+      {"gpu_direct_exchange_max_bytes", &k.gpuDirectExchangeMaxBytes},
+      {"gpu_direct_pair_max_bytes", &k.gpuDirectPairMaxBytes},
+      {"gpu_ll_max_bytes", &k.gpuLlMaxBytes},
+      {"gpu_registered_oneshot_min_bytes", &k.gpuRegisteredOneShotMinBytes},
+      {"host_slots_max_bytes", &k.hostSlotsMaxBytes},
+      {"host_direct_min_bytes", &k.hostDirectMinBytes}};
+  const std::pair<const char*, int*> ranks[] = {
+      {"gpu_twoshot_min_ranks", &k.gpuTwoShotMinRanks},
+      {"gpu_registered_oneshot_max_ranks", &k.gpuRegisteredOneShotMaxRanks}};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string w = where + "." + it.key();
+    if (it.key() == "gpu_direct_rounds") {
+      // {"2": 4, "4": 16, "64": 64}: up to that many ranks, that many rounds.
+      if (!it->is_object() || it->empty())
+        return invalidArgument(w + " must be an object of rank counts to rounds");
+      k.gpuDirectRounds.clear();
+      for (auto r = it->begin(); r != it->end(); ++r) {
+        const int n = std::atoi(r.key().c_str());
+        if (n < 1 || !r->is_number_unsigned())
+          return invalidArgument(w + ": '" + r.key() + "' must be a rank count to a round count");
+        k.gpuDirectRounds.emplace_back(n, r->get<int>());
+      }
+      std::sort(k.gpuDirectRounds.begin(), k.gpuDirectRounds.end());
+      continue;
+    }
+    bool known = false;
+    for (const auto& [key, field] : bytes) {
+      if (it.key() != key) continue;
+      auto v = readBytes(*it, w);
+      if (!v) return v.status();
+      *field = *v;
+      known = true;
+    }
+    for (const auto& [key, field] : ranks) {
+      if (it.key() != key) continue;
+      if (!it->is_number_unsigned()) return invalidArgument(w + " must be a rank count");
+      *field = it->get<int>();
+      known = true;
+    }
+    if (!known) return invalidArgument(w + ": unknown key");
+  }
+  return {};
+}
+
+json kernelsJson(const KernelConstants& k) {
+  json j;
+  for (const auto& [n, rounds] : k.gpuDirectRounds)
+    j["gpu_direct_rounds"][std::to_string(n)] = rounds;
+  j["gpu_direct_round_bytes"] = k.gpuDirectRoundBytes;
+  j["gpu_oneshot_max_bytes"] = k.gpuOneShotMaxBytes;
+  j["gpu_twoshot_min_ranks"] = k.gpuTwoShotMinRanks;
+  j["gpu_direct_exchange_max_bytes"] = k.gpuDirectExchangeMaxBytes;
+  j["gpu_direct_pair_max_bytes"] = k.gpuDirectPairMaxBytes;
+  j["gpu_ll_max_bytes"] = k.gpuLlMaxBytes;
+  j["gpu_registered_oneshot_max_ranks"] = k.gpuRegisteredOneShotMaxRanks;
+  j["gpu_registered_oneshot_min_bytes"] = k.gpuRegisteredOneShotMinBytes;
+  j["host_slots_max_bytes"] = k.hostSlotsMaxBytes;
+  j["host_direct_min_bytes"] = k.hostDirectMinBytes;
+  return j;
+}
+
 }  // namespace
+
+int KernelConstants::gpuDirectRoundsFor(int nranks) const {
+  for (const auto& [most, rounds] : gpuDirectRounds) {
+    if (nranks <= most) return rounds;
+  }
+  return gpuDirectRounds.empty() ? 0 : gpuDirectRounds.back().second;
+}
 
 Result<CostConstants> CostConstants::fromJson(const std::string& text, const std::string& source) {
   json j;
@@ -129,13 +207,15 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
                       c.hopLatency[static_cast<std::size_t>(*proto)]);
         if (!s) return s;
       }
+    } else if (key == "kernels") {
+      s = readKernels(*it, where, c.kernels);
     } else if (key == "comment" || key == "measured_on") {
       continue;  // free text for people
     } else {
       return invalidArgument(where +
                              ": unknown key (expected base_latency_us, hop_latency_us, "
                              "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
-                             "pat_staging_bytes)");
+                             "pat_staging_bytes, kernels)");
     }
     if (!s) return s;
   }
@@ -163,234 +243,8 @@ std::string CostConstants::toJson() const {
   for (std::size_t c = 0; c < kNumLinkClasses; ++c)
     j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
   j["pat_staging_bytes"] = patStagingBytes;
+  j["kernels"] = kernelsJson(kernels);
   return j.dump(2);
-}
-
-// ---- the rank graph --------------------------------------------------------------------------
-
-RankGraph RankGraph::fromSystem(const topo::System& system) {
-  const topo::Topology& host = system.host();
-  RankGraph g;
-  g.ranksPerHost = std::max(1, system.gpusPerHost());
-  g.hosts = system.hosts();
-  g.nranks = g.ranksPerHost * g.hosts;
-  g.intraBandwidth = 1e30;  // no host peers: nothing inside a host limits anything
-  for (int a : host.gpus()) {
-    for (int b : host.gpus()) {
-      if (a == b) continue;
-      const topo::Path& p = host.path(a, b);
-      g.intraBandwidth = std::min(g.intraBandwidth, p.bandwidth);
-      g.intraClass = std::max(g.intraClass, p.cls);
-    }
-  }
-  std::map<int, int> sharers;  // NIC -> GPUs using it
-  for (int gpu : host.gpus()) ++sharers[host.nearestNic(gpu)];
-  g.netPerRank = host.gpus().empty() ? 0 : 1e30;
-  for (std::size_t i = 0; i < host.gpus().size(); ++i) {
-    const int nic = host.nearestNic(host.gpus()[i]);
-    const double own = system.networkBandwidth(static_cast<int>(i));
-    const double share =
-        nic >= 0 ? host.nodes()[static_cast<std::size_t>(nic)].speedGBs / sharers[nic] : 0;
-    g.netPerRank = std::min(g.netPerRank, std::min(own, share));
-    g.netAlone = i == 0 ? own : std::min(g.netAlone, own);
-  }
-  // Traffic patterns inside a host: load every link with the pattern's flows along their routes,
-  // and take the tightest share.
-  const int G = g.ranksPerHost;
-  auto pattern = [&](auto&& peersOf) {
-    std::map<std::pair<int, bool>, int> load;
-    std::vector<std::pair<int, int>> pairs;
-    for (int l = 0; l < G; ++l) {
-      for (int m : peersOf(l)) {
-        if (m == l) continue;
-        pairs.push_back({l, m});
-        for (const topo::Hop& h : host.route(host.gpus()[static_cast<std::size_t>(l)],
-                                             host.gpus()[static_cast<std::size_t>(m)])) {
-          ++load[{h.link, h.forward}];
-        }
-      }
-    }
-    double bw = 1e30;
-    for (const auto& [key, count] : load)
-      bw = std::min(bw, host.links()[static_cast<std::size_t>(key.first)].bandwidth / count);
-    return pairs.empty() ? 1e30 : bw;
-  };
-  g.shiftBw.assign(static_cast<std::size_t>(G), 1e30);
-  g.xorBw.assign(static_cast<std::size_t>(G), 1e30);
-  for (int d = 1; d < G; ++d) {
-    g.shiftBw[static_cast<std::size_t>(d)] =
-        pattern([&](int l) { return std::vector<int>{(l + d) % G}; });
-    if ((G & (G - 1)) == 0)
-      g.xorBw[static_cast<std::size_t>(d)] =
-          pattern([&](int l) { return std::vector<int>{l ^ d}; });
-  }
-  g.allPairsBw = pattern([&](int) {
-    std::vector<int> all(static_cast<std::size_t>(G));
-    for (int m = 0; m < G; ++m) all[static_cast<std::size_t>(m)] = m;
-    return all;
-  });
-  {
-    // The two trees of the double binary tree on one host's ranks, every edge both ways.
-    const auto tree = binaryTree(G);
-    g.treeBw = pattern([&](int l) {
-      std::vector<int> peers;
-      for (int t = 0; t < 2; ++t) {
-        const int pos = t == 0 ? l : (G % 2 == 0 ? G - 1 - l : mod(l - 1, G));
-        auto rankAt = [&](int p) { return t == 0 ? p : (G % 2 == 0 ? G - 1 - p : mod(p + 1, G)); };
-        const TreeNode& node = tree[static_cast<std::size_t>(pos)];
-        if (node.parent >= 0) peers.push_back(rankAt(node.parent));
-        for (int c : node.children) peers.push_back(rankAt(c));
-      }
-      return peers;
-    });
-  }
-  {
-    const int n = g.nranks;
-    const auto tree = binaryTree(n);
-    // A hop across hosts between GPUs of one rail (the same NIC index) crosses one fabric switch,
-    // between rails three (the simulator's rule, and rhd's below).
-    auto railOf = [&](int r) {
-      return host.nearestNic(host.gpus()[static_cast<std::size_t>(r % G)]);
-    };
-    struct Path {
-      int across = 0, crossRail = 0, inside = 0;
-      auto key() const { return std::make_tuple(across, crossRail, inside); }
-    };
-    Path deepest;
-    for (int t = 0; t < 2; ++t) {
-      // Position -> rank as the all-reduce trees place them (dbtree.cpp).
-      auto rankAt = [&](int p) { return t == 0 ? p : (n % 2 == 0 ? n - 1 - p : mod(p + 1, n)); };
-      // Children come after parents in no fixed order, so walk from the root.
-      std::vector<Path> hops(static_cast<std::size_t>(n));
-      std::vector<int> stack{0};
-      while (!stack.empty()) {
-        const int p = stack.back();
-        stack.pop_back();
-        for (int c : tree[static_cast<std::size_t>(p)].children) {
-          Path h = hops[static_cast<std::size_t>(p)];
-          const int a = rankAt(p), b = rankAt(c);
-          if (a / G == b / G) {
-            ++h.inside;
-          } else {
-            ++h.across;
-            if (railOf(a) != railOf(b)) ++h.crossRail;
-          }
-          hops[static_cast<std::size_t>(c)] = h;
-          stack.push_back(c);
-        }
-      }
-      for (const Path& h : hops) {
-        if (h.key() > deepest.key()) deepest = h;
-      }
-    }
-    g.treeHopsAcross = deepest.across;
-    g.treeHopsCrossRail = deepest.crossRail;
-    g.treeHopsInside = deepest.inside;
-  }
-  const bool hasNic = !host.gpus().empty() && host.nearestNic(host.gpus()[0]) >= 0;
-  for (int C = 1; C <= std::max(1, std::min(G, 16)); ++C) {
-    // Load in units of "one block": each channel's flows carry 1/C of it.
-    std::map<std::pair<int, bool>, double> load;
-    std::map<int, std::pair<double, double>> nicLoad;  // NIC -> (out, in)
-    std::vector<std::vector<topo::Hop>> chain, cross;
-    const auto& gpus = host.gpus();
-    auto gpu = [&](int l) { return gpus[static_cast<std::size_t>(mod(l, G))]; };
-    for (int c = 0; c < C; ++c) {
-      for (int k = 0; k + 1 < G; ++k) chain.push_back(host.route(gpu(c + k), gpu(c + k + 1)));
-      if (hasNic) {
-        const int out = host.nearestNic(gpu(c - 1)), in = host.nearestNic(gpu(c));
-        cross.push_back(host.route(gpu(c - 1), out));
-        cross.push_back(host.route(in, gpu(c)));
-        nicLoad[out].first += 1.0 / C;
-        nicLoad[in].second += 1.0 / C;
-      }
-    }
-    for (const auto* part : {&chain, &cross}) {
-      for (const auto& route : *part) {
-        for (const topo::Hop& h : route) load[{h.link, h.forward}] += 1.0 / C;
-      }
-    }
-    auto timePerUnit = [&](const std::vector<std::vector<topo::Hop>>& routes) {
-      double worst = 0;
-      for (const auto& route : routes) {
-        for (const topo::Hop& h : route) {
-          worst = std::max(worst, load[{h.link, h.forward}] /
-                                      host.links()[static_cast<std::size_t>(h.link)].bandwidth);
-        }
-      }
-      return worst;
-    };
-    const double intra = timePerUnit(chain);
-    g.ringIntraBw.push_back(intra > 0 ? 1 / intra : 1e30);
-    double crossing = timePerUnit(cross);
-    for (const auto& [nic, io] : nicLoad) {
-      crossing = std::max(crossing, std::max(io.first, io.second) /
-                                        host.nodes()[static_cast<std::size_t>(nic)].speedGBs);
-    }
-    g.ringCrossBw.push_back(hasNic && crossing > 0 ? 1 / crossing : 0);
-  }
-  // Shifts by d across a row of hosts: the flows that wrap leave through their NIC and enter
-  // the next host through the receiver's.
-  g.nicOf.assign(static_cast<std::size_t>(G), -1);
-  for (int l = 0; l < G; ++l)
-    g.nicOf[static_cast<std::size_t>(l)] =
-        host.nearestNic(host.gpus()[static_cast<std::size_t>(l)]);
-  for (int l = 0; l < G; ++l) {
-    const int nic = g.nicOf[static_cast<std::size_t>(l)];
-    if (nic >= 0)
-      g.ranksPerNic = std::max(g.ranksPerNic,
-                               static_cast<int>(std::count(g.nicOf.begin(), g.nicOf.end(), nic)));
-  }
-  g.switchLatency = system.fabric().switchLatency;
-  g.shiftInsideBw.assign(static_cast<std::size_t>(G), 1e30);
-  g.shiftCrossBw.assign(static_cast<std::size_t>(G), 0);
-  for (int d = 1; d < G && hasNic; ++d) {
-    std::map<std::pair<int, bool>, int> load;
-    std::map<int, std::pair<int, int>> nicFlows;  // NIC -> (out, in)
-    std::vector<std::vector<topo::Hop>> inside, cross;
-    auto gpu = [&](int l) { return host.gpus()[static_cast<std::size_t>(l)]; };
-    for (int l = 0; l < G; ++l) {
-      const int m = l + d;
-      if (m < G) {
-        inside.push_back(host.route(gpu(l), gpu(m)));
-        continue;
-      }
-      const int out = g.nicOf[static_cast<std::size_t>(l)];
-      const int in = g.nicOf[static_cast<std::size_t>(m - G)];
-      cross.push_back(host.route(gpu(l), out));     // leaving this host
-      cross.push_back(host.route(in, gpu(m - G)));  // entering the next (the same links here)
-      ++nicFlows[out].first;
-      ++nicFlows[in].second;
-    }
-    for (const auto* part : {&inside, &cross}) {
-      for (const auto& route : *part) {
-        for (const topo::Hop& h : route) ++load[{h.link, h.forward}];
-      }
-    }
-    auto rate = [&](const std::vector<std::vector<topo::Hop>>& routes) {
-      double bw = 1e30;
-      for (const auto& route : routes) {
-        for (const topo::Hop& h : route) {
-          bw = std::min(bw, host.links()[static_cast<std::size_t>(h.link)].bandwidth /
-                                load[{h.link, h.forward}]);
-        }
-      }
-      return bw;
-    };
-    double crossBw = rate(cross);
-    for (const auto& [nic, io] : nicFlows) {
-      const double speed = host.nodes()[static_cast<std::size_t>(nic)].speedGBs;
-      crossBw = std::min(crossBw, speed / std::max(io.first, io.second));
-    }
-    g.shiftInsideBw[static_cast<std::size_t>(d)] = rate(inside);
-    g.shiftCrossBw[static_cast<std::size_t>(d)] = crossBw;
-  }
-  double inverse = 0;
-  for (int k = 0; k < G; ++k)
-    inverse += 1.0 / pattern([&](int l) { return std::vector<int>{mod(k - l, G)}; });
-  g.matchingBw = G > 1 ? G / inverse : 1e30;
-  g.fabricLatency = 2 * system.fabric().switchLatency;  // between one (same rail) and three hops
-  return g;
 }
 
 // ---- estimates -------------------------------------------------------------------------------

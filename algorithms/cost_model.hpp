@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "topology/system.hpp"
@@ -28,6 +29,39 @@ enum class LinkClass : std::uint8_t { nvlink, pcie, network };
 inline constexpr int kNumLinkClasses = 3;
 LinkClass linkClassOf(topo::PathClass c);
 
+// Where the runtime's kernels beat every schedule on the machine class they were measured on:
+// the ranges in which the selector (algorithms/selector.hpp) offers each, a tuning file's
+// "kernels" section. The defaults are the H200 machine's (docs/perf.md, "GPU memory" and "The
+// direct path"); the names are the JSON keys.
+struct KernelConstants {
+  // gpu_direct_rounds: the direct GPU kernels take calls of up to this many rounds of their
+  // slabs, by rank count ({ranks at most, rounds}, ascending; the last entry covers the rest).
+  std::vector<std::pair<int, int>> gpuDirectRounds{{2, 4}, {4, 16}, {64, 64}};
+  // gpu_direct_round_bytes: one round of the slabs (the runtime uses its device's; tools this).
+  std::size_t gpuDirectRoundBytes = 4u << 20;
+  // gpu_oneshot_max_bytes, gpu_twoshot_min_ranks: the direct all-reduce runs two-shot from this
+  // many ranks past this many bytes, one-shot otherwise.
+  std::size_t gpuOneShotMaxBytes = 128u << 10;
+  int gpuTwoShotMinRanks = 5;
+  // gpu_direct_exchange_max_bytes, gpu_direct_pair_max_bytes: the direct reduce-scatter and
+  // all-to-all take inputs up to this many bytes a rank (all three block collectives on 2 ranks
+  // up to the pair's).
+  std::size_t gpuDirectExchangeMaxBytes = 4u << 20;
+  std::size_t gpuDirectPairMaxBytes = 8u << 20;
+  // gpu_ll_max_bytes: schedules on GPU memory use the ll protocol up to this many bytes.
+  std::size_t gpuLlMaxBytes = 64u << 10;
+  // gpu_registered_oneshot_max_ranks, gpu_registered_oneshot_min_bytes: one-shot reads
+  // registered inputs in place up to this many ranks at any size, and beyond from this size.
+  int gpuRegisteredOneShotMaxRanks = 2;
+  std::size_t gpuRegisteredOneShotMinBytes = 4u << 20;
+  // host_slots_max_bytes, host_direct_min_bytes: calls on host memory go through the slots up
+  // to this many bytes of a rank's input, the direct path from this many bytes of the message.
+  std::size_t hostSlotsMaxBytes = 4096;
+  std::size_t hostDirectMinBytes = 256u << 10;
+
+  int gpuDirectRoundsFor(int nranks) const;
+};
+
 struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
@@ -44,6 +78,7 @@ struct CostConstants {
   std::array<double, kNumLinkClasses> bandwidthScale{1.0, 1.0, 1.0};
   // PAT keeps at most this many bytes of one message in flight per connection.
   double patStagingBytes = 8.0 * 1024 * 1024;
+  KernelConstants kernels;  // "kernels"
 
   // Reads a tuning file; keys it lacks keep these defaults. Errors name the file and key.
   static Result<CostConstants> fromJsonFile(const std::string& path);
@@ -110,7 +145,9 @@ struct RankGraph {
   // they copy).
   double hostReduceGBs = 0;
 
-  static RankGraph fromSystem(const topo::System& system);
+  // The ranks of `system`, one per GPU; localGpus: the GPUs (indices into the host's) a host's
+  // ranks use, in local-rank order (empty: every GPU). rank_graph.cpp.
+  static RankGraph fromSystem(const topo::System& system, const std::vector<int>& localGpus = {});
 };
 
 struct Estimate {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iomanip>
 #include <sstream>
 
 #include "algorithms/algorithm.hpp"
@@ -178,6 +179,15 @@ Result<Plan> Tuner::plan(Collective coll, std::size_t bytes, std::optional<Proto
   shape(best, bytes, p.channels, p.chunkBytes);
   std::ostringstream why;
   why << reason << "cheapest of " << c.size() << " candidate(s)";
+  // The pick and the runner-up, with their estimates (WEFT_DEBUG=INFO prints the reason).
+  auto label = [](const Estimate& e) {
+    std::ostringstream s;
+    s << e.algorithm << "/" << name(e.protocol) << " " << std::fixed << std::setprecision(1)
+      << e.timeUs << " us";
+    return s.str();
+  };
+  why << ": " << label(best);
+  if (c.size() > 1) why << ", runner-up " << label(c[1]);
   if (!options_.algorithms.empty() || options_.protocol) why << " allowed by WEFT_ALGO/WEFT_PROTO";
   if (!options_.tuningFile.empty()) why << ", constants from " << options_.tuningFile;
   p.reason = why.str();

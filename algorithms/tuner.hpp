@@ -35,8 +35,14 @@ struct TunerOptions {
                                        const std::string& tuningFile);
 };
 
+// How a plan runs: its algorithm's schedule through the FIFOs, or one of the runtime's kernels
+// that need none (algorithms/selector.hpp).
+enum class Kernel : std::uint8_t { schedule, slots, hostDirect, gpuDirect };
+std::string_view name(Kernel k);
+
 struct Plan {
   std::string algorithm;
+  Kernel kernel = Kernel::schedule;
   Protocol protocol = Protocol::simple;
   int channels = 1;
   std::size_t chunkBytes = 0;  // bytes of one slice on one channel

@@ -20,6 +20,7 @@
 
 #include "algorithms/calibration_fit.hpp"
 #include "algorithms/cost_model.hpp"
+#include "algorithms/rank_graph.hpp"
 #include "algorithms/schedule.hpp"
 #include "perf/collective.hpp"
 #include "perf/report.hpp"
@@ -186,7 +187,7 @@ struct Derived {
 };
 
 Result<Derived> derive(const Measured& m, int nranks) {
-  const algo::RankGraph graph = sharedMemoryRankGraph(nranks);
+  const algo::RankGraph graph = algo::sharedMemoryRankGraph(nranks);
   Derived d;
   d.nominalGBs = graph.intraBandwidth;
   algo::CostConstants& c = d.constants;

@@ -6,6 +6,8 @@
 #   B_FLAGS  CUDA flags of variant B; A_FLAGS those of A (default none). With B_FLAGS unset only
 #            A is built and run: one build of the sweeps, e.g. to check the tuner's picks
 #   C_FLAGS, D_FLAGS  optional variants C and D, built and run beside A and B when set
+#   A_SRC, B_SRC, ...  a variant built from that source tree instead of this one (e.g. the
+#            commit before a change, `git archive REV | tar -x -C DIR`): before/after in one run
 #   SWEEPS   weft-perf argument lines, one per line (default: 256 MB all-reduce at 2, 4 and 8
 #            processes, ring, one-shot and two-shot forced)
 #   ENVS     environment settings for every sweep, e.g. "WEFT_GPU_SLOT_BYTES=1048576"; a sweep
@@ -25,13 +27,15 @@ summary="$OUT/summary.txt"
 : >"$summary"
 
 variants=(a)
-[[ -n "${B_FLAGS+set}" ]] && variants+=(b)
+[[ -n "${B_FLAGS+set}" || -n "${B_SRC:-}" ]] && variants+=(b)
 [[ -n "${C_FLAGS:-}" ]] && variants+=(c)
 [[ -n "${D_FLAGS:-}" ]] && variants+=(d)
 t0=$SECONDS
 for v in "${variants[@]}"; do
   flags="${v^^}_FLAGS"
-  cmake -S "$WEFT_ROOT" -B "$WEFT_ROOT/build-ab-$v" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  src="${v^^}_SRC"
+  src="${!src:-$WEFT_ROOT}"
+  cmake -S "$src" -B "$WEFT_ROOT/build-ab-$v" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DWEFT_CUDA=ON "-DCMAKE_CUDA_FLAGS=${!flags:-}" >"$logs/configure-$v.log" 2>&1 || {
     tail -20 "$logs/configure-$v.log"
     exit 1
@@ -51,7 +55,7 @@ for i in "${!variants[@]}"; do
     tail -30 "$logs/build-${variants[$i]}.log"
   }
 done
-echo "build: $((SECONDS - t0)) s (A ${A_FLAGS:-none}, B ${B_FLAGS:-unset}, C ${C_FLAGS:-unset}, D ${D_FLAGS:-unset})" |
+echo "build: $((SECONDS - t0)) s (A ${A_FLAGS:-none} ${A_SRC:-}, B ${B_FLAGS-unset} ${B_SRC:-}, C ${C_FLAGS:-unset}, D ${D_FLAGS:-unset})" |
   tee -a "$summary"
 ((failed == 0)) || exit 1
 

@@ -273,6 +273,10 @@ Result<XmlElement> discoverXml(const DiscoveryOptions& options) {
   if (hwloc_topology_init(&t) != 0) return Status(Code::systemError, "hwloc_topology_init failed");
   std::unique_ptr<hwloc_topology, void (*)(hwloc_topology_t)> guard(t, hwloc_topology_destroy);
   hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  // Devices come from NVML and the CUDA driver below, and only when asked: hwloc's own GPU
+  // plugins would start CUDA or OpenCL in a process that may fork afterwards.
+  for (const char* plugin : {"cuda", "nvml", "opencl", "gl", "rsmi", "levelzero"})
+    (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, plugin);
   if (hwloc_topology_load(t) != 0) return Status(Code::systemError, "hwloc_topology_load failed");
   HwlocWalker(t, system, options).run();
   if (options.useNvml) {

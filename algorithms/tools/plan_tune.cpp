@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "algorithms/selector.hpp"
 #include "algorithms/simulator.hpp"
 #include "algorithms/tuner.hpp"
 #include "topology/system.hpp"
@@ -99,7 +100,9 @@ SimOptions replayOptions(const TuneArgs& args) {
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
                            const std::vector<std::size_t>& sizes, const TunerOptions& options,
                            const SimOptions& replay) {
-  const Tuner tuner(RankGraph::fromSystem(system), options);
+  // The runtime's GPU selector on these ranks: schedules and the direct kernels.
+  const Selector selector = gpuSelectorFor(system, options);
+  const Tuner& tuner = selector.tuner();
   const Simulator sim(system, options.constants);
   std::vector<SizeRow> rows;
   std::map<std::string, double>
@@ -107,7 +110,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
   for (std::size_t bytes : sizes) {
     SizeRow row;
     row.bytes = bytes;
-    auto plan = tuner.plan(coll, bytes);
+    auto plan = selector.plan(coll, bytes);
     if (!plan) continue;
     row.plan = *plan;
     for (const Estimate& e : tuner.allCandidates(coll, bytes)) {
@@ -289,7 +292,10 @@ int runTune(const TuneArgs& args) {
     std::printf("\n");
     for (const SizeRow& r : rows) {
       std::printf("%8s  %-16s %10.1f %10.1f %-16s %7s", human(r.bytes).c_str(),
-                  (r.plan.algorithm + "/" + std::string(name(r.plan.protocol))).c_str(),
+                  (r.plan.kernel == Kernel::gpuDirect
+                       ? r.plan.algorithm + "/direct"
+                       : r.plan.algorithm + "/" + std::string(name(r.plan.protocol)))
+                      .c_str(),
                   r.plan.estimateUs, r.pickSim, r.best.c_str(),
                   r.regret ? (std::to_string(*r.regret).substr(0, 5)).c_str() : "n/a");
       for (const auto& a : algos) {

@@ -185,45 +185,6 @@ void ChannelWorkers::loop(std::size_t channel) {
   }
 }
 
-algo::RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, double treeBw) {
-  algo::RankGraph g;
-  g.nranks = nranks;
-  g.ranksPerHost = nranks;
-  g.hosts = 1;
-  g.intraClass = cls;
-  g.intraBandwidth = bandwidth;
-  g.netPerRank = g.netAlone = bandwidth;
-  g.shiftBw.assign(static_cast<std::size_t>(nranks) + 1, bandwidth);
-  g.xorBw.assign(static_cast<std::size_t>(nranks) + 1, bandwidth);
-  g.allPairsBw = bandwidth / std::max(1, nranks - 1);
-  g.matchingBw = bandwidth;
-  g.treeBw = treeBw;
-  g.ringIntraBw.assign(16, bandwidth);
-  g.ringCrossBw.assign(16, bandwidth);
-  int depth = 0;
-  for (int m = 1; m < nranks; m *= 2) ++depth;
-  g.treeHopsInside = depth;
-  return g;
-}
-
-algo::RankGraph sharedMemoryRankGraph(int nranks) {
-  // Shared memory is one copy in and one copy out through the caches: every pattern gets the
-  // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table.
-  // A tree rank copies each slice through its FIFOs to and from three neighbours while its
-  // other tree runs too: on the H200 host (docs/perf.md, 8 ranks) the double binary tree ran at
-  // a fifth of twoshot's busbw, which an eighth of the copy bandwidth per edge reproduces. To be
-  // replaced by weft-perf --calibrate.
-  // A rank's reductions cost it time besides its copies (hostReduceGBs): on 2 ranks of the
-  // 2-core CI-class VM two-shot all-reduce, which folds half of what one-shot folds and sends
-  // the same bytes, took 3.6 us less at 256 KB, 11 at 1 MB and ~150 at 16 MB (docs/perf.md,
-  // 2026-11-30): 36-55 GB/s of bytes folded.
-  constexpr double kCopyGBs = 8.0;
-  constexpr double kFoldGBs = 48.0;
-  algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
-  g.hostReduceGBs = kFoldGBs;
-  return g;
-}
-
 Result<std::unique_ptr<Communicator>> Communicator::create(
     std::unique_ptr<boot::Bootstrap> bootstrap, const Config& config) {
   std::unique_ptr<Communicator> c(new Communicator());
@@ -279,6 +240,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
                         ", but WEFT_TRANSPORT=shm needs every rank on one host (use auto or ucx)");
     }
   }
+  // The machine: one host topology for every rank, and which host each rank is on.
+  std::vector<std::uint64_t> hostIds;
+  for (const HostRecord& r : hosts) hostIds.push_back(r.hostId);
+  auto machine = Machine::agree(*c->bootstrap_, config.topoFile, hostIds);
+  if (!machine) return machine.status();
+  c->machine_ = std::move(*machine);
   if (anyUcx && !transport::ucxAvailable()) {
     return Status(Code::unsupported,
                   "rank " + std::to_string(me) +
@@ -470,7 +437,6 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       },
       config.timeout, me);
   if (config.checkCalls) c->waiter_->watchWith([raw = c.get()] { raw->watchCall(); });
-  c->tuner_ = std::make_unique<algo::Tuner>(sharedMemoryRankGraph(n), config.tuner);
   // A rank with one core (or less) runs a schedule's channels one after another on the calling
   // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
   // ranks of one core on the 2-core VM, all-gather of 2 MB on its two channels: 140-380 us on
@@ -536,6 +502,23 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
         c->geometry_.channels, config.hostDirectThreads > 0 ? config.hostDirectThreads : cores));
     g.fixedThreads = config.hostDirectThreads > 0;
   }
+  {
+    // The host's candidates besides schedules: the slots and the direct path, where every rank
+    // can take them (decided alike on every rank).
+    algo::KernelSet k;
+    for (Collective coll : {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                            Collective::broadcast, Collective::reduce, Collective::allToAll}) {
+      const auto i = static_cast<std::size_t>(coll);
+      k.slots[i] = c->slotsPossible_ && exec::slotsServe(coll);
+      k.direct[i] = c->directPossible_ && exec::directServes(coll);
+    }
+    k.slotsMaxBytes = config.hostSmallBytes;
+    k.directMinBytes = config.hostDirectBytes;
+    c->selector_ = std::make_unique<algo::Selector>(c->machine_.hostGraph(), config.tuner, k);
+    if ((config.debug == "INFO" || config.debug == "TRACE") && me == 0)
+      std::fprintf(stderr, "weft INFO host calls priced on %d host(s) of %d rank(s) at most\n",
+                   c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
+  }
   c->created_ = true;
   return c;
 }
@@ -598,8 +581,10 @@ std::string Communicator::summary() const {
   if (reads && config_.singleCopyBytes > 0) {
     line += ", single copy from " + std::to_string(config_.singleCopyBytes / 1024) + " KiB";
   }
-  if (directPossible_ && config_.hostDirectBytes > 0) {
-    line += ", direct path from " + std::to_string(config_.hostDirectBytes / 1024) + " KiB";
+  const std::size_t directFrom =
+      config_.hostDirectBytes.value_or(selector_->constants().hostDirectMinBytes);
+  if (directPossible_ && directFrom > 0) {
+    line += ", direct path from " + std::to_string(directFrom / 1024) + " KiB";
     if (!directThreads_)
       line += " through " + std::to_string(geometry_.stageBytes / 1024) + " KiB stages";
   } else if (directFewestCores_ > 0) {
@@ -644,37 +629,10 @@ Status Communicator::fail(Status s) {
 Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-  auto plan = tuner_->plan(coll, bytes);
-  if (plan && hostSlotsServe(coll, bytes)) {
-    plan->algorithm = "slots";
-    plan->protocol = algo::Protocol::simple;
-    plan->channels = 1;
-    plan->aggregation = 0;
-    plan->reason = "every rank's input in its slot (WEFT_HOST_SMALL_BYTES=" +
-                   std::to_string(config_.hostSmallBytes) + ")";
-  } else if (plan && hostDirectServes(coll, bytes)) {
-    plan->algorithm = "direct";
-    plan->protocol = algo::Protocol::simple;
-    plan->channels = geometry_.channels;
-    plan->aggregation = 0;
-    plan->reason = "every rank reads its peers' buffers (WEFT_HOST_DIRECT_BYTES=" +
-                   std::to_string(config_.hostDirectBytes) + ")";
-  }
+  auto plan = selector_->plan(coll, bytes);
+  if (plan && plan->kernel == algo::Kernel::hostDirect) plan->channels = geometry_.channels;
   if (plan) plans_.emplace(key, *plan);
   return plan;
-}
-
-bool Communicator::hostSlotsServe(Collective coll, std::size_t bytes) const {
-  // `bytes` is the call's message: an all-gather's holds every rank's input.
-  const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
-  return slotsPossible_ && exec::slotsServe(coll) && config_.tuner.algorithms.empty() &&
-         config_.hostSmallBytes > 0 && input <= config_.hostSmallBytes;
-}
-
-bool Communicator::hostDirectServes(Collective coll, std::size_t bytes) const {
-  // A WEFT_ALGO list asks for schedules by name: it gets them.
-  return directPossible_ && exec::directServes(coll) && config_.tuner.algorithms.empty() &&
-         config_.hostDirectBytes > 0 && bytes >= config_.hostDirectBytes;
 }
 
 Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
@@ -742,13 +700,13 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   // Paths that read peers' buffers in place (the direct path, single copy) would read past a
   // peer's smaller buffer on a mismatched count: there every peer's call is compared first.
   const bool byReference = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
-  const bool readsPeers =
-      plan->algorithm == "direct" || (plan->algorithm != "slots" && byReference);
+  const bool readsPeers = plan->kernel == algo::Kernel::hostDirect ||
+                          (plan->kernel != algo::Kernel::slots && byReference);
   if (config_.checkCalls && readsPeers) {
     if (Status s = verifyCall(); !s) return s;
   }
-  if (plan->algorithm == "slots" || plan->algorithm == "direct") {
-    const bool slots = plan->algorithm == "slots";
+  if (plan->kernel == algo::Kernel::slots || plan->kernel == algo::Kernel::hostDirect) {
+    const bool slots = plan->kernel == algo::Kernel::slots;
     if (!slots && (config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
       std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %zu thread(s) (%s)\n",
                    std::string(name(coll)).c_str(), bytes, directGroup_.threads,

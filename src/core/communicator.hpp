@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "algorithms/selector.hpp"
 #include "algorithms/tuner.hpp"
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/config.hpp"
+#include "src/core/machine.hpp"
 #include "src/exec/cpu_executor.hpp"
 #include "src/exec/cuda_executor.hpp"
 #include "src/exec/host_direct.hpp"
@@ -150,12 +152,15 @@ class Communicator {
   Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
   // The GPU tuner's plan for a call of `bytes` (made once per size).
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
-  // What the GPU tuner prices calls with: its rank graph (sameDeviceRankGraph on the channels a
-  // bulk call gets) and its constants (the tuning file's, or the defaults with the GPU's hop of
-  // the bulk protocol). weft-perf --calibrate --gpu fits the constants to it.
+  // What the GPU tuner prices calls with: its rank graph (from the machine: the ranks' GPUs and
+  // the paths between them, or the same-device graph on the channels a bulk call gets where they
+  // share one) and its constants (the tuning file's, or the defaults, with the same-device hop of
+  // the bulk protocol there). weft-perf --calibrate --gpu fits the constants to it.
   struct GpuModel {
     algo::RankGraph graph;
     algo::CostConstants constants;
+    std::string description;  // how the graph was made
+    bool sameDevice = false;  // the ranks share a device (algo::GpuGraph::sameDevice)
   };
   GpuModel gpuTunerModel() const;
   // What this rank's calls on host memory moved how: bytes it read straight from peers' buffers
@@ -169,14 +174,7 @@ class Communicator {
     std::size_t peerAllocationsMapped = 0;
   };
   HostCounters hostCounters() const;
-  // Rounds of the direct kernels' slabs a call may take (WEFT_GPU_DIRECT; 0: none).
-  std::size_t directRounds() const;
-  // Whether a direct kernel runs this call (no schedule, no protocol): one-shot or two-shot
-  // all-reduce, one-shot all-gather, reduce-scatter or all-to-all; given the bytes one round of
-  // its slabs takes.
-  bool directKernelServes(Collective coll, const std::string& algorithm, std::size_t bytes,
-                          std::size_t limit) const;
-  // Whether that kernel reads registered inputs in place for a call of `bytes`
+  // Whether the direct kernel reads registered inputs in place for a call of `bytes`
   // (WEFT_GPU_REGISTERED; every rank decides alike, as the kernels' barriers require).
   bool readsRegisteredInPlace(bool twoShot, std::size_t bytes) const;
   // Whether two-shot's kernel writes each rank's summed piece into every rank's registered
@@ -216,6 +214,7 @@ class Communicator {
 
   int rank_ = 0, size_ = 1;
   Config config_;
+  Machine machine_;  // the host topology and where every rank runs
   std::unique_ptr<boot::Bootstrap> bootstrap_;
   transport::ShmGeometry geometry_;
   transport::ShmSegment inbox_;
@@ -242,15 +241,15 @@ class Communicator {
   }
   std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
   std::vector<std::unique_ptr<transport::ProgressingConnection>> progressing_;
-  std::vector<exec::ChannelLinks> links_;  // by channel
-  std::unique_ptr<algo::Tuner> tuner_;
+  std::vector<exec::ChannelLinks> links_;     // by channel
+  std::unique_ptr<algo::Selector> selector_;  // host memory's
   std::map<std::tuple<int, std::string, int, int, int, int>, std::unique_ptr<Cached>> schedules_;
   std::map<std::pair<int, std::size_t>, algo::Plan> plans_;
-  // The GPU path, set up at the first call with GPU buffers: its executor, and a tuner on the
-  // GPU's costs with its own plans.
+  // The GPU path, set up at the first call with GPU buffers: its executor, and a selector on
+  // the GPU's graph with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
-  std::unique_ptr<algo::Tuner> gpuTuner_;
-  int gpuTunerChannels_ = 0;     // the channels gpuTuner_'s graph was made with
+  std::unique_ptr<algo::Selector> gpuSelector_;
+  int gpuTunerChannels_ = 0;     // the channels gpuSelector_'s graph was made with
   int gpuTunerChannels() const;  // the channels a bulk call gets now
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   // Registered buffers, and once a collective used one, every rank's as mapped here. After
@@ -271,14 +270,11 @@ class Communicator {
   int directFewestCores_ = 0;   // between processes: the fewest cores of any rank
   exec::DirectGroup directGroup_;
   exec::DirectState directState_;
-  // Whether a call of `bytes` runs the direct path (the same on every rank).
-  bool hostDirectServes(Collective coll, std::size_t bytes) const;
   // Small calls through the slots: whether every rank shares this host's memory (the same on
   // every rank), the ranks' slots, and the slot calls made.
   bool slotsPossible_ = false;
   exec::SlotsGroup slotsGroup_;
   std::uint64_t slotsCalls_ = 0;
-  bool hostSlotsServe(Collective coll, std::size_t bytes) const;
   std::atomic<int>* abortFlag_ = nullptr;  // in this rank's inbox
   std::unique_ptr<transport::Waiter> waiter_;
   // Call signatures (src/core/call_check.cpp).
@@ -333,13 +329,6 @@ class Communicator {
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };
 
-// n ranks on one host where every pattern gets the same per-rank bandwidth (GB/s) over hops of
-// one class, and a tree edge gets treeBw.
-algo::RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, double treeBw);
-// The cost model's view of n ranks on one host talking through shared memory.
-algo::RankGraph sharedMemoryRankGraph(int nranks);
-// The cost model's view of n ranks whose kernels share the memory of one GPU.
-algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes);
 // The GPU tuner's model of a communicator of the C API (Communicator::gpuTunerModel), for tools
 // that fit constants to it (weft-perf --calibrate --gpu). Exported from libweft, which holds the
 // communicators: a tool's own copy of the runtime could not reach them.

@@ -19,66 +19,7 @@ namespace weft {
 namespace {
 // A bulk GPU call takes a channel (thread block) for every this many bytes, as many as it has.
 constexpr std::size_t kGpuBytesPerChannel = 512 * 1024;
-constexpr std::size_t kGpuLlMaxBytes = 64 * 1024;
-// The direct all-reduce kernels: one-shot up to this many bytes, and at any size below
-// kGpuTwoShotDirectRanks ranks; two-shot beyond (measured on the H200, docs/perf.md: at 4 ranks
-// one-shot was 7-23 % faster than two-shot from 64 KB to 64 MB, 2026-11-30e; at 8 ranks
-// two-shot from 2 MB on, 8 % at 16 MB. Since one-shot runs the ll kernel to 256 KiB, at 8 ranks
-// it took 128 KB in 15.3-15.5 us against two-shot's 23.6-23.9, 13.8-14.0 against 16.3 in CUDA
-// graphs; at 256 KB two-shot won in graphs, 17.0-17.3 against 23.8-24.0, 2026-11-30l).
-constexpr std::size_t kGpuOneShotDirectBytes = 128 * 1024;
-// The direct reduce-scatter and all-to-all kernels take inputs up to this many bytes a rank (a
-// slab holds a 1/n share of every piece, so larger inputs take many short rounds): on one H200
-// they beat ring and pairwise 1.5-3x to 4 MB and lost from 16 MB (2 and 8 ranks, 2026-11-30f,
-// docs/perf.md). All-gather's, whose slab holds its whole share, takes the rounds' limit (at 8
-// ranks 821 against ring's 1956 us at 256 MB).
-constexpr std::size_t kGpuDirectExchangeBytes = std::size_t{4} << 20;
-// ... and all three on 2 ranks up to this many (two H200s over NVLink: all-gather 27 against
-// ring's 39 us at 8 MB, but 91 against 79 at 32 MB; one H200: 31 against 38 at 16 MB; in CUDA
-// graphs at 8 MB, 2026-11-30: all-to-all 32.4 against pairwise's 37.5, reduce-scatter 31.4
-// against ring's 31.2).
-constexpr std::size_t kGpuDirectPairBytes = std::size_t{8} << 20;
-constexpr int kGpuTwoShotDirectRanks = 5;
-// Past one round of the direct kernels' slabs (2 MB on 8 ranks of an H200, 4 MB on 2 and 4)
-// they run in rounds, up to this many by rank count (the larger measured count's for those
-// between): each round pays two flag round trips, where ring pays a pass of chained flags and
-// traffic through the FIFO slots. Ranks sharing one H200 (docs/perf.md, 2026-11-30e): on 2
-// ranks one-shot beat ring to 16 MB (48 against 51 us) and lost from 32 MB (90 against 83); on
-// 4 one-shot beat ring by 13-22 % to 64 MB, on 8 two-shot beat ring by 7-8 % to 128 MB (64
-// rounds), as far as measured. WEFT_GPU_DIRECT=N overrides it.
-int directRoundsFor(int nranks) {
-  if (nranks <= 2) return 4;
-  if (nranks <= 4) return 16;
-  return 64;
-}
-// By default two-shot reads registered inputs in place at any rank count, one-shot up to this
-// many ranks at any size, and beyond them from this many bytes: below, its extra barrier (every
-// rank waits until all are done reading) cost more than the copy it saves (8 ranks on the H200:
-// 37 against 31 us at 128 KB; 4 ranks: 21.2 against 20.3 at 1 MB, but 26.7 against 29.2 at 4 MB
-// and 291 against 340 at 64 MB; docs/perf.md).
-constexpr int kGpuRegisteredOneShotRanks = 2;
-constexpr std::size_t kGpuRegisteredOneShotBytes = std::size_t{4} << 20;
 }  // namespace
-
-algo::RankGraph sameDeviceRankGraph(int nranks, int channels, std::size_t slotBytes) {
-  // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
-  // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
-  // device's copy bandwidth (4.2 TB/s on the H200), plus its chains of flags (NVLink-class
-  // hops, through L2). Ring moved its traffic at that rate once its forwarding steps read each
-  // message once (2026-11-30d: 8 ranks, 4-256 MB, within 5 % of this model; docs/perf.md). The
-  // link figures stay for the estimates that read them.
-  const double perRank = 2000.0 / std::max(1, nranks);
-  algo::RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
-  g.deviceCopyGBs = 4200;
-  g.deviceChannels = channels;
-  g.deviceBytesPerChannel = static_cast<double>(kGpuBytesPerChannel);
-  g.deviceSlotBytes = static_cast<double>(slotBytes);
-  // Two-shot's waits on every peer: 12 us per peer past one in every pass, what it paid over
-  // the model's traffic and chains on the H200 (2026-11-30d, 8 MB to 256 MB: 21-27 us a pass at
-  // 4 ranks, 67-150 at 8; docs/perf.md).
-  g.deviceAllPeersUs = 12.0;
-  return g;
-}
 
 Result<void*> Communicator::registerBuffer(void* buf, std::size_t bytes) {
   if (buf == nullptr || bytes == 0) {
@@ -151,6 +92,12 @@ Status Communicator::ensureGpu() {
   auto gpu = exec::CudaExecutor::create(o, *bootstrap_);
   if (!gpu) return fail(gpu.status());
   gpu_ = std::move(*gpu);
+  // Which GPU every rank has: the GPU tuner's graph is made again on them.
+  if (Status s = machine_.learnDevices(*bootstrap_, gpu_->device(), exec::busIdOf(gpu_->device()));
+      !s)
+    return fail(s);
+  gpuSelector_.reset();
+  gpuPlans_.clear();
   gpu_->namer = [this](int q, std::uint64_t signature, bool ll) {
     return callSigned(q, signature, ll);
   };
@@ -172,31 +119,11 @@ Status Communicator::ensureGpu() {
   return {};
 }
 
-std::size_t Communicator::directRounds() const {
-  return static_cast<std::size_t>(config_.gpuDirect < 0 ? directRoundsFor(size_)
-                                                        : config_.gpuDirect);
-}
-
-bool Communicator::directKernelServes(Collective coll, const std::string& algorithm,
-                                      std::size_t bytes, std::size_t limit) const {
-  if (coll == Collective::allReduce) {
-    return bytes <= limit * directRounds() && (algorithm == "oneshot" || algorithm == "twoshot");
-  }
-  // The block collectives' one-shot, by the bytes of each rank's input (an all-gather's is one
-  // block of the call's), at most 64 ranks (a slab holds a share of every rank's piece).
-  const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
-                      coll == Collective::allToAll;
-  const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(size_) : bytes;
-  const std::size_t most = size_ <= 2 ? std::min(limit * directRounds(), kGpuDirectPairBytes)
-                           : coll != Collective::allGather
-                               ? std::min(limit * directRounds(), kGpuDirectExchangeBytes)
-                               : limit * directRounds();
-  return blocks && algorithm == "oneshot" && size_ <= 64 && input <= most;
-}
-
 bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const {
   if (config_.gpuRegistered >= 0) return config_.gpuRegistered == 1;
-  return twoShot || size_ <= kGpuRegisteredOneShotRanks || bytes >= kGpuRegisteredOneShotBytes;
+  const algo::KernelConstants& k = config_.tuner.constants.kernels;
+  return twoShot || size_ <= k.gpuRegisteredOneShotMaxRanks ||
+         bytes >= k.gpuRegisteredOneShotMinBytes;
 }
 
 bool Communicator::writesRegisteredOutputs() const {
@@ -254,7 +181,7 @@ Status Communicator::launchGpu(Collective coll, const algo::Plan& plan, const vo
     }
     return {};
   };
-  if (directKernelServes(coll, plan.algorithm, bytes, gpu_->oneShotLimit())) {
+  if (plan.kernel == algo::Kernel::gpuDirect) {
     if (config_.debug == "INFO" || config_.debug == "TRACE") {
       if (rank_ == 0)
         std::fprintf(stderr, "weft INFO %s %zu bytes on GPU: %s, direct kernel (%s)\n",
@@ -431,9 +358,13 @@ int Communicator::gpuTunerChannels() const {
 }
 
 Communicator::GpuModel Communicator::gpuTunerModel() const {
-  GpuModel m{sameDeviceRankGraph(size_, gpuTunerChannels(), config_.gpuSlotBytes),
-             config_.tuner.constants};
-  if (config_.tuner.tuningFile.empty()) {
+  algo::DeviceShape shape;
+  shape.channels = gpuTunerChannels();
+  shape.slotBytes = config_.gpuSlotBytes;
+  shape.bytesPerChannel = kGpuBytesPerChannel;
+  const algo::GpuGraph g = machine_.gpuGraph(shape);
+  GpuModel m{g.graph, config_.tuner.constants, g.description, g.sameDevice};
+  if (config_.tuner.tuningFile.empty() && g.sameDevice) {
     // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
     // the block's barriers, the upstream's lag): 5 us, each step's wait in every pass as
     // measured on 4 and 8 ranks of the H200 (2026-11-30d, 4.6-5.7 us; WEFT_GPU_TRACE and
@@ -445,91 +376,38 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
 }
 
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
-  // The GPU tuner needs no device: it exists before the first GPU call, so a plan can be asked
-  // for without setting up the GPU transport. A tuner made on the guessed channels is made
-  // again once the device says otherwise.
+  // The GPU selector needs no device: it exists before the first GPU call, so a plan can be
+  // asked for without setting up the GPU transport. One made on the guessed channels (and GPUs)
+  // is made again once the device says otherwise.
   const int channels = gpuTunerChannels();
-  if (gpuTuner_ && gpuTunerChannels_ != channels) {
-    gpuTuner_.reset();
+  if (gpuSelector_ && gpuTunerChannels_ != channels) {
+    gpuSelector_.reset();
     gpuPlans_.clear();
   }
-  if (!gpuTuner_) {
+  if (!gpuSelector_) {
     gpuTunerChannels_ = channels;
     const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
     options.constants = model.constants;
-    // The double binary tree and recursive halving-doubling ran 1.1-2.1x slower than ring on
-    // the H200 at 4-32 MB where the model put them ahead (4 and 8 ranks, 2026-11-30d;
-    // docs/perf.md): their device costs are not modelled, so only WEFT_ALGO picks them there.
-    options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
-    gpuTuner_ = std::make_unique<algo::Tuner>(model.graph, options);
+    // Ranks sharing a device: the double binary tree and recursive halving-doubling ran
+    // 1.1-2.1x slower than ring on the H200 at 4-32 MB where the model put them ahead (4 and 8
+    // ranks, 2026-11-30d; docs/perf.md): their device costs are not modelled, so only WEFT_ALGO
+    // picks them there.
+    if (model.sameDevice) options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
+    algo::KernelSet k;
+    k.gpu = true;
+    // The direct kernels' round: the device's, or before it is set up the most a round holds.
+    k.directRoundBytes = gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
+    k.directRounds = config_.gpuDirect;
+    gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
+    if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0)
+      std::fprintf(stderr, "weft INFO GPU calls priced on %s\n", model.description.c_str());
   }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
-  auto plan = gpuTuner_->plan(coll, bytes);
+  auto plan = gpuSelector_->plan(coll, bytes);
   if (!plan) return plan;
-  // Up to one round of the direct kernels' slabs an all-reduce's slabs stay in L2, where the
-  // model's memory traffic does not apply, and the direct kernels beat every schedule through
-  // the FIFOs (4-6x at 2 MB); in rounds they stay ahead of ring to the rounds' limit
-  // (directRoundsFor). Between them (H200, device-scope flags, docs/perf.md): one-shot's single
-  // flag round trip wins small calls at every rank count (to 128 KB on 8), and every size to 4
-  // ranks; on 8 ranks two-shot's smaller traffic wins from 2 MB (40 against 48 us, 34 against 49
-  // on registered inputs).
-  const std::size_t directLimit =
-      gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
-  const char* direct = coll == Collective::allReduce && size_ >= kGpuTwoShotDirectRanks &&
-                               bytes > kGpuOneShotDirectBytes
-                           ? "twoshot"
-                           : "oneshot";
-  if (directKernelServes(coll, direct, bytes, directLimit) && config_.tuner.algorithms.empty() &&
-      !config_.tuner.protocol.has_value() && plan->algorithm != direct) {
-    auto all = gpuTuner_->explain(coll, bytes);
-    for (const algo::Estimate& e : all) {
-      if (e.algorithm != direct) continue;
-      plan->algorithm = e.algorithm;
-      plan->protocol = e.protocol;
-      plan->estimateUs = e.timeUs;
-      plan->reason = "the direct " + std::string(direct) + " kernel up to " +
-                     std::to_string((directLimit * directRounds()) >> 10) + " KiB on GPU; " +
-                     plan->reason;
-      break;
-    }
-  }
-  // The ll protocol on GPU moves one 16 KiB message at a time per channel and takes no extra
-  // channels, so past small sizes it is far slower than the cost model says (4 ranks on the
-  // H200: 1.4-5 GB/s busbw at 128 KB - 2 MB, docs/perf.md); there the bulk protocol runs. A
-  // direct all-reduce kernel uses no protocol.
-  if (plan->protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes &&
-      !config_.tuner.protocol.has_value() &&
-      !directKernelServes(coll, plan->algorithm, bytes, directLimit)) {
-    auto simple = gpuTuner_->plan(coll, bytes, algo::Protocol::simple);
-    if (!simple) return simple;
-    simple->reason = "the bulk protocol past " + std::to_string(kGpuLlMaxBytes / 1024) +
-                     " KiB on GPU; " + simple->reason;
-    plan = std::move(simple);
-  }
-  // Past the direct kernel, the block collectives' one-shot would run as a schedule through the
-  // FIFOs, every peer's message at once, which nothing has measured on GPU: the next cheapest
-  // (ring, PAT, pairwise: measured) runs instead unless WEFT_ALGO asks for one-shot.
-  if (coll != Collective::allReduce && plan->algorithm == "oneshot" &&
-      config_.tuner.algorithms.empty() &&
-      !directKernelServes(coll, "oneshot", bytes, directLimit)) {
-    for (const algo::Estimate& e : gpuTuner_->explain(coll, bytes)) {
-      if (e.algorithm == "oneshot") continue;
-      if (config_.tuner.protocol.has_value()
-              ? e.protocol != *config_.tuner.protocol
-              : e.protocol == algo::Protocol::ll && bytes > kGpuLlMaxBytes)
-        continue;
-      plan->algorithm = e.algorithm;
-      plan->protocol = e.protocol;
-      plan->aggregation = e.aggregation;
-      plan->estimateUs = e.timeUs;
-      gpuTuner_->shape(e, bytes, plan->channels, plan->chunkBytes);
-      plan->reason = "one-shot through the FIFOs is unmeasured on GPU; " + plan->reason;
-      break;
-    }
-  }
-  // A plan asked for before the GPU is set up assumed the direct kernels' largest limit; the
+  // A plan asked for before the GPU is set up assumed the direct kernels' largest round; the
   // device's own may be smaller, so only plans made with it are kept.
   if (gpu_) gpuPlans_.emplace(key, *plan);
   return plan;

@@ -193,6 +193,7 @@ Result<Config> Config::fromEnvironment() {
   if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
   if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);
   if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
+  if (const char* v = envOrNccl("WEFT_TOPO_FILE", "NCCL_TOPO_FILE")) c.topoFile = v;
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();
   c.tuner = std::move(*tuner);

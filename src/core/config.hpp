@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "algorithms/tuner.hpp"
@@ -29,7 +30,7 @@ struct Config {
   // WEFT_GPU_DIRECT (0-64): a one-shot or two-shot all-reduce on GPU memory runs the direct
   // kernel (peers read each other's copy of the input) instead of its schedule over the FIFOs,
   // in up to this many rounds of its slabs (larger calls run the schedule); 0: never. -1 (the
-  // default): the measured choice by rank count (directRoundsFor in communicator.cpp).
+  // default): the tuning constants' gpu_direct_rounds for the rank count.
   int gpuDirect = -1;
   // WEFT_GPU_REGISTERED: whether the direct kernels read registered inputs in place. -1 (auto,
   // the default): where it measured faster (Communicator::readsRegisteredInPlace); 0: never (the
@@ -70,13 +71,13 @@ struct Config {
   // instead, for the rest of the communicator's life (transport::ReadRate).
   double singleCopyMinGBps = 2.0;
   // WEFT_HOST_DIRECT (auto, 1, 0 as -1, 1, 0) and WEFT_HOST_DIRECT_BYTES: all-reduce,
-  // reduce-scatter, all-gather and all-to-all calls at least this large on host memory, with
-  // every rank on this host, run the direct path (src/exec/host_direct.hpp) instead of a
-  // schedule. auto: among threads of one process always; between processes (through the
-  // stages) where every rank has at least two cores (Communicator::create says why). 1: at any
-  // size, whatever the cores. 0, or 0 bytes: never.
+  // reduce-scatter, all-gather and all-to-all calls at least this large on host memory (unset:
+  // the tuning constants' host_direct_min_bytes), with every rank on this host, run the direct
+  // path (src/exec/host_direct.hpp) instead of a schedule. auto: among threads of one process
+  // always; between processes (through the stages) where every rank has at least two cores
+  // (Communicator::create says why). 1: at any size, whatever the cores. 0, or 0 bytes: never.
   int hostDirect = -1;
-  std::size_t hostDirectBytes = 256 * 1024;
+  std::optional<std::size_t> hostDirectBytes;
   // WEFT_HOST_DIRECT_THREADS (1-16; 0: automatic): the threads of every direct call of a rank,
   // at most its channels. Automatic: up to the rank's cores, one a 256 KiB of the call.
   int hostDirectThreads = 0;
@@ -90,9 +91,9 @@ struct Config {
   // two halves of 1 MiB stay in a core's L2 between a round's copy in and its peers' reads.
   std::size_t hostStageBytes = 2 * 1024 * 1024;
   // WEFT_HOST_SMALL_BYTES (0-8192): calls on host memory whose rank's input is at most this
-  // large, among ranks of one host, go through the slots (src/exec/host_slots.hpp) instead of a
-  // schedule; 0 turns them off.
-  std::size_t hostSmallBytes = 4096;
+  // large (unset: the tuning constants' host_slots_max_bytes), among ranks of one host, go
+  // through the slots (src/exec/host_slots.hpp) instead of a schedule; 0 turns them off.
+  std::optional<std::size_t> hostSmallBytes;
   std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
   // WEFT_CHECK_PLANS (0 or 1; a diagnostic): before each call on GPU memory the ranks compare,
   // through the bootstrap (a host round trip a call), the call and how each runs it (algorithm,
@@ -115,6 +116,8 @@ struct Config {
   // WEFT_TEST_HOST_ID: for tests, this process claims to run on a host of that name, so ranks of
   // one machine can play several hosts (UCX between them, shm within each).
   std::string testHostId;
+  // WEFT_TOPO_FILE (NCCL_TOPO_FILE): the host's topology from this file instead of discovery.
+  std::string topoFile;
   algo::TunerOptions tuner;  // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
 
   // Unknown values are errors naming the variable and what it accepts.

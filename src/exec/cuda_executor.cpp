@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -166,6 +167,17 @@ int currentDevice() {
 void useDevice(int device) {
   if (device < 0) return;
   if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
+}
+
+std::string busIdOf(int device) {
+  char id[32] = {};
+  if (device < 0 || cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  std::string s = id;
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,

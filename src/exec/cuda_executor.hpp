@@ -40,6 +40,8 @@ bool isDevicePointer(const void* p);
 // initializes CUDA, as above); and making a device current (nothing for -1).
 int currentDevice();
 void useDevice(int device);
+// A device's PCI bus id ("0000:19:00.0", lowercase); "" where it cannot be had.
+std::string busIdOf(int device);
 
 struct GpuOptions {
   // Thread blocks per call at most; 0: the largest power of two at most kMaxAutoChannels and

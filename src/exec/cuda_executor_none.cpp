@@ -21,6 +21,10 @@ int currentDevice() {
 
 void useDevice(int) {}
 
+std::string busIdOf(int) {
+  return {};
+}
+
 Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions&, boot::Bootstrap&) {
   return Status(Code::unsupported, "this build has no CUDA (build with nvcc present)");
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "algorithms/calibration_fit.hpp"
+#include "algorithms/rank_graph.hpp"
 #include "src/core/communicator.hpp"
 
 namespace weft::algo {
@@ -36,7 +37,7 @@ std::vector<TimedCall> timedBy(const CostConstants& truth, const RankGraph& g, P
 TEST(CalibrationFit, RecoversTheConstantsThatMadeTheTimes) {
   for (int n : {2, 4, 8}) {
     SCOPED_TRACE(n);
-    const RankGraph g = sameDeviceRankGraph(n, 64, 256 * 1024);
+    const RankGraph g = sameDeviceRankGraph(n, {64, 256 * 1024});
     CostConstants truth;
     truth.baseLatency = {2.5, 4.0};
     truth.hopLatency[0][kNv] = 0.9;
@@ -74,7 +75,7 @@ TEST(CalibrationFit, RecoversTheConstantsThatMadeTheTimes) {
 }
 
 TEST(CalibrationFit, TheBandwidthScaleAppliesToOneDevicesCopyRate) {
-  const RankGraph g = sameDeviceRankGraph(4, 64, 256 * 1024);
+  const RankGraph g = sameDeviceRankGraph(4, {64, 256 * 1024});
   CostConstants half;
   half.bandwidthScale[kNv] = 0.5;
   const std::size_t S = std::size_t{1} << 30;
@@ -85,7 +86,7 @@ TEST(CalibrationFit, TheBandwidthScaleAppliesToOneDevicesCopyRate) {
 }
 
 TEST(CalibrationFit, CallsOfOneShapeCannotTellBaseFromHop) {
-  const RankGraph g = sameDeviceRankGraph(2, 64, 256 * 1024);
+  const RankGraph g = sameDeviceRankGraph(2, {64, 256 * 1024});
   // At 2 ranks all-gather's and reduce-scatter's rings take one step each, as does pairwise.
   auto calls = timedBy(CostConstants{}, g, Protocol::ll, 4096);
   calls.erase(calls.begin());  // without all-reduce's two steps
@@ -103,7 +104,7 @@ TEST(CalibrationFit, CallsOfOneShapeCannotTellBaseFromHop) {
 }
 
 TEST(CalibrationFit, TimesBelowTheModelsFloorAreHeldThere) {
-  const RankGraph g = sameDeviceRankGraph(8, 64, 256 * 1024);
+  const RankGraph g = sameDeviceRankGraph(8, {64, 256 * 1024});
   // Every call faster than the model can make it: both latencies at the floor.
   auto calls = timedBy(CostConstants{}, g, Protocol::simple, 4096);
   for (TimedCall& c : calls) c.measuredUs = 0.01;

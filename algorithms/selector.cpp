@@ -1,0 +1,148 @@
+#include "algorithms/selector.hpp"
+
+#include <algorithm>
+
+namespace weft::algo {
+
+std::string_view name(Kernel k) {
+  switch (k) {
+    case Kernel::schedule:
+      return "schedule";
+    case Kernel::slots:
+      return "slots";
+    case Kernel::hostDirect:
+      return "host direct path";
+    case Kernel::gpuDirect:
+      return "direct kernel";
+  }
+  return "?";
+}
+
+Selector::Selector(RankGraph graph, TunerOptions options, KernelSet kernels)
+    : options_(options), tuner_(std::move(graph), std::move(options)), kernels_(kernels) {}
+
+Result<Plan> Selector::plan(Collective coll, std::size_t bytes) const {
+  return kernels_.gpu ? planGpu(coll, bytes) : planHost(coll, bytes);
+}
+
+int Selector::directRounds() const {
+  return kernels_.directRounds >= 0 ? kernels_.directRounds
+                                    : constants().gpuDirectRoundsFor(tuner_.graph().nranks);
+}
+
+bool Selector::directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const {
+  if (!kernels_.gpu || kernels_.directRoundBytes == 0) return false;
+  const KernelConstants& k = constants();
+  const int n = tuner_.graph().nranks;
+  const std::size_t most = kernels_.directRoundBytes * static_cast<std::size_t>(directRounds());
+  if (coll == Collective::allReduce)
+    return bytes <= most && (algorithm == "oneshot" || algorithm == "twoshot");
+  // The block collectives' one-shot, by the bytes of each rank's input (an all-gather's is one
+  // block of the call's), at most 64 ranks (a slab holds a share of every rank's piece).
+  const bool blocks = coll == Collective::allGather || coll == Collective::reduceScatter ||
+                      coll == Collective::allToAll;
+  const std::size_t input = coll == Collective::allGather ? bytes / std::size_t(n) : bytes;
+  const std::size_t limit = n <= 2 ? std::min(most, k.gpuDirectPairMaxBytes)
+                            : coll != Collective::allGather
+                                ? std::min(most, k.gpuDirectExchangeMaxBytes)
+                                : most;
+  return blocks && algorithm == "oneshot" && n <= 64 && input <= limit;
+}
+
+Result<Plan> Selector::planGpu(Collective coll, std::size_t bytes) const {
+  const KernelConstants& k = constants();
+  const int n = tuner_.graph().nranks;
+  auto plan = tuner_.plan(coll, bytes);
+  if (!plan) return plan;
+  const bool protocolForced = options_.protocol.has_value();
+  // The direct kernels, where they serve: one-shot at every size up to gpuTwoShotMinRanks
+  // ranks and to gpuOneShotMaxBytes beyond, two-shot past it.
+  const char* direct =
+      coll == Collective::allReduce && n >= k.gpuTwoShotMinRanks && bytes > k.gpuOneShotMaxBytes
+          ? "twoshot"
+          : "oneshot";
+  if (directServes(coll, direct, bytes) && !forced() && !protocolForced &&
+      plan->algorithm != direct) {
+    for (const Estimate& e : tuner_.explain(coll, bytes)) {
+      if (e.algorithm != direct) continue;
+      plan->algorithm = e.algorithm;
+      plan->protocol = e.protocol;
+      plan->estimateUs = e.timeUs;
+      plan->reason =
+          "the direct " + std::string(direct) + " kernel up to " +
+          std::to_string((kernels_.directRoundBytes * static_cast<std::size_t>(directRounds())) >>
+                         10) +
+          " KiB on GPU; " + plan->reason;
+      break;
+    }
+  }
+  // The ll protocol moves one 16 KiB message at a time per channel on GPU, so past small sizes
+  // it is far slower than the model says: there the bulk protocol runs.
+  if (plan->protocol == Protocol::ll && bytes > k.gpuLlMaxBytes && !protocolForced &&
+      !directServes(coll, plan->algorithm, bytes)) {
+    auto simple = tuner_.plan(coll, bytes, Protocol::simple);
+    if (!simple) return simple;
+    simple->reason = "the bulk protocol past " + std::to_string(k.gpuLlMaxBytes / 1024) +
+                     " KiB on GPU; " + simple->reason;
+    plan = std::move(simple);
+  }
+  // Past the direct kernel, the block collectives' one-shot would run as a schedule through the
+  // FIFOs, every peer's message at once, which nothing has measured on GPU: the next cheapest
+  // runs instead unless WEFT_ALGO asks for one-shot.
+  if (coll != Collective::allReduce && plan->algorithm == "oneshot" && !forced() &&
+      !directServes(coll, "oneshot", bytes)) {
+    for (const Estimate& e : tuner_.explain(coll, bytes)) {
+      if (e.algorithm == "oneshot") continue;
+      if (protocolForced ? e.protocol != *options_.protocol
+                         : e.protocol == Protocol::ll && bytes > k.gpuLlMaxBytes)
+        continue;
+      plan->algorithm = e.algorithm;
+      plan->protocol = e.protocol;
+      plan->aggregation = e.aggregation;
+      plan->estimateUs = e.timeUs;
+      tuner_.shape(e, bytes, plan->channels, plan->chunkBytes);
+      plan->reason = "one-shot through the FIFOs is unmeasured on GPU; " + plan->reason;
+      break;
+    }
+  }
+  if (directServes(coll, plan->algorithm, bytes)) plan->kernel = Kernel::gpuDirect;
+  return plan;
+}
+
+Result<Plan> Selector::planHost(Collective coll, std::size_t bytes) const {
+  const KernelConstants& k = constants();
+  const auto c = static_cast<std::size_t>(coll);
+  auto plan = tuner_.plan(coll, bytes);
+  if (!plan || forced()) return plan;  // a WEFT_ALGO list asks for schedules by name
+  // `bytes` is the call's message: an all-gather's holds every rank's input.
+  const std::size_t n = static_cast<std::size_t>(std::max(1, tuner_.graph().nranks));
+  const std::size_t input = coll == Collective::allGather ? bytes / n : bytes;
+  const std::size_t slotsMost = kernels_.slotsMaxBytes.value_or(k.hostSlotsMaxBytes);
+  const std::size_t directLeast = kernels_.directMinBytes.value_or(k.hostDirectMinBytes);
+  if (c < kernels_.slots.size() && kernels_.slots.test(c) && slotsMost > 0 && input <= slotsMost) {
+    plan->algorithm = "slots";
+    plan->kernel = Kernel::slots;
+    plan->protocol = Protocol::simple;
+    plan->channels = 1;
+    plan->aggregation = 0;
+    plan->reason = "every rank's input in its slot, up to " + std::to_string(slotsMost) + " B";
+  } else if (c < kernels_.direct.size() && kernels_.direct.test(c) && directLeast > 0 &&
+             bytes >= directLeast) {
+    plan->algorithm = "direct";
+    plan->kernel = Kernel::hostDirect;
+    plan->protocol = Protocol::simple;
+    plan->aggregation = 0;
+    plan->reason =
+        "every rank reads its peers' buffers, from " + std::to_string(directLeast >> 10) + " KiB";
+  }
+  return plan;
+}
+
+Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
+  KernelSet k;
+  k.gpu = true;
+  k.directRoundBytes = options.constants.kernels.gpuDirectRoundBytes;
+  return Selector(RankGraph::fromSystem(system), std::move(options), k);
+}
+
+}  // namespace weft::algo

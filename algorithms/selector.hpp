@@ -1,0 +1,63 @@
+// The one selector: every way a communicator can run a call is a candidate. Schedules (ring, PAT,
+// one-shot, ...) are priced by the cost model on the rank graph (the Tuner); the runtime's kernels
+// that run without a schedule (the host slots, the host direct path, the GPU direct kernels)
+// declare what they serve (KernelSet) and are offered in the ranges where they were measured to
+// beat every schedule (KernelConstants, a tuning file's "kernels"). The runtime runs what the
+// plan names; weft-plan makes the same pick from the same graph and constants.
+#pragma once
+
+#include <bitset>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "algorithms/tuner.hpp"
+#include "topology/system.hpp"
+
+namespace weft::algo {
+
+// What a communicator can run besides schedules through its FIFOs, for calls on one kind of
+// memory.
+struct KernelSet {
+  bool gpu = false;  // calls on GPU memory (else host memory)
+  // GPU: one round of the direct kernels' slabs (0: no direct kernels), and the rounds a call
+  // may take (negative: the constants' for the rank count; 0: none).
+  std::size_t directRoundBytes = 0;
+  int directRounds = -1;
+  // Host: the collectives the slots and the direct path serve (by Collective), none where the
+  // ranks cannot (not all on one host, ...), and their sizes (none: the constants').
+  std::bitset<8> slots, direct;
+  std::optional<std::size_t> slotsMaxBytes, directMinBytes;
+};
+
+class Selector {
+ public:
+  Selector(RankGraph graph, TunerOptions options, KernelSet kernels);
+
+  // The plan for a call of `bytes` (the whole message: an all-gather's holds every rank's input).
+  Result<Plan> plan(Collective coll, std::size_t bytes) const;
+  // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
+  // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
+  bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;
+  // The rounds a direct call may take.
+  int directRounds() const;
+
+  const Tuner& tuner() const { return tuner_; }
+  const KernelSet& kernels() const { return kernels_; }
+  const KernelConstants& constants() const { return options_.constants.kernels; }
+
+ private:
+  Result<Plan> planGpu(Collective coll, std::size_t bytes) const;
+  Result<Plan> planHost(Collective coll, std::size_t bytes) const;
+  bool forced() const { return !options_.algorithms.empty(); }
+
+  TunerOptions options_;
+  Tuner tuner_;
+  KernelSet kernels_;
+};
+
+// The GPU selector for ranks one per GPU of `system`, as the runtime makes it for them before
+// their devices are set up (the direct kernels' largest round): what weft-plan tune picks with.
+Selector gpuSelectorFor(const topo::System& system, TunerOptions options);
+
+}  // namespace weft::algo

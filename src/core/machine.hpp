@@ -1,0 +1,44 @@
+// The machine a communicator runs on: each process discovers its host once (hwloc, NVML, CUDA
+// peer access; or WEFT_TOPO_FILE), the ranks agree on one host topology at init, and from it and
+// where each rank runs come the rank graphs the tuners price calls on (algorithms/rank_graph.hpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/rank_graph.hpp"
+#include "src/bootstrap/bootstrap.hpp"
+#include "topology/topology.hpp"
+#include "weft/status.hpp"
+
+namespace weft {
+
+// This process's host topology: the file's where one is named, else discovery's (once per
+// process; a discovery that fails gives a host of CPUs only). A file that does not load is an
+// error naming it.
+Result<std::shared_ptr<const topo::Topology>> hostTopology(const std::string& topoFile);
+
+// What a communicator knows of its machine.
+struct Machine {
+  std::shared_ptr<const topo::Topology> host;  // the same on every rank (rank 0's host's)
+  algo::Placement placement;                   // hosts from init; GPUs guessed until known
+  double netGBs = 0;                           // a host's fastest NIC (0: none listed)
+  bool gpusKnown = false;                      // placement.gpuOf from the ranks' devices
+  std::string source;                          // "discovered" or the file's name
+
+  // Collective, at init: every rank's host topology (same = its hash), hostOf from the ranks'
+  // host ids; a rank whose host differs from rank 0's takes rank 0's (so every rank prices on
+  // one graph).
+  static Result<Machine> agree(boot::Bootstrap& bootstrap, const std::string& topoFile,
+                               const std::vector<std::uint64_t>& hostIds);
+  // Collective, at the first GPU call: each rank's device (its PCI bus id, else its number) as a
+  // GPU of the topology.
+  Status learnDevices(boot::Bootstrap& bootstrap, int device, const std::string& busId);
+
+  algo::RankGraph hostGraph() const;
+  algo::GpuGraph gpuGraph(const algo::DeviceShape& shape) const;
+};
+
+}  // namespace weft

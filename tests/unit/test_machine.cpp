@@ -1,0 +1,220 @@
+// The machine at run time: rank graphs from a topology and a placement, the one selector's
+// kernels, and communicators of thread ranks on the fixtures making the picks weft-plan tune
+// makes (gpuSelectorFor, the code path of weft-plan tune).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/rank_graph.hpp"
+#include "algorithms/selector.hpp"
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/core/communicator.hpp"
+#include "src/transport/ucx.hpp"
+#include "topology/system.hpp"
+
+namespace weft {
+namespace {
+
+std::string fixturePath(const std::string& name) {
+  return std::string(WEFT_SOURCE_DIR) + "/topology/fixtures/" + name;
+}
+
+topo::Topology fixture(const std::string& name) {
+  auto t = topo::Topology::load(fixturePath(name));
+  EXPECT_TRUE(t.isOk()) << t.status().toString();
+  return std::move(*t);
+}
+
+TEST(RankGraphs, RanksOnGpusOfTheirOwnArePricedOnTheTopology) {
+  const topo::Topology hgx = fixture("hgx_h100.xml");
+  const algo::GpuGraph all = algo::gpuRankGraph(hgx, algo::Placement::regular(8, 1, 8));
+  const algo::RankGraph direct = algo::RankGraph::fromSystem(topo::System(hgx, 1));
+  EXPECT_FALSE(all.sameDevice);
+  EXPECT_EQ(all.graph.nranks, 8);
+  EXPECT_EQ(all.graph.intraClass, topo::PathClass::nvl);
+  EXPECT_EQ(all.graph.intraBandwidth, direct.intraBandwidth);
+  EXPECT_EQ(all.graph.shiftBw, direct.shiftBw);
+  EXPECT_EQ(all.graph.ringIntraBw, direct.ringIntraBw);
+
+  // Two ranks on GPUs 2 and 5: a two-rank NVLink graph.
+  algo::Placement two{{0, 0}, {2, 5}};
+  const algo::GpuGraph pair = algo::gpuRankGraph(hgx, two);
+  EXPECT_FALSE(pair.sameDevice);
+  EXPECT_EQ(pair.graph.nranks, 2);
+  EXPECT_EQ(pair.graph.ranksPerHost, 2);
+  EXPECT_EQ(pair.graph.intraClass, topo::PathClass::nvl);
+
+  // Across PCIe sockets the class is the slowest pair's.
+  const algo::GpuGraph pcie =
+      algo::gpuRankGraph(fixture("pcie_8gpu_2socket.xml"), algo::Placement::regular(8, 1, 8));
+  EXPECT_GE(pcie.graph.intraClass, topo::PathClass::pix);
+  EXPECT_LT(pcie.graph.intraBandwidth, all.graph.intraBandwidth);
+
+  // Two hosts of 8: the network between them.
+  const algo::GpuGraph hosts = algo::gpuRankGraph(hgx, algo::Placement::regular(16, 2, 8));
+  EXPECT_EQ(hosts.graph.hosts, 2);
+  EXPECT_EQ(hosts.graph.ranksPerHost, 8);
+  EXPECT_GT(hosts.graph.netPerRank, 0);
+}
+
+TEST(RankGraphs, RanksSharingOrNotKnowingTheirGpuArePricedAsOneDevice) {
+  const topo::Topology hgx = fixture("hgx_h100.xml");
+  const algo::GpuGraph shared = algo::gpuRankGraph(hgx, {{0, 0, 0, 0}, {0, 0, 1, 1}});
+  EXPECT_TRUE(shared.sameDevice);
+  EXPECT_GT(shared.graph.deviceCopyGBs, 0);
+  const algo::GpuGraph unknown = algo::gpuRankGraph(hgx, {{0, 0}, {-1, -1}});
+  EXPECT_TRUE(unknown.sameDevice);
+  // A host of CPUs only (no GPU listed): every rank's GPU unknown.
+  EXPECT_EQ(algo::Placement::regular(4, 1, 0).gpuOf, std::vector<int>(4, -1));
+}
+
+TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
+  const algo::RankGraph one = algo::hostRankGraph(algo::Placement::regular(4, 1, 0), 12.5);
+  EXPECT_EQ(one.hosts, 1);
+  EXPECT_EQ(one.ranksPerHost, 4);
+  const algo::RankGraph two = algo::hostRankGraph(algo::Placement::regular(8, 2, 0), 12.5);
+  EXPECT_EQ(two.hosts, 2);
+  EXPECT_EQ(two.ranksPerHost, 4);
+  EXPECT_NEAR(two.netPerRank, 12.5 / 4, 1e-9);
+  // Priced alike, a large all-reduce costs more where half of it crosses the network.
+  const algo::Tuner a(one), b(two);
+  EXPECT_GT(b.plan(Collective::allReduce, 64 << 20)->estimateUs,
+            a.plan(Collective::allReduce, 64 << 20)->estimateUs);
+}
+
+TEST(Selector, HostKernelsServeTheirDeclaredRanges) {
+  algo::KernelSet k;
+  k.slots.set(static_cast<std::size_t>(Collective::allReduce));
+  k.direct.set(static_cast<std::size_t>(Collective::allReduce));
+  const algo::Selector s(algo::sharedMemoryRankGraph(4), {}, k);
+  EXPECT_EQ(s.plan(Collective::allReduce, 4096)->kernel, algo::Kernel::slots);
+  EXPECT_EQ(s.plan(Collective::allReduce, 8192)->kernel, algo::Kernel::schedule);
+  EXPECT_EQ(s.plan(Collective::allReduce, 256 << 10)->kernel, algo::Kernel::hostDirect);
+  // Not declared for broadcast: its schedules.
+  EXPECT_EQ(s.plan(Collective::broadcast, 64)->kernel, algo::Kernel::schedule);
+  // The constants come from a tuning file's "kernels"; the variables win over them.
+  auto c = algo::CostConstants::fromJson(
+      R"({"kernels": {"host_slots_max_bytes": 64, "host_direct_min_bytes": 1048576}})", "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  algo::TunerOptions o;
+  o.constants = *c;
+  const algo::Selector t(algo::sharedMemoryRankGraph(4), o, k);
+  EXPECT_EQ(t.plan(Collective::allReduce, 128)->kernel, algo::Kernel::schedule);
+  EXPECT_EQ(t.plan(Collective::allReduce, 512 << 10)->kernel, algo::Kernel::schedule);
+  k.directMinBytes = 512 << 10;
+  const algo::Selector u(algo::sharedMemoryRankGraph(4), o, k);
+  EXPECT_EQ(u.plan(Collective::allReduce, 512 << 10)->kernel, algo::Kernel::hostDirect);
+}
+
+TEST(Selector, GpuDirectKernelsFollowTheMeasuredRanges) {
+  algo::KernelSet k;
+  k.gpu = true;
+  k.directRoundBytes = 2 << 20;
+  const algo::Selector s(algo::sameDeviceRankGraph(8), {}, k);
+  auto small = s.plan(Collective::allReduce, 64 << 10);
+  EXPECT_EQ(small->kernel, algo::Kernel::gpuDirect);
+  EXPECT_EQ(small->algorithm, "oneshot");
+  auto mid = s.plan(Collective::allReduce, 1 << 20);
+  EXPECT_EQ(mid->kernel, algo::Kernel::gpuDirect);
+  EXPECT_EQ(mid->algorithm, "twoshot");
+  // 64 rounds of 2 MiB at 8 ranks; past them a schedule.
+  EXPECT_EQ(s.plan(Collective::allReduce, 128 << 20)->kernel, algo::Kernel::gpuDirect);
+  EXPECT_EQ(s.plan(Collective::allReduce, 256 << 20)->kernel, algo::Kernel::schedule);
+  // The block collectives' direct kernel to 4 MiB a rank.
+  EXPECT_EQ(s.plan(Collective::reduceScatter, 4 << 20)->kernel, algo::Kernel::gpuDirect);
+  EXPECT_EQ(s.plan(Collective::reduceScatter, 8 << 20)->kernel, algo::Kernel::schedule);
+  // A tuning file moves the ranges.
+  auto c = algo::CostConstants::fromJson(
+      R"({"kernels": {"gpu_direct_rounds": {"4": 2, "64": 8}, "gpu_twoshot_min_ranks": 9}})", "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->kernels.gpuDirectRoundsFor(8), 8);
+  auto again = algo::CostConstants::fromJson(c->toJson(), "dump");
+  ASSERT_TRUE(again.isOk()) << again.status().toString();
+  EXPECT_EQ(again->toJson(), c->toJson());
+  algo::TunerOptions o;
+  o.constants = *c;
+  const algo::Selector t(algo::sameDeviceRankGraph(8), o, k);
+  EXPECT_EQ(t.plan(Collective::allReduce, 1 << 20)->algorithm, "oneshot");
+  EXPECT_EQ(t.plan(Collective::allReduce, 32 << 20)->kernel, algo::Kernel::schedule);
+  EXPECT_FALSE(algo::CostConstants::fromJson(R"({"kernels": {"gpu_x": 1}})", "t").isOk());
+  EXPECT_FALSE(
+      algo::CostConstants::fromJson(R"({"kernels": {"gpu_ll_max_bytes": -1}})", "t").isOk());
+}
+
+// Communicators of `ranks` thread ranks on `hosts` pretend hosts with the fixture as their
+// topology (WEFT_TOPO_FILE), each asked for the GPU plan of every collective at every size;
+// weft-plan tune's selector on the same system must pick the same.
+void expectRuntimePicksEqualTune(const std::string& file, int hosts) {
+  const topo::Topology host = fixture(file);
+  const int n = hosts * static_cast<int>(host.gpus().size());
+  boot::BootstrapOptions bo;
+  bo.timeoutSeconds = 120;
+  auto boots = boot::makeInProcess(n, bo);
+  ASSERT_TRUE(boots.isOk()) << boots.status().toString();
+  const algo::Selector tune = algo::gpuSelectorFor(topo::System(host, hosts), {});
+  const std::vector<Collective> colls = {Collective::allReduce,     Collective::allGather,
+                                         Collective::reduceScatter, Collective::broadcast,
+                                         Collective::reduce,        Collective::allToAll};
+  std::vector<std::string> failures(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const auto R = static_cast<std::size_t>(r);
+      Config config;
+      config.topoFile = fixturePath(file);
+      config.maxChannels = 2;  // small inboxes: 72 ranks in one process
+      config.fifoSlots = 2;
+      config.fifoSlotBytes = 4096;
+      config.timeout = std::chrono::milliseconds(120'000);
+      if (hosts > 1) config.testHostId = std::to_string(r / (n / hosts));
+      auto comm = Communicator::create(std::move((*boots)[R]), config);
+      if (!comm) {
+        failures[R] = comm.status().toString();
+        return;
+      }
+      for (Collective coll : colls) {
+        for (std::size_t bytes = 64; bytes <= (std::size_t{1} << 30); bytes *= 8) {
+          auto got = (*comm)->gpuPlanFor(coll, bytes);
+          auto want = tune.plan(coll, bytes);
+          if (!got || !want) {
+            failures[R] = "no plan";
+            return;
+          }
+          if (got->algorithm != want->algorithm || got->protocol != want->protocol ||
+              got->kernel != want->kernel || got->channels != want->channels ||
+              got->chunkBytes != want->chunkBytes || got->aggregation != want->aggregation) {
+            failures[R] = std::string(name(coll)) + " " + std::to_string(bytes) + " B: runtime " +
+                          got->algorithm + "/" + std::string(algo::name(got->protocol)) +
+                          ", weft-plan " + want->algorithm + "/" +
+                          std::string(algo::name(want->protocol));
+            return;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(failures[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+TEST(RuntimePicks, EqualWeftPlanTuneOnEightH100s) {
+  expectRuntimePicksEqualTune("hgx_h100.xml", 1);
+}
+
+TEST(RuntimePicks, EqualWeftPlanTuneOnAPcieServer) {
+  expectRuntimePicksEqualTune("pcie_8gpu_2socket.xml", 1);
+}
+
+TEST(RuntimePicks, EqualWeftPlanTuneOnNvl72) {
+  expectRuntimePicksEqualTune("gb200_nvl72.xml", 1);
+}
+
+TEST(RuntimePicks, EqualWeftPlanTuneOnTwoHosts) {
+  if (!transport::ucxAvailable()) GTEST_SKIP() << "ranks on several hosts need UCX";
+  expectRuntimePicksEqualTune("hgx_h100.xml", 2);
+}
+
+}  // namespace
+}  // namespace weft
