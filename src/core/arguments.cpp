@@ -29,8 +29,8 @@ Status checkCount(const char* what, std::size_t count, std::size_t segments, Dat
   if (count > limit)
     return invalidArgument(std::string(what) + ": count " + std::to_string(count) +
                            " makes a buffer larger than the largest possible (" +
-                           std::to_string(limit) + " elements of " +
-                           std::string(name(type)) + (segments > 1 ? " per rank" : "") + ")");
+                           std::to_string(limit) + " elements of " + std::string(name(type)) +
+                           (segments > 1 ? " per rank" : "") + ")");
   return {};
 }
 
@@ -42,7 +42,6 @@ Status checkSpan(const char* what, const char* buffer, const void* at, std::size
                            " bytes runs past the end of the address space");
   return {};
 }
-
 
 Status Communicator::check(Collective coll, const void* send, const void* recv, std::size_t count,
                            DataType type, int root) const {

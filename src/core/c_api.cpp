@@ -250,9 +250,9 @@ weft::Status onThreads(std::size_t n, const std::function<void(std::size_t)>& jo
   cv.notify_all();
   for (std::thread& t : threads) t.join();
   if (!started.isOk()) {
-    return {weft::Code::systemError,
-            started.message() + " (" + std::to_string(threads.size()) + " of " +
-                std::to_string(n) + " threads started; none ran)"};
+    return {weft::Code::systemError, started.message() + " (" + std::to_string(threads.size()) +
+                                         " of " + std::to_string(n) +
+                                         " threads started; none ran)"};
   }
   return {};
 }
@@ -300,9 +300,8 @@ weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
                      cfg->commId.c_str());
       });
     }
-    auto id = cfg->commId.empty()
-                  ? weft::boot::createUniqueId(bootOptions(*cfg))
-                  : weft::boot::uniqueIdFromAddress(cfg->commId, cfg->commSecret);
+    auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
+                                  : weft::boot::uniqueIdFromAddress(cfg->commId, cfg->commSecret);
     if (!id) return report(id.status());
     static_assert(sizeof(weftUniqueId) == sizeof(weft::boot::UniqueId));
     std::memcpy(uniqueId->internal, id->bytes, sizeof id->bytes);
@@ -511,22 +510,23 @@ weftResult_t weftAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   return collective(comm, "weftAllReduce",
                     checked(weft::Collective::allReduce, sendbuff, recvbuff, count, datatype, 0),
                     [=](weft::Communicator& c) {
-    return c.allReduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
-                       static_cast<weft::RedOp>(op), stream);
-  });
+                      return c.allReduce(sendbuff, recvbuff, count,
+                                         static_cast<weft::DataType>(datatype),
+                                         static_cast<weft::RedOp>(op), stream);
+                    });
 }
 
 weftResult_t weftAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                            weftDataType_t datatype, weftComm_t comm, void* stream) {
   if (weftResult_t r = checkArgs("weftAllGather", datatype, weftSum, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftAllGather",
-                    checked(weft::Collective::allGather, sendbuff, recvbuff, sendcount, datatype,
-                            0),
-                    [=](weft::Communicator& c) {
-    return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype),
-                       stream);
-  });
+  return collective(
+      comm, "weftAllGather",
+      checked(weft::Collective::allGather, sendbuff, recvbuff, sendcount, datatype, 0),
+      [=](weft::Communicator& c) {
+        return c.allGather(sendbuff, recvbuff, sendcount, static_cast<weft::DataType>(datatype),
+                           stream);
+      });
 }
 
 weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -534,13 +534,13 @@ weftResult_t weftReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
                                void* stream) {
   if (weftResult_t r = checkArgs("weftReduceScatter", datatype, op, stream); r != weftSuccess)
     return r;
-  return collective(comm, "weftReduceScatter",
-                    checked(weft::Collective::reduceScatter, sendbuff, recvbuff, recvcount,
-                            datatype, 0),
-                    [=](weft::Communicator& c) {
-    return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
-                           static_cast<weft::RedOp>(op), stream);
-  });
+  return collective(
+      comm, "weftReduceScatter",
+      checked(weft::Collective::reduceScatter, sendbuff, recvbuff, recvcount, datatype, 0),
+      [=](weft::Communicator& c) {
+        return c.reduceScatter(sendbuff, recvbuff, recvcount, static_cast<weft::DataType>(datatype),
+                               static_cast<weft::RedOp>(op), stream);
+      });
 }
 
 weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
@@ -550,9 +550,9 @@ weftResult_t weftBroadcast(const void* sendbuff, void* recvbuff, size_t count,
   return collective(comm, "weftBroadcast",
                     checked(weft::Collective::broadcast, sendbuff, recvbuff, count, datatype, root),
                     [=](weft::Communicator& c) {
-    return c.broadcast(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), root,
-                       stream);
-  });
+                      return c.broadcast(sendbuff, recvbuff, count,
+                                         static_cast<weft::DataType>(datatype), root, stream);
+                    });
 }
 
 weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count, weftDataType_t datatype,
@@ -561,9 +561,10 @@ weftResult_t weftReduce(const void* sendbuff, void* recvbuff, size_t count, weft
   return collective(comm, "weftReduce",
                     checked(weft::Collective::reduce, sendbuff, recvbuff, count, datatype, root),
                     [=](weft::Communicator& c) {
-    return c.reduce(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype),
-                    static_cast<weft::RedOp>(op), root, stream);
-  });
+                      return c.reduce(sendbuff, recvbuff, count,
+                                      static_cast<weft::DataType>(datatype),
+                                      static_cast<weft::RedOp>(op), root, stream);
+                    });
 }
 
 weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
@@ -573,8 +574,9 @@ weftResult_t weftAllToAll(const void* sendbuff, void* recvbuff, size_t count,
   return collective(comm, "weftAllToAll",
                     checked(weft::Collective::allToAll, sendbuff, recvbuff, count, datatype, 0),
                     [=](weft::Communicator& c) {
-    return c.allToAll(sendbuff, recvbuff, count, static_cast<weft::DataType>(datatype), stream);
-  });
+                      return c.allToAll(sendbuff, recvbuff, count,
+                                        static_cast<weft::DataType>(datatype), stream);
+                    });
 }
 
 namespace {
@@ -621,9 +623,9 @@ weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcounts[], cons
                                 static_cast<weft::DataType>(datatype));
       },
       [=](weft::Communicator& c) {
-    return c.allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
-                       static_cast<weft::DataType>(datatype), stream);
-  });
+        return c.allToAllv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls,
+                           static_cast<weft::DataType>(datatype), stream);
+      });
 }
 
 weftResult_t weftGroupStart(void) {

@@ -240,4 +240,13 @@ bool ShmConnection::drained() {
   return header_->tail.load(std::memory_order_acquire) == next_;
 }
 
+void raiseAbort(std::byte* inbox, const std::string& why) {
+  ShmControl* c = controlOf(inbox);
+  int expected = 0;
+  if (c->claimed.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+    std::snprintf(c->reason, sizeof c->reason, "%s", why.c_str());
+    c->aborted.store(1, std::memory_order_release);
+  }
+}
+
 }  // namespace weft::transport

@@ -160,6 +160,9 @@ class ShmConnection final : public Connection {
 // Zeroes a fresh inbox's FIFOs and writes its control page.
 void initInbox(std::byte* inbox, const ShmGeometry& g);
 ShmControl* controlOf(std::byte* inbox);
+// Aborts the rank whose inbox this is: the first to claim its flag writes the reason, then
+// publishes it with a release store (a waiter's acquire load of the flag sees the text).
+void raiseAbort(std::byte* inbox, const std::string& why);
 // The inbox's two small slots.
 ShmSmallSlot* smallSlotsOf(std::byte* inbox);
 // What rank `from` posted of its sends and receives with the inbox's owner (an inbox with

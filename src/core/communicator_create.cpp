@@ -1,0 +1,417 @@
+// Communicator::create: where every rank runs and how it is set up (placement), this rank's inbox,
+// UCX and every pair's connections (the mesh), the single-copy probe, and the host runtime's
+// threads, slots and direct path.
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "src/core/communicator.hpp"
+#include "src/core/sizes.hpp"
+
+namespace weft {
+namespace {
+
+// What each rank tells the others about itself at init: first where it runs and how it is set
+// up, then (once every pair's transport is known) how to reach it.
+struct HostRecord {
+  char hostname[64];
+  std::uint64_t hostId;  // hostname and boot id: ranks with equal ids share memory
+  std::int32_t pid;
+  std::int32_t channels, slots;
+  char transport[8];
+  std::uint64_t slotBytes;
+};
+struct ReachRecord {
+  char inbox[96];
+  std::uint64_t inboxBytes;
+  std::uint64_t ucxBytes;                  // this rank's UCX address record (0 without UCX peers)
+  std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
+};
+
+// The cores this rank may use: those it is bound to, and no more than its share of the host's
+// (0 where the ranks outnumber the cores).
+long coresOfThisRankOrNone(int ranksOnHost) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
+  return std::min(bound, online / std::max(1, ranksOnHost));
+}
+int coresOfThisRank(int ranksOnHost) {
+  return static_cast<int>(std::max(1L, coresOfThisRankOrNone(ranksOnHost)));
+}
+
+// Where every rank has a core for each of its threads, waits spin this long before they nap and
+// channel workers this long for their next job (Communicator::create says why).
+constexpr std::chrono::microseconds kLongSpin{1000};
+constexpr std::chrono::microseconds kWorkerSpin{200};
+
+bool processAlive(int pid) {
+  return pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+// The host's name and an id that differs between machines (and containers) that share a name.
+void describeHost(HostRecord& r, const std::string& testHostId) {
+  if (gethostname(r.hostname, sizeof r.hostname) != 0) std::snprintf(r.hostname, 8, "unknown");
+  r.hostname[sizeof r.hostname - 1] = '\0';
+  if (!testHostId.empty()) {
+    std::snprintf(r.hostname, sizeof r.hostname, "test-host-%s", testHostId.c_str());
+  }
+  char line[64] = {};  // the file closed before anything allocates (and may throw)
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
+    std::fclose(f);
+  }
+  const std::string boot = line;
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char ch : std::string(r.hostname) + "/" + boot) {
+    h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  }
+  r.hostId = h;
+}
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::create(
+    std::unique_ptr<boot::Bootstrap> bootstrap, const Config& config) {
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->config_ = config;
+  c->rank_ = bootstrap->rank();
+  c->size_ = bootstrap->size();
+  c->bootstrap_ = std::move(bootstrap);
+  const int n = c->size_, me = c->rank_;
+  const auto N = static_cast<std::size_t>(n), ME = static_cast<std::size_t>(me);
+
+  c->geometry_.nranks = n;
+  c->geometry_.channels = std::clamp(config.maxChannels, 2, 16);  // the double binary tree needs 2
+  c->geometry_.slots = std::clamp(config.fifoSlots, 2, 64);
+  c->geometry_.slotBytes = config.fifoSlotBytes;
+
+  // 1. Where every rank runs, and whether the ranks agree on the set-up.
+  std::vector<HostRecord> hosts(N);
+  HostRecord& self = hosts[ME];
+  describeHost(self, config.testHostId);
+  self.pid = getpid();
+  self.channels = c->geometry_.channels;
+  self.slots = c->geometry_.slots;
+  self.slotBytes = c->geometry_.slotBytes;
+  std::snprintf(self.transport, sizeof self.transport, "%s", config.transport.c_str());
+  if (Status s = c->bootstrap_->allGather(hosts.data(), sizeof(HostRecord)); !s) return s;
+  c->pids_.resize(N);
+  c->sendsTo_.assign(N, 0);
+  c->recvsFrom_.assign(N, 0);
+  c->sameHost_.resize(N);
+  c->viaUcx_.assign(N, false);
+  bool anyUcx = false;
+  for (std::size_t q = 0; q < N; ++q) {
+    const HostRecord& r = hosts[q];
+    c->pids_[q] = r.pid;
+    if (r.channels != self.channels || r.slots != self.slots || r.slotBytes != self.slotBytes ||
+        std::strcmp(r.transport, self.transport) != 0) {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(me) + ": rank " + std::to_string(q) +
+                        " is set up differently (WEFT_MAX_CHANNELS, WEFT_SLOT_BYTES and "
+                        "WEFT_TRANSPORT must be the same on every rank)");
+    }
+    c->sameHost_[q] = r.hostId == self.hostId;
+    for (std::size_t p = 0; p < N; ++p) {
+      // Every rank decides every pair the same way, so all agree on whether UCX is needed.
+      const bool ucx = p != q && (config.transport == "ucx" || hosts[p].hostId != r.hostId);
+      anyUcx = anyUcx || ucx;
+      if (q == ME && ucx) c->viaUcx_[p] = true;
+    }
+    if (!c->sameHost_[q] && config.transport == "shm") {
+      return Status(Code::invalidUsage,
+                    "rank " + std::to_string(me) + " (on " + self.hostname + "): rank " +
+                        std::to_string(q) + " runs on " + r.hostname +
+                        ", but WEFT_TRANSPORT=shm needs every rank on one host (use auto or ucx)");
+    }
+  }
+  // The machine: one host topology for every rank, and which host each rank is on.
+  std::vector<std::uint64_t> hostIds;
+  for (const HostRecord& r : hosts) hostIds.push_back(r.hostId);
+  auto machine = Machine::agree(*c->bootstrap_, config.topoFile, hostIds);
+  if (!machine) return machine.status();
+  c->machine_ = std::move(*machine);
+  if (anyUcx && !transport::ucxAvailable()) {
+    return Status(Code::unsupported,
+                  "rank " + std::to_string(me) +
+                      ": the ranks span several hosts (or "
+                      "WEFT_TRANSPORT=ucx), but this build has no UCX transport (build with "
+                      "libucx-dev)");
+  }
+  const bool anyShm = [&] {
+    for (std::size_t q = 0; q < N; ++q) {
+      if (q != ME && c->sameHost_[q] && !c->viaUcx_[q]) return true;
+    }
+    return false;
+  }();
+
+  // The direct path needs every rank on this host, through shared memory; ranks in several
+  // processes go through their inboxes' stages, threads of one process load from each other.
+  c->directThreads_ =
+      std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
+  c->directPossible_ = n >= 2 && config.hostDirect != 0 && !anyUcx;
+
+  // 2. This rank's inbox (FIFOs when a peer on this host uses them; else the control page
+  // that carries aborts between ranks of one host) and its UCX workers.
+  c->geometry_.fifos = anyShm;
+  if (c->directPossible_ && !c->directThreads_) {
+    // A round of an all-reduce takes at least a cache line from every rank and one sum.
+    c->geometry_.stageBytes =
+        std::max(config.hostStageBytes, roundUp(2 * (N + 1) * std::size_t{64}, 8192));
+  }
+  auto inbox = transport::ShmSegment::create(c->geometry_.inboxBytes());
+  if (!inbox) return inbox.status();
+  c->inbox_ = std::move(*inbox);
+  transport::initInbox(c->inbox_.data(), c->geometry_);
+  c->abortFlag_ = &transport::controlOf(c->inbox_.data())->aborted;
+  const bool myUcx = std::find(c->viaUcx_.begin(), c->viaUcx_.end(), true) != c->viaUcx_.end();
+  if (myUcx) {
+    transport::UcxGeometry ug;
+    ug.nranks = n;
+    ug.rank = me;
+    ug.channels = c->geometry_.channels;
+    ug.slots = c->geometry_.slots;
+    ug.slotBytes = c->geometry_.slotBytes;
+    auto ucx = transport::UcxTransport::create(ug);
+    if (!ucx) return ucx.status();
+    c->ucx_ = std::move(*ucx);
+    c->ucx_->callNamer = [raw = c.get()] { return raw->current_.toString(); };
+  }
+
+  // 3. How to reach every rank.
+  std::vector<ReachRecord> reach(N);
+  std::snprintf(reach[ME].inbox, sizeof reach[ME].inbox, "%s", c->inbox_.name().c_str());
+  reach[ME].inboxBytes = c->geometry_.inboxBytes();
+  reach[ME].ucxBytes = c->ucx_ ? c->ucx_->address().size() : 0;
+  // One word per process, never freed: a peer thread may still read it after this rank's init
+  // failed and its communicator went (in-process ranks read each other with memcpy).
+  static const std::uint64_t* const probe =
+      new std::uint64_t(0x77656674'00000000ull ^ (static_cast<std::uint64_t>(getpid()) << 8));
+  reach[ME].probeAddress = reinterpret_cast<std::uintptr_t>(probe);
+  reach[ME].probeValue = *probe;
+  if (Status s = c->bootstrap_->allGather(reach.data(), sizeof(ReachRecord)); !s) return s;
+  std::size_t ucxBytes = 0;
+  for (const ReachRecord& r : reach) ucxBytes = std::max<std::size_t>(ucxBytes, r.ucxBytes);
+  std::vector<std::vector<std::byte>> addresses(N);
+  if (ucxBytes > 0) {
+    std::vector<std::byte> all(N * ucxBytes);
+    if (c->ucx_) std::memcpy(&all[ME * ucxBytes], c->ucx_->address().data(), reach[ME].ucxBytes);
+    if (Status s = c->bootstrap_->allGather(all.data(), ucxBytes); !s) return s;
+    for (std::size_t q = 0; q < N; ++q) {
+      addresses[q].assign(
+          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes),
+          all.begin() + static_cast<std::ptrdiff_t>(q * ucxBytes + reach[q].ucxBytes));
+    }
+  }
+  c->peerInboxes_.resize(N);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q == ME || !c->sameHost_[q]) continue;
+    auto seg = transport::ShmSegment::open(reach[q].inbox, reach[q].inboxBytes);
+    if (!seg) return seg.status();
+    c->peerInboxes_[q] = std::move(*seg);
+  }
+  if (c->ucx_) {
+    if (Status s = c->ucx_->connect(addresses, c->viaUcx_, c->sameHost_); !s) return s;
+  }
+  // Single copy between shared-memory peers: can this rank read each one's memory? (The
+  // kernel may forbid process_vm_readv: Yama's ptrace scope, seccomp.) Probe each peer's probe
+  // word, then share the answers, so a sender knows whether its receiver reads it.
+  c->peerMemory_.resize(N);
+  c->iRead_.assign(N, 0);
+  c->readsMe_.assign(N, 0);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q == ME || c->viaUcx_[q]) continue;
+    c->peerMemory_[q] = transport::PeerMemory(c->pids_[q]);
+    std::uint64_t seen = 0;
+    if (c->peerMemory_[q].read(&seen, reach[q].probeAddress, sizeof seen) &&
+        seen == reach[q].probeValue)
+      c->iRead_[q] = 1;
+  }
+  std::vector<std::uint8_t> canRead(N * N);
+  std::copy(c->iRead_.begin(), c->iRead_.end(),
+            canRead.begin() + static_cast<std::ptrdiff_t>(ME * N));
+  if (Status s = c->bootstrap_->allGather(canRead.data(), N); !s) return s;
+  for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
+  c->readRate_ = std::make_unique<transport::ReadRate>(
+      &transport::controlOf(c->inbox_.data())->refusesReferences, config.singleCopyMinGBps);
+  if (!config.debug.empty()) {
+    c->readRate_->onRefuse([me](double gbps) {
+      std::fprintf(stderr,
+                   "weft WARN rank %d: reading peers' buffers ran at %.2f GB/s "
+                   "(process_vm_readv, below WEFT_SINGLE_COPY_MIN_GBPS): its peers send it "
+                   "bytes through the FIFO from now on\n",
+                   me, gbps);
+    });
+  }
+  c->refuses_.assign(N, nullptr);
+  for (std::size_t q = 0; q < N; ++q) {
+    if (q != ME && c->sameHost_[q] && !c->viaUcx_[q])
+      c->refuses_[q] = &transport::controlOf(c->peerInboxes_[q].data())->refusesReferences;
+  }
+  // A rank's cores: the direct path's threads take no more (below). Between processes the
+  // automatic choice wants two on every rank: with one each (mpirun --bind-to core), 8 ranks of
+  // the H200 machine's host ran all-reduces of 1-64 MB through the stages 7-37 % slower than
+  // through the FIFOs; with two (--map-by slot:PE=2) even to 2.1x faster (docs/perf.md). Among
+  // threads one core was enough (2 ranks on the VM: 1.1-2.3x faster).
+  const int ranksHere =
+      static_cast<int>(std::count(c->sameHost_.begin(), c->sameHost_.end(), true));
+  const int cores = coresOfThisRank(ranksHere);
+  if (c->directPossible_ && !c->directThreads_ && config.hostDirect < 0) {
+    std::vector<std::int32_t> all(N);
+    all[ME] = cores;
+    if (Status s = c->bootstrap_->allGather(all.data(), sizeof(std::int32_t)); !s) return s;
+    c->directFewestCores_ = *std::min_element(all.begin(), all.end());
+    c->directPossible_ = c->directFewestCores_ >= 2;
+  }
+  // Everyone has mapped everyone's inbox: the names can go, so nothing outlives the processes.
+  if (Status s = c->bootstrap_->barrier(); !s) return s;
+  c->inbox_.unlink();
+
+  c->links_.resize(static_cast<std::size_t>(c->geometry_.channels));
+  for (int ch = 0; ch < c->geometry_.channels; ++ch) {
+    exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
+    l.memory = &c->peerMemory_;
+    l.readsMe = &c->readsMe_;
+    l.reads = c->readRate_.get();
+    l.refuses = &c->refuses_;
+    l.to.assign(N, nullptr);
+    l.from.assign(N, nullptr);
+    for (int q = 0; q < n; ++q) {
+      const auto Q = static_cast<std::size_t>(q);
+      if (q == me) continue;
+      if (c->viaUcx_[Q]) {
+        l.to[Q] = c->ucx_->to(ch, q);
+        l.from[Q] = c->ucx_->from(ch, q);
+        continue;
+      }
+      std::byte* peerInbox = c->peerInboxes_[Q].data();
+      c->connections_.push_back(std::make_unique<transport::ShmConnection>(
+          peerInbox + c->geometry_.offset(ch, me), c->geometry_, q));
+      l.to[Q] = c->connections_.back().get();
+      c->connections_.push_back(std::make_unique<transport::ShmConnection>(
+          c->inbox_.data() + c->geometry_.offset(ch, q), c->geometry_, q));
+      l.from[Q] = c->connections_.back().get();
+      if (c->ucx_) {
+        // Waits on this host's peers keep the channel's UCX traffic moving.
+        transport::UcxTransport* ucx = c->ucx_.get();
+        for (transport::Connection** end : {&l.to[Q], &l.from[Q]}) {
+          c->progressing_.push_back(std::make_unique<transport::ProgressingConnection>(
+              *end, q, [ucx, ch] { ucx->progress(ch); }));
+          *end = c->progressing_.back().get();
+        }
+      }
+    }
+  }
+  // A peer on this host has failed when its process is gone; any UCX peer when its endpoint
+  // reports an error.
+  c->waiter_ = std::make_unique<transport::Waiter>(
+      c->abortFlag_, transport::controlOf(c->inbox_.data())->reason,
+      [pids = c->pids_, same = c->sameHost_, ucx = c->ucx_.get(),
+       inbox = c->inbox_.data()](int q) -> std::string {
+        const auto Q = static_cast<std::size_t>(q);
+        if (ucx != nullptr) {
+          // A rank on another host aborted: this rank's later calls fail as after abort().
+          if (std::string why = ucx->pollAbort(); !why.empty()) {
+            transport::raiseAbort(inbox, why);
+            return "the communicator was aborted (" + why + ")";
+          }
+        }
+        if (same[Q] && !processAlive(pids[Q])) return "that rank's process has exited";
+        if (ucx != nullptr) return ucx->peerFailure(q);
+        return {};
+      },
+      config.timeout, me);
+  if (config.checkCalls) c->waiter_->watchWith([raw = c.get()] { raw->watchCall(); });
+  // A rank with one core (or less) runs a schedule's channels one after another on the calling
+  // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
+  // ranks of one core on the 2-core VM, all-gather of 2 MB on its two channels: 140-380 us on
+  // threads, against 55-60 for 1 MB on one; docs/perf.md). Every channel's traffic stays in its
+  // own FIFOs and its own part of the buffers, so one channel finishing before the next starts
+  // is a schedule every peer can meet.
+  c->channelsInline_ = config.hostChannelThreads == 0 ||
+                       (config.hostChannelThreads < 0 && coresOfThisRankOrNone(ranksHere) <= 1);
+  // Where each of the rank's threads has a core, waits spin longer before they nap, and the
+  // channel workers spin for their next job before they sleep: on the H200 machine's host (8
+  // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
+  // with the short spin and the workers asleep between calls. A rank whose channels run on its
+  // caller has one thread: one core is enough (2 ranks of one core on the 2-core VM, a 1 MB
+  // send/recv whose receiver reads it in one process_vm_readv of ~85 us: the sender's nap
+  // overslept that by ~100 us, docs/perf.md).
+  const int threads = c->channelsInline_ ? 1 : c->geometry_.channels;
+  const bool spins = coresOfThisRankOrNone(ranksHere) >= threads;
+  if (spins) c->waiter_->spinFor(kLongSpin);
+  // Where the ranks outnumber the host's cores, a spinning wait holds the core its peer needs:
+  // waits yield it instead (4 processes on the 2-core VM: all-reduce 8 B 265 -> 11.7 us, 2 MB
+  // 3.3 -> 1.0 ms, 16 MB 21.7 -> 8.2 ms). Not where each rank has a core and only its channel
+  // threads outnumber them (2 ranks there: no faster, and 0.5 -> 1.3 us at 8 B).
+  if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
+  c->workers_ = std::make_unique<ChannelWorkers>(
+      c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
+  c->slotsPossible_ =
+      n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
+  if (c->slotsPossible_) {
+    exec::SlotsGroup& g = c->slotsGroup_;
+    g.rank = me;
+    g.nranks = n;
+    for (std::size_t q = 0; q < N; ++q) {
+      std::byte* of = q == ME ? c->inbox_.data() : c->peerInboxes_[q].data();
+      g.slots.push_back(transport::smallSlotsOf(of));
+    }
+    g.waiter = c->waiter_.get();
+  }
+  if (c->directPossible_) {
+    exec::DirectGroup& g = c->directGroup_;
+    g.rank = me;
+    g.nranks = n;
+    for (std::size_t q = 0; q < N; ++q) {
+      g.controls.push_back(
+          transport::controlOf(q == ME ? c->inbox_.data() : c->peerInboxes_[q].data()));
+    }
+    if (!c->directThreads_) {
+      for (std::size_t q = 0; q < N; ++q) {
+        std::byte* of = q == ME ? c->inbox_.data() : c->peerInboxes_[q].data();
+        g.stages.push_back(of + c->geometry_.stageOffset());
+      }
+      g.stageBytes = c->geometry_.stageBytes;
+      g.pids = c->pids_;
+    }
+    g.waiter = c->waiter_.get();
+    g.parallel = [workers = c->workers_.get()](std::size_t k,
+                                               const std::function<void(std::size_t)>& fn) {
+      workers->run(k, fn);
+    };
+    // Threads beyond the cores a rank has only take turns with its peers: a spinning barrier
+    // holds a core while the thread it waits for waits for one (two ranks of two threads each
+    // on two cores ran three times slower than with one thread each).
+    g.threads = static_cast<std::size_t>(std::min(
+        c->geometry_.channels, config.hostDirectThreads > 0 ? config.hostDirectThreads : cores));
+    g.fixedThreads = config.hostDirectThreads > 0;
+  }
+  {
+    // The host's candidates besides schedules: the slots and the direct path, where every rank
+    // can take them (decided alike on every rank).
+    algo::KernelSet k;
+    for (Collective coll : {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                            Collective::broadcast, Collective::reduce, Collective::allToAll}) {
+      const auto i = static_cast<std::size_t>(coll);
+      k.slots[i] = c->slotsPossible_ && exec::slotsServe(coll);
+      k.direct[i] = c->directPossible_ && exec::directServes(coll);
+    }
+    k.slotsMaxBytes = config.hostSmallBytes;
+    k.directMinBytes = config.hostDirectBytes;
+    c->selector_ = std::make_unique<algo::Selector>(c->machine_.hostGraph(), config.tuner, k);
+    if ((config.debug == "INFO" || config.debug == "TRACE") && me == 0)
+      std::fprintf(stderr, "weft INFO host calls priced on %d host(s) of %d rank(s) at most\n",
+                   c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
+  }
+  c->created_ = true;
+  return c;
+}
+
+}  // namespace weft
