@@ -78,8 +78,10 @@ bool InProcessBootstrap::waitFor(std::unique_lock<std::mutex>& lock, const Deadl
   } else {
     s.changed.wait(lock, done);
   }
-  if (s.failure) return false;
+  // A round every rank arrived at completes even if a rank has failed since (it may be one that
+  // left the round with an error of its own to report).
   if (ready()) return true;
+  if (s.failure) return false;
   std::string missing;
   for (int r = 0; r < s.nranks; ++r) {
     if (s.copying || s.present[static_cast<std::size_t>(r)]) continue;
@@ -102,6 +104,7 @@ Status InProcessBootstrap::allGather(void* buf, std::size_t bytes) {
   auto* base = static_cast<unsigned char*>(buf);
   const Deadline deadline = Deadline::after(s.timeoutSeconds);
   std::unique_lock<std::mutex> lock(s.mutex);
+  if (s.failure) return *s.failure;  // broken: every later call fails alike
 
   // The previous round must be fully copied out before its staging buffer is reused.
   if (!waitFor(lock, deadline, "waiting for the previous allGather to finish",

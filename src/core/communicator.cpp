@@ -144,7 +144,7 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
   const int base = static_cast<int>(built->channels.size());
   if (base > maxChannels) {
     return Status(Code::invalidUsage, plan.algorithm + " needs " + std::to_string(base) +
-                                          " channels; WEFT_MAX_CHANNELS (WEFT_GPU_CHANNELS on "
+                                          " channels; WEFT_HOST_CHANNELS (WEFT_GPU_CHANNELS on "
                                           "GPU buffers) allows " +
                                           std::to_string(maxChannels));
   }

@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "src/core/communicator.hpp"
 #include "src/core/sizes.hpp"
@@ -25,6 +27,7 @@ struct HostRecord {
   std::int32_t channels, slots;
   char transport[8];
   std::uint64_t slotBytes;
+  std::uint64_t settings;  // a hash of the settings every rank must agree on (Config::agreed)
 };
 struct ReachRecord {
   char inbox[96];
@@ -74,6 +77,64 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
   }
   r.hostId = h;
 }
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  return h;
+}
+
+// NAME -> value of Config::agreed's lines.
+std::map<std::string, std::string> settingsOf(const std::string& agreed) {
+  std::map<std::string, std::string> out;
+  std::size_t at = 0;
+  while (at < agreed.size()) {
+    const std::size_t end = std::min(agreed.find('\n', at), agreed.size());
+    const std::string line = agreed.substr(at, end - at);
+    const std::size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+    at = end + 1;
+  }
+  return out;
+}
+
+// Collective: where a rank set a setting every rank must agree on differently from rank 0, every
+// rank fails naming the setting and both values.
+Status compareSettings(boot::Bootstrap& bootstrap, const std::vector<HostRecord>& hosts,
+                       const Config& config) {
+  std::size_t other = 0;
+  for (std::size_t q = 1; q < hosts.size() && other == 0; ++q) {
+    if (hosts[q].settings != hosts[0].settings) other = q;
+  }
+  if (other == 0) return {};
+  struct Text {
+    char agreed[2048];
+  };
+  std::vector<Text> texts(hosts.size());
+  std::snprintf(texts[static_cast<std::size_t>(bootstrap.rank())].agreed, sizeof(Text), "%s",
+                config.agreed.c_str());
+  if (Status s = bootstrap.allGather(texts.data(), sizeof(Text)); !s) return s;
+  const auto first = settingsOf(texts[0].agreed), theirs = settingsOf(texts[other].agreed);
+  std::string name, a = "unset", b = "unset";
+  for (const auto* m : {&first, &theirs}) {
+    for (const auto& [key, value] : *m) {
+      const auto x = first.find(key), y = theirs.find(key);
+      const std::string va = x == first.end() ? "unset" : x->second;
+      const std::string vb = y == theirs.end() ? "unset" : y->second;
+      if (name.empty() && va != vb) {
+        name = key;
+        a = va;
+        b = vb;
+      }
+      (void)value;
+    }
+  }
+  return Status(Code::invalidUsage, "rank " + std::to_string(bootstrap.rank()) + ": rank " +
+                                        std::to_string(other) + " sets " +
+                                        (name.empty() ? "its settings" : name + "=" + b) +
+                                        ", rank 0 " + (name.empty() ? "others" : name + "=" + a) +
+                                        "; every rank must set it alike (docs/configuration.md)");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Communicator>> Communicator::create(
@@ -100,7 +161,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   self.slots = c->geometry_.slots;
   self.slotBytes = c->geometry_.slotBytes;
   std::snprintf(self.transport, sizeof self.transport, "%s", config.transport.c_str());
+  self.settings = fnv1a(config.agreed);
   if (Status s = c->bootstrap_->allGather(hosts.data(), sizeof(HostRecord)); !s) return s;
+  if (Status s = compareSettings(*c->bootstrap_, hosts, config); !s) return s;
   c->pids_.resize(N);
   c->sendsTo_.assign(N, 0);
   c->recvsFrom_.assign(N, 0);
@@ -114,7 +177,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
         std::strcmp(r.transport, self.transport) != 0) {
       return Status(Code::invalidUsage,
                     "rank " + std::to_string(me) + ": rank " + std::to_string(q) +
-                        " is set up differently (WEFT_MAX_CHANNELS, WEFT_SLOT_BYTES and "
+                        " is set up differently (WEFT_HOST_CHANNELS, WEFT_HOST_SLOT_BYTES and "
                         "WEFT_TRANSPORT must be the same on every rank)");
     }
     c->sameHost_[q] = r.hostId == self.hostId;
@@ -244,7 +307,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     c->readRate_->onRefuse([me](double gbps) {
       std::fprintf(stderr,
                    "weft WARN rank %d: reading peers' buffers ran at %.2f GB/s "
-                   "(process_vm_readv, below WEFT_SINGLE_COPY_MIN_GBPS): its peers send it "
+                   "(process_vm_readv, below WEFT_HOST_SINGLE_COPY_MIN_GBPS): its peers send it "
                    "bytes through the FIFO from now on\n",
                    me, gbps);
     });

@@ -11,189 +11,369 @@
 namespace weft {
 namespace {
 
+// How a setting's text is read.
+enum class Kind { number, flag, tri, text, choice };
+
+// One environment variable: the declarative table every reader, the README's table and
+// weft-config come from. `apply` gets the text (and, for numbers, flags and three-way settings,
+// its value; tri: -1 for auto) and may refuse it with the variable's name in the message.
+struct Setting {
+  const char* name;
+  const char* alias;  // NCCL's name, or the variable's former name; nullptr: none
+  Kind kind;
+  double lo, hi;         // number: the accepted range
+  const char* fallback;  // the default, as the table prints it
+  bool agreed;           // every rank must set it alike (compared at init)
+  Audience audience;
+  const char* doc;
+  Status (*apply)(Config& c, const std::string& name, const std::string& text, double value);
+};
+
+Status ok() {
+  return {};
+}
+
+std::string shown(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", b);
+  return buf;
+}
+
+// Keep the entries of one audience together: the tables print in this order.
+const Setting kSettings[] = {
+    {"WEFT_DEBUG", "NCCL_DEBUG", Kind::text, 0, 0, "unset", false, Audience::user,
+     "`INFO` prints, on rank 0, the graphs each communicator prices calls on and every call's "
+     "plan (the pick and the runner-up with their estimates)",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.debug = v;
+       return ok();
+     }},
+    {"WEFT_TIMEOUT_S", nullptr, Kind::number, 0.001, 1e6, "300", false, Audience::user,
+     "seconds a rank waits without progress before a call (or init) fails",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.timeout = std::chrono::milliseconds(static_cast<long long>(x * 1000));
+       return ok();
+     }},
+    {"WEFT_TRANSPORT", nullptr, Kind::choice, 0, 0, "auto", true, Audience::user,
+     "`auto`: shared memory within a host, UCX between hosts; `shm`: one host only; `ucx`: every "
+     "pair through UCX (`UCX_TLS` picks UCX's own transports)",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v != "auto" && v != "shm" && v != "ucx")
+         return invalidArgument(
+             n + "=" + v + ": expected auto (shm within a host, ucx between hosts), shm or ucx");
+       if (v == "ucx" && !transport::ucxAvailable())
+         return invalidArgument(n +
+                                "=ucx: this build has no UCX transport (build with libucx-dev "
+                                "installed)");
+       c.transport = v;
+       return ok();
+     }},
+    {"WEFT_TOPO_FILE", "NCCL_TOPO_FILE", Kind::text, 0, 0, "discovery", false, Audience::user,
+     "the host's topology from this NCCL-format XML instead of discovering it; every call is "
+     "priced on it (docs/algorithms.md, \"The graph at run time\")",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.topoFile = v;
+       return ok();
+     }},
+    {"WEFT_TUNING_FILE", nullptr, Kind::text, 0, 0, "built in", true, Audience::user,
+     "JSON constants of the cost model and the ranges of the runtime's kernels (`weft-perf "
+     "--calibrate` writes them; docs/algorithms.md, \"The selector\")",
+     nullptr},
+    {"WEFT_ALGO", "NCCL_ALGO", Kind::text, 0, 0, "all", true, Audience::user,
+     "allowed algorithms (`ring`, `ring,pat`); NCCL's names as NCCL reads them (`Ring`, `Tree`, "
+     "`PAT`, `^` excludes, per-collective lists)",
+     nullptr},
+    {"WEFT_PROTO", "NCCL_PROTO", Kind::text, 0, 0, "both", true, Audience::user,
+     "`ll` or `simple` (NCCL's `LL`, `Simple`, `LL128` as Simple)", nullptr},
+    {"WEFT_COMM_ID", "NCCL_COMM_ID", Kind::text, 0, 0, "unset", false, Audience::user,
+     "`host:port` of the rendezvous; rank 0 listens there",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.commId = v;
+       return ok();
+     }},
+    {"WEFT_COMM_SECRET", nullptr, Kind::text, 0, 0, "unset", false, Audience::user,
+     "the secret every rank of a `WEFT_COMM_ID` rendezvous proves (challenge-response, never "
+     "sent); docs/security.md",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.commSecret = v;
+       return ok();
+     }},
+    {"WEFT_COMM_SECRET_FILE", nullptr, Kind::text, 0, 0, "unset", false, Audience::user,
+     "a file whose first line is that secret",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (!c.commSecret.empty()) return ok();
+       std::ifstream in(v);
+       if (!in || !std::getline(in, c.commSecret) || c.commSecret.empty())
+         return invalidArgument(n + "=" + v +
+                                ": cannot read a secret from it (its first line, not empty)");
+       return ok();
+     }},
+    {"WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", Kind::text, 0, 0, "first up, not lo or docker",
+     false, Audience::user,
+     "interface of this host's address: `eth0`, `eth,ib` (prefixes), `=eth0` (exact), "
+     "`^lo,docker` (excluded)",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.socketIfname = v;
+       return ok();
+     }},
+    {"WEFT_CHECK_CALLS", nullptr, Kind::flag, 0, 1, "1", true, Audience::user,
+     "every call's signature (collective, type, count, op, root) compared with its peers'; a "
+     "mismatch fails the call on every rank, naming both (docs/security.md)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.checkCalls = x != 0;
+       return ok();
+     }},
+    {"WEFT_GRAPH_MIXING", "NCCL_GRAPH_MIXING_SUPPORT", Kind::flag, 0, 1, "1", false, Audience::user,
+     "a CUDA graph's operations are ordered against the communicator's eager calls and other "
+     "graphs too; 0: among themselves only (the streams must order the rest)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.graphMixing = x != 0;
+       return ok();
+     }},
+    {"WEFT_HOST_CHANNELS", "WEFT_MAX_CHANNELS", Kind::number, 2, 16, "2", true, Audience::user,
+     "channels (threads) of a call on host memory at most",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.maxChannels = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_CHANNELS", nullptr, Kind::number, 1, 64, "auto", true, Audience::user,
+     "thread blocks (channels) of a call on GPU memory at most; auto: the largest power of two "
+     "at most 64 leaving each rank sharing a GPU its own SMs",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuChannels = static_cast<int>(x);
+       return ok();
+     }},
+
+    // Measured choices: the tuning file's, or these overrides of them.
+    {"WEFT_HOST_SMALL_BYTES", nullptr, Kind::number, 0, 8192, "tuning: 4096", true,
+     Audience::tuning,
+     "calls on host memory whose rank's input is at most this large go through the slots "
+     "(ranks of one host); 0: never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostSmallBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_DIRECT", nullptr, Kind::tri, 0, 0, "auto", true, Audience::tuning,
+     "the direct path on host memory (ranks of one host read each other's buffers): auto, among "
+     "threads always and between processes where every rank has two cores; 1 always; 0 never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostDirect = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_DIRECT_BYTES", nullptr, Kind::number, 0, 1e18, "tuning: 262144", true,
+     Audience::tuning, "the smallest call (its message) the direct path takes; 0: never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostDirectBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_DIRECT_THREADS", nullptr, Kind::number, 1, 16, "auto", false, Audience::tuning,
+     "threads of a direct call (at most its channels); auto: up to the rank's cores, one a 256 "
+     "KiB",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostDirectThreads = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_CHANNEL_THREADS", nullptr, Kind::tri, 0, 0, "auto", false, Audience::tuning,
+     "a schedule's channels on threads of their own (1) or one after another on the caller (0); "
+     "auto: threads where the rank has two cores or more",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostChannelThreads = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_STAGE_BYTES", nullptr, Kind::number, 8192, 1 << 30, "2097152", true,
+     Audience::tuning,
+     "each rank's stage for the direct path between processes (rounds of half of it; in 8 KiB)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.hostStageBytes = static_cast<std::size_t>(x) / 8192 * 8192;
+       return ok();
+     }},
+    {"WEFT_HOST_SLOT_BYTES", "WEFT_SLOT_BYTES", Kind::number, 4096, 64.0 * 1024 * 1024, "131072",
+     true, Audience::tuning, "one FIFO slot on host memory (in 64 B)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.fifoSlotBytes = static_cast<std::size_t>(x) / 64 * 64;
+       return ok();
+     }},
+    {"WEFT_HOST_SINGLE_COPY_BYTES", "WEFT_SINGLE_COPY_BYTES", Kind::number, 0, 1e18, "262144", true,
+     Audience::tuning,
+     "messages this large between processes of a host are read from the sender's buffer "
+     "(`process_vm_readv`); 0: never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.singleCopyBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_HOST_SINGLE_COPY_MIN_GBPS", "WEFT_SINGLE_COPY_MIN_GBPS", Kind::number, 0, 1000, "2",
+     false, Audience::tuning,
+     "a rank whose reads of its peers run slower (two 4 MiB windows) gets bytes through the FIFO "
+     "instead; 0: never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.singleCopyMinGBps = x;
+       return ok();
+     }},
+    {"WEFT_GPU_DIRECT", nullptr, Kind::number, 0, 64, "tuning: by ranks", true, Audience::tuning,
+     "rounds of their slabs the direct GPU kernels may take (the tuning file's "
+     "`gpu_direct_rounds`); 0: never the direct kernels",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuDirect = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_REGISTERED", nullptr, Kind::tri, 0, 0, "auto", true, Audience::tuning,
+     "the direct kernels read registered inputs (and two-shot writes registered outputs) in "
+     "place: auto, where measured faster; 1 always; 0 never",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuRegistered = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_SLOT_BYTES", nullptr, Kind::number, 16 * 1024, 4.0 * 1024 * 1024, "262144", true,
+     Audience::tuning, "one bulk FIFO slot on GPU memory (in 4 KiB)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuSlotBytes = static_cast<std::size_t>(x) / 4096 * 4096;
+       return ok();
+     }},
+    {"WEFT_GPU_LL_DIRECT_BYTES", nullptr, Kind::number, 0, 256 * 1024, "262144", true,
+     Audience::tuning,
+     "a one-shot call whose pieces hold at most this many bytes pushes them as ll lines",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuLlDirectBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_LL_BLOCK_BYTES", nullptr, Kind::number, 512, 256 * 1024, "1024", true,
+     Audience::tuning, "the least an ll one-shot block takes of a piece",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuLlBlockBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_LL_BLOCKS", nullptr, Kind::number, 1, transport::CudaIpcGeometry::kDirectLlBlocks,
+     "128", true, Audience::tuning, "the most blocks an ll one-shot call spreads over",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuLlBlocks = static_cast<int>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_DIRECT_BLOCK_BYTES", nullptr, Kind::number, 512, 128 * 1024, "16384", true,
+     Audience::tuning, "the least a block of the slab kernels takes of a one-round call",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuDirectBlockBytes = static_cast<std::size_t>(x);
+       return ok();
+     }},
+    {"WEFT_GPU_PDL", nullptr, Kind::flag, 0, 1, "1", false, Audience::tuning,
+     "the ll one-shot kernels launch as programmatic dependents of the stream's previous kernel",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.gpuDependentLaunch = x != 0;
+       return ok();
+     }},
+
+    // Diagnostics and tests.
+    {"WEFT_CHECK_PLANS", nullptr, Kind::flag, 0, 1, "0", true, Audience::diagnostic,
+     "before every call on GPU memory the ranks compare the call and how each runs it (a host "
+     "round trip a call)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.checkPlans = x != 0;
+       return ok();
+     }},
+    {"WEFT_GPU_TRACE", nullptr, Kind::text, 0, 0, "unset", false, Audience::diagnostic,
+     "a file prefix: each rank writes when its last schedule kernels' blocks started, waited and "
+     "moved each step (scripts/gpu-trace.py)",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.gpuTrace = v;
+       return ok();
+     }},
+    {"CUDA_DEVICE_MAX_CONNECTIONS", nullptr, Kind::text, 0, 0, "8 (CUDA's)", false,
+     Audience::diagnostic,
+     "CUDA's own; read to warn where thread ranks sharing a GPU have fewer than 32 queues",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.cudaMaxConnections = std::atoi(v.c_str());
+       return ok();
+     }},
+    {"WEFT_TEST_HOST_ID", nullptr, Kind::text, 0, 0, "unset", false, Audience::diagnostic,
+     "tests only: this process claims a host of that name, so one machine plays several",
+     [](Config& c, const std::string&, const std::string& v, double) {
+       c.testHostId = v;
+       return ok();
+     }},
+};
+
 const char* env(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = name != nullptr ? std::getenv(name) : nullptr;
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-// weft's variable, else NCCL's name for the same setting (a drop-in for NCCL reads the
-// environment its users already have; NCCL_ALGO / NCCL_PROTO: TunerOptions::fromNccl).
-const char* envOrNccl(const char* weftName, const char* ncclName) {
-  const char* v = env(weftName);
-  return v != nullptr ? v : env(ncclName);
+const char* kindName(Kind k) {
+  switch (k) {
+    case Kind::number:
+      return "number";
+    case Kind::flag:
+      return "0 or 1";
+    case Kind::tri:
+      return "auto, 0 or 1";
+    case Kind::choice:
+      return "choice";
+    case Kind::text:
+      return "text";
+  }
+  return "";
 }
 
-Result<double> number(const char* name, double lo, double hi) {
-  const char* v = env(name);
+// The value of a setting's text: numbers and flags in their range, three-way settings as -1, 0, 1.
+Result<double> valueOf(const Setting& s, const std::string& name, const std::string& v) {
+  if (s.kind == Kind::tri) {
+    if (v == "auto") return -1.0;
+    if (v == "0" || v == "1") return v == "1" ? 1.0 : 0.0;
+    return invalidArgument(name + "=" + v + ": expected auto, 0 or 1");
+  }
+  if (s.kind != Kind::number && s.kind != Kind::flag) return 0.0;
   char* end = nullptr;
-  const double x = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(x >= lo && x <= hi)) {
-    // Bounds as people write them: 2 to 16, 0.5 to 1048576 (not 2.000000).
-    auto shown = [](double b) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.15g", b);
-      return std::string(buf);
-    };
-    return invalidArgument(std::string(name) + "=" + v + ": expected a number from " + shown(lo) +
-                           " to " + shown(hi));
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(x >= s.lo && x <= s.hi)) {
+    return invalidArgument(name + "=" + v + ": expected a number from " + shown(s.lo) + " to " +
+                           shown(s.hi));
   }
   return x;
 }
 
 }  // namespace
 
+std::vector<SettingDoc> settingsTable() {
+  std::vector<SettingDoc> out;
+  for (const Setting& s : kSettings) {
+    SettingDoc d;
+    d.name = s.name;
+    d.alias = s.alias != nullptr ? s.alias : "";
+    d.kind = kindName(s.kind);
+    if (s.kind == Kind::number) d.kind = shown(s.lo) + "-" + shown(s.hi);
+    if (s.kind == Kind::choice) d.kind = "auto, shm, ucx";  // WEFT_TRANSPORT, the one choice
+    d.fallback = s.fallback;
+    d.agreed = s.agreed;
+    d.audience = s.audience;
+    d.doc = s.doc;
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::string settingsMarkdown(Audience audience) {
+  std::string out =
+      "| variable | values | default | every rank alike | meaning |\n| --- | --- | --- | --- | "
+      "--- |\n";
+  for (const SettingDoc& d : settingsTable()) {
+    if (d.audience != audience) continue;
+    out += "| `" + d.name + "`" + (d.alias.empty() ? "" : " (`" + d.alias + "`)") + " | " + d.kind +
+           " | " + d.fallback + " | " + (d.agreed ? "yes" : "") + " | " + d.doc + " |\n";
+  }
+  return out;
+}
+
 Result<Config> Config::fromEnvironment() {
   Config c;
-  if (env("WEFT_TIMEOUT_S") != nullptr) {
-    auto s = number("WEFT_TIMEOUT_S", 0.001, 1e6);
-    if (!s) return s.status();
-    c.timeout = std::chrono::milliseconds(static_cast<long long>(*s * 1000));
-  }
-  if (const char* v = envOrNccl("WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")) c.socketIfname = v;
-  if (const char* v = envOrNccl("WEFT_COMM_ID", "NCCL_COMM_ID")) c.commId = v;
-  if (const char* v = env("WEFT_COMM_SECRET")) c.commSecret = v;
-  if (env("WEFT_CHECK_CALLS") != nullptr) {
-    auto x = number("WEFT_CHECK_CALLS", 0, 1);
+  for (const Setting& s : kSettings) {
+    // weft's name, else its alias (NCCL's name for the same setting, or its former name).
+    const char* name = env(s.name) != nullptr ? s.name : s.alias;
+    const char* v = env(name);
+    if (v == nullptr) continue;
+    auto x = valueOf(s, name, v);
     if (!x) return x.status();
-    c.checkCalls = *x != 0;
+    if (s.agreed) c.agreed += std::string(s.name) + "=" + v + "\n";
+    if (s.apply == nullptr) continue;  // read by its own reader (TunerOptions)
+    if (Status st = s.apply(c, name, v, *x); !st) return st;
   }
-  if (const char* path = env("WEFT_COMM_SECRET_FILE"); path != nullptr && c.commSecret.empty()) {
-    std::ifstream in(path);
-    if (!in || !std::getline(in, c.commSecret) || c.commSecret.empty())
-      return invalidArgument(std::string("WEFT_COMM_SECRET_FILE=") + path +
-                             ": cannot read a secret from it (its first line, not empty)");
-  }
-  if (const char* v = env("WEFT_TRANSPORT")) {
-    c.transport = v;
-    if (c.transport != "auto" && c.transport != "shm" && c.transport != "ucx") {
-      return invalidArgument("WEFT_TRANSPORT=" + c.transport +
-                             ": expected auto (shm within a host, ucx between hosts), shm or ucx");
-    }
-    if (c.transport == "ucx" && !transport::ucxAvailable()) {
-      return invalidArgument(
-          "WEFT_TRANSPORT=ucx: this build has no UCX transport (build with "
-          "libucx-dev installed)");
-    }
-  }
-  if (env("WEFT_MAX_CHANNELS") != nullptr) {
-    auto x = number("WEFT_MAX_CHANNELS", 2, 16);
-    if (!x) return x.status();
-    c.maxChannels = static_cast<int>(*x);
-  }
-  // weft's name, else NCCL's (number() names the variable in its error).
-  const char* mixing = env("WEFT_GRAPH_MIXING") != nullptr           ? "WEFT_GRAPH_MIXING"
-                       : env("NCCL_GRAPH_MIXING_SUPPORT") != nullptr ? "NCCL_GRAPH_MIXING_SUPPORT"
-                                                                     : nullptr;
-  if (mixing != nullptr) {
-    auto x = number(mixing, 0, 1);
-    if (!x) return x.status();
-    c.graphMixing = *x != 0;
-  }
-  if (env("WEFT_CHECK_PLANS") != nullptr) {
-    auto x = number("WEFT_CHECK_PLANS", 0, 1);
-    if (!x) return x.status();
-    c.checkPlans = *x != 0;
-  }
-  if (env("WEFT_GPU_DIRECT") != nullptr) {
-    auto x = number("WEFT_GPU_DIRECT", 0, 64);
-    if (!x) return x.status();
-    c.gpuDirect = static_cast<int>(*x);
-  }
-  if (const char* v = env("WEFT_GPU_REGISTERED"); v != nullptr && std::string(v) != "auto") {
-    auto x = number("WEFT_GPU_REGISTERED", 0, 1);
-    if (!x) return x.status();
-    c.gpuRegistered = static_cast<int>(*x);
-  }
-  if (env("WEFT_GPU_CHANNELS") != nullptr) {
-    auto x = number("WEFT_GPU_CHANNELS", 1, 64);
-    if (!x) return x.status();
-    c.gpuChannels = static_cast<int>(*x);
-  }
-  if (env("WEFT_GPU_SLOT_BYTES") != nullptr) {
-    auto x = number("WEFT_GPU_SLOT_BYTES", 16 * 1024, 4.0 * 1024 * 1024);
-    if (!x) return x.status();
-    c.gpuSlotBytes = static_cast<std::size_t>(*x) / 4096 * 4096;
-  }
-  if (env("WEFT_GPU_LL_DIRECT_BYTES") != nullptr) {
-    auto x = number("WEFT_GPU_LL_DIRECT_BYTES", 0, 256 * 1024);
-    if (!x) return x.status();
-    c.gpuLlDirectBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_GPU_LL_BLOCK_BYTES") != nullptr) {
-    auto x = number("WEFT_GPU_LL_BLOCK_BYTES", 512, 256 * 1024);
-    if (!x) return x.status();
-    c.gpuLlBlockBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_GPU_LL_BLOCKS") != nullptr) {
-    auto x = number("WEFT_GPU_LL_BLOCKS", 1, transport::CudaIpcGeometry::kDirectLlBlocks);
-    if (!x) return x.status();
-    c.gpuLlBlocks = static_cast<int>(*x);
-  }
-  if (env("WEFT_GPU_PDL") != nullptr) {
-    auto x = number("WEFT_GPU_PDL", 0, 1);
-    if (!x) return x.status();
-    c.gpuDependentLaunch = *x != 0;
-  }
-  if (env("WEFT_GPU_DIRECT_BLOCK_BYTES") != nullptr) {
-    auto x = number("WEFT_GPU_DIRECT_BLOCK_BYTES", 512, 128 * 1024);
-    if (!x) return x.status();
-    c.gpuDirectBlockBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_SLOT_BYTES") != nullptr) {
-    auto x = number("WEFT_SLOT_BYTES", 4096, 64.0 * 1024 * 1024);
-    if (!x) return x.status();
-    c.fifoSlotBytes = static_cast<std::size_t>(*x) / 64 * 64;
-  }
-  if (env("WEFT_SINGLE_COPY_BYTES") != nullptr) {
-    auto x = number("WEFT_SINGLE_COPY_BYTES", 0, 1e18);
-    if (!x) return x.status();
-    c.singleCopyBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_SINGLE_COPY_MIN_GBPS") != nullptr) {
-    auto x = number("WEFT_SINGLE_COPY_MIN_GBPS", 0, 1000);
-    if (!x) return x.status();
-    c.singleCopyMinGBps = *x;
-  }
-  if (const char* v = env("WEFT_HOST_DIRECT")) {
-    const std::string x = v;
-    if (x == "auto") {
-      c.hostDirect = -1;
-    } else if (x == "0" || x == "1") {
-      c.hostDirect = x == "1" ? 1 : 0;
-    } else {
-      return invalidArgument("WEFT_HOST_DIRECT=" + x + ": expected auto, 0 or 1");
-    }
-  }
-  if (env("WEFT_HOST_SMALL_BYTES") != nullptr) {
-    auto x = number("WEFT_HOST_SMALL_BYTES", 0, 8192);
-    if (!x) return x.status();
-    c.hostSmallBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_HOST_DIRECT_BYTES") != nullptr) {
-    auto x = number("WEFT_HOST_DIRECT_BYTES", 0, 1e18);
-    if (!x) return x.status();
-    c.hostDirectBytes = static_cast<std::size_t>(*x);
-  }
-  if (env("WEFT_HOST_DIRECT_THREADS") != nullptr) {
-    auto x = number("WEFT_HOST_DIRECT_THREADS", 1, 16);
-    if (!x) return x.status();
-    c.hostDirectThreads = static_cast<int>(*x);
-  }
-  if (const char* v = env("WEFT_HOST_CHANNEL_THREADS"); v != nullptr && std::string(v) != "auto") {
-    auto x = number("WEFT_HOST_CHANNEL_THREADS", 0, 1);
-    if (!x) return x.status();
-    c.hostChannelThreads = static_cast<int>(*x);
-  }
-  if (env("WEFT_HOST_STAGE_BYTES") != nullptr) {
-    auto x = number("WEFT_HOST_STAGE_BYTES", 8192, 1 << 30);
-    if (!x) return x.status();
-    c.hostStageBytes = static_cast<std::size_t>(*x) / 8192 * 8192;
-  }
-  if (const char* v = envOrNccl("WEFT_DEBUG", "NCCL_DEBUG")) c.debug = v;
-  if (const char* v = env("WEFT_GPU_TRACE")) c.gpuTrace = v;
-  if (const char* v = env("CUDA_DEVICE_MAX_CONNECTIONS")) c.cudaMaxConnections = std::atoi(v);
-  if (const char* v = env("WEFT_TEST_HOST_ID")) c.testHostId = v;
-  if (const char* v = envOrNccl("WEFT_TOPO_FILE", "NCCL_TOPO_FILE")) c.topoFile = v;
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();
   c.tuner = std::move(*tuner);

@@ -1,16 +1,35 @@
 // Everything the runtime reads from the environment, read once per communicator and passed
-// down: no code below this reads getenv.
+// down: no code below this reads getenv. The variables are one declarative table (config.cpp:
+// name, values, default, whether every rank must agree, one line of doc) from which the parser,
+// the README's and docs/configuration.md's tables and weft-config come.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "algorithms/tuner.hpp"
 #include "weft/status.hpp"
 
 namespace weft {
+
+// Who a setting is for: what a user sets (the README's table), overrides of the tuning file's
+// measured choices, and diagnostics (docs/configuration.md).
+enum class Audience { user, tuning, diagnostic };
+
+struct SettingDoc {
+  std::string name, alias;  // alias: NCCL's name, or the former name, read where name is unset
+  std::string kind;         // "2-16", "0 or 1", "auto, 0 or 1", "text", "choice"
+  std::string fallback;     // the default
+  bool agreed = false;      // every rank must set it alike (compared at init)
+  Audience audience = Audience::user;
+  std::string doc;
+};
+std::vector<SettingDoc> settingsTable();
+// The table of one audience's settings, as Markdown (the README's is Audience::user's).
+std::string settingsMarkdown(Audience audience);
 
 struct Config {
   std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
@@ -25,7 +44,7 @@ struct Config {
   bool checkCalls = true;
   std::string transport =
       "auto";           // WEFT_TRANSPORT: auto (shm within a host, ucx between), shm, ucx
-  int maxChannels = 2;  // WEFT_MAX_CHANNELS (2-16): host threads per rank
+  int maxChannels = 2;  // WEFT_HOST_CHANNELS (2-16): host threads per rank
   int fifoSlots = 4;    // slots per connection
   // WEFT_GPU_DIRECT (0-64): a one-shot or two-shot all-reduce on GPU memory runs the direct
   // kernel (peers read each other's copy of the input) instead of its schedule over the FIFOs,
@@ -62,11 +81,11 @@ struct Config {
   // WEFT_GPU_DIRECT_BLOCK_BYTES (512-131072): the least a block of the direct kernels takes of a
   // call that one round of the slabs holds (exec::GpuOptions::directBlockBytes).
   std::size_t gpuDirectBlockBytes = 16 * 1024;
-  std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_SLOT_BYTES
-  // WEFT_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
+  std::size_t fifoSlotBytes = 128 * 1024;  // WEFT_HOST_SLOT_BYTES
+  // WEFT_HOST_SINGLE_COPY_BYTES: point-to-point messages this large (between processes of one host)
   // are read straight from the sender's buffer; 0 turns it off.
   std::size_t singleCopyBytes = 256 * 1024;
-  // WEFT_SINGLE_COPY_MIN_GBPS (0-1000; 0: never): a rank whose reads of its peers' buffers run
+  // WEFT_HOST_SINGLE_COPY_MIN_GBPS (0-1000; 0: never): a rank whose reads of its peers' buffers run
   // slower than this (two windows of 4 MiB in a row) asks its peers for bytes through the FIFO
   // instead, for the rest of the communicator's life (transport::ReadRate).
   double singleCopyMinGBps = 2.0;
@@ -119,6 +138,8 @@ struct Config {
   // WEFT_TOPO_FILE (NCCL_TOPO_FILE): the host's topology from this file instead of discovery.
   std::string topoFile;
   algo::TunerOptions tuner;  // WEFT_ALGO, WEFT_PROTO, WEFT_TUNING_FILE
+  // "NAME=value" lines of the settings every rank must agree on, as set (init compares them).
+  std::string agreed;
 
   // Unknown values are errors naming the variable and what it accepts.
   static Result<Config> fromEnvironment();

@@ -1,0 +1,116 @@
+// The settings' table: the README's and docs/configuration.md's tables are its own, every bad
+// value is an error naming its variable, former and NCCL names are read, and ranks that set a
+// setting every rank must agree on differently fail at init, naming it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/bootstrap/bootstrap.hpp"
+#include "src/core/communicator.hpp"
+#include "src/core/config.hpp"
+
+namespace weft {
+namespace {
+
+std::string readFile(const std::string& relative) {
+  std::ifstream in(std::string(WEFT_SOURCE_DIR) + "/" + relative);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Settings, TheDocumentedTablesAreTheTablesOwn) {
+  const std::string readme = readFile("README.md"), doc = readFile("docs/configuration.md");
+  EXPECT_NE(readme.find(settingsMarkdown(Audience::user)), std::string::npos)
+      << "README.md's settings table is not weft-config --markdown user's";
+  for (Audience a : {Audience::user, Audience::tuning, Audience::diagnostic}) {
+    EXPECT_NE(doc.find(settingsMarkdown(a)), std::string::npos)
+        << "docs/configuration.md lacks weft-config --markdown " << static_cast<int>(a);
+  }
+  // A user's table, short: about ten settings (issue: half of the 37 rows it had).
+  int users = 0;
+  for (const SettingDoc& d : settingsTable()) users += d.audience == Audience::user ? 1 : 0;
+  EXPECT_LE(users, 18);
+}
+
+TEST(Settings, EveryBadValueIsAnErrorNamingItsVariable) {
+  for (const SettingDoc& d : settingsTable()) {
+    std::string bad;
+    if (d.kind == "text") continue;  // any text is a value
+    bad = d.kind == "auto, shm, ucx" ? "verbs" : "many";
+    setenv(d.name.c_str(), bad.c_str(), 1);
+    auto c = Config::fromEnvironment();
+    unsetenv(d.name.c_str());
+    ASSERT_FALSE(c.isOk()) << d.name << "=" << bad;
+    EXPECT_EQ(c.status().code(), Code::invalidArgument) << d.name;
+    EXPECT_NE(c.status().message().find(d.name + "=" + bad), std::string::npos)
+        << c.status().message();
+  }
+  // Out of range, with the range as people write it.
+  setenv("WEFT_HOST_CHANNELS", "17", 1);
+  auto c = Config::fromEnvironment();
+  unsetenv("WEFT_HOST_CHANNELS");
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("from 2 to 16"), std::string::npos) << c.status().message();
+}
+
+TEST(Settings, FormerAndNcclNamesAreReadWhereWeftsAreUnset) {
+  setenv("WEFT_MAX_CHANNELS", "4", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  auto c = Config::fromEnvironment();
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->maxChannels, 4);
+  EXPECT_EQ(c->debug, "INFO");
+  setenv("WEFT_HOST_CHANNELS", "8", 1);
+  c = Config::fromEnvironment();
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(c->maxChannels, 8);
+  // A bad former name is named as the user wrote it.
+  unsetenv("WEFT_HOST_CHANNELS");
+  setenv("WEFT_MAX_CHANNELS", "1", 1);
+  c = Config::fromEnvironment();
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("WEFT_MAX_CHANNELS=1"), std::string::npos);
+  unsetenv("WEFT_MAX_CHANNELS");
+  unsetenv("NCCL_DEBUG");
+  // Settings every rank must agree on are recorded as set.
+  setenv("WEFT_GPU_DIRECT", "4", 1);
+  c = Config::fromEnvironment();
+  unsetenv("WEFT_GPU_DIRECT");
+  ASSERT_TRUE(c.isOk());
+  EXPECT_NE(c->agreed.find("WEFT_GPU_DIRECT=4\n"), std::string::npos) << c->agreed;
+}
+
+TEST(Settings, RanksSettingAnAgreedSettingDifferentlyFailAtInitNamingIt) {
+  boot::BootstrapOptions bo;
+  bo.timeoutSeconds = 30;
+  auto boots = boot::makeInProcess(3, bo);
+  ASSERT_TRUE(boots.isOk());
+  std::vector<Status> got(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      Config config;
+      config.agreed = r == 2 ? "WEFT_GPU_DIRECT=8\nWEFT_TRANSPORT=auto\n"
+                             : "WEFT_GPU_DIRECT=4\nWEFT_TRANSPORT=auto\n";
+      auto comm = Communicator::create(std::move((*boots)[static_cast<std::size_t>(r)]), config);
+      got[static_cast<std::size_t>(r)] = comm.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) {
+    const Status& s = got[static_cast<std::size_t>(r)];
+    EXPECT_EQ(s.code(), Code::invalidUsage) << "rank " << r << ": " << s.toString();
+    EXPECT_NE(s.message().find("rank 2 sets WEFT_GPU_DIRECT=8, rank 0 WEFT_GPU_DIRECT=4"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace weft
