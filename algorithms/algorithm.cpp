@@ -56,4 +56,8 @@ const Algorithm* findAlgorithm(std::string_view name) {
   return nullptr;
 }
 
+Status Algorithm::price(Pricing&) const {
+  return unsupported("no estimate for algorithm " + std::string(name()));
+}
+
 }  // namespace weft::algo

@@ -26,6 +26,8 @@ struct Params {
 // The ranks a generator fills: params.onlyRanks, or every rank.
 std::vector<int> ranksToBuild(const Params& params, int nranks);
 
+class Pricing;
+
 class Algorithm {
  public:
   Algorithm(std::string_view name, std::string_view summary, std::vector<Collective> collectives)
@@ -55,6 +57,13 @@ class Algorithm {
 
   // The schedule, or an error saying why this algorithm cannot serve the request.
   Result<Schedule> build(Collective coll, int nranks, const Params& params = {}) const;
+
+  // Its own part of an estimate (algorithms/pricing.hpp): the hop latencies, postings and bytes
+  // of P's call on P's rank graph; an error where it has no estimate for the collective.
+  virtual Status price(Pricing& P) const;
+  // Whether its steps wait on every peer at once (two-shot's reduce and gather): ranks sharing a
+  // device pay RankGraph::deviceAllPeersUs per peer past one in every pass.
+  virtual bool waitsOnEveryPeer() const { return false; }
 
  protected:
   // Called with validated arguments: coll supported, nranks >= 1, root in range.

@@ -1,8 +1,12 @@
 // Bruck all-to-all: rotate into scratch, ceil(log2 n) rounds moving the blocks whose index has
 // bit k set by 2^k ranks, rotate back. Steps: 2 ceil(log2 n) + 2. Messages ceil(log2 n) per rank.
 // Bytes on the wire per rank: bitsum(n)/n (about log2(n)/2): more bytes, far fewer messages.
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -17,6 +21,31 @@ class Bruck final : public Algorithm {
                   {Collective::allToAll}) {}
 
   bool translationSymmetric(Collective) const override { return true; }
+
+  Status price(Pricing& P) const override {
+    if (P.coll != Collective::allToAll) return P.unsupportedHere();
+    const int n = P.n;
+    const double S = P.S;
+    // The rotations into and out of scratch copy all n blocks: they set the passes.
+    const double passes = P.slices(S);
+    // Blocks whose index has bit d set.
+    auto moved = [&](int d) {
+      return (std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d)) *
+             (S / n);
+    };
+    if (!P.multi) {
+      for (int d = 1; d < n; d *= 2) {
+        P.lat += P.aStep;
+        P.post += passes * P.oStep;
+        P.bw += moved(d) / P.shift(d);
+      }
+      return {};
+    }
+    std::vector<std::pair<int, double>> rounds;
+    for (int d = 1; d < n; d *= 2) rounds.push_back({d, moved(d)});
+    P.shiftRounds(rounds, passes);
+    return {};
+  }
 
  protected:
   // Scratch slot i of rank r starts as r's block for rank r+i. Round k forwards every slot whose

@@ -1,8 +1,12 @@
 // Hierarchical all-to-all over N nodes of G ranks: pairwise inside each node (N blocks a message),
 // then pairwise between the same-index ranks of the nodes (G blocks a message).
 // Steps: 2(G-1) + 2(N-1) + 2. Messages (G-1) + (N-1). Bytes per rank: (2n - N - G)/n.
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -22,6 +26,26 @@ class Hierarchical final : public Algorithm {
   // in a round of its own and the hosts' timelines differ.
   bool hostSwapSymmetric(Collective, int n, int groupSize) const override {
     return groupSize >= 1 && n % groupSize == 0 && (n / groupSize) % 2 == 0;
+  }
+
+  Status price(Pricing& P) const override {
+    if (P.coll != Collective::allToAll) return P.unsupportedHere();
+    const int n = P.n, G = P.G, N = P.N;
+    const double S = P.S;
+    // The executor slices globally: every step runs once per pass, and the largest step (a
+    // message or the staging copy of max(G, N) blocks) sets how many passes there are.
+    const double passes = P.slices(std::max(G, N) * S / n);
+    P.lat += (G - 1) * P.aIntra + (N - 1) * P.aNet;
+    P.post = passes * ((G - 1) * P.oIntra + (N - 1) * P.oNet);
+    const double across = P.multi ? (N - 1) * (S / N) / std::min(P.bwIntra, P.bwNet) : 0;
+    P.bw = P.exchange(S / G, passes) + across;
+    // Once several passes are in flight, the exchange inside hosts of one slice runs beside the
+    // exchange across hosts of another: the NICs and the GPUs' host links carry them at once.
+    P.overlapped = std::max(P.together(S / G), across);
+    P.alone = ((G - 1) * (S / G) + (N - 1) * (S / N)) / P.bwAlone;
+    // Its N-1 rounds across hosts drift apart on shared NICs as pairwise's do.
+    P.lat -= P.drift(N - 1, S / N);
+    return {};
   }
 
  protected:

@@ -19,6 +19,8 @@
 
 namespace weft::algo {
 
+class Algorithm;
+
 enum class Protocol : std::uint8_t { ll, simple };
 inline constexpr std::array<Protocol, 2> kAllProtocols = {Protocol::ll, Protocol::simple};
 std::string_view name(Protocol p);
@@ -166,6 +168,11 @@ class CostModel {
 
   // The estimate of one algorithm; unsupported pairs return an error.
   Result<Estimate> estimate(std::string_view algorithm, Collective coll, std::size_t bytes,
+                            Protocol proto, const RankGraph& g) const;
+  // The same for an algorithm object: its own part (Algorithm::price, beside its generator) and
+  // what every algorithm pays alike (host folding, a shared device's memory traffic, the
+  // pipelined passes).
+  Result<Estimate> estimate(const Algorithm& algorithm, Collective coll, std::size_t bytes,
                             Protocol proto, const RankGraph& g) const;
   // PAT's aggregation for a message: the most blocks whose bytes fit the staging budget.
   int patAggregationFor(std::size_t bytes, int nranks) const;

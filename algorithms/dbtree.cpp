@@ -2,8 +2,12 @@
 // Steps: 2 per tree (up, then down) on each of 2 channels; depth ~log2(n) hops each way.
 // Bytes on the wire per rank: all-reduce <= 2 (internal in one tree, a leaf in the other),
 // broadcast/reduce <= 2.
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -64,6 +68,41 @@ class DoubleBinaryTree final : public Algorithm {
   DoubleBinaryTree()
       : Algorithm("dbtree", "two complementary binary trees, half the data each; log-depth latency",
                   {Collective::allReduce, Collective::broadcast, Collective::reduce}) {}
+
+  Status price(Pricing& P) const override {
+    const RankGraph& g = P.g;
+    // Depth: the in-order tree climbs log2(G) levels inside a host, then log2(N) across hosts.
+    // aNet charges two fabric switches, between a rail's one and three across rails: each hop
+    // pays its own.
+    const double depth = g.treeHopsInside * (P.aIntra + P.oIntra) +
+                         g.treeHopsAcross * (P.aNet + P.oNet) +
+                         (2 * g.treeHopsCrossRail - g.treeHopsAcross) * g.switchLatency;
+    // Every edge of both trees carries half the data each way; edges share links as the tree
+    // pattern says (four flows per GPU on a switch: up once, down twice, and the other tree's
+    // up).
+    const double edge = P.G > 1 ? P.pat(g.treeBw) : 1e300;
+    const double bwEdge = P.multi ? std::min(edge, P.bwNet / 4) : edge;
+    const double bwTree = 4 * bwEdge;
+    const double posting = (P.slices(P.S / 2) - 1) * 4 * P.oStep;  // four messages a slice
+    // The first slice fills the pipeline hop by hop, and on every hop it travels with the same
+    // slice of the tree's other channels.
+    const double fillHop = double(P.chunk) * P.channels;
+    const double fill =
+        g.treeHopsAcross * fillHop / (P.multi ? std::min(P.bwIntra, P.bwNet) : P.bwIntra) +
+        g.treeHopsInside * fillHop / (P.G > 1 ? P.shift(1) : 1e300);
+    if (P.coll == Collective::allReduce) {
+      P.lat += 2 * (depth + fill);
+      P.bw = (P.S / 2) / bwEdge;
+      P.post = posting;
+    } else if (P.coll == Collective::broadcast || P.coll == Collective::reduce) {
+      P.lat += depth + fill;
+      P.bw = P.S / bwTree;
+      P.post = posting / 2;
+    } else {
+      return P.unsupportedHere();
+    }
+    return {};
+  }
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {

@@ -9,6 +9,7 @@
 //   The three move (n-1)/n of the vector per rank, as ring does, in one step instead of n-1.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -25,6 +26,8 @@ class OneShot final : public Algorithm {
                    Collective::allToAll}) {}
 
   bool translationSymmetric(Collective) const override { return true; }
+
+  Status price(Pricing& P) const override { return priceAllPairs(P, true); }
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {

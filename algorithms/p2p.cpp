@@ -2,6 +2,7 @@
 // sendrecv pattern). Steps: 2 (send, then recv). Bytes on the wire per rank: 1.
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -13,6 +14,14 @@ class PointToPoint final : public Algorithm {
   PointToPoint() : Algorithm("p2p", "one send and one recv per rank", {Collective::sendRecv}) {}
 
   bool translationSymmetric(Collective) const override { return true; }
+
+  Status price(Pricing& P) const override {
+    if (P.coll != Collective::sendRecv) return P.unsupportedHere();
+    P.lat += P.aStep;
+    P.post = P.slices(P.S) * P.oStep;
+    P.bw = P.S / (P.multi ? P.bwStep : P.shift(1));
+    return {};
+  }
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {

@@ -15,9 +15,11 @@
 // scratch blocks, independent of the message size. All-gather is the exact reverse in time and
 // direction, and needs no scratch: every block lands in its final place in the output.
 #include <algorithm>
+#include <cmath>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -138,6 +140,47 @@ class Pat final : public Algorithm {
             {Collective::allGather, Collective::reduceScatter}) {}
 
   bool translationSymmetric(Collective) const override { return true; }
+
+  Status price(Pricing& P) const override {
+    if (P.coll != Collective::allGather && P.coll != Collective::reduceScatter)
+      return P.unsupportedHere();
+    const int n = P.n;
+    const int A = P.model.patAggregationFor(P.bytes, n);
+    P.aggregation = A;
+    const int Q = (n + A - 1) / A;
+    const double block = P.S / n;
+    // The executor slices globally: every step runs once per pass, and the largest message (a
+    // full bundle) sets how many passes there are.
+    const double passes = P.slices(std::min(A, n) * block);
+    // Bundle q moves min(A, n - qA) blocks over distance highbit(q)*A; bundle 0's log2(A)
+    // rounds move d blocks over distance d. A distance that is a multiple of the host size stays
+    // on the same local GPU index (one rail); any other crosses hosts for some ranks.
+    auto over = [&](int dist) {
+      return P.multi ? std::min(P.shift(dist), P.bwNet) : P.shift(dist);
+    };
+    if (P.multi) {
+      std::vector<std::pair<int, double>> rounds;
+      for (int q = 1; q < Q; ++q) {
+        rounds.push_back({static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A,
+                          std::min(A, n - q * A) * block});
+      }
+      for (int d = 1; d < A; d *= 2) rounds.push_back({d, d * block});
+      P.shiftRounds(rounds, passes);
+      return {};
+    }
+    for (int q = 1; q < Q; ++q) {
+      const int blocks = std::min(A, n - q * A);
+      P.lat += P.aStep;
+      P.post += passes * P.oStep;
+      P.bw += blocks * block / over(static_cast<int>(pow2Floor(static_cast<std::uint32_t>(q))) * A);
+    }
+    for (int d = 1; d < A; d *= 2) {
+      P.lat += P.aStep;
+      P.post += passes * P.oStep;
+      P.bw += d * block / over(d);
+    }
+    return {};
+  }
 
  protected:
   Result<Schedule> generate(Collective coll, int n, const Params& params) const override {

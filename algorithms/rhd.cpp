@@ -1,8 +1,12 @@
 // Recursive halving then doubling (Rabenseifner) all-reduce; p = largest power of two <= n.
 // Steps: 2*log2(p) exchanges (send + recv each), plus one fold in and one fold out when n != p.
 // Bytes on the wire per rank: 2(p-1)/p, plus 1 for ranks folded in or out (the first 2(n-p) ranks).
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -15,6 +19,88 @@ class HalvingDoubling final : public Algorithm {
       : Algorithm("rhd",
                   "recursive halving reduce-scatter + recursive doubling all-gather (Rabenseifner)",
                   {Collective::allReduce}) {}
+
+  Status price(Pricing& P) const override {
+    if (P.coll != Collective::allReduce) return P.unsupportedHere();
+    const RankGraph& g = P.g;
+    const int n = P.n, G = P.G;
+    const double S = P.S;
+    const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
+    const double passes = P.slices(p2 != n ? S : S / 2);  // the largest message sets the passes
+    if (!P.multi) {
+      if (p2 != n) {  // fold in and out: a whole message each way
+        P.lat += 2 * P.aStep;
+        P.post += 2 * passes * P.oStep;
+        P.bw += 2 * S / P.bwStep;
+      }
+      // One host: every exchange is inside it, at the XOR pattern's share where known.
+      for (int mask = 1; mask < p2; mask *= 2) {
+        const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
+                              g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
+        const double b = xorKnown ? P.pat(g.xorBw[static_cast<std::size_t>(mask)]) : P.bwIntra;
+        P.lat += 2 * P.aIntra;
+        P.post += 2 * passes * P.oIntra;
+        P.bw += 2 * (double(mask) / p2) * S / b;
+      }
+      return {};
+    }
+    // Across hosts, whether an exchange stays inside a host depends on the placement (hosts of
+    // 72 cut the hypercube's subcubes). Nothing synchronises the exchanges, so walk the
+    // hypercube's critical path: a rank finishes an exchange after itself and its partner are
+    // ready, plus its own pair's latency and transfer.
+    const int extra = n - p2;
+    auto real = [extra](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    // A pair's latency: NICs of one rail are a switch apart, other rails three.
+    auto pairLatency = [&](int a, int b) {
+      if (a / G == b / G) return P.aIntra;
+      const bool sameRail =
+          static_cast<int>(g.nicOf.size()) < G ||
+          g.nicOf[static_cast<std::size_t>(a % G)] == g.nicOf[static_cast<std::size_t>(b % G)];
+      return P.c.hopLatency[P.p][P.net] + (sameRail ? 1 : 3) * g.switchLatency;
+    };
+    // What the sender spends on its side of an exchange.
+    auto ownCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
+      const bool inside = a / G == b / G;
+      return (withPosts ? passes * (inside ? P.oIntra : P.oNet) : 0) +
+             (withBytes ? moved / (inside ? P.bwIntra : std::min(P.bwIntra, P.bwNet)) : 0);
+    };
+    auto pairCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
+      return pairLatency(a, b) + ownCost(a, b, moved, withPosts, withBytes);
+    };
+    auto criticalPath = [&](bool withPosts, bool withBytes) {
+      std::vector<double> ready(static_cast<std::size_t>(p2), 0), next(ready.size());
+      if (p2 != n) {
+        for (int v = 0; v < extra; ++v)
+          ready[static_cast<std::size_t>(v)] = pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes);
+      }
+      std::vector<int> masks;
+      for (int m = p2 / 2; m >= 1; m /= 2) masks.push_back(m);  // halving
+      for (int m = 1; m < p2; m *= 2) masks.push_back(m);       // doubling
+      for (int m : masks) {
+        for (int v = 0; v < p2; ++v) {
+          const int w = v ^ m;
+          next[static_cast<std::size_t>(v)] =
+              // A rank goes on once its own side is out and its partner's has landed: only the
+              // partner's message pays the latency.
+              std::max(ready[static_cast<std::size_t>(v)],
+                       ready[static_cast<std::size_t>(w)] + pairLatency(real(v), real(w))) +
+              ownCost(real(v), real(w), double(m) / p2 * S, withPosts, withBytes);
+        }
+        std::swap(ready, next);
+      }
+      double worst = 0;
+      for (int v = 0; v < p2; ++v) {
+        const double fold = v < extra ? pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes) : 0;
+        worst = std::max(worst, ready[static_cast<std::size_t>(v)] + fold);
+      }
+      return worst;
+    };
+    const double hops = criticalPath(false, false), posted = criticalPath(true, false);
+    P.lat = P.base + hops;
+    P.post = posted - hops;
+    P.bw = criticalPath(true, true) - posted;
+    return {};
+  }
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {

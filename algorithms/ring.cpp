@@ -4,8 +4,12 @@
 // Steps: all-reduce 2n-1 (reduce-scatter then all-gather), all-gather and reduce-scatter n, chain
 // 1-2. Bytes on the wire per rank: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n,
 // chain 1.
+#include <algorithm>
+#include <cmath>
+
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -23,6 +27,67 @@ class Ring final : public Algorithm {
   bool translationSymmetric(Collective c) const override {
     return c == Collective::allReduce || c == Collective::allGather ||
            c == Collective::reduceScatter;
+  }
+
+  Status price(Pricing& P) const override {
+    double steps = 0, moved = 0;
+    switch (P.coll) {
+      case Collective::allReduce:
+        steps = 2.0 * (P.n - 1);
+        moved = 2.0 * (P.n - 1) / P.n;
+        break;
+      case Collective::allGather:
+      case Collective::reduceScatter:
+        steps = P.n - 1;
+        moved = double(P.n - 1) / P.n;
+        break;
+      case Collective::broadcast:
+      case Collective::reduce:
+        steps = P.n - 1;
+        moved = 1;
+        break;
+      default:
+        return P.unsupportedHere();
+    }
+    // Each host's ranks are consecutive in every ring: n - N hops inside hosts, N across. Each
+    // channel's ring leaves a host through a different GPU (rotated rings), so the crossings use
+    // min(channels, G) GPUs' NICs, up to all of the host's.
+    const RankGraph& g = P.g;
+    const std::size_t ci = static_cast<std::size_t>(
+        std::clamp(P.channels, 1, static_cast<int>(g.ringIntraBw.size())) - 1);
+    const double intraBw = P.multi ? P.pat(g.ringIntraBw[ci]) : P.shift(1);
+    const double netBw =
+        P.multi ? g.ringCrossBw[ci] * P.c.bandwidthScale[P.net] * P.eff * kBytesPerUsPerGBs
+                : intraBw;
+    const double crossings = P.multi ? P.N : 0, inside = P.n - crossings;
+    if (P.coll == Collective::broadcast || P.coll == Collective::reduce) {
+      // A pipelined chain: the first slice crosses every hop, the rest follow at the slowest.
+      P.lat += inside * (P.aIntra + P.oIntra) + crossings * (P.aNet + P.oNet);
+      P.bw = moved * P.S / (P.multi ? std::min(intraBw, netBw) : intraBw);
+      P.post = (P.slices(P.S) - 1) * P.oStep;
+      return {};
+    }
+    // Per step every rank forwards one block. The ring runs at the slower of its busiest rank
+    // (back-to-back sends over its link) and its cycle (a block's hop latency and transfer,
+    // averaged over the ring): the latency of a fast hop hides behind a slow one. Channels share
+    // a rank's NVSwitch port but post their messages independently: while one posts, the others
+    // keep the port busy, so a step takes the longer of one channel's postings and transfer
+    // alone on the port, and the whole block over it. Host crossings differ: each rotated
+    // channel leaves through its own GPU's NIC (channels share one only past G of them), so
+    // nothing hides a channel's postings there.
+    const double block = moved * P.S / steps;
+    const double C = P.channels;
+    const double busyIntra =
+        std::max(P.slices(block) * P.oIntra + block / C / intraBw, block / intraBw);
+    const double nicsUsed = std::min(C, static_cast<double>(std::max(1, P.G)));
+    const double busyNet =
+        P.multi ? std::max(P.slices(block) * P.oNet + block / C / (netBw / nicsUsed), block / netBw)
+                : 0;
+    const double cycle = (inside * (P.aIntra + busyIntra) + crossings * (P.aNet + busyNet)) / P.n;
+    const double period = std::max({busyIntra, busyNet, cycle});
+    P.lat += steps * (period - std::max(busyIntra, busyNet));
+    P.bw = steps * std::max(busyIntra, busyNet);
+    return {};
   }
 
  protected:

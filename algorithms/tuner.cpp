@@ -139,7 +139,7 @@ std::vector<Estimate> Tuner::candidates(Collective coll, std::size_t bytes, bool
     for (Protocol p : kAllProtocols) {
       if (restricted && options_.protocol && *options_.protocol != p) continue;
       if (restricted && !options_.protocol && only && *only != p) continue;
-      if (auto e = model_.estimate(a->name(), coll, bytes, p, graph_)) out.push_back(*e);
+      if (auto e = model_.estimate(*a, coll, bytes, p, graph_)) out.push_back(*e);
     }
   }
   // Stable: equal times keep the registry's order, so every rank picks the same plan.

@@ -3,6 +3,7 @@
 // Bytes on the wire per rank: 2(n-1)/n, with a depth of two hops (mid-size, tensor parallel).
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
+#include "algorithms/pricing.hpp"
 
 namespace weft::algo {
 namespace {
@@ -17,6 +18,9 @@ class TwoShot final : public Algorithm {
                   {Collective::allReduce}) {}
 
   bool translationSymmetric(Collective) const override { return true; }
+
+  Status price(Pricing& P) const override { return priceAllPairs(P, false); }
+  bool waitsOnEveryPeer() const override { return true; }
 
  protected:
   Result<Schedule> generate(Collective, int n, const Params& params) const override {
