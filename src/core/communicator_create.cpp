@@ -317,11 +317,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     if (q != ME && c->sameHost_[q] && !c->viaUcx_[q])
       c->refuses_[q] = &transport::controlOf(c->peerInboxes_[q].data())->refusesReferences;
   }
-  // A rank's cores: the direct path's threads take no more (below). Between processes the
-  // automatic choice wants two on every rank: with one each (mpirun --bind-to core), 8 ranks of
-  // the H200 machine's host ran all-reduces of 1-64 MB through the stages 7-37 % slower than
-  // through the FIFOs; with two (--map-by slot:PE=2) even to 2.1x faster (docs/perf.md). Among
-  // threads one core was enough (2 ranks on the VM: 1.1-2.3x faster).
+  // A rank's cores: the direct path's threads take no more (below). Between processes it wants two
+  // on every rank (with one it lost to the FIFOs, with two it won); among threads one is enough
+  // (docs/perf.md, "The direct path through the stages").
   const int ranksHere =
       static_cast<int>(std::count(c->sameHost_.begin(), c->sameHost_.end(), true));
   const int cores = coresOfThisRank(ranksHere);
@@ -392,27 +390,21 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       config.timeout, me);
   if (config.checkCalls) c->waiter_->watchWith([raw = c.get()] { raw->watchCall(); });
   // A rank with one core (or less) runs a schedule's channels one after another on the calling
-  // thread: on threads they only take turns on that core, and every handover costs a wakeup (2
-  // ranks of one core on the 2-core VM, all-gather of 2 MB on its two channels: 140-380 us on
-  // threads, against 55-60 for 1 MB on one; docs/perf.md). Every channel's traffic stays in its
-  // own FIFOs and its own part of the buffers, so one channel finishing before the next starts
-  // is a schedule every peer can meet.
+  // thread: on threads they only take turns on that core, and every handover costs a wakeup
+  // (docs/perf.md, "Host all-reduce on 2 ranks, the 2-core CI-class machine"). Every channel's
+  // traffic stays in its own FIFOs and part of the buffers, so any channel order is one every
+  // peer can meet.
   c->channelsInline_ = config.hostChannelThreads == 0 ||
                        (config.hostChannelThreads < 0 && coresOfThisRankOrNone(ranksHere) <= 1);
   // Where each of the rank's threads has a core, waits spin longer before they nap, and the
-  // channel workers spin for their next job before they sleep: on the H200 machine's host (8
-  // ranks of 2 cores) the direct path's 1 MB all-reduce ran in 326-358 us so, and in 393-1015
-  // with the short spin and the workers asleep between calls. A rank whose channels run on its
-  // caller has one thread: one core is enough (2 ranks of one core on the 2-core VM, a 1 MB
-  // send/recv whose receiver reads it in one process_vm_readv of ~85 us: the sender's nap
-  // overslept that by ~100 us, docs/perf.md).
+  // channel workers spin for their next job before they sleep: a nap oversleeps a peer's reply
+  // (docs/perf.md, "spinning waits"). A rank whose channels run on its caller has one thread.
   const int threads = c->channelsInline_ ? 1 : c->geometry_.channels;
   const bool spins = coresOfThisRankOrNone(ranksHere) >= threads;
   if (spins) c->waiter_->spinFor(kLongSpin);
   // Where the ranks outnumber the host's cores, a spinning wait holds the core its peer needs:
-  // waits yield it instead (4 processes on the 2-core VM: all-reduce 8 B 265 -> 11.7 us, 2 MB
-  // 3.3 -> 1.0 ms, 16 MB 21.7 -> 8.2 ms). Not where each rank has a core and only its channel
-  // threads outnumber them (2 ranks there: no faster, and 0.5 -> 1.3 us at 8 B).
+  // waits yield it instead (docs/perf.md, "Oversubscribed: more ranks than cores"). Not where
+  // only a rank's channel threads outnumber them: no faster there, and slower at small sizes.
   if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
   c->workers_ = std::make_unique<ChannelWorkers>(
       c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));

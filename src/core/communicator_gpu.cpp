@@ -104,9 +104,9 @@ Status Communicator::ensureGpu() {
   // Ranks that are threads of one process and share a GPU run kernels that wait on each other
   // from streams of one CUDA context. Beyond CUDA_DEVICE_MAX_CONNECTIONS streams (8 unless set)
   // streams share hardware queues, where a rank's kernel queued behind a peer's next call
-  // (which waits for that peer's current kernel, which waits for this rank) could never start:
-  // the suspected cause of a timeout seen once on 8 such ranks (docs/perf.md, 2026-11-30d). 32
-  // queues, set before CUDA starts, give each of up to 32 streams its own.
+  // (which waits for that peer's current kernel, which waits for this rank) could never start
+  // (docs/perf.md, "MPS and hardware queues"). 32 queues, set before CUDA starts, give each of up
+  // to 32 streams its own.
   static std::atomic<bool> warned{false};
   if (gpu_->threadsOnDevice() > 1 && config_.cudaMaxConnections < 32 && !warned.exchange(true)) {
     std::fprintf(stderr,
@@ -127,8 +127,7 @@ bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const
 }
 
 bool Communicator::writesRegisteredOutputs() const {
-  // Measured 2026-11-30 (docs/perf.md): 15-21 % more busbw from 16 MB on 4 and 8 ranks than
-  // gathering from the slabs, the same within a microsecond below 4 MB. So unless turned off.
+  // Faster from 16 MB, level below (docs/perf.md, "registered outputs"): unless turned off.
   return config_.gpuRegistered != 0;
 }
 
@@ -366,9 +365,8 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   GpuModel m{g.graph, config_.tuner.constants, g.description, g.sameDevice};
   if (config_.tuner.tuningFile.empty() && g.sameDevice) {
     // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
-    // the block's barriers, the upstream's lag): 5 us, each step's wait in every pass as
-    // measured on 4 and 8 ranks of the H200 (2026-11-30d, 4.6-5.7 us; WEFT_GPU_TRACE and
-    // docs/perf.md).
+    // the block's barriers, the upstream's lag): 5 us (docs/perf.md, "where 8 ranks' time
+    // went").
     m.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
                           [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 5.0;
   }
@@ -389,10 +387,9 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
     options.constants = model.constants;
-    // Ranks sharing a device: the double binary tree and recursive halving-doubling ran
-    // 1.1-2.1x slower than ring on the H200 at 4-32 MB where the model put them ahead (4 and 8
-    // ranks, 2026-11-30d; docs/perf.md): their device costs are not modelled, so only WEFT_ALGO
-    // picks them there.
+    // Ranks sharing a device: the model does not price the double binary tree's and
+    // halving-doubling's device costs (they ran up to 2.1x slower than ring where it put them
+    // ahead: docs/perf.md, "where 8 ranks' time went"), so only WEFT_ALGO picks them there.
     if (model.sameDevice) options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
     algo::KernelSet k;
     k.gpu = true;

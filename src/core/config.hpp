@@ -64,10 +64,8 @@ struct Config {
   // WEFT_GPU_LL_DIRECT_BYTES (0-262144): a one-shot collective on GPU memory whose pieces (a rank's
   // input; its share for each peer, for reduce-scatter and all-to-all) hold at most this many
   // bytes pushes them to the peers as ll lines (data and flag in one 8-byte word: no fence, no
-  // flag round trip) instead of copying them into its slab (exec::GpuOptions::llDirectBytes).
-  // Two H200s in CUDA graphs (docs/perf.md, 2026-11-30 seventh session): all-reduce 3.1-6.8 us
-  // a call to 256 KB against 7.1-16.3 on the slabs; all-gather, reduce-scatter and all-to-all
-  // 3.0-6.8 us to 256 KiB pieces against 7.5-15.2.
+  // flag round trip) instead of copying them into its slab (exec::GpuOptions::llDirectBytes):
+  // about twice as fast to 256 KiB (docs/perf.md, "ll on many blocks and for every one-shot").
   std::size_t gpuLlDirectBytes = 256 * 1024;
   // WEFT_GPU_LL_BLOCK_BYTES (512-262144): the least an ll one-shot block takes of a piece
   // (exec::GpuOptions::llBlockBytes).

@@ -127,16 +127,14 @@ __device__ inline void fail(const LaunchArgs& a, int code, int channel, int peer
 }
 
 // Vectors each thread keeps in flight per operand in the element-wise loop: 8 x 16 bytes x 512
-// threads = 64 KiB per SM (one block per SM: the kernel takes ~100-128 registers). 8 against 4
-// on the H200, 128 MB all-reduce under MPS: 4 ranks 224 -> 237 GB/s busbw, 8 ranks 110 -> 118
-// (docs/perf.md, 2026-11-30b). An A/B switch: scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=4.
+// threads = 64 KiB per SM; 8 beat 4 by 6-7 % at 128 MB (docs/perf.md, "eight vectors in
+// flight"). An A/B switch: scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=4.
 #ifndef WEFT_GPU_UNROLL
 #define WEFT_GPU_UNROLL 8
 #endif
 
-// Two switches for the bulk protocol's post, both off by default since measured (docs/perf.md,
-// 2026-11-30c: each alone took 8 ranks' 128 MB all-reduce from 117 to 122-126 GB/s busbw on the
-// H200 under MPS; =1 restores the old code for an A/B):
+// Two switches for the bulk protocol's post, both off by default since each cost 4-8 % at 128 MB
+// (docs/perf.md, "the bulk post, and which switches lost"); =1 restores the old code for an A/B:
 //  - WEFT_GPU_POST_FENCE=1: a fence before thread 0's release stores. Without it, the release
 //    after the block barrier is cumulative in the PTX memory model, so the block's data writes
 //    (and its reads of the slots it frees) are ordered before it all the same.

@@ -62,27 +62,20 @@ struct GpuOptions {
   // and all-to-all) hold at most this many bytes (up to CudaIpcGeometry::kDirectLlBytes, and up
   // to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
   std::size_t llDirectBytes = 256 * 1024;
-  // An ll call gives each block at least this many bytes of a piece. Measured (docs/perf.md,
-  // 2026-11-30, "ll on many blocks"): 2 KiB against 8 KiB (a chunk for each thread), 8 processes on
-  // one H200, all-reduce 8 KB 10.5 -> 7.6 us, all-gather 64 KB 11.8 -> 7.6; 1 KiB against 2 KiB
-  // another 0.2-0.4 us at 4-64 KB there and at 32 KB on two H200s, level elsewhere.
+  // An ll call gives each block at least this many bytes of a piece: smaller shares spread small
+  // calls over more blocks, which measured faster down to 1 KiB (docs/perf.md, "ll on many
+  // blocks").
   std::size_t llBlockBytes = 1024;
   // ... and spreads over at most this many blocks (up to CudaIpcGeometry::kDirectLlBlocks, and
-  // those all ranks' kernels on a device can keep resident). Two H200s in CUDA graphs
-  // (docs/perf.md, 2026-11-30, "the GPU tuner calibrated"), 128 against 32: all-reduce 64
-  // KB 3.70-3.73 us against 4.13-4.17, 128 KB 4.03-4.06 against 5.02-5.04, all-gather 256
-  // KB 4.03-4.05 against 4.97-4.98; 0.05-0.1 us slower to 2 KB (a larger grid at every call); level
-  // at 4 and 8 processes on one H200, where residency caps the grid.
+  // those all ranks' kernels on a device can keep resident): 128 beat 32 from 64 KB on two H200s
+  // (docs/perf.md, "The ll one-shot on up to 128 blocks").
   int llBlocks = 128;
   // Programmatic dependent launch of the ll one-shot kernels (sm_90): each launches as a
   // programmatic dependent of the stream's previous kernel, waits for that kernel's completion
   // (griddepcontrol.wait) before it touches memory, and lets the stream's next kernel be
   // scheduled once its peers' lines have all arrived; so only the next call's launch overlaps
-  // this one's tail. Two H200s in CUDA graphs (docs/perf.md, 2026-11-30, "the ll kernels
-  // as programmatic dependents"): 0.2-0.4 us less a call at 8 B-128 KB for all four collectives
-  // (all-reduce 8 B 3.45 -> 3.13 us). Letting it be scheduled as soon as a block starts measured
-  // the same, and a waiting kernel could then hold SMs that a peer sharing the GPU needs to become
-  // resident.
+  // this one's tail (0.2-0.4 us a call; docs/perf.md, "the ll kernels as programmatic
+  // dependents"). Not earlier: a waiting kernel could hold SMs a peer sharing the GPU needs.
   bool dependentLaunch = true;
   // Graphs ordered against eager calls too (WEFT_GRAPH_MIXING; src/exec/launch_order.hpp).
   bool graphMixing = true;
