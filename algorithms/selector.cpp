@@ -18,8 +18,29 @@ std::string_view name(Kernel k) {
   return "?";
 }
 
+namespace {
+
+// GPU ranks of one host: the double binary tree, halving-doubling and the hierarchical
+// all-to-all ran slower than ring and pairwise wherever measured there (one H200: up to 2.1x;
+// two H200s: ring and pairwise the fastest of every forced algorithm; docs/perf.md, "where 8
+// ranks' time went" and "the GPU tuner calibrated"), so only WEFT_ALGO picks them. Across
+// hosts, the model's (and the simulator's) choice stands.
+TunerOptions withMeasured(TunerOptions o, const RankGraph& g, const KernelSet& k) {
+  if (k.gpu && g.hosts == 1) {
+    for (const char* a : {"dbtree", "rhd", "hierarchical"}) {
+      if (std::find(o.unpriced.begin(), o.unpriced.end(), a) == o.unpriced.end())
+        o.unpriced.emplace_back(a);
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
 Selector::Selector(RankGraph graph, TunerOptions options, KernelSet kernels)
-    : options_(options), tuner_(std::move(graph), std::move(options)), kernels_(kernels) {}
+    : options_(withMeasured(std::move(options), graph, kernels)),
+      tuner_(std::move(graph), options_),
+      kernels_(kernels) {}
 
 Result<Plan> Selector::plan(Collective coll, std::size_t bytes) const {
   return kernels_.gpu ? planGpu(coll, bytes) : planHost(coll, bytes);
@@ -86,13 +107,17 @@ Result<Plan> Selector::planGpu(Collective coll, std::size_t bytes) const {
                      " KiB on GPU; " + simple->reason;
     plan = std::move(simple);
   }
-  // Past the direct kernel, the block collectives' one-shot would run as a schedule through the
-  // FIFOs, every peer's message at once, which nothing has measured on GPU: the next cheapest
-  // runs instead unless WEFT_ALGO asks for one-shot.
-  if (coll != Collective::allReduce && plan->algorithm == "oneshot" && !forced() &&
-      !directServes(coll, "oneshot", bytes)) {
+  // Past the direct kernels, one-shot and two-shot would run as schedules through the FIFOs,
+  // every peer's message at once: the block collectives' one-shot was never measured there, and
+  // the all-reduces lost to ring wherever they were (one H200, two H200s; docs/perf.md, "the GPU
+  // tuner calibrated"). The next cheapest runs instead unless WEFT_ALGO asks for them.
+  const bool allPairs = plan->algorithm == "oneshot" || plan->algorithm == "twoshot";
+  const bool pastDirect = coll != Collective::allReduce
+                              ? plan->algorithm == "oneshot"
+                              : kernels_.directRoundBytes > 0 && directRounds() > 0 && allPairs;
+  if (pastDirect && !forced() && !directServes(coll, plan->algorithm, bytes)) {
     for (const Estimate& e : tuner_.explain(coll, bytes)) {
-      if (e.algorithm == "oneshot") continue;
+      if (e.algorithm == "oneshot" || e.algorithm == "twoshot") continue;
       if (protocolForced ? e.protocol != *options_.protocol
                          : e.protocol == Protocol::ll && bytes > k.gpuLlMaxBytes)
         continue;
@@ -101,7 +126,8 @@ Result<Plan> Selector::planGpu(Collective coll, std::size_t bytes) const {
       plan->aggregation = e.aggregation;
       plan->estimateUs = e.timeUs;
       tuner_.shape(e, bytes, plan->channels, plan->chunkBytes);
-      plan->reason = "one-shot through the FIFOs is unmeasured on GPU; " + plan->reason;
+      plan->reason =
+          "one-shot and two-shot through the FIFOs on GPU only when asked; " + plan->reason;
       break;
     }
   }
@@ -141,7 +167,8 @@ Result<Plan> Selector::planHost(Collective coll, std::size_t bytes) const {
 Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
   KernelSet k;
   k.gpu = true;
-  k.directRoundBytes = options.constants.kernels.gpuDirectRoundBytes;
+  // The direct kernels map every rank's buffers (CUDA IPC): ranks of one host only.
+  k.directRoundBytes = system.hosts() == 1 ? options.constants.kernels.gpuDirectRoundBytes : 0;
   return Selector(RankGraph::fromSystem(system), std::move(options), k);
 }
 

@@ -99,10 +99,12 @@ SimOptions replayOptions(const TuneArgs& args) {
 // Prices and replays every candidate at every size for one system and collective.
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
                            const std::vector<std::size_t>& sizes, const TunerOptions& options,
-                           const SimOptions& replay) {
-  // The runtime's GPU selector on these ranks: schedules and the direct kernels.
+                           const SimOptions& replay, bool schedules) {
+  // The runtime's GPU selector on these ranks (schedules and the direct kernels), or with
+  // --schedules the tuner alone: every pick a schedule the simulator replays.
   const Selector selector = gpuSelectorFor(system, options);
-  const Tuner& tuner = selector.tuner();
+  const Tuner plain(RankGraph::fromSystem(system), options);
+  const Tuner& tuner = schedules ? plain : selector.tuner();
   const Simulator sim(system, options.constants);
   std::vector<SizeRow> rows;
   std::map<std::string, double>
@@ -110,7 +112,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
   for (std::size_t bytes : sizes) {
     SizeRow row;
     row.bytes = bytes;
-    auto plan = selector.plan(coll, bytes);
+    auto plan = schedules ? tuner.plan(coll, bytes) : selector.plan(coll, bytes);
     if (!plan) continue;
     row.plan = *plan;
     for (const Estimate& e : tuner.allCandidates(coll, bytes)) {
@@ -279,7 +281,7 @@ int runTune(const TuneArgs& args) {
   if (detailed) {
     const topo::System system(hosts[0], nodes[0]);
     const Collective coll = colls[0];
-    const auto rows = sweep(system, coll, sizes, *options, replayOptions(args));
+    const auto rows = sweep(system, coll, sizes, *options, replayOptions(args), args.schedules);
     std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
                 std::string(name(coll)).c_str());
     std::set<std::string> algos;
@@ -373,7 +375,8 @@ int runTune(const TuneArgs& args) {
     for (std::size_t i = next++; i < jobs.size(); i = next++) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
-      for (const SizeRow& r : sweep(system, j.coll, sizes, *options, replayOptions(args))) {
+      for (const SizeRow& r :
+           sweep(system, j.coll, sizes, *options, replayOptions(args), args.schedules)) {
         for (const Candidate& c : r.candidates) j.skipped += c.sim ? 0 : 1;
         if (!r.regret) {
           ++j.unsimulated;

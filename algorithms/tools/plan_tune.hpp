@@ -16,6 +16,7 @@ struct TuneArgs {
   bool candidates = false;  // the per-size table lists every candidate's estimate and sim
   bool settle = false;      // replay each candidate until its link sharing settles
   bool fluid = false;       // replay each candidate with links shared at every instant
+  bool schedules = false;   // the tuner's picks among schedules alone, not the runtime selector's
 };
 
 int runTune(const TuneArgs& args);

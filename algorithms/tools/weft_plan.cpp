@@ -320,6 +320,9 @@ int main(int argc, char** argv) {
   tuneCmd->add_option("--tuning", tune.tuningFile,
                       "JSON tuning file (else WEFT_TUNING_FILE, else defaults)");
   tuneCmd->add_flag("--summary", tune.summary, "only the worst regret of each combination");
+  tuneCmd->add_flag("--schedules", tune.schedules,
+                    "the tuner's picks among schedules alone (the simulator replays every one), "
+                    "not the runtime selector's (which adds the GPU direct kernels)");
   tuneCmd->add_flag("--candidates", tune.candidates,
                     "per size, every candidate's estimate next to its simulated time");
   auto* settle = tuneCmd->add_flag(

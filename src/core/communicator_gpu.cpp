@@ -387,14 +387,13 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
     options.constants = model.constants;
-    // Ranks sharing a device: the model does not price the double binary tree's and
-    // halving-doubling's device costs (they ran up to 2.1x slower than ring where it put them
-    // ahead: docs/perf.md, "where 8 ranks' time went"), so only WEFT_ALGO picks them there.
-    if (model.sameDevice) options.unpriced.insert(options.unpriced.end(), {"dbtree", "rhd"});
     algo::KernelSet k;
     k.gpu = true;
-    // The direct kernels' round: the device's, or before it is set up the most a round holds.
-    k.directRoundBytes = gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
+    // The direct kernels' round: the device's, or before it is set up the most a round holds;
+    // none across hosts (they map every rank's buffers through CUDA IPC).
+    k.directRoundBytes = machine_.placement.hosts() > 1 ? 0
+                         : gpu_                         ? gpu_->oneShotLimit()
+                                : transport::CudaIpcGeometry::kDirectMaxBytes;
     k.directRounds = config_.gpuDirect;
     gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
     if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0)

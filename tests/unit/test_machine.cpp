@@ -143,6 +143,38 @@ TEST(Selector, GpuDirectKernelsFollowTheMeasuredRanges) {
       algo::CostConstants::fromJson(R"({"kernels": {"gpu_ll_max_bytes": -1}})", "t").isOk());
 }
 
+TEST(Selector, GpusOfOneHostGetOnlyWhatWasMeasuredThere) {
+  // Two H200s over NVLink, as the runtime places two ranks there.
+  const algo::GpuGraph g = algo::gpuRankGraph(fixture("hgx_h200.xml"), {{0, 0}, {0, 1}});
+  ASSERT_FALSE(g.sameDevice);
+  algo::KernelSet k;
+  k.gpu = true;
+  k.directRoundBytes = 4 << 20;
+  const algo::Selector s(g.graph, {}, k);
+  for (Collective coll : {Collective::allReduce, Collective::allGather, Collective::reduceScatter,
+                          Collective::allToAll, Collective::broadcast, Collective::reduce}) {
+    for (std::size_t bytes = 8; bytes <= (std::size_t{1} << 32); bytes *= 4) {
+      auto p = s.plan(coll, bytes);
+      ASSERT_TRUE(p.isOk());
+      if (p->kernel == algo::Kernel::gpuDirect) continue;
+      for (const char* never : {"dbtree", "rhd", "hierarchical", "oneshot", "twoshot"})
+        EXPECT_NE(p->algorithm, never) << name(coll) << " " << bytes << ": " << p->reason;
+    }
+  }
+  EXPECT_EQ(s.plan(Collective::allReduce, 1 << 30)->algorithm, "ring");
+  EXPECT_EQ(s.plan(Collective::allToAll, 1 << 30)->algorithm, "pairwise");
+  // WEFT_ALGO still reaches them.
+  algo::TunerOptions forced;
+  forced.algorithms = {"twoshot"};
+  EXPECT_EQ(algo::Selector(g.graph, forced, k).plan(Collective::allReduce, 1 << 30)->algorithm,
+            "twoshot");
+  // Across hosts there are no direct kernels (they map every rank's buffers), and the model's
+  // choice stands: weft-plan tune's selector on two hosts never names a direct kernel.
+  const algo::Selector two = algo::gpuSelectorFor(topo::System(fixture("hgx_h100.xml"), 2), {});
+  for (std::size_t bytes = 8; bytes <= (std::size_t{1} << 30); bytes *= 8)
+    EXPECT_EQ(two.plan(Collective::allReduce, bytes)->kernel, algo::Kernel::schedule) << bytes;
+}
+
 // Communicators of `ranks` thread ranks on `hosts` pretend hosts with the fixture as their
 // topology (WEFT_TOPO_FILE), each asked for the GPU plan of every collective at every size;
 // weft-plan tune's selector on the same system must pick the same.
