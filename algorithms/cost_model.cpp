@@ -143,6 +143,25 @@ Status readKernels(const json& j, const std::string& where, KernelConstants& k) 
   return {};
 }
 
+Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
+  if (!j.is_object()) return invalidArgument(where + " must be an object");
+  const std::pair<const char*, double*> keys[] = {{"host_copy_gbs", &g.hostCopyGBs},
+                                                  {"host_fold_gbs", &g.hostFoldGBs},
+                                                  {"device_copy_gbs", &g.deviceCopyGBs},
+                                                  {"device_all_peers_us", &g.deviceAllPeersUs},
+                                                  {"device_hop_latency_us", &g.deviceHopLatencyUs}};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const auto& [key, field] : keys) {
+      if (it.key() != key) continue;
+      if (Status s = readPositive(*it, where + "." + it.key(), *field); !s) return s;
+      known = true;
+    }
+    if (!known) return invalidArgument(where + "." + it.key() + ": unknown key");
+  }
+  return {};
+}
+
 json kernelsJson(const KernelConstants& k) {
   json j;
   for (const auto& [n, rounds] : k.gpuDirectRounds)
@@ -210,13 +229,15 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       }
     } else if (key == "kernels") {
       s = readKernels(*it, where, c.kernels);
+    } else if (key == "graphs") {
+      s = readGraphs(*it, where, c.graphs);
     } else if (key == "comment" || key == "measured_on") {
       continue;  // free text for people
     } else {
       return invalidArgument(where +
                              ": unknown key (expected base_latency_us, hop_latency_us, "
                              "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
-                             "pat_staging_bytes, kernels)");
+                             "pat_staging_bytes, kernels, graphs)");
     }
     if (!s) return s;
   }
@@ -245,6 +266,11 @@ std::string CostConstants::toJson() const {
     j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
   j["pat_staging_bytes"] = patStagingBytes;
   j["kernels"] = kernelsJson(kernels);
+  j["graphs"] = {{"host_copy_gbs", graphs.hostCopyGBs},
+                 {"host_fold_gbs", graphs.hostFoldGBs},
+                 {"device_copy_gbs", graphs.deviceCopyGBs},
+                 {"device_all_peers_us", graphs.deviceAllPeersUs},
+                 {"device_hop_latency_us", graphs.deviceHopLatencyUs}};
   return j.dump(2);
 }
 

@@ -64,6 +64,18 @@ struct KernelConstants {
   int gpuDirectRoundsFor(int nranks) const;
 };
 
+// The figures the runtime's own graphs are made of where no topology gives them: ranks on host
+// memory (shared memory within a host) and ranks whose kernels share one GPU. A tuning file's
+// "graphs" section; the defaults are the machines' of docs/perf.md ("Host all-reduce on 2 ranks,
+// the 2-core CI-class machine"; "where 8 ranks' time went"). The names are the JSON keys.
+struct GraphConstants {
+  double hostCopyGBs = 8.0;         // host_copy_gbs: a rank's copies through shared memory
+  double hostFoldGBs = 48.0;        // host_fold_gbs: a rank's reductions, in series with them
+  double deviceCopyGBs = 4200;      // device_copy_gbs: one GPU's memory, read + written
+  double deviceAllPeersUs = 12.0;   // device_all_peers_us: an all-peers wait, per peer past one
+  double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
+};
+
 struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
@@ -81,6 +93,7 @@ struct CostConstants {
   // PAT keeps at most this many bytes of one message in flight per connection.
   double patStagingBytes = 8.0 * 1024 * 1024;
   KernelConstants kernels;  // "kernels"
+  GraphConstants graphs;    // "graphs"
 
   // Reads a tuning file; keys it lacks keep these defaults. Errors name the file and key.
   static Result<CostConstants> fromJsonFile(const std::string& path);

@@ -277,21 +277,19 @@ RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, do
   return g;
 }
 
-RankGraph sharedMemoryRankGraph(int nranks) {
+RankGraph sharedMemoryRankGraph(int nranks, const GraphConstants& c) {
   // Shared memory is one copy in and one copy out through the caches: every pattern gets the
   // same per-rank bandwidth, and every hop is a PCIe-class hop in the model's latency table. A
   // tree edge gets an eighth of the copy bandwidth (each slice crosses a rank's FIFOs to and
   // from three neighbours while its other tree runs too), and a rank folds its reductions in
   // series with its copies (36-55 GB/s of bytes folded on the 2-core CI-class VM). Figures:
   // docs/perf.md, "Host all-reduce on 2 ranks, the 2-core CI-class machine".
-  constexpr double kCopyGBs = 8.0;
-  constexpr double kFoldGBs = 48.0;
-  RankGraph g = uniformRankGraph(nranks, topo::PathClass::phb, kCopyGBs, kCopyGBs / 8);
-  g.hostReduceGBs = kFoldGBs;
+  RankGraph g = uniformRankGraph(nranks, topo::PathClass::phb, c.hostCopyGBs, c.hostCopyGBs / 8);
+  g.hostReduceGBs = c.hostFoldGBs;
   return g;
 }
 
-RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape) {
+RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape, const GraphConstants& c) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
   // device's copy bandwidth (4.2 TB/s on the H200), plus its chains of flags (NVLink-class hops,
@@ -299,18 +297,18 @@ RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape) {
   // docs/perf.md, "where 8 ranks' time went".
   const double perRank = 2000.0 / std::max(1, nranks);
   RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
-  g.deviceCopyGBs = 4200;
+  g.deviceCopyGBs = c.deviceCopyGBs;
   g.deviceChannels = shape.channels;
   g.deviceBytesPerChannel = static_cast<double>(shape.bytesPerChannel);
   g.deviceSlotBytes = static_cast<double>(shape.slotBytes);
-  g.deviceAllPeersUs = 12.0;
+  g.deviceAllPeersUs = c.deviceAllPeersUs;
   return g;
 }
 
-RankGraph hostRankGraph(const Placement& placement, double netGBs) {
+RankGraph hostRankGraph(const Placement& placement, double netGBs, const GraphConstants& c) {
   const int n = placement.nranks();
   const int hosts = std::max(1, placement.hosts());
-  RankGraph g = sharedMemoryRankGraph(n);
+  RankGraph g = sharedMemoryRankGraph(n, c);
   if (hosts == 1) return g;
   // Several hosts: each host's ranks share its network; inside a host, shared memory.
   std::vector<int> perHost(static_cast<std::size_t>(hosts), 0);
@@ -339,7 +337,7 @@ RankGraph hostRankGraph(const Placement& placement, double netGBs) {
 }
 
 GpuGraph gpuRankGraph(const topo::Topology& host, const Placement& placement,
-                      const DeviceShape& shape) {
+                      const DeviceShape& shape, const GraphConstants& c) {
   GpuGraph out;
   const int n = placement.nranks();
   const int hosts = std::max(1, placement.hosts());
@@ -359,7 +357,7 @@ GpuGraph gpuRankGraph(const topo::Topology& host, const Placement& placement,
     if (placement.hostOf[R] == 0) local.push_back(gpu);
   }
   if (n <= 1 || shared || unknown) {
-    out.graph = sameDeviceRankGraph(n, shape);
+    out.graph = sameDeviceRankGraph(n, shape, c);
     out.sameDevice = true;
     out.description =
         std::to_string(n) + " rank(s) " +

@@ -34,13 +34,14 @@ struct DeviceShape {
 // one class, and a tree edge gets treeBw.
 RankGraph uniformRankGraph(int nranks, topo::PathClass cls, double bandwidth, double treeBw);
 // n ranks on one host talking through shared memory (host buffers).
-RankGraph sharedMemoryRankGraph(int nranks);
+RankGraph sharedMemoryRankGraph(int nranks, const GraphConstants& c = {});
 // n ranks whose kernels share the memory of one GPU.
-RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape = {});
+RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape = {},
+                              const GraphConstants& c = {});
 
 // The graph calls on host memory are priced on: shared memory within a host, and between hosts
 // the host's network (netGBs per host, its fastest NIC; shared by its ranks).
-RankGraph hostRankGraph(const Placement& placement, double netGBs);
+RankGraph hostRankGraph(const Placement& placement, double netGBs, const GraphConstants& c = {});
 
 // The graph calls on GPU memory are priced on, and how it was made (for WEFT_DEBUG=INFO).
 struct GpuGraph {
@@ -52,6 +53,6 @@ struct GpuGraph {
 // GPUs of their own: the topology's paths between those GPUs (NVLink, NVSwitch, PCIe) and, across
 // hosts, their NICs (RankGraph::fromSystem on the GPUs host 0's ranks use).
 GpuGraph gpuRankGraph(const topo::Topology& host, const Placement& placement,
-                      const DeviceShape& shape = {});
+                      const DeviceShape& shape = {}, const GraphConstants& c = {});
 
 }  // namespace weft::algo

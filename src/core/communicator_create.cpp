@@ -460,7 +460,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     }
     k.slotsMaxBytes = config.hostSmallBytes;
     k.directMinBytes = config.hostDirectBytes;
-    c->selector_ = std::make_unique<algo::Selector>(c->machine_.hostGraph(), config.tuner, k);
+    c->selector_ = std::make_unique<algo::Selector>(
+        c->machine_.hostGraph(config.tuner.constants.graphs), config.tuner, k);
     if ((config.debug == "INFO" || config.debug == "TRACE") && me == 0)
       std::fprintf(stderr, "weft INFO host calls priced on %d host(s) of %d rank(s) at most\n",
                    c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);

@@ -361,14 +361,15 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   shape.channels = gpuTunerChannels();
   shape.slotBytes = config_.gpuSlotBytes;
   shape.bytesPerChannel = kGpuBytesPerChannel;
-  const algo::GpuGraph g = machine_.gpuGraph(shape);
+  const algo::GpuGraph g = machine_.gpuGraph(shape, config_.tuner.constants.graphs);
   GpuModel m{g.graph, config_.tuner.constants, g.description, g.sameDevice};
   if (config_.tuner.tuningFile.empty() && g.sameDevice) {
     // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
-    // the block's barriers, the upstream's lag): 5 us (docs/perf.md, "where 8 ranks' time
-    // went").
+    // the block's barriers, the upstream's lag): the graphs' device_hop_latency_us. A tuning
+    // file's own hop latency (fitted on such ranks) stands instead.
     m.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
-                          [static_cast<std::size_t>(algo::LinkClass::nvlink)] = 5.0;
+                          [static_cast<std::size_t>(algo::LinkClass::nvlink)] =
+        config_.tuner.constants.graphs.deviceHopLatencyUs;
   }
   return m;
 }

@@ -145,14 +145,15 @@ Status Machine::learnDevices(boot::Bootstrap& bootstrap, int device, const std::
   return {};
 }
 
-algo::RankGraph Machine::hostGraph() const {
+algo::RankGraph Machine::hostGraph(const algo::GraphConstants& c) const {
   // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
   constexpr double kUnlistedNetGBs = 1.25;
-  return algo::hostRankGraph(placement, netGBs > 0 ? netGBs : kUnlistedNetGBs);
+  return algo::hostRankGraph(placement, netGBs > 0 ? netGBs : kUnlistedNetGBs, c);
 }
 
-algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape) const {
-  algo::GpuGraph g = algo::gpuRankGraph(*host, placement, shape);
+algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape,
+                                 const algo::GraphConstants& c) const {
+  algo::GpuGraph g = algo::gpuRankGraph(*host, placement, shape, c);
   g.description +=
       std::string(gpusKnown ? "" : ", GPUs assumed by local rank") + "; topology " + source;
   return g;

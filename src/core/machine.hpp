@@ -37,8 +37,8 @@ struct Machine {
   // GPU of the topology.
   Status learnDevices(boot::Bootstrap& bootstrap, int device, const std::string& busId);
 
-  algo::RankGraph hostGraph() const;
-  algo::GpuGraph gpuGraph(const algo::DeviceShape& shape) const;
+  algo::RankGraph hostGraph(const algo::GraphConstants& c) const;
+  algo::GpuGraph gpuGraph(const algo::DeviceShape& shape, const algo::GraphConstants& c) const;
 };
 
 }  // namespace weft

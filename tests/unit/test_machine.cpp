@@ -70,6 +70,23 @@ TEST(RankGraphs, RanksSharingOrNotKnowingTheirGpuArePricedAsOneDevice) {
   EXPECT_EQ(algo::Placement::regular(4, 1, 0).gpuOf, std::vector<int>(4, -1));
 }
 
+TEST(RankGraphs, TheRuntimesOwnGraphsTakeTheTuningFilesFigures) {
+  auto c = algo::CostConstants::fromJson(
+      R"({"graphs": {"host_copy_gbs": 16, "device_copy_gbs": 3000, "device_all_peers_us": 7}})",
+      "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(algo::sharedMemoryRankGraph(4, c->graphs).intraBandwidth, 16);
+  EXPECT_EQ(algo::sharedMemoryRankGraph(4, c->graphs).hostReduceGBs, 48);
+  const algo::RankGraph d = algo::sameDeviceRankGraph(4, {}, c->graphs);
+  EXPECT_EQ(d.deviceCopyGBs, 3000);
+  EXPECT_EQ(d.deviceAllPeersUs, 7);
+  auto again = algo::CostConstants::fromJson(c->toJson(), "dump");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->toJson(), c->toJson());
+  EXPECT_FALSE(algo::CostConstants::fromJson(R"({"graphs": {"host_copy_gbs": 0}})", "t").isOk());
+  EXPECT_FALSE(algo::CostConstants::fromJson(R"({"graphs": {"nic_gbs": 1}})", "t").isOk());
+}
+
 TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
   const algo::RankGraph one = algo::hostRankGraph(algo::Placement::regular(4, 1, 0), 12.5);
   EXPECT_EQ(one.hosts, 1);
