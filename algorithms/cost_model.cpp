@@ -231,13 +231,24 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       s = readKernels(*it, where, c.kernels);
     } else if (key == "graphs") {
       s = readGraphs(*it, where, c.graphs);
+    } else if (key == "settings") {
+      if (!it->is_object()) return invalidArgument(where + " must be an object");
+      for (auto v = it->begin(); v != it->end(); ++v) {
+        if (v->is_string()) {
+          c.settings.emplace_back(v.key(), v->get<std::string>());
+        } else if (v->is_number()) {
+          c.settings.emplace_back(v.key(), v->dump());
+        } else {
+          return invalidArgument(where + "." + v.key() + " must be a number or a string");
+        }
+      }
     } else if (key == "comment" || key == "measured_on") {
       continue;  // free text for people
     } else {
       return invalidArgument(where +
                              ": unknown key (expected base_latency_us, hop_latency_us, "
                              "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
-                             "pat_staging_bytes, kernels, graphs)");
+                             "pat_staging_bytes, kernels, graphs, settings)");
     }
     if (!s) return s;
   }
@@ -266,6 +277,7 @@ std::string CostConstants::toJson() const {
     j["bandwidth_scale"][kClassKeys[c]] = bandwidthScale[c];
   j["pat_staging_bytes"] = patStagingBytes;
   j["kernels"] = kernelsJson(kernels);
+  for (const auto& [key, value] : settings) j["settings"][key] = value;
   j["graphs"] = {{"host_copy_gbs", graphs.hostCopyGBs},
                  {"host_fold_gbs", graphs.hostFoldGBs},
                  {"device_copy_gbs", graphs.deviceCopyGBs},

@@ -94,6 +94,10 @@ struct CostConstants {
   double patStagingBytes = 8.0 * 1024 * 1024;
   KernelConstants kernels;  // "kernels"
   GraphConstants graphs;    // "graphs"
+  // "settings": the runtime's tuning settings by key (gpu_ll_blocks, host_slot_bytes, ...: the
+  // environment variable's name in lower case without WEFT_), as text; the runtime checks them
+  // (src/core/config.cpp) and its environment overrides them.
+  std::vector<std::pair<std::string, std::string>> settings;
 
   // Reads a tuning file; keys it lacks keep these defaults. Errors name the file and key.
   static Result<CostConstants> fromJsonFile(const std::string& path);

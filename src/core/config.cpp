@@ -1,5 +1,6 @@
 #include "src/core/config.hpp"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -145,8 +146,8 @@ const Setting kSettings[] = {
      }},
 
     // Measured choices: the tuning file's, or these overrides of them.
-    {"WEFT_HOST_SMALL_BYTES", nullptr, Kind::number, 0, 8192, "tuning: 4096", true,
-     Audience::tuning,
+    {"WEFT_HOST_SMALL_BYTES", nullptr, Kind::number, 0, 8192, "kernels.host_slots_max_bytes: 4096",
+     true, Audience::tuning,
      "calls on host memory whose rank's input is at most this large go through the slots "
      "(ranks of one host); 0: never",
      [](Config& c, const std::string&, const std::string&, double x) {
@@ -160,8 +161,9 @@ const Setting kSettings[] = {
        c.hostDirect = static_cast<int>(x);
        return ok();
      }},
-    {"WEFT_HOST_DIRECT_BYTES", nullptr, Kind::number, 0, 1e18, "tuning: 262144", true,
-     Audience::tuning, "the smallest call (its message) the direct path takes; 0: never",
+    {"WEFT_HOST_DIRECT_BYTES", nullptr, Kind::number, 0, 1e18,
+     "kernels.host_direct_min_bytes: 262144", true, Audience::tuning,
+     "the smallest call (its message) the direct path takes; 0: never",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.hostDirectBytes = static_cast<std::size_t>(x);
        return ok();
@@ -209,7 +211,8 @@ const Setting kSettings[] = {
        c.singleCopyMinGBps = x;
        return ok();
      }},
-    {"WEFT_GPU_DIRECT", nullptr, Kind::number, 0, 64, "tuning: by ranks", true, Audience::tuning,
+    {"WEFT_GPU_DIRECT", nullptr, Kind::number, 0, 64, "kernels.gpu_direct_rounds", true,
+     Audience::tuning,
      "rounds of their slabs the direct GPU kernels may take (the tuning file's "
      "`gpu_direct_rounds`); 0: never the direct kernels",
      [](Config& c, const std::string&, const std::string&, double x) {
@@ -329,6 +332,19 @@ Result<double> valueOf(const Setting& s, const std::string& name, const std::str
   return x;
 }
 
+// A tuning setting's key in a tuning file's "settings": its name in lower case without WEFT_;
+// "" for those the file's "kernels" section holds (host_slots_max_bytes, host_direct_min_bytes,
+// gpu_direct_rounds).
+std::string tuningKey(const Setting& s) {
+  const std::string name = s.name;
+  if (name == "WEFT_HOST_SMALL_BYTES" || name == "WEFT_HOST_DIRECT_BYTES" ||
+      name == "WEFT_GPU_DIRECT" || name.rfind("WEFT_", 0) != 0)
+    return {};
+  std::string key = name.substr(5);
+  for (char& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return key;
+}
+
 }  // namespace
 
 std::vector<SettingDoc> settingsTable() {
@@ -344,6 +360,7 @@ std::vector<SettingDoc> settingsTable() {
     d.agreed = s.agreed;
     d.audience = s.audience;
     d.doc = s.doc;
+    d.tuningKey = s.audience == Audience::tuning ? tuningKey(s) : "";
     out.push_back(d);
   }
   return out;
@@ -355,8 +372,9 @@ std::string settingsMarkdown(Audience audience) {
       "--- |\n";
   for (const SettingDoc& d : settingsTable()) {
     if (d.audience != audience) continue;
-    out += "| `" + d.name + "`" + (d.alias.empty() ? "" : " (`" + d.alias + "`)") + " | " + d.kind +
-           " | " + d.fallback + " | " + (d.agreed ? "yes" : "") + " | " + d.doc + " |\n";
+    out += "| `" + d.name + "`" + (d.alias.empty() ? "" : " (`" + d.alias + "`)") +
+           (d.tuningKey.empty() ? "" : "; file: `" + d.tuningKey + "`") + " | " + d.kind + " | " +
+           d.fallback + " | " + (d.agreed ? "yes" : "") + " | " + d.doc + " |\n";
   }
   return out;
 }
@@ -377,6 +395,23 @@ Result<Config> Config::fromEnvironment() {
   auto tuner = algo::TunerOptions::fromEnvironment();
   if (!tuner) return tuner.status();
   c.tuner = std::move(*tuner);
+  // The tuning file's settings, for the tuning settings the environment leaves unset.
+  for (const auto& [key, text] : c.tuner.constants.settings) {
+    const Setting* s = nullptr;
+    for (const Setting& row : kSettings) {
+      if (row.audience == Audience::tuning && tuningKey(row) == key) s = &row;
+    }
+    const std::string where = c.tuner.tuningFile + ": settings." + key;
+    if (s == nullptr) {
+      return invalidArgument(where +
+                             ": not a tuning setting (docs/configuration.md lists them, as "
+                             "host_slot_bytes for WEFT_HOST_SLOT_BYTES)");
+    }
+    if (env(s->name) != nullptr || env(s->alias) != nullptr) continue;  // the environment wins
+    auto x = valueOf(*s, where, text);
+    if (!x) return x.status();
+    if (Status st = s->apply(c, where, text, *x); !st) return st;
+  }
   return c;
 }
 

@@ -26,6 +26,7 @@ struct SettingDoc {
   bool agreed = false;      // every rank must set it alike (compared at init)
   Audience audience = Audience::user;
   std::string doc;
+  std::string tuningKey;  // its key in a tuning file's "settings" ("": none)
 };
 std::vector<SettingDoc> settingsTable();
 // The table of one audience's settings, as Markdown (the README's is Audience::user's).

@@ -3,6 +3,7 @@
 // setting every rank must agree on differently fail at init, naming it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,47 @@ TEST(Settings, FormerAndNcclNamesAreReadWhereWeftsAreUnset) {
   unsetenv("WEFT_GPU_DIRECT");
   ASSERT_TRUE(c.isOk());
   EXPECT_NE(c->agreed.find("WEFT_GPU_DIRECT=4\n"), std::string::npos) << c->agreed;
+}
+
+std::string tuningFile(const std::string& text) {
+  char path[] = "/tmp/weft-settings-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  FILE* f = fdopen(fd, "w");
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+  return path;
+}
+
+TEST(Settings, TheTuningFileHoldsTheTuningSettingsAndTheEnvironmentWins) {
+  const std::string file = tuningFile(
+      R"({"settings": {"gpu_ll_blocks": 64, "host_slot_bytes": 262144, "host_direct": "0"}})");
+  setenv("WEFT_TUNING_FILE", file.c_str(), 1);
+  auto c = Config::fromEnvironment();
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->gpuLlBlocks, 64);
+  EXPECT_EQ(c->fifoSlotBytes, 262144u);
+  EXPECT_EQ(c->hostDirect, 0);
+  setenv("WEFT_GPU_LL_BLOCKS", "32", 1);
+  c = Config::fromEnvironment();
+  unsetenv("WEFT_GPU_LL_BLOCKS");
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(c->gpuLlBlocks, 32);
+  // A bad value names the file and the key; a key that is no tuning setting is refused.
+  for (const auto& [text, expect] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"settings": {"gpu_ll_blocks": 0}})", "settings.gpu_ll_blocks=0"},
+           {R"({"settings": {"timeout_s": 5}})", "settings.timeout_s: not a tuning setting"},
+           {R"({"settings": {"host_small_bytes": 5}})", "not a tuning setting"}}) {
+    const std::string bad = tuningFile(text);
+    setenv("WEFT_TUNING_FILE", bad.c_str(), 1);
+    auto e = Config::fromEnvironment();
+    ASSERT_FALSE(e.isOk()) << text;
+    EXPECT_NE(e.status().message().find(bad), std::string::npos) << e.status().message();
+    EXPECT_NE(e.status().message().find(expect), std::string::npos) << e.status().message();
+    std::remove(bad.c_str());
+  }
+  unsetenv("WEFT_TUNING_FILE");
+  std::remove(file.c_str());
 }
 
 TEST(Settings, RanksSettingAnAgreedSettingDifferentlyFailAtInitNamingIt) {
