@@ -248,6 +248,40 @@ void expectRuntimePicksEqualTune(const std::string& file, int hosts) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(failures[static_cast<std::size_t>(r)], "") << "rank " << r;
 }
 
+// Ranks whose hosts differ (here: files) price on rank 0's host: every rank gets one graph.
+TEST(RuntimePicks, RanksOfDifferentHostsPriceOnRankZerosHost) {
+  boot::BootstrapOptions bo;
+  bo.timeoutSeconds = 60;
+  auto boots = boot::makeInProcess(4, bo);
+  ASSERT_TRUE(boots.isOk());
+  std::vector<std::string> described(4);
+  std::vector<std::vector<double>> shifts(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      Config config;
+      config.topoFile = fixturePath(r == 0 ? "hgx_h100.xml" : "pcie_8gpu_2socket.xml");
+      auto comm = Communicator::create(std::move((*boots)[static_cast<std::size_t>(r)]), config);
+      if (!comm) {
+        described[static_cast<std::size_t>(r)] = comm.status().toString();
+        return;
+      }
+      const Communicator::GpuModel m = (*comm)->gpuTunerModel();
+      described[static_cast<std::size_t>(r)] = m.description;
+      shifts[static_cast<std::size_t>(r)] = m.graph.shiftBw;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  const algo::GpuGraph want =
+      algo::gpuRankGraph(fixture("hgx_h100.xml"), algo::Placement::regular(4, 1, 8));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(described[static_cast<std::size_t>(r)].find("NVL"), std::string::npos)
+        << "rank " << r << ": " << described[static_cast<std::size_t>(r)];
+    EXPECT_EQ(shifts[static_cast<std::size_t>(r)], want.graph.shiftBw) << "rank " << r;
+  }
+  EXPECT_NE(described[1].find("rank 0's host"), std::string::npos) << described[1];
+}
+
 TEST(RuntimePicks, EqualWeftPlanTuneOnEightH100s) {
   expectRuntimePicksEqualTune("hgx_h100.xml", 1);
 }
