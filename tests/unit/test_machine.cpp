@@ -294,6 +294,15 @@ TEST(RuntimePicks, EqualWeftPlanTuneOnNvl72) {
   expectRuntimePicksEqualTune("gb200_nvl72.xml", 1);
 }
 
+TEST(RuntimePicks, EqualWeftPlanTuneOnEightH200s) {
+  expectRuntimePicksEqualTune("hgx_h200.xml", 1);
+}
+
+TEST(RuntimePicks, EqualWeftPlanTuneOnFourOneGpuNodes) {
+  if (!transport::ucxAvailable()) GTEST_SKIP() << "ranks on several hosts need UCX";
+  expectRuntimePicksEqualTune("h100_1gpu_node.xml", 4);
+}
+
 TEST(RuntimePicks, EqualWeftPlanTuneOnTwoHosts) {
   if (!transport::ucxAvailable()) GTEST_SKIP() << "ranks on several hosts need UCX";
   expectRuntimePicksEqualTune("hgx_h100.xml", 2);
