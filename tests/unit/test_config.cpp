@@ -14,6 +14,7 @@
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/communicator.hpp"
 #include "src/core/config.hpp"
+#include "temp_file.hpp"
 
 namespace weft {
 namespace {
@@ -87,18 +88,8 @@ TEST(Settings, FormerAndNcclNamesAreReadWhereWeftsAreUnset) {
   EXPECT_NE(c->agreed.find("WEFT_GPU_DIRECT=4\n"), std::string::npos) << c->agreed;
 }
 
-std::string tuningFile(const std::string& text) {
-  char path[] = "/tmp/weft-settings-XXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  FILE* f = fdopen(fd, "w");
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-  return path;
-}
-
 TEST(Settings, TheTuningFileHoldsTheTuningSettingsAndTheEnvironmentWins) {
-  const std::string file = tuningFile(
+  const std::string file = test::tempFileWith(
       R"({"settings": {"gpu_ll_blocks": 64, "host_slot_bytes": 262144, "host_direct": "0"}})");
   setenv("WEFT_TUNING_FILE", file.c_str(), 1);
   auto c = Config::fromEnvironment();
@@ -116,7 +107,7 @@ TEST(Settings, TheTuningFileHoldsTheTuningSettingsAndTheEnvironmentWins) {
            {R"({"settings": {"gpu_ll_blocks": 0}})", "settings.gpu_ll_blocks=0"},
            {R"({"settings": {"timeout_s": 5}})", "settings.timeout_s: not a tuning setting"},
            {R"({"settings": {"host_small_bytes": 5}})", "not a tuning setting"}}) {
-    const std::string bad = tuningFile(text);
+    const std::string bad = test::tempFileWith(text);
     setenv("WEFT_TUNING_FILE", bad.c_str(), 1);
     auto e = Config::fromEnvironment();
     ASSERT_FALSE(e.isOk()) << text;

@@ -9,6 +9,7 @@
 
 #include "algorithms/simulator.hpp"
 #include "algorithms/tuner.hpp"
+#include "temp_file.hpp"
 #include "topology/system.hpp"
 
 namespace weft::algo {
@@ -22,16 +23,6 @@ topo::Topology fixture(const std::string& name) {
 
 Tuner tunerFor(const std::string& name, int hosts, TunerOptions opt = {}) {
   return Tuner(RankGraph::fromSystem(topo::System(fixture(name), hosts)), std::move(opt));
-}
-
-std::string tempFile(const std::string& text) {
-  char path[] = "/tmp/weft-tuning-XXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  FILE* f = fdopen(fd, "w");
-  std::fputs(text.c_str(), f);
-  std::fclose(f);
-  return path;
 }
 
 TEST(RankGraph, PatternBandwidthsFollowTheLinks) {
@@ -255,7 +246,8 @@ TEST(TunerOptions, FromTheEnvironment) {
 }
 
 TEST(TuningFile, OverridesTheConstants) {
-  const std::string path = tempFile(R"({"comment": "measured", "base_latency_us": {"ll": 1.5},
+  const std::string path =
+      test::tempFileWith(R"({"comment": "measured", "base_latency_us": {"ll": 1.5},
       "hop_latency_us": {"simple": {"network": 20}}, "bandwidth_scale": {"nvlink": 0.5}})");
   auto c = CostConstants::fromJsonFile(path);
   std::remove(path.c_str());
