@@ -13,6 +13,7 @@
 #include <string>
 
 #include "src/core/communicator.hpp"
+#include "src/core/hash.hpp"
 #include "src/core/sizes.hpp"
 
 namespace weft {
@@ -70,17 +71,7 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
     if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
     std::fclose(f);
   }
-  const std::string boot = line;
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char ch : std::string(r.hostname) + "/" + boot) {
-    h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  }
-  r.hostId = h;
-}
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  return h;
+  r.hostId = fnv1a(std::string(r.hostname) + "/" + line);
 }
 
 // NAME -> value of Config::agreed's lines.
@@ -114,19 +105,20 @@ Status compareSettings(boot::Bootstrap& bootstrap, const std::vector<HostRecord>
                 config.agreed.c_str());
   if (Status s = bootstrap.allGather(texts.data(), sizeof(Text)); !s) return s;
   const auto first = settingsOf(texts[0].agreed), theirs = settingsOf(texts[other].agreed);
+  auto valueIn = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("unset") : it->second;
+  };
+  // The first setting (in name order, of either rank's) whose values differ.
+  std::map<std::string, std::string> both = first;
+  both.insert(theirs.begin(), theirs.end());
   std::string name, a = "unset", b = "unset";
-  for (const auto* m : {&first, &theirs}) {
-    for (const auto& [key, value] : *m) {
-      const auto x = first.find(key), y = theirs.find(key);
-      const std::string va = x == first.end() ? "unset" : x->second;
-      const std::string vb = y == theirs.end() ? "unset" : y->second;
-      if (name.empty() && va != vb) {
-        name = key;
-        a = va;
-        b = vb;
-      }
-      (void)value;
-    }
+  for (const auto& entry : both) {
+    if (valueIn(first, entry.first) == valueIn(theirs, entry.first)) continue;
+    name = entry.first;
+    a = valueIn(first, name);
+    b = valueIn(theirs, name);
+    break;
   }
   return Status(Code::invalidUsage, "rank " + std::to_string(bootstrap.rank()) + ": rank " +
                                         std::to_string(other) + " sets " +

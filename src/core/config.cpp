@@ -299,16 +299,17 @@ const char* env(const char* name) {
   return v != nullptr && *v != '\0' ? v : nullptr;
 }
 
-const char* kindName(Kind k) {
-  switch (k) {
+// The values a setting takes, as its table prints them.
+std::string valuesOf(const Setting& s) {
+  switch (s.kind) {
     case Kind::number:
-      return "number";
+      return shown(s.lo) + "-" + shown(s.hi);
     case Kind::flag:
       return "0 or 1";
     case Kind::tri:
       return "auto, 0 or 1";
     case Kind::choice:
-      return "choice";
+      return "auto, shm, ucx";  // WEFT_TRANSPORT, the one choice (its apply checks them)
     case Kind::text:
       return "text";
   }
@@ -353,9 +354,7 @@ std::vector<SettingDoc> settingsTable() {
     SettingDoc d;
     d.name = s.name;
     d.alias = s.alias != nullptr ? s.alias : "";
-    d.kind = kindName(s.kind);
-    if (s.kind == Kind::number) d.kind = shown(s.lo) + "-" + shown(s.hi);
-    if (s.kind == Kind::choice) d.kind = "auto, shm, ucx";  // WEFT_TRANSPORT, the one choice
+    d.kind = valuesOf(s);
     d.fallback = s.fallback;
     d.agreed = s.agreed;
     d.audience = s.audience;

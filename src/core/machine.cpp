@@ -6,17 +6,12 @@
 #include <map>
 #include <mutex>
 
+#include "src/core/hash.hpp"
 #include "src/exec/cuda_executor.hpp"
 #include "topology/discovery.hpp"
 
 namespace weft {
 namespace {
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (char ch : s) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
-  return h;
-}
 
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
