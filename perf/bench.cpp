@@ -438,7 +438,7 @@ Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataTyp
       wrong = *w;
     }
     m.wrong = wrong;
-    if (wrong > 0) exitCode_ = kExitWrong;
+    if (wrong > 0) exitCode_ = kExitFailed;
   }
   return m;
 }
@@ -539,7 +539,7 @@ Status RankBench::run() {
     calibration_ = std::make_unique<Calibration>(ctx_, thread_, *comm_, *control_, gpu_.get());
     bool quietFailure = false;  // rank 0 says why
     Status s = calibration_->run(quietFailure);
-    if (quietFailure) exitCode_ = kExitError;
+    if (quietFailure) exitCode_ = kExitFailed;  // rank 0 says why, and exits as it must
     return s;
   }
   if (Status s = joinForced(); !s) return s;
@@ -566,7 +566,7 @@ Status RankBench::run() {
       }
     }
   }
-  if (report_ && !report_->finish() && exitCode_ == kExitOk) exitCode_ = kExitWrong;
+  if (report_ && !report_->finish() && exitCode_ == kExitOk) exitCode_ = kExitFailed;
   return {};
 }
 
@@ -588,7 +588,8 @@ int runRank(ProcessContext& context, int thread) {
                  context.proc * context.options.threads + thread, s.toString().c_str());
     // The other ranks' calls end with an error instead of waiting for the timeout.
     bench.abort();
-    return kExitError;
+    context.callFailed = true;
+    return s.code() == Code::invalidArgument ? kExitUsage : kExitFailed;
   }
   return bench.exitCode();
 }

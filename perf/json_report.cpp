@@ -1,10 +1,14 @@
 // --json: every row as the table has it, plus the run's parameters. Hand-written: the schema is
 // small and flat, and weft-perf has no other use for a JSON library.
+#include <unistd.h>
+
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
 #include "perf/report.hpp"
+#include "src/tools/cli.hpp"
 
 namespace weft::perf {
 
@@ -47,7 +51,18 @@ bool writeJson(const std::string& path, const Options& options, int nranks,
                const std::string& peerName, const std::vector<Row>& rows) {
   std::ofstream out(path);
   if (!out) return false;
-  out << "{\n  \"tool\": \"weft-perf\",\n  \"collective\": " << jsonString(name(options.collective))
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  char date[32] = "";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  out << "{\n  \"tool\": \"weft-perf\",\n  \"version\": " << jsonString(tools::version())
+      << ",\n  \"host\": " << jsonString(host) << ",\n  \"date\": " << jsonString(date)
+      << ",\n  \"command\": " << jsonString(options.commandLine)
+      << ",\n  \"memory\": " << jsonString(options.gpu() ? "gpu" : "host")
+      << ",\n  \"collective\": " << jsonString(name(options.collective))
       << ",\n  \"nranks\": " << nranks << ",\n  \"threads_per_process\": " << options.threads
       << ",\n  \"minbytes\": " << options.minBytes << ",\n  \"maxbytes\": " << options.maxBytes
       << ",\n  \"stepbytes\": " << options.stepBytes

@@ -31,7 +31,12 @@ namespace {
 
 int usage(const std::string& message) {
   std::fprintf(stderr, "weft-perf: %s\n", message.c_str());
-  return kExitError;
+  return kExitUsage;
+}
+
+int failed(const std::string& message) {
+  std::fprintf(stderr, "weft-perf: %s\n", message.c_str());
+  return kExitFailed;
 }
 
 // Set by mpirun and the other MPI launchers (Open MPI, PMIx, MPICH's Hydra, MVAPICH).
@@ -95,8 +100,9 @@ Status resolveMemory(Options& o) {
 }
 
 // One process: options.threads ranks, thread 0 on this thread (MPI calls stay on it).
+// `callFailed`, where given, says whether a rank stopped early.
 int runProcess(const Options& o, int proc, int nprocs, const weftUniqueId& id,
-               const std::string& launch, Peer* peer) {
+               const std::string& launch, Peer* peer, bool* callFailed = nullptr) {
   std::barrier<> threads(o.threads);
   ProcessContext context{o, proc, nprocs, id, launch, peer, &threads};
   std::vector<int> codes(static_cast<std::size_t>(o.threads), kExitOk);
@@ -106,6 +112,7 @@ int runProcess(const Options& o, int proc, int nprocs, const weftUniqueId& id,
   }
   codes[0] = runRank(context, 0);
   for (std::thread& w : workers) w.join();
+  if (callFailed != nullptr) *callFailed = context.callFailed;
   return *std::max_element(codes.begin(), codes.end());
 }
 
@@ -142,7 +149,7 @@ int runForked(const Options& o) {
     if (pipe(fds) != 0) {
       std::perror("weft-perf: pipe");
       stopChildren();
-      return kExitError;
+      return kExitFailed;
     }
     const pid_t pid = fork();
     if (pid < 0) {
@@ -150,16 +157,16 @@ int runForked(const Options& o) {
       close(fds[0]);
       close(fds[1]);
       stopChildren();
-      return kExitError;
+      return kExitFailed;
     }
     if (pid == 0) {
       // A rank whose parent is gone (killed by a timeout) has nobody to report to.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(kExitError);
+      if (getppid() != parent) _exit(kExitFailed);
       for (int fd : pipes) close(fd);  // the earlier children's
       close(fds[1]);
       weftUniqueId id{};
-      if (!readId(fds[0], id)) _exit(kExitError);  // the parent could not make one
+      if (!readId(fds[0], id)) _exit(kExitFailed);  // the parent could not make one
       close(fds[0]);
       const int code = runProcess(o, p, nprocs, id,
                                   "forked by weft-perf -np " + std::to_string(nprocs), nullptr);
@@ -174,11 +181,11 @@ int runForked(const Options& o) {
   signal(SIGPIPE, SIG_IGN);  // a child that died early must not take this process with it
   weftUniqueId id{};
   if (weftGetUniqueId(&id) != weftSuccess) {
-    usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+    failed(std::string("weftGetUniqueId: ") + weftGetLastError());
     stopChildren();
     while (waitpid(-1, nullptr, 0) > 0) {
     }
-    return kExitError;
+    return kExitFailed;
   }
   for (int fd : pipes) {
     // A child that is already gone shows up below as a failed child.
@@ -202,7 +209,7 @@ int runForked(const Options& o) {
       // A crashed rank never answers again: end the others now rather than at their timeout.
       std::fprintf(stderr, "weft-perf: process %d (pid %d) died of signal %d; stopping the rest\n",
                    index, static_cast<int>(pid), WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-      worst = kExitError;
+      worst = kExitFailed;
       for (const auto& [child, other] : children) kill(child, SIGTERM);
     }
   }
@@ -225,7 +232,7 @@ int runFromEnvironment(const Options& o) {
                  ": need 0 <= WEFT_RANK < WEFT_NRANKS");
   weftUniqueId id{};
   if (weftGetUniqueId(&id) != weftSuccess)
-    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+    return failed(std::string("weftGetUniqueId: ") + weftGetLastError());
   return runProcess(o, static_cast<int>(proc), static_cast<int>(nprocs), id,
                     "launched with WEFT_COMM_ID", nullptr);
 }
@@ -240,7 +247,7 @@ int runUnderMpi(const Options& o) {
   if (Status s = checkRanks(o, nprocs * o.threads); !s) {
     if (proc == 0) usage(s.message());
     MPI_Finalize();
-    return kExitError;
+    return kExitUsage;
   }
   // Rank 0's id, and whether it could make one, to every process.
   struct {
@@ -249,19 +256,20 @@ int runUnderMpi(const Options& o) {
   } shared{};
   if (proc == 0) {
     shared.ok = weftGetUniqueId(&shared.id) == weftSuccess;
-    if (!shared.ok) usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+    if (!shared.ok) failed(std::string("weftGetUniqueId: ") + weftGetLastError());
   }
   MPI_Bcast(&shared, sizeof shared, MPI_BYTE, 0, MPI_COMM_WORLD);
   if (!shared.ok) {
     MPI_Finalize();
-    return kExitError;
+    return kExitFailed;
   }
   std::unique_ptr<Peer> peer = o.compare == "mpi" ? makeMpiPeer() : nullptr;
-  const int code =
-      runProcess(o, proc, nprocs, shared.id,
-                 "launched by mpirun (" + std::to_string(nprocs) + " processes)", peer.get());
-  // A failed rank may leave others inside an MPI call that will never complete.
-  if (code == kExitError) MPI_Abort(MPI_COMM_WORLD, kExitError);
+  bool callFailed = false;
+  const int code = runProcess(o, proc, nprocs, shared.id,
+                              "launched by mpirun (" + std::to_string(nprocs) + " processes)",
+                              peer.get(), &callFailed);
+  // A rank that stopped early may leave others inside an MPI call that will never complete.
+  if (callFailed) MPI_Abort(MPI_COMM_WORLD, code);
   MPI_Finalize();
   return code;
 }
@@ -316,7 +324,7 @@ int launchAndRun(const Options& options) {
   if (Status s = checkRanks(o, o.threads); !s) return usage(s.message());
   weftUniqueId id{};
   if (weftGetUniqueId(&id) != weftSuccess)
-    return usage(std::string("weftGetUniqueId: ") + weftGetLastError());
+    return failed(std::string("weftGetUniqueId: ") + weftGetLastError());
   return runProcess(o, 0, 1, id, "one process", nullptr);
 }
 

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
+
+#include "src/tools/cli.hpp"
 
 namespace weft::perf {
 namespace {
@@ -96,6 +99,10 @@ std::vector<std::size_t> sweepSizes(const Options& o) {
   return out;
 }
 
+int maxLocalRanks() {
+  return std::max(64, 8 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   // mpirun's spelling "-np N" for the fork launcher; CLI11 takes one-letter short options only.
   std::vector<std::string> args(argv, argv + argc);
@@ -106,11 +113,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   for (std::string& a : args) argvFixed.push_back(a.data());
 
   Options o;
+  for (int i = 0; i < argc; ++i) o.commandLine += (i ? " " : "") + std::string(argv[i]);
   std::string collective, minBytes = "32M", maxBytes = "32M", stepBytes = "1M", type = "float",
                           op = "sum", compare, algos;
   int ngpus = 1, parallelInit = 0, streamNull = 0, timeoutS = 0, cpuTime = 0, registration = 0,
       blocking = 0;
   CLI::App app{"weft-perf: nccl-tests-compatible benchmark of weft's collectives"};
+  tools::addVersionFlag(app, "weft-perf");
   app.add_option("collective", collective,
                  "allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv")
       ->required();
@@ -162,8 +171,9 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
                "and a GPU is present)");
   app.add_flag("--host", host, "buffers in host memory, even where a GPU is present");
   app.add_option("-C,--report_cputime", cpuTime, "label the time column cputime (0/1)");
-  app.add_option("--np", o.processes,
-                 "(or -np) fork this many local processes, -t ranks each, and wait for them");
+  auto* np =
+      app.add_option("--np", o.processes,
+                     "(or -np) fork this many local processes, -t ranks each, and wait for them");
   app.add_option("--compare", compare,
                  "also time the same calls through a peer library: mpi (host memory, under "
                  "mpirun) or nccl (GPU memory, one rank per GPU)");
@@ -183,16 +193,14 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
       "(N local processes forked here); or with WEFT_COMM_ID=host:port plus WEFT_RANK and "
       "WEFT_NRANKS (process index and count) from any launcher. -t T makes every process T "
       "ranks.");
-  try {
-    app.parse(static_cast<int>(argvFixed.size()), argvFixed.data());
-  } catch (const CLI::ParseError& e) {
-    exitCode = app.exit(e);
+  if (auto rc = tools::parse(app, static_cast<int>(argvFixed.size()), argvFixed.data())) {
+    exitCode = *rc;
     return std::nullopt;
   }
 
   auto fail = [&](const std::string& what) -> std::optional<Options> {
     std::fprintf(stderr, "%s\n", usageError(what).c_str());
-    exitCode = 2;
+    exitCode = tools::kExitUsage;
     return std::nullopt;
   };
   auto coll = parseCollective(collective);
@@ -229,7 +237,14 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     return fail("-G: CUDA graphs capture calls on GPU buffers; drop --host");
   if (o.graphLaunches > 0 && blocking != 0)
     return fail("-G with -z 1: a CUDA graph cannot hold the host barrier after each call");
-  if (o.processes < 0) return fail("-np must be >= 1");
+  if (np->count() > 0 && o.processes < 1)
+    return fail("-np " + std::to_string(o.processes) + ": the processes to fork must be 1 or more");
+  if (const long ranks = static_cast<long>(std::max(o.processes, 1)) * o.threads;
+      ranks > maxLocalRanks())
+    return fail("-np " + std::to_string(std::max(o.processes, 1)) + " x -t " +
+                std::to_string(o.threads) + " = " + std::to_string(ranks) +
+                " ranks on this machine: at most " + std::to_string(maxLocalRanks()) +
+                " (8 per hardware thread, or 64); across machines launch with mpirun");
   o.blocking = blocking != 0;
   o.reportCpuTime = cpuTime != 0;
   (void)parallelInit;

@@ -66,6 +66,8 @@ struct Options {
   // registered with every communicator (weftCommRegister), so peers may read them in place.
   bool registerBuffers = false;
 
+  std::string commandLine;  // as typed, for the JSON
+
   bool gpu() const { return memory == Memory::gpu; }
 };
 
@@ -79,8 +81,11 @@ std::optional<std::size_t> parseSize(std::string_view text);
 // The sizes of one sweep, in order.
 std::vector<std::size_t> sweepSizes(const Options& o);
 
-// Parses argv. Returns the options, or nothing after printing help or a usage error (exitCode
-// says which: 0 for --help).
+// The most ranks -np and -t may start on this machine: 8 per hardware thread, at least 64.
+int maxLocalRanks();
+
+// Parses argv. Returns the options, or nothing after printing help, the version or a usage error
+// (exitCode says which: 0, or tools::kExitUsage).
 std::optional<Options> parseOptions(int argc, char** argv, int& exitCode);
 
 }  // namespace weft::perf

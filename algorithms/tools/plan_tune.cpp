@@ -18,6 +18,8 @@
 #include "algorithms/selector.hpp"
 #include "algorithms/simulator.hpp"
 #include "algorithms/tuner.hpp"
+#include "src/tools/cli.hpp"
+#include "src/tools/progress.hpp"
 #include "topology/system.hpp"
 
 namespace weft::algo {
@@ -230,7 +232,7 @@ int runTune(const TuneArgs& args) {
   const int factor = sizeParts.size() >= 3 ? std::atoi(sizeParts[2].c_str()) : 2;
   if (!lo || !hi || *lo < 1 || *hi < *lo || factor < 2) {
     std::cerr << "weft-plan: --sizes must read MIN:MAX[:FACTOR], e.g. 8:4G or 8:4G:4\n";
-    return 2;
+    return tools::kExitUsage;
   }
   std::vector<std::size_t> sizes;
   for (std::size_t b = *lo; b <= *hi; b *= static_cast<std::size_t>(factor)) sizes.push_back(b);
@@ -238,13 +240,13 @@ int runTune(const TuneArgs& args) {
   auto options = TunerOptions::fromEnvironment();
   if (!options) {
     std::cerr << "weft-plan: " << options.status().toString() << "\n";
-    return 2;
+    return tools::kExitFailed;
   }
   if (!args.tuningFile.empty()) {
     auto c = CostConstants::fromJsonFile(args.tuningFile);
     if (!c) {
       std::cerr << "weft-plan: " << c.status().toString() << "\n";
-      return 2;
+      return tools::kExitFailed;
     }
     options->constants = *c;
     options->tuningFile = args.tuningFile;
@@ -255,7 +257,7 @@ int runTune(const TuneArgs& args) {
     auto t = topo::Topology::load(f);
     if (!t) {
       std::cerr << "weft-plan: " << t.status().toString() << "\n";
-      return 2;
+      return tools::kExitFailed;
     }
     hosts.push_back(std::move(*t));
     hostNames.push_back(f.substr(f.find_last_of('/') + 1));
@@ -267,13 +269,13 @@ int runTune(const TuneArgs& args) {
     auto c = parseCollective(s);
     if (!c) {
       std::cerr << "weft-plan: unknown collective '" << s << "'\n";
-      return 2;
+      return tools::kExitUsage;
     }
     colls.push_back(*c);
   }
   if (hosts.empty() || nodes.empty() || colls.empty()) {
     std::cerr << "weft-plan: tune needs --topo, --nodes and --coll\n";
-    return 2;
+    return tools::kExitUsage;
   }
 
   const bool detailed =
@@ -371,8 +373,9 @@ int runTune(const TuneArgs& args) {
     }
   }
   std::atomic<std::size_t> next{0};
+  tools::Progress progress("weft-plan tune", jobs.size());
   auto worker = [&] {
-    for (std::size_t i = next++; i < jobs.size(); i = next++) {
+    for (std::size_t i = next++; i < jobs.size(); i = next++, progress.step()) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
       for (const SizeRow& r :

@@ -18,6 +18,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/tools/plan_tune.hpp"
 #include "algorithms/verifier.hpp"
+#include "src/tools/cli.hpp"
 
 namespace {
 
@@ -148,7 +149,7 @@ int runVerify(const std::string& algoName, const std::string& collName,
     auto parsed = parseRanks(ranksText);
     if (!parsed) {
       std::cerr << "weft-plan: --ranks '" << ranksText << "' is not a list like 1-64,96,127\n";
-      return 2;
+      return weft::tools::kExitUsage;
     }
     ranges = {*parsed};
   }
@@ -157,7 +158,7 @@ int runVerify(const std::string& algoName, const std::string& collName,
     onlyColl = weft::parseCollective(collName);
     if (!onlyColl) {
       std::cerr << "weft-plan: unknown collective '" << collName << "'\n";
-      return 2;
+      return weft::tools::kExitUsage;
     }
   }
   std::vector<Variant> variants;
@@ -173,7 +174,7 @@ int runVerify(const std::string& algoName, const std::string& collName,
   }
   if (variants.empty()) {
     std::cerr << "weft-plan: unknown algorithm '" << algoName << "' (see weft-plan list)\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -206,7 +207,7 @@ int runVerify(const std::string& algoName, const std::string& collName,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rows.empty()) {
     std::cerr << "weft-plan: " << algoName << " does not implement " << collName << "\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
 
   // memory stays the last column (scripts/gpu-memory-fraction.py reads it there).
@@ -243,21 +244,21 @@ int runShow(const std::string& algoName, const std::string& collName, int nranks
   const Algorithm* a = findAlgorithm(algoName);
   if (a == nullptr) {
     std::cerr << "weft-plan: unknown algorithm '" << algoName << "' (see weft-plan list)\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
   const auto coll = weft::parseCollective(collName);
   if (!coll) {
     std::cerr << "weft-plan: unknown collective '" << collName << "'\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
   if (rank < 0 || rank >= nranks) {
     std::cerr << "weft-plan: --rank " << rank << " is not a rank of " << nranks << "\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
   auto s = a->build(*coll, nranks, params);
   if (!s) {
     std::cerr << "weft-plan: " << s.status().toString() << "\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
   const VerifyReport rep = verify(*s);
   std::printf(
@@ -273,6 +274,7 @@ int runShow(const std::string& algoName, const std::string& collName, int nranks
 
 int main(int argc, char** argv) {
   CLI::App app{"weft-plan: build, verify and print weft's collective schedules"};
+  weft::tools::addVersionFlag(app, "weft-plan");
   app.require_subcommand(1);
 
   std::string algo, coll, ranks;
@@ -333,7 +335,7 @@ int main(int argc, char** argv) {
                  "(exact, slower; not the 3 passes)")
       ->excludes(settle);
 
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
 
   if (app.got_subcommand("tune")) return weft::algo::runTune(tune);
 
@@ -356,7 +358,7 @@ int main(int argc, char** argv) {
     if (used != ranks.size() || n < 1) throw std::invalid_argument(ranks);
   } catch (const std::exception&) {
     std::cerr << "weft-plan: --ranks must be a single rank count >= 1 for show\n";
-    return 2;
+    return weft::tools::kExitUsage;
   }
   weft::algo::Params params;
   params.root = root;

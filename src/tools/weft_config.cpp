@@ -2,36 +2,29 @@
 // what this environment sets and whether the runtime accepts it, or the tables as Markdown.
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "src/core/config.hpp"
-
-namespace {
-
-int usage() {
-  std::fprintf(stderr,
-               "usage: weft-config [--markdown user|tuning|diagnostic]\n"
-               "  without arguments: every setting, its value here (or its default), and whether\n"
-               "  the runtime accepts this environment (exit 2 when it does not)\n");
-  return 2;
-}
-
-}  // namespace
+#include "src/tools/cli.hpp"
 
 int main(int argc, char** argv) {
   using weft::Audience;
-  if (argc == 3 && std::strcmp(argv[1], "--markdown") == 0) {
-    const std::string which = argv[2];
-    if (which != "user" && which != "tuning" && which != "diagnostic") return usage();
-    std::fputs(weft::settingsMarkdown(which == "user"     ? Audience::user
-                                      : which == "tuning" ? Audience::tuning
-                                                          : Audience::diagnostic)
+  CLI::App app{
+      "weft-config: every setting, its value here (or its default), and whether the runtime "
+      "accepts this environment (exit 1 when it does not)"};
+  weft::tools::addVersionFlag(app, "weft-config");
+  std::string markdown;
+  app.add_option("--markdown", markdown, "print one audience's table as Markdown instead")
+      ->check(CLI::IsMember({"user", "tuning", "diagnostic"}));
+  if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
+  if (!markdown.empty()) {
+    std::fputs(weft::settingsMarkdown(markdown == "user"     ? Audience::user
+                                      : markdown == "tuning" ? Audience::tuning
+                                                             : Audience::diagnostic)
                    .c_str(),
                stdout);
-    return 0;
+    return weft::tools::kExitOk;
   }
-  if (argc != 1) return usage();
   for (const weft::SettingDoc& d : weft::settingsTable()) {
     const char* v = std::getenv(d.name.c_str());
     const char* via = d.name.c_str();
@@ -47,7 +40,7 @@ int main(int argc, char** argv) {
   auto config = weft::Config::fromEnvironment();
   if (!config) {
     std::fprintf(stderr, "weft-config: %s\n", config.status().message().c_str());
-    return 2;
+    return weft::tools::kExitFailed;
   }
-  return 0;
+  return weft::tools::kExitOk;
 }

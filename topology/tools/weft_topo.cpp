@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <iostream>
 
+#include "src/tools/cli.hpp"
 #include "topology/discovery.hpp"
 #include "topology/system.hpp"
 
 int main(int argc, char** argv) {
   using namespace weft::topo;
   CLI::App app{"weft-topo: the topology weft sees (discovered, or from an NCCL-format XML file)"};
+  weft::tools::addVersionFlag(app, "weft-topo");
   app.require_subcommand(1);
   std::string file, out;
   int nodes = 1;
@@ -22,20 +24,20 @@ int main(int argc, char** argv) {
   auto* dump = app.add_subcommand("dump", "write the topology as NCCL-format XML");
   dump->add_option("--out", out, "file to write")->required();
   dump->add_option("--file", file, "read this file instead of discovering");
-  CLI11_PARSE(app, argc, argv);
+  if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
 
   auto topo = file.empty() ? topologyFromEnvironmentOrDiscovery() : Topology::load(file);
   if (!topo) {
     std::cerr << "weft-topo: " << topo.status().toString() << "\n";
-    return 1;
+    return weft::tools::kExitFailed;
   }
   if (app.got_subcommand("dump")) {
     if (auto s = saveXmlFile(topo->xml(), out); !s) {
       std::cerr << "weft-topo: " << s.toString() << "\n";
-      return 1;
+      return weft::tools::kExitFailed;
     }
     std::printf("wrote %s: %s\n", out.c_str(), topo->summary().c_str());
-    return 0;
+    return weft::tools::kExitOk;
   }
   const System system(std::move(*topo), nodes);
   std::printf("%s\n%s\n\n%s", system.host().summary().c_str(), system.summary().c_str(),
