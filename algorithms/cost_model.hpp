@@ -33,8 +33,8 @@ LinkClass linkClassOf(topo::PathClass c);
 
 // Where the runtime's kernels beat every schedule on the machine class they were measured on:
 // the ranges in which the selector (algorithms/selector.hpp) offers each, a tuning file's
-// "kernels" section. The defaults are the H200 machine's (docs/perf.md, "GPU memory" and "The
-// direct path"); the names are the JSON keys.
+// "kernels" section. The defaults are the H200 machine's (docs/perf.md, "The direct kernels in
+// rounds" and "The direct path through the stages"); the names are the JSON keys.
 struct KernelConstants {
   // gpu_direct_rounds: the direct GPU kernels take calls of up to this many rounds of their
   // slabs, by rank count ({ranks at most, rounds}, ascending; the last entry covers the rest).

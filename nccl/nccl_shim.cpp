@@ -9,6 +9,7 @@
 
 #include "nccl/premulsum.hpp"
 #include "nccl/shim.hpp"
+#include "src/core/log.hpp"
 
 using namespace weft::nccl;  // NOLINT(google-build-using-namespace): this library's own helpers
 
@@ -55,7 +56,10 @@ ncclResult_t check(weftResult_t r, const char* function) {
   return fromWeft(r);
 }
 
+// A failure of the interface itself, printed at WARN where it happens (weft's own failures are
+// printed by libweft) and kept for ncclGetLastError.
 ncclResult_t refuse(ncclResult_t code, const std::string& message) {
+  weftLogLine(static_cast<int>(weft::log::Level::warn), weft::log::kAll, message.c_str());
   remember(message);
   return code;
 }
@@ -306,11 +310,10 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int r
   if (out == nullptr) return refuse(ncclInvalidArgument, std::string(function) + ": comm is NULL");
   bool blocking = true;
   if (ncclResult_t r = readConfig(config, function, &blocking); r != ncclSuccess) return r;
+  int device = -1;
+  if (ncclResult_t r = callerDevice(function, &device); r != ncclSuccess) return r;
   auto* c = new ncclComm();
-  if (cudaGetDevice(&c->device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    c->device = -1;
-  }
+  c->device = device;
   weftUniqueId wid;
   std::memcpy(&wid, &id, sizeof wid);
   auto join = [c, nranks, wid, rank, function] {
@@ -362,6 +365,10 @@ namespace {
 ncclResult_t rooted(bool gather, const void* sendbuff, void* recvbuff, size_t count,
                     ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream,
                     const char* function) {
+  if (ncclResult_t r =
+          deviceMemory(function, count, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   const Flight flight(comm);
   ncclResult_t err = ncclSuccess;
   weftComm_t w;
@@ -467,6 +474,8 @@ ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myra
 ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   if (comms == nullptr || ndev < 1)
     return refuse(ncclInvalidArgument, "ncclCommInitAll: comms is NULL or ndev < 1");
+  int devices = 0;
+  if (ncclResult_t r = deviceCount("ncclCommInitAll", &devices); r != ncclSuccess) return r;
   // Every rank in this process, rank i on devlist[i] (or device i). As with NCCL, one thread
   // may drive them all inside ncclGroupStart/End (weft runs each communicator's part of a group
   // on a thread of its own); outside a group each rank's calls need their own thread.
@@ -680,6 +689,10 @@ ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                             cudaStream_t stream) {
+  if (ncclResult_t r =
+          deviceMemory("ncclAllReduce", count, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return reducing(comm, sendbuff, count, false, datatype, op, stream, "ncclAllReduce",
                   [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
                     return weftAllReduce(in, recvbuff, count, t, o, w, stream);
@@ -688,6 +701,10 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                             ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = deviceMemory("ncclAllGather", sendcount,
+                                    {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return typed(comm, datatype, "ncclAllGather", [&](weftComm_t w, weftDataType_t t) {
     return weftAllGather(sendbuff, recvbuff, sendcount, t, w, stream);
   });
@@ -696,6 +713,10 @@ ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcou
 ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                 cudaStream_t stream) {
+  if (ncclResult_t r = deviceMemory("ncclReduceScatter", recvcount,
+                                    {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return reducing(comm, sendbuff, recvcount, true, datatype, op, stream, "ncclReduceScatter",
                   [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
                     return weftReduceScatter(in, recvbuff, recvcount, t, o, w, stream);
@@ -705,6 +726,10 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
 ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                             ncclDataType_t datatype, int root, ncclComm_t comm,
                             cudaStream_t stream) {
+  if (ncclResult_t r =
+          deviceMemory("ncclBroadcast", count, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return typed(comm, datatype, "ncclBroadcast", [&](weftComm_t w, weftDataType_t t) {
     return weftBroadcast(sendbuff, recvbuff, count, t, root, w, stream);
   });
@@ -718,6 +743,10 @@ ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int r
 ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                          ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
                          cudaStream_t stream) {
+  if (ncclResult_t r =
+          deviceMemory("ncclReduce", count, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return reducing(comm, sendbuff, count, false, datatype, op, stream, "ncclReduce",
                   [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
                     return weftReduce(in, recvbuff, count, t, o, root, w, stream);
@@ -727,6 +756,10 @@ ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
 #if defined(WEFT_NCCL_HAS_AlltoAll)
 ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r =
+          deviceMemory("ncclAlltoAll", count, {{"sendbuff", sendbuff}, {"recvbuff", recvbuff}});
+      r != ncclSuccess)
+    return r;
   return typed(comm, datatype, "ncclAlltoAll", [&](weftComm_t w, weftDataType_t t) {
     return weftAllToAll(sendbuff, recvbuff, count, t, w, stream);
   });
@@ -735,6 +768,8 @@ ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
 
 ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = deviceMemory("ncclSend", count, {{"sendbuff", sendbuff}}); r != ncclSuccess)
+    return r;
   return typed(comm, datatype, "ncclSend", [&](weftComm_t w, weftDataType_t t) {
     return weftSend(sendbuff, count, t, peer, w, stream);
   });
@@ -742,6 +777,8 @@ ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t dataty
 
 ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                        ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = deviceMemory("ncclRecv", count, {{"recvbuff", recvbuff}}); r != ncclSuccess)
+    return r;
   return typed(comm, datatype, "ncclRecv", [&](weftComm_t w, weftDataType_t t) {
     return weftRecv(recvbuff, count, t, peer, w, stream);
   });

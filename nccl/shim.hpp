@@ -11,6 +11,8 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstddef>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -76,6 +78,21 @@ ncclResult_t check(weftResult_t r, const char* function);
 ncclResult_t refuse(ncclResult_t code, const std::string& message);
 // ncclInvalidUsage, naming the function and why.
 ncclResult_t unsupported(const char* function, const char* why);
+
+// WEFT_NCCL_HOST_MEMORY=1: the opt-in to what NCCL refuses, communicators without a CUDA device
+// and calls on host memory (weft runs them on the host). Read once per process.
+bool hostMemoryAllowed();
+// NCCL's failures where weft alone would go on (nccl/device_checks.cpp): the caller's CUDA
+// device at init (ncclUnhandledCudaError without one), and buffers in device memory at each call
+// (ncclInvalidArgument for host memory). Both pass with the opt-in.
+ncclResult_t callerDevice(const char* function, int* device);
+ncclResult_t deviceCount(const char* function, int* count);
+struct Buffer {
+  const char* name;
+  const void* pointer;
+};
+ncclResult_t deviceMemory(const char* function, std::size_t count,
+                          std::initializer_list<Buffer> buffers);
 // The communicator behind a handle once its init is done: null (with the error set) if the
 // handle is null, still initializing, or failed to.
 weftComm_t ready(ncclComm_t comm, const char* function, ncclResult_t* err);

@@ -27,8 +27,8 @@ log "one rank's steps: ring all-reduce, 4 ranks, rank 1"
 log "PAT reduce-scatter, 12 ranks, aggregation 2, rank 0"
 "$dir/weft-plan" show --algo pat --coll reducescatter --ranks 12 --rank 0 --aggregation 2
 
-log "the host runtime: four ranks as threads all-reduce 1 Mi floats (WEFT_DEBUG=INFO shows the plan)"
-WEFT_DEBUG=INFO "$dir/examples/allreduce_threads"
+log "the host runtime: four ranks as threads all-reduce 1 Mi floats (the log shows the pick)"
+WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=INIT,TUNING "$dir/examples/allreduce_threads"
 
 log "every schedule verified: 1..64 ranks and 96..1000, in place and out of place"
 "$dir/weft-plan" verify

@@ -87,7 +87,7 @@ Status randomBytes(void* out, std::size_t bytes);
 // The client's side, on a connected socket: proves the secret, checks the server's proof, then
 // sends the hello. `peer` names the server in messages.
 Result<Handshake> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
-                                const std::string& peer, const Deadline& deadline);
+                                  const std::string& peer, const Deadline& deadline);
 
 // Compares in time independent of where the first difference is.
 bool sameSecret(const Secret& a, const Secret& b);
@@ -145,5 +145,10 @@ class HelloListener {
 
 // Starts a detached thread that serves one rendezvous on `listener` and exits.
 Status startRootThread(Socket listener, const Secret& secret, double timeoutSeconds);
+
+// Waits up to `seconds` for the roots this process runs to end (a failed one keeps telling the
+// ranks still to come why, which they would not hear were this process to exit first); true
+// when none is left.
+bool waitForRoots(double seconds);
 
 }  // namespace weft::boot::detail

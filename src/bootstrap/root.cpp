@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include "src/bootstrap/rendezvous.hpp"
+#include "src/core/log.hpp"
 
 namespace weft::boot::detail {
 namespace {
@@ -28,6 +31,9 @@ class Root {
   void run();
 
  private:
+  // The next hello, or the error that ended the wait (a timeout: none within timeoutSeconds_).
+  // Says at WARN who is missing every log::progressSeconds of the wait.
+  Result<HelloListener::Arrival> nextArrival();
   // Returns the problem with this hello, if any.
   Status check(const Hello& hello) const;
   // Records the failure and tells every rank connected so far.
@@ -41,7 +47,7 @@ class Root {
   int nranks_ = 0;  // from the first rank to arrive
   int firstRank_ = -1;
   int arrived_ = 0;
-  std::vector<Socket> members_;  // by rank
+  std::vector<Socket> members_;        // by rank
   std::vector<Handshake> handshakes_;  // by rank: their connections' handshakes
   std::vector<SocketAddress> table_;
   std::optional<Status> failure_;
@@ -52,7 +58,7 @@ class Root {
 void Root::run() {
   for (;;) {
     // The timeout counts from the last arrival: ranks may start at different times.
-    auto arrival = listener_.next(Deadline::after(timeoutSeconds_), nullptr);
+    auto arrival = nextArrival();
     if (!arrival) {
       if (failure_ || nranks_ == 0) return;  // told whoever came, or nobody came
       const Deadline spent = Deadline::after(timeoutSeconds_);
@@ -101,6 +107,21 @@ void Root::run() {
                                 nullptr);
     }
     return;
+  }
+}
+
+Result<HelloListener::Arrival> Root::nextArrival() {
+  const Deadline deadline = Deadline::after(timeoutSeconds_);
+  const double every = log::progressSeconds(timeoutSeconds_);
+  for (;;) {
+    const double left = deadline.secondsLeft();
+    auto arrival = listener_.next(Deadline::after(std::min(every, left)), nullptr);
+    if (arrival || arrival.status().code() != Code::timeout || deadline.expired()) return arrival;
+    if (nranks_ > 0 && !failure_) {
+      WEFT_WARN(log::kBootstrap,
+                "bootstrap root: %d of %d ranks have joined; waiting for %s (%.0f s left)",
+                arrived_, nranks_, missingRanks().c_str(), deadline.secondsLeft());
+    }
   }
 }
 
@@ -172,6 +193,10 @@ std::set<int>& rootFds() {
   static auto* fds = new std::set<int>;
   return *fds;
 }
+std::condition_variable& rootsDone() {
+  static auto* cv = new std::condition_variable;
+  return *cv;
+}
 
 void watchForks() {
   static std::once_flag once;
@@ -191,10 +216,22 @@ void track(int fd, bool alive) {
     rootFds().insert(fd);
   } else {
     rootFds().erase(fd);
+    rootsDone().notify_all();
   }
 }
 
 }  // namespace
+
+bool waitForRoots(double seconds) {
+  std::unique_lock<std::mutex> lock(rootsMutex());
+  if (rootFds().empty()) return true;
+  WEFT_WARN(log::kBootstrap,
+            "bootstrap: this process runs the rendezvous' root; waiting up to %.0f s for the "
+            "ranks still to come to hear why it failed",
+            seconds);
+  return rootsDone().wait_for(lock, std::chrono::duration<double>(seconds),
+                              [] { return rootFds().empty(); });
+}
 
 Status startRootThread(Socket listener, const Secret& secret, double timeoutSeconds) {
   const int fd = listener.fd();

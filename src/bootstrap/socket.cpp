@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "src/bootstrap/wire.hpp"
+#include "src/core/log.hpp"
 
 namespace weft::boot {
 namespace {
@@ -72,11 +74,32 @@ Status ioError(int err, std::string_view what, std::string_view peer) {
 enum class Wait { ready, timedOut, aborted };
 
 // Waits until `fd` has `events` (or an error), the deadline passes, or `abort` is triggered.
-Wait waitFor(int fd, short events, const Deadline& deadline, const AbortSignal* abort) {
+// Waits for `events` on fd; a wait that goes on says so at WARN every log::progressSeconds of its
+// deadline, naming `what` it waits for ("the root at 10.0.0.1:5000").
+Wait waitFor(int fd, short events, const Deadline& deadline, const AbortSignal* abort,
+             std::string_view what) {
+  const double every = log::progressSeconds(deadline.seconds());
+  const auto start = std::chrono::steady_clock::now();
+  int said = 0;
   for (;;) {
     if (abort != nullptr && abort->triggered()) return Wait::aborted;
     pollfd fds[2] = {{fd, events, 0}, {abort != nullptr ? abort->fd() : -1, POLLIN, 0}};
-    const int rc = ::poll(fds, 2, deadline.pollMillis());
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int slice = static_cast<int>(std::ceil(((said + 1) * every - waited) * 1000));
+    const int left = deadline.pollMillis();
+    const int rc =
+        ::poll(fds, 2, left < 0 ? std::max(slice, 1) : std::min(left, std::max(slice, 1)));
+    if (rc == 0 && !deadline.expired()) {
+      const double now =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (now >= (said + 1) * every) {
+        said = static_cast<int>(now / every);
+        WEFT_WARN(log::kBootstrap, "bootstrap: still waiting for %.*s: %.0f s so far, %.0f s left",
+                  static_cast<int>(what.size()), what.data(), now, deadline.secondsLeft());
+      }
+      continue;
+    }
     if (rc < 0 && errno != EINTR) return Wait::ready;  // the caller's syscall reports the error
     if (abort != nullptr && (fds[1].revents != 0 || abort->triggered())) return Wait::aborted;
     if (rc > 0 && fds[0].revents != 0) return Wait::ready;
@@ -139,6 +162,11 @@ int Deadline::pollMillis() const {
   if (left <= Clock::duration::zero()) return 0;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
   return static_cast<int>(std::min<long long>(ms, std::numeric_limits<int>::max()));
+}
+
+double Deadline::secondsLeft() const {
+  if (!at_) return std::numeric_limits<double>::infinity();
+  return std::max(0.0, std::chrono::duration<double>(*at_ - Clock::now()).count());
 }
 
 std::string Deadline::describe() const {
@@ -452,14 +480,25 @@ Result<Socket> Socket::connect(const SocketAddress& address, std::string_view pe
   const std::string where = str(peer) + " at " + address.toString();
   std::string lastError = "no answer";
   int backoffMs = 5;
+  const double every = log::progressSeconds(deadline.seconds());
+  const auto start = std::chrono::steady_clock::now();
+  int said = 0;
   for (;;) {
     if (abort != nullptr && abort->triggered()) return abortedWhile("connecting to " + where);
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited >= (said + 1) * every) {
+      said = static_cast<int>(waited / every);
+      WEFT_WARN(log::kBootstrap,
+                "bootstrap: still trying to reach %s (%s): %.0f s so far, %.0f s left",
+                where.c_str(), lastError.c_str(), waited, deadline.secondsLeft());
+    }
     const int fd = ::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return Status(Code::systemError, "could not create a socket: " + errnoText(errno));
     Socket s(fd);
     int err = ::connect(fd, address.get(), address.length()) == 0 ? 0 : errno;
     if (err == EINPROGRESS || err == EINTR) {
-      const Wait w = waitFor(fd, POLLOUT, deadline, abort);
+      const Wait w = waitFor(fd, POLLOUT, deadline, abort, peer);
       if (w == Wait::aborted) return abortedWhile("connecting to " + where);
       if (w == Wait::timedOut) break;
       socklen_t len = sizeof err;
@@ -516,7 +555,7 @@ Status Socket::sendAll(const void* data, std::size_t bytes, std::string_view pee
       continue;
     }
     if (n < 0 && !wouldBlock(errno)) return ioError(errno, "sending to", peer);
-    const Wait w = waitFor(fd_, POLLOUT, deadline, abort);
+    const Wait w = waitFor(fd_, POLLOUT, deadline, abort, peer);
     if (w == Wait::aborted) return abortedWhile("sending to " + str(peer));
     if (w == Wait::timedOut) return timedOut(deadline, "sending to " + str(peer));
   }
@@ -536,7 +575,7 @@ Status Socket::recvAll(void* data, std::size_t bytes, std::string_view peer,
       done += *n;
       continue;
     }
-    const Wait w = waitFor(fd_, POLLIN, deadline, abort);
+    const Wait w = waitFor(fd_, POLLIN, deadline, abort, peer);
     if (w == Wait::aborted) return abortedWhile("receiving from " + str(peer));
     if (w == Wait::timedOut) return timedOut(deadline, "waiting for " + str(peer));
   }

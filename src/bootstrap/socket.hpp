@@ -31,6 +31,9 @@ class Deadline {
   std::optional<std::chrono::steady_clock::time_point> at() const { return at_; }
   // "5 s", "0.5 s": the duration it was made with, for messages.
   std::string describe() const;
+  // The duration it was made with, and what is left of it (infinite when it never expires).
+  double seconds() const { return seconds_; }
+  double secondsLeft() const;
 
  private:
   Deadline() = default;

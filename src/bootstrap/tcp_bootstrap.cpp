@@ -204,18 +204,19 @@ Status TcpBootstrap::allGather(void* buf, std::size_t bytes) {
     std::memcpy(out.data(), base + sendSlot * bytes, bytes);
     std::memcpy(out.data() + bytes, held.data(), kTag);
     if (tamper_ && step > 0) out[0] ^= 0x01;
-    Status st = sendRecvAll(next_, out.data(), nextName_, prev_, in.data(), prevName_,
-                            bytes + kTag, deadline, abort_.get());
+    Status st = sendRecvAll(next_, out.data(), nextName_, prev_, in.data(), prevName_, bytes + kTag,
+                            deadline, abort_.get());
     if (!st.isOk()) {
       return fail(withPrefix(
           st, what + "step " + std::to_string(step + 1) + " of " + std::to_string(n - 1) + ": "));
     }
     const detail::Digest want = tag(recvSlot, in.data());
     if (!detail::sameDigest(in.data() + bytes, want.data(), kTag)) {
-      return fail({Code::remoteError,
-                   what + "rank " + std::to_string(recvSlot) + "'s record, forwarded by " +
-                       prevName_ + ", fails its HMAC: it was altered, or is another rank's or "
-                       "another call's"});
+      return fail(
+          {Code::remoteError, what + "rank " + std::to_string(recvSlot) +
+                                  "'s record, forwarded by " + prevName_ +
+                                  ", fails its HMAC: it was altered, or is another rank's or "
+                                  "another call's"});
     }
     std::memcpy(base + recvSlot * bytes, in.data(), bytes);
     std::memcpy(held.data(), in.data() + bytes, kTag);
@@ -366,8 +367,8 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
                                            std::to_string(replyRanks) + " ranks, expected " +
                                            std::to_string(nranks) + ")");
     }
-    const std::size_t rest = messageBytes + replyRanks * SocketAddress::kWireBytes +
-                             detail::kMacBytes;
+    const std::size_t rest =
+        messageBytes + replyRanks * SocketAddress::kWireBytes + detail::kMacBytes;
     reply.resize(detail::kReplyHeaderBytes + rest);
     if (Status st = root->recvAll(reply.data() + detail::kReplyHeaderBytes, rest, rootWhere,
                                   deadline, nullptr);
@@ -378,10 +379,13 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
       return Status(Code::remoteError,
                     who + rootWhere + " sent a reply that fails its HMAC: not this rendezvous");
     }
-    const std::string message(reinterpret_cast<const char*>(reply.data()) +
-                                  detail::kReplyHeaderBytes,
-                              messageBytes);
-    if (code != Code::ok) return Status(code, who + "the root refused the rendezvous: " + message);
+    const std::string message(
+        reinterpret_cast<const char*>(reply.data()) + detail::kReplyHeaderBytes, messageBytes);
+    if (code != Code::ok) {
+      // The ranks still to come hear the reason from the root, if it outlives this call.
+      (void)detail::waitForRoots(std::min(options.timeoutSeconds, 5.0));
+      return Status(code, who + "the root refused the rendezvous: " + message);
+    }
     const unsigned char* wireTable = reply.data() + detail::kReplyHeaderBytes + messageBytes;
     for (std::size_t r = 0; r < table.size(); ++r) {
       table[r] = SocketAddress::decode(wireTable + r * SocketAddress::kWireBytes);
@@ -429,12 +433,12 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
       }
       if (arrival->hello.kind != HelloKind::ring) continue;
       if (arrival->hello.rank != prev || arrival->hello.nranks != nranks) {
-        return Status(Code::invalidUsage,
-                      who + "rank " + std::to_string(arrival->hello.rank) + " of " +
-                          std::to_string(arrival->hello.nranks) +
-                          " connected as ring predecessor, expected rank " + std::to_string(prev) +
-                          " of " + std::to_string(nranks) +
-                          "; is one id used by two communicators?");
+        return Status(Code::invalidUsage, who + "rank " + std::to_string(arrival->hello.rank) +
+                                              " of " + std::to_string(arrival->hello.nranks) +
+                                              " connected as ring predecessor, expected rank " +
+                                              std::to_string(prev) + " of " +
+                                              std::to_string(nranks) +
+                                              "; is one id used by two communicators?");
       }
       return std::move(arrival->socket);
     }
@@ -454,10 +458,10 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
   if (!nextSocket) return nextSocket.status();
   listener.close();  // nobody else may join
 
-  return std::unique_ptr<Bootstrap>(new TcpBootstrap(
-      rank, nranks, options.timeoutSeconds, std::move(*nextSocket), std::move(nextName),
-      std::move(*prevSocket), std::move(prevName), std::move(*abort), secret,
-      options.testTamperForwarded));
+  return std::unique_ptr<Bootstrap>(
+      new TcpBootstrap(rank, nranks, options.timeoutSeconds, std::move(*nextSocket),
+                       std::move(nextName), std::move(*prevSocket), std::move(prevName),
+                       std::move(*abort), secret, options.testTamperForwarded));
 }
 
 }  // namespace weft::boot

@@ -16,6 +16,7 @@
 
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/communicator.hpp"
+#include "src/core/log.hpp"
 #include "src/exec/cuda_executor.hpp"
 #include "src/transport/host_alloc.hpp"
 #include "weft/status.hpp"
@@ -78,14 +79,20 @@ class Inside {
   bool in_ = false;
 };
 
+// A failed call: its reason kept for weftGetLastError and printed at WARN where it happens.
+weftResult_t fail(weftResult_t code, std::string message) {
+  WEFT_WARN(weft::log::kAll, "%s", message.c_str());
+  gLastError = std::move(message);
+  return code;
+}
+
 weftResult_t report(const weft::Status& s) {
-  if (!s.isOk()) gLastError = s.message();
-  return static_cast<weftResult_t>(s.code());
+  if (s.isOk()) return weftSuccess;
+  return fail(static_cast<weftResult_t>(s.code()), s.message());
 }
 
 weftResult_t invalid(std::string message) {
-  gLastError = std::move(message);
-  return weftInvalidArgument;
+  return fail(weftInvalidArgument, std::move(message));
 }
 
 // What an exception escaping weft becomes: a failed thread start or allocation a system error
@@ -117,6 +124,7 @@ weftResult_t withComm(weftComm_t comm, const char* what, Fn&& fn, bool serialize
   try {
     Inside in(find(comm), !serialized);
     if (!in) return notLive(what);
+    const weft::log::RankScope rank((*in).impl->rank());
     std::unique_lock<std::mutex> lock((*in).calls, std::defer_lock);
     if (serialized) lock.lock();
     return report(fn(*(*in).impl));
@@ -167,10 +175,9 @@ auto checked(weft::Collective coll, const void* send, const void* recv, size_t c
 }
 
 weftResult_t checkStream(void* stream, const char* what) {
-  if (stream != nullptr) {
-    gLastError = std::string(what) + ": stream must be NULL (it runs on the host)";
-    return weftInvalidUsage;
-  }
+  if (stream != nullptr)
+    return fail(weftInvalidUsage,
+                std::string(what) + ": stream must be NULL (it runs on the host)");
   return weftSuccess;
 }
 
@@ -198,7 +205,10 @@ weftResult_t checkRanks(const char* what, int nranks) {
                  " is outside [1, WEFT_MAX_RANKS = " + std::to_string(WEFT_MAX_RANKS) + "]");
 }
 
+// The settings of a new communicator (or id): the log's are read again first, so a failure of
+// the rest is printed as the log's settings say.
 weft::Result<weft::Config> config() {
+  weft::log::configure();
   return weft::Config::fromEnvironment();
 }
 
@@ -261,11 +271,16 @@ weft::Status onThreads(std::size_t n, const std::function<void(std::size_t)>& jo
 
 extern "C" {
 
+// The log's one line for the NCCL interface (src/core/log.hpp); defined here, in libweft's own
+// object, as --exclude-libs hides what the static runtime defines.
+void weftLogLine(int level, unsigned subsys, const char* message) {
+  if (level < 0 || level > static_cast<int>(weft::log::Level::trace) || message == nullptr) return;
+  weft::log::write(static_cast<weft::log::Level>(level), subsys, "%s", message);
+}
+
 weftResult_t weftGetVersion(int* version) {
-  if (version == nullptr) {
-    gLastError = "weftGetVersion: version is NULL; pass the address of an int";
-    return weftInvalidArgument;
-  }
+  if (version == nullptr)
+    return invalid("weftGetVersion: version is NULL; pass the address of an int");
   *version = WEFT_VERSION_CODE;
   return weftSuccess;
 }
@@ -290,14 +305,13 @@ weftResult_t weftGetUniqueId(weftUniqueId* uniqueId) {
   try {
     auto cfg = config();
     if (!cfg) return report(cfg.status());
-    if (!cfg->commId.empty() && cfg->commSecret.empty() && !cfg->debug.empty()) {
+    if (!cfg->commId.empty() && cfg->commSecret.empty()) {
       static std::once_flag warned;
       std::call_once(warned, [&] {
-        std::fprintf(stderr,
-                     "weft WARN WEFT_COMM_ID=%s without WEFT_COMM_SECRET: the rendezvous is "
-                     "unauthenticated (anyone who can reach that address can join; "
-                     "docs/security.md)\n",
-                     cfg->commId.c_str());
+        WEFT_WARN(weft::log::kInit | weft::log::kBootstrap,
+                  "WEFT_COMM_ID=%s without WEFT_COMM_SECRET: the rendezvous is unauthenticated "
+                  "(anyone who can reach that address can join; docs/security.md)",
+                  cfg->commId.c_str());
       });
     }
     auto id = cfg->commId.empty() ? weft::boot::createUniqueId(bootOptions(*cfg))
@@ -317,6 +331,7 @@ weftResult_t weftCommInitRank(weftComm_t* comm, int nranks, weftUniqueId uniqueI
   if (rank < 0 || rank >= nranks)
     return invalid("weftCommInitRank: rank " + std::to_string(rank) + " is outside [0, " +
                    std::to_string(nranks) + ")");
+  const weft::log::RankScope scope(rank);
   try {
     auto cfg = config();
     if (!cfg) return report(cfg.status());
@@ -348,6 +363,7 @@ weftResult_t weftCommInitAll(weftComm_t* comms, int nranks) {
     weft::Status ran = onThreads(
         made.size(),
         [&](std::size_t r) {
+          const weft::log::RankScope scope(static_cast<int>(r));
           try {
             auto c = weft::Communicator::create(std::move((*boots)[r]), *cfg);
             if (c) {
@@ -634,10 +650,8 @@ weftResult_t weftGroupStart(void) {
 }
 
 weftResult_t weftGroupEnd(void) {
-  if (gGroupDepth == 0) {
-    gLastError = "weftGroupEnd without a matching weftGroupStart";
-    return weftInvalidUsage;
-  }
+  if (gGroupDepth == 0)
+    return fail(weftInvalidUsage, "weftGroupEnd without a matching weftGroupStart");
   if (--gGroupDepth > 0) return weftSuccess;
   std::vector<Queued> queued = std::move(gGroup);
   gGroup.clear();

@@ -1,4 +1,5 @@
 #include "src/core/communicator.hpp"
+#include "src/core/log.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -120,6 +121,9 @@ Result<algo::Plan> Communicator::planFor(Collective coll, std::size_t bytes) {
   auto plan = selector_->plan(coll, bytes);
   if (plan && plan->kernel == algo::Kernel::hostDirect) plan->channels = geometry_.channels;
   if (plan) plans_.emplace(key, *plan);
+  if (plan && rank_ == 0)
+    WEFT_INFO(log::kTuning, "%s %zu bytes on host memory: %s", std::string(name(coll)).c_str(),
+              bytes, plan->reason.c_str());
   return plan;
 }
 
@@ -195,10 +199,9 @@ Status Communicator::run(Collective coll, const void* input, void* output, std::
   }
   if (plan->kernel == algo::Kernel::slots || plan->kernel == algo::Kernel::hostDirect) {
     const bool slots = plan->kernel == algo::Kernel::slots;
-    if (!slots && (config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0) {
-      std::fprintf(stderr, "weft INFO %s %zu bytes: direct, up to %zu thread(s) (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, directGroup_.threads,
-                   plan->reason.c_str());
+    if (!slots && rank_ == 0) {
+      WEFT_INFO(log::kColl, "%s %zu bytes: direct, up to %zu thread(s) (%s)",
+                std::string(name(coll)).c_str(), bytes, directGroup_.threads, plan->reason.c_str());
     }
     const exec::DirectCall call{coll, input, output, count, type, op, root};
     Status s = slots ? exec::runSlots(call, slotsGroup_, slotsCalls_)
@@ -227,7 +230,7 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
   const std::size_t message =
       std::min(geometry_.slotBytes, std::max<std::size_t>(plan.chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
-  if (config_.debug == "INFO" || config_.debug == "TRACE") {
+  if (log::on(log::Level::info, log::kColl)) {
     if (rank_ == 0) {
       // What runs: the plan's channels as the FIFOs allow, slices as the slots allow.
       std::size_t named = 0, sending = 0;
@@ -238,16 +241,15 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
         named += (*cached)->byReference[0][0][i];
       }
       const bool single = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
-      std::fprintf(stderr,
-                   "weft INFO %s %zu bytes: %s/%s, %zu channel(s), %zu-element slices, single "
-                   "copy %s (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
-                   std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
-                   single ? (std::to_string(named) + " of " + std::to_string(sending) +
-                             " sending steps on rank 0")
-                                .c_str()
-                          : "off",
-                   plan.reason.c_str());
+      log::write(log::Level::info, log::kColl,
+                 "%s %zu bytes: %s/%s, %zu channel(s), %zu-element slices, single copy %s (%s)",
+                 std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+                 std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
+                 single ? (std::to_string(named) + " of " + std::to_string(sending) +
+                           " sending steps on rank 0")
+                              .c_str()
+                        : "off",
+                 plan.reason.c_str());
     }
   }
 

@@ -14,6 +14,7 @@
 
 #include "src/core/communicator.hpp"
 #include "src/core/hash.hpp"
+#include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
 
 namespace weft {
@@ -295,15 +296,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   for (std::size_t q = 0; q < N; ++q) c->readsMe_[q] = canRead[q * N + ME];
   c->readRate_ = std::make_unique<transport::ReadRate>(
       &transport::controlOf(c->inbox_.data())->refusesReferences, config.singleCopyMinGBps);
-  if (!config.debug.empty()) {
-    c->readRate_->onRefuse([me](double gbps) {
-      std::fprintf(stderr,
-                   "weft WARN rank %d: reading peers' buffers ran at %.2f GB/s "
-                   "(process_vm_readv, below WEFT_HOST_SINGLE_COPY_MIN_GBPS): its peers send it "
-                   "bytes through the FIFO from now on\n",
-                   me, gbps);
-    });
-  }
+  c->readRate_->onRefuse([me](double gbps) {
+    WEFT_WARN(log::kShm,
+              "rank %d: reading peers' buffers ran at %.2f GB/s (process_vm_readv, below "
+              "WEFT_HOST_SINGLE_COPY_MIN_GBPS): its peers send it bytes through the FIFO from "
+              "now on",
+              me, gbps);
+  });
   c->refuses_.assign(N, nullptr);
   for (std::size_t q = 0; q < N; ++q) {
     if (q != ME && c->sameHost_[q] && !c->viaUcx_[q])
@@ -454,9 +453,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     k.directMinBytes = config.hostDirectBytes;
     c->selector_ = std::make_unique<algo::Selector>(
         c->machine_.hostGraph(config.tuner.constants.graphs), config.tuner, k);
-    if ((config.debug == "INFO" || config.debug == "TRACE") && me == 0)
-      std::fprintf(stderr, "weft INFO host calls priced on %d host(s) of %d rank(s) at most\n",
-                   c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
+    if (me == 0)
+      WEFT_INFO(log::kInit | log::kGraph | log::kTuning,
+                "host calls priced on %d host(s) of %d rank(s) at most",
+                c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
   }
   c->created_ = true;
   return c;

@@ -10,6 +10,7 @@
 
 #include "algorithms/algorithm.hpp"
 #include "src/core/communicator.hpp"
+#include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
 #include "src/transport/cuda_ipc.hpp"
 #include "src/transport/shm.hpp"
@@ -109,12 +110,12 @@ Status Communicator::ensureGpu() {
   // to 32 streams its own.
   static std::atomic<bool> warned{false};
   if (gpu_->threadsOnDevice() > 1 && config_.cudaMaxConnections < 32 && !warned.exchange(true)) {
-    std::fprintf(stderr,
-                 "weft: %d ranks of this process share GPU %d with CUDA_DEVICE_MAX_CONNECTIONS=%d; "
-                 "their streams may share hardware queues, where one rank's kernel can wait "
-                 "behind a peer's that waits for it (a timeout). Set "
-                 "CUDA_DEVICE_MAX_CONNECTIONS=32 before CUDA starts.\n",
-                 gpu_->threadsOnDevice(), gpu_->device(), config_.cudaMaxConnections);
+    WEFT_WARN(log::kInit,
+              "%d ranks of this process share GPU %d with CUDA_DEVICE_MAX_CONNECTIONS=%d; their "
+              "streams may share hardware queues, where one rank's kernel can wait behind a "
+              "peer's that waits for it (a timeout). Set CUDA_DEVICE_MAX_CONNECTIONS=32 before "
+              "CUDA starts.",
+              gpu_->threadsOnDevice(), gpu_->device(), config_.cudaMaxConnections);
   }
   return {};
 }
@@ -181,12 +182,10 @@ Status Communicator::launchGpu(Collective coll, const algo::Plan& plan, const vo
     return {};
   };
   if (plan.kernel == algo::Kernel::gpuDirect) {
-    if (config_.debug == "INFO" || config_.debug == "TRACE") {
-      if (rank_ == 0)
-        std::fprintf(stderr, "weft INFO %s %zu bytes on GPU: %s, direct kernel (%s)\n",
-                     std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
-                     plan.reason.c_str());
-    }
+    if (rank_ == 0)
+      WEFT_INFO(log::kColl, "%s %zu bytes on GPU: %s, direct kernel (%s)",
+                std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+                plan.reason.c_str());
     if (coll != Collective::allReduce) {
       const device::DirectKind kind = coll == Collective::allGather ? device::DirectKind::gather
                                       : coll == Collective::reduceScatter
@@ -270,16 +269,11 @@ Status Communicator::launchGpu(Collective coll, const algo::Plan& plan, const vo
   }
   const std::size_t message = std::min(capacity, std::max<std::size_t>(plan.chunkBytes, 4096));
   const exec::Geometry g = exec::Geometry::of(s, count, type, (*cached)->maxBlocks, message);
-  if (config_.debug == "INFO" || config_.debug == "TRACE") {
-    if (rank_ == 0) {
-      std::fprintf(stderr,
-                   "weft INFO %s %zu bytes on GPU: %s/%s, %zu channel(s), %zu-element "
-                   "slices (%s)\n",
-                   std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
-                   std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
-                   plan.reason.c_str());
-    }
-  }
+  if (rank_ == 0)
+    WEFT_INFO(log::kColl, "%s %zu bytes on GPU: %s/%s, %zu channel(s), %zu-element slices (%s)",
+              std::string(name(coll)).c_str(), bytes, plan.algorithm.c_str(),
+              std::string(algo::name(plan.protocol)).c_str(), s.channels.size(), g.sliceElems,
+              plan.reason.c_str());
   if (config_.checkPlans) {
     const std::string how = plan.algorithm + "/" + std::string(algo::name(plan.protocol)) + ", " +
                             std::to_string(s.channels.size()) + " channel(s), " +
@@ -397,8 +391,9 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
                                 : transport::CudaIpcGeometry::kDirectMaxBytes;
     k.directRounds = config_.gpuDirect;
     gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
-    if ((config_.debug == "INFO" || config_.debug == "TRACE") && rank_ == 0)
-      std::fprintf(stderr, "weft INFO GPU calls priced on %s\n", model.description.c_str());
+    if (rank_ == 0)
+      WEFT_INFO(log::kInit | log::kGraph | log::kTuning, "GPU calls priced on %s",
+                model.description.c_str());
   }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
@@ -407,6 +402,9 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   // A plan asked for before the GPU is set up assumed the direct kernels' largest round; the
   // device's own may be smaller, so only plans made with it are kept.
   if (gpu_) gpuPlans_.emplace(key, *plan);
+  if (rank_ == 0)
+    WEFT_INFO(log::kTuning, "%s %zu bytes on GPU memory: %s", std::string(name(coll)).c_str(),
+              bytes, plan->reason.c_str());
   return plan;
 }
 

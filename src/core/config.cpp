@@ -1,4 +1,5 @@
 #include "src/core/config.hpp"
+#include "src/core/log.hpp"
 
 #include <cctype>
 #include <cstdio>
@@ -43,12 +44,27 @@ std::string shown(double b) {
 // Keep the entries of one audience together: the tables print in this order.
 const Setting kSettings[] = {
     {"WEFT_DEBUG", "NCCL_DEBUG", Kind::text, 0, 0, "unset", false, Audience::user,
-     "`INFO` prints, on rank 0, the graphs each communicator prices calls on and every call's "
-     "plan (the pick and the runner-up with their estimates)",
-     [](Config& c, const std::string&, const std::string& v, double) {
-       c.debug = v;
+     "`VERSION`, `WARN` (every failure where it happens), `INFO` (init: transports, graphs), "
+     "`TRACE`; any case. Lines read `host:pid:tid [rank] weft LEVEL ...`",
+     [](Config&, const std::string& n, const std::string& v, double) {
+       if (auto l = log::parseLevel(v); !l) return invalidArgument(n + "=" + l.status().message());
        return ok();
      }},
+    {"WEFT_DEBUG_SUBSYS", "NCCL_DEBUG_SUBSYS", Kind::text, 0, 0, "INIT,BOOTSTRAP,ENV", false,
+     Audience::user,
+     "what `INFO` prints: `INIT`, `BOOTSTRAP`, `GRAPH`, `TUNING` (each pick and its runner-up), "
+     "`COLL` (every call), `NET`, `SHM`, `ALL`; `^` before the list excludes",
+     [](Config&, const std::string& n, const std::string& v, double) {
+       if (auto s = log::parseSubsys(v); !s)
+         return invalidArgument(n + ": " + s.status().message());
+       return ok();
+     }},
+    {"WEFT_NCCL_HOST_MEMORY", nullptr, Kind::flag, 0, 1, "0", false, Audience::user,
+     "1: the NCCL interface runs without a CUDA device and on host buffers, where NCCL (and it, "
+     "by default) fails with `ncclUnhandledCudaError` / `ncclInvalidArgument`",
+     nullptr},
+    {"WEFT_DEBUG_FILE", "NCCL_DEBUG_FILE", Kind::text, 0, 0, "stderr", false, Audience::user,
+     "the log's file instead of stderr; `%h` is the host's name, `%p` the process id", nullptr},
     {"WEFT_TIMEOUT_S", nullptr, Kind::number, 0.001, 1e6, "300", false, Audience::user,
      "seconds a rank waits without progress before a call (or init) fails",
      [](Config& c, const std::string&, const std::string&, double x) {

@@ -112,7 +112,6 @@ struct Config {
   // large (unset: the tuning constants' host_slots_max_bytes), among ranks of one host, go
   // through the slots (src/exec/host_slots.hpp) instead of a schedule; 0 turns them off.
   std::optional<std::size_t> hostSmallBytes;
-  std::string debug;  // WEFT_DEBUG (WARN|INFO|TRACE)
   // WEFT_CHECK_PLANS (0 or 1; a diagnostic): before each call on GPU memory the ranks compare,
   // through the bootstrap (a host round trip a call), the call and how each runs it (algorithm,
   // protocol, channels, slices, kernel, registered buffers); any difference fails the call on

@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
 #include "src/device/schedule_kernel.hpp"
 #include "src/transport/cuda_ipc.hpp"
@@ -308,7 +309,7 @@ Status CudaExecutor::writeTrace() const {
 CudaExecutor::~CudaExecutor() {
   (void)synchronize();
   if (trace_ != nullptr) {
-    if (Status s = writeTrace(); !s) std::fprintf(stderr, "weft: %s\n", s.message().c_str());
+    if (Status s = writeTrace(); !s) WEFT_WARN(log::kAll, "%s", s.message().c_str());
     (void)cudaFree(trace_);
   }
   for (auto& [s, p] : uploads_) (void)cudaFree(p);

@@ -1,5 +1,7 @@
 #include "src/transport/connection.hpp"
 
+#include "src/core/log.hpp"
+
 #include <sched.h>
 
 #include <sys/uio.h>
@@ -32,7 +34,8 @@ void Waiter::nap(int microseconds) {
   std::this_thread::sleep_for(std::chrono::microseconds(microseconds));
 }
 
-Status Waiter::check(const char* what, int peer, Clock::time_point start, int round) const {
+Status Waiter::check(const char* what, int peer, Clock::time_point start, int round,
+                     int& said) const {
   if (watch_) watch_();  // may abort (a mismatched call): the check below then ends the wait
   if (aborted_ != nullptr && aborted_->load(std::memory_order_acquire) != 0) {
     // The setter wrote the reason before its release of the flag; this acquire sees it.
@@ -47,6 +50,14 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
       return {Code::remoteError, "rank " + std::to_string(rank_) + ": " + what + " rank " +
                                      std::to_string(peer) + ": " + failure};
     }
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  const double limit = static_cast<double>(timeout_.count()) / 1000.0;
+  if (round % 64 == 63 && waited >= (said + 1) * log::progressSeconds(limit) && waited <= limit) {
+    said = static_cast<int>(waited / log::progressSeconds(limit));
+    WEFT_WARN(log::kColl,
+              "rank %d: still %s rank %d: no progress for %.0f s, %.0f s left (WEFT_TIMEOUT_S)",
+              rank_, what, peer, waited, limit - waited);
   }
   if (Clock::now() - start > timeout_) {
     return {Code::timeout,

@@ -72,9 +72,10 @@ class Waiter {
     }
     const Clock::time_point start = Clock::now();
     int napUs = 1;
+    int said = 0;  // progress lines printed so far
     for (int round = 0;; ++round) {
       if (ready()) return {};
-      if (Status s = check(what, peer, start, round); !s) return s;
+      if (Status s = check(what, peer, start, round, said); !s) return s;
       nap(napUs);
       napUs = napUs < kMaxNapUs ? napUs * 2 : kMaxNapUs;
     }
@@ -89,7 +90,9 @@ class Waiter {
   static void yield();
   static constexpr int kMaxNapUs = 200;
   static void nap(int microseconds);
-  Status check(const char* what, int peer, Clock::time_point start, int round) const;
+  // The wait's end (abort, a dead peer, the timeout), or nothing; says at WARN every
+  // log::progressSeconds that the wait goes on (`said` counts those lines).
+  Status check(const char* what, int peer, Clock::time_point start, int round, int& said) const;
 
   std::chrono::microseconds spin_{0};
   bool yields_ = false;
@@ -170,7 +173,8 @@ class PeerMemory {
 // them for bytes through the FIFO instead. Some hosts make those reads far dearer than the
 // FIFO's two copies: on the 2-core CI VM (a guest whose page tables the hypervisor keeps),
 // 128 KiB pieces deep in a 16 MB buffer read at 0.65 GB/s where the first MB read at 15, and a
-// 2-rank all-gather of 1 MB took 690 us against the FIFO's 70 (docs/perf.md). Reads are counted
+// 2-rank all-gather of 1 MB took 798-808 us against the FIFO's 66-71 (docs/perf.md, "Single copy
+// between processes"). Reads are counted
 // in windows of kWindowBytes; two windows in a row below the floor raise `refuse` (the rank's
 // flag in its control page, which senders read before naming a piece) for good. Every read of a
 // peer's piece goes through read(), which also counts the bytes.

@@ -147,7 +147,7 @@ static void* rankMain(void* arg) {
 }
 
 int main(void) {
-  /* Ranks as threads sharing a GPU want a hardware queue each (README: environment). */
+  /* Ranks as threads sharing a GPU want a hardware queue each (docs/configuration.md). */
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (cudaGetDeviceCount(&gDevices) != cudaSuccess || gDevices < 1) {
     printf("no GPU: skipped\n");

@@ -2,9 +2,12 @@
 // listener lives here), forks the ranks, and each child joins with weftCommInitRank. Children
 // report through their exit status; the parent never waits forever. Also: a rank killed with
 // SIGKILL mid-job turns into an error on every survivor, and nothing is left in /dev/shm.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "src/core/communicator.hpp"
 #include "tests/runtime/fork.hpp"
@@ -375,6 +380,78 @@ TEST(ProcessFaults, BootstrapToADeadAddressTimesOut) {
   EXPECT_NE(std::string(weftGetLastError()).find("127.0.0.1:1"), std::string::npos)
       << weftGetLastError();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+}
+
+// A rank whose peers never come says so at WARN while it waits (every quarter of a short
+// timeout), and the root names the ranks it waits for.
+TEST(ProcessFaults, ARankWaitingAtTheRendezvousSaysForWhom) {
+  const std::string log = ::testing::TempDir() + "weft-wait-" + std::to_string(getpid()) + ".log";
+  setenv("WEFT_TIMEOUT_S", "1.2", 1);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("WEFT_DEBUG_FILE", log.c_str(), 1);
+  weftUniqueId id{};
+  ASSERT_EQ(weftGetUniqueId(&id), weftSuccess);
+  weftComm_t comm = nullptr;
+  const weftResult_t r = weftCommInitRank(&comm, 2, id, 0);
+  unsetenv("WEFT_TIMEOUT_S");
+  unsetenv("NCCL_DEBUG");
+  unsetenv("WEFT_DEBUG_FILE");
+  EXPECT_EQ(r, weftTimeout) << weftGetLastError();
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(log.c_str());
+  EXPECT_NE(text.find("[0] weft WARN bootstrap: still waiting for the root at "), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("bootstrap root: 1 of 2 ranks have joined; waiting for rank 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("weft WARN bootstrap: rank 0 of 2: "), std::string::npos)
+      << "the failure itself, where it happens:\n"
+      << text;
+}
+
+// Ranks passing different nranks each hear so, even where the rank whose process runs the
+// rendezvous' root (WEFT_COMM_ID's rank 0) fails first and exits at once.
+TEST(ProcessFaults, MismatchedNranksIsNamedOnEveryRank) {
+  WEFT_SKIP_UNDER_TSAN();
+  const int port = [] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    close(fd);
+    return ntohs(a.sin_port);
+  }();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      setenv("WEFT_COMM_ID", address.c_str(), 1);
+      setenv("WEFT_TIMEOUT_S", "20", 1);
+      if (rank == 1) usleep(300 * 1000);  // after rank 0's init has failed
+      weftUniqueId id{};
+      weftComm_t comm = nullptr;
+      if (weftGetUniqueId(&id) != weftSuccess) _exit(2);
+      const weftResult_t r = weftCommInitRank(&comm, rank == 0 ? 3 : 2, id, rank);
+      const bool named = r == weftInvalidUsage &&
+                         std::strstr(weftGetLastError(),
+                                     "rank 1 joined with nranks=2, but rank 0 joined with "
+                                     "nranks=3") != nullptr;
+      if (!named) std::fprintf(stderr, "rank %d: %s\n", rank, weftGetLastError());
+      _exit(named ? 0 : 1);  // at once: no destructor keeps the root alive
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
 }
 
 // Point-to-point between processes: small messages through the FIFO, large ones read straight

@@ -1,8 +1,9 @@
-// The settings' table: the README's and docs/configuration.md's tables are its own, every bad
+// The settings' table: docs/configuration.md's tables are its own (scripts/update-config-docs.sh), every bad
 // value is an error naming its variable, former and NCCL names are read, and ranks that set a
 // setting every rank must agree on differently fail at init, naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -27,9 +28,7 @@ std::string readFile(const std::string& relative) {
 }
 
 TEST(Settings, TheDocumentedTablesAreTheTablesOwn) {
-  const std::string readme = readFile("README.md"), doc = readFile("docs/configuration.md");
-  EXPECT_NE(readme.find(settingsMarkdown(Audience::user)), std::string::npos)
-      << "README.md's settings table is not weft-config --markdown user's";
+  const std::string doc = readFile("docs/configuration.md");
   for (Audience a : {Audience::user, Audience::tuning, Audience::diagnostic}) {
     EXPECT_NE(doc.find(settingsMarkdown(a)), std::string::npos)
         << "docs/configuration.md lacks weft-config --markdown " << static_cast<int>(a);
@@ -38,6 +37,22 @@ TEST(Settings, TheDocumentedTablesAreTheTablesOwn) {
   int users = 0;
   for (const SettingDoc& d : settingsTable()) users += d.audience == Audience::user ? 1 : 0;
   EXPECT_LE(users, 18);
+}
+
+// The README is the user's first page: short, its example the one the tests build and run, its
+// settings in docs/configuration.md.
+TEST(Readme, IsAQuickstartWithTheExampleVerbatim) {
+  const std::string readme = readFile("README.md");
+  const auto lines = std::count(readme.begin(), readme.end(), '\n');
+  EXPECT_LE(lines, 160) << "README.md grew to " << lines << " lines; move detail to docs/";
+  const std::string example = readFile("examples/allreduce_threads.cpp");
+  ASSERT_FALSE(example.empty());
+  EXPECT_NE(readme.find("```cpp\n" + example + "```"), std::string::npos)
+      << "README.md's first example is not examples/allreduce_threads.cpp verbatim";
+  for (const char* link : {"docs/configuration.md", "docs/perf.md", "docs/design.md",
+                           "docs/algorithms.md", "find_package(weft", "pkg-config"}) {
+    EXPECT_NE(readme.find(link), std::string::npos) << "README.md lacks " << link;
+  }
 }
 
 TEST(Settings, EveryBadValueIsAnErrorNamingItsVariable) {
@@ -67,7 +82,10 @@ TEST(Settings, FormerAndNcclNamesAreReadWhereWeftsAreUnset) {
   auto c = Config::fromEnvironment();
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->maxChannels, 4);
-  EXPECT_EQ(c->debug, "INFO");
+  setenv("NCCL_DEBUG", "LOUD", 1);
+  EXPECT_NE(Config::fromEnvironment().status().message().find("NCCL_DEBUG=LOUD: expected"),
+            std::string::npos);
+  setenv("NCCL_DEBUG", "info", 1);  // any case, as NCCL reads it
   setenv("WEFT_HOST_CHANNELS", "8", 1);
   c = Config::fromEnvironment();
   ASSERT_TRUE(c.isOk());
