@@ -180,7 +180,7 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_flag("--plain", o.plain,
                "print only nccl-tests' columns, for parsers that expect exactly thirteen");
   app.add_option("--json", o.jsonPath, "write every row to this JSON file");
-  app.add_option("--svg", o.svgPath, "plot bus bandwidth against size to this SVG file");
+  app.add_option("--svg", o.svgPath, "plot time and bus bandwidth against size, with the pick at each size, to this SVG file");
   app.add_option("--algos", algos,
                  "also sweep with each algorithm forced, as ring,rhd or ring/ll (weft-plan list)");
   app.add_option("--seed", o.seed, "seed of the checked data")->capture_default_str();

@@ -20,6 +20,7 @@
 #include "algorithms/tuner.hpp"
 #include "src/tools/cli.hpp"
 #include "src/tools/progress.hpp"
+#include "src/tools/svg_axes.hpp"
 #include "topology/system.hpp"
 
 namespace weft::algo {
@@ -160,61 +161,97 @@ double busbw(Collective coll, int n, std::size_t bytes, double us) {
   return us > 0 ? double(bytes) * busBandwidthFactor(coll, n) / (us * 1e3) : 0;
 }
 
-// Busbw vs size, one line per algorithm (its better protocol), the picks as dots.
+// "ring/simple", or "oneshot/direct" for a direct kernel: the pick as the table prints it.
+std::string pickLabel(const Plan& p) {
+  return p.algorithm + "/" +
+         (p.kernel == Kernel::gpuDirect ? std::string("direct") : std::string(name(p.protocol)));
+}
+
+// Busbw from the simulated time against size (log2), one line per algorithm at its better
+// protocol, and the tuner's pick at each size as a marker (colour: algorithm, shape: protocol) on
+// a grey band; the legend right of the plot area, clear of the data.
 void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collective coll, int n,
               const std::string& title) {
-  std::map<std::string, std::vector<std::pair<double, double>>> lines;
-  std::vector<std::pair<double, double>> picks;
-  double ymax = 1;
+  namespace svg = tools::svg;
+  std::map<std::string, std::vector<std::pair<double, double>>> lines;  // (bytes, busbw)
+  struct Pick {
+    double bytes, busbw;
+    std::string plan;
+  };
+  std::vector<Pick> picks;
+  int unsimulated = 0;  // sizes whose pick was not replayed: no marker
+  double lo = HUGE_VAL, hi = 0;
   for (const SizeRow& r : rows) {
     std::map<std::string, double> best;
     for (const Candidate& c : r.candidates) {
-      if (!c.sim) continue;
-      const double bw = busbw(coll, n, r.bytes, c.sim->timeUs);
-      best[c.estimate.algorithm] = std::max(best[c.estimate.algorithm], bw);
-      ymax = std::max(ymax, bw);
+      if (c.sim) {
+        best[c.estimate.algorithm] =
+            std::max(best[c.estimate.algorithm], busbw(coll, n, r.bytes, c.sim->timeUs));
+      }
     }
-    for (const auto& [a, bw] : best) lines[a].push_back({std::log2(double(r.bytes)), bw});
-    picks.push_back({std::log2(double(r.bytes)), busbw(coll, n, r.bytes, r.pickSim)});
+    for (const auto& [a, bw] : best) {
+      if (bw <= 0) continue;
+      lines[a].push_back({double(r.bytes), bw});
+      lo = std::min(lo, bw);
+      hi = std::max(hi, bw);
+    }
+    if (r.pickSim > 0) {
+      picks.push_back({double(r.bytes), busbw(coll, n, r.bytes, r.pickSim), pickLabel(r.plan)});
+    } else {
+      ++unsimulated;
+    }
   }
-  const double W = 900, H = 500, L = 70, B = 50, T = 40, Rm = 150;
-  const double xmin = std::log2(double(rows.front().bytes)),
-               xmax = std::max(xmin + 1, std::log2(double(rows.back().bytes)));
-  auto X = [&](double x) { return L + (x - xmin) / (xmax - xmin) * (W - L - Rm); };
-  auto Y = [&](double y) { return H - B - y / ymax * (H - B - T); };
-  std::ofstream out(path);
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
-      << "' font-family='sans-serif' font-size='12'>\n"
-      << "<rect width='100%' height='100%' fill='white'/>\n"
-      << "<text x='" << L << "' y='20' font-size='14'>" << title << "</text>\n"
-      << "<line x1='" << L << "' y1='" << H - B << "' x2='" << W - Rm << "' y2='" << H - B
-      << "' stroke='black'/>\n"
-      << "<line x1='" << L << "' y1='" << T << "' x2='" << L << "' y2='" << H - B
-      << "' stroke='black'/>\n"
-      << "<text x='10' y='" << T - 10 << "'>busbw GB/s</text>\n";
-  for (int i = 0; i <= 4; ++i) {
-    const double y = ymax * i / 4;
-    out << "<text x='" << L - 5 << "' y='" << Y(y) + 4 << "' text-anchor='end'>"
-        << static_cast<int>(y) << "</text>\n";
+  if (!std::isfinite(lo)) lo = 0;
+
+  constexpr double kLeft = 92, kPlotW = 600, kTop = 76, kPlotH = 380;
+  const svg::Axis x = svg::sizeAxis(rows.empty() ? 1 : double(rows.front().bytes),
+                                    rows.empty() ? 2 : double(rows.back().bytes), kLeft,
+                                    kLeft + kPlotW, "message size (bytes, log scale)");
+  svg::Axis y = svg::valueAxis(lo, hi, kTop + kPlotH, kTop, "");
+  y.title = std::string("simulated bus bandwidth (GB/s") + (y.logarithmic() ? ", log scale)" : ")");
+
+  std::string body = svg::frame(x, y);
+  constexpr const char* kBand = "#d6d6d6";  // under the lines: the pick's busbw, size to size
+  std::vector<std::pair<double, double>> band;
+  for (const Pick& p : picks) {
+    if (y.shows(p.busbw)) band.push_back({x.pixel(p.bytes), y.pixel(p.busbw)});
   }
-  for (double x = std::ceil(xmin); x <= xmax; x += 4) {
-    out << "<text x='" << X(x) << "' y='" << H - B + 18 << "' text-anchor='middle'>"
-        << human(static_cast<std::size_t>(std::exp2(x))) << "</text>\n";
-  }
-  const char* colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-                          "#9467bd", "#8c564b", "#e377c2"};
-  int ci = 0, li = 0;
+  body += svg::polyline(band, kBand, 11);
+  svg::Legend legend(kLeft + kPlotW + 28, kTop - 6);
+  legend.heading("Algorithm (better protocol)");
   for (const auto& [a, pts] : lines) {
-    const char* col = colors[ci++ % 7];
-    out << "<polyline fill='none' stroke='" << col << "' stroke-width='2' points='";
-    for (const auto& [x, y] : pts) out << X(x) << "," << Y(y) << " ";
-    out << "'/>\n<text x='" << W - Rm + 10 << "' y='" << T + 18 * li++ << "' fill='" << col << "'>"
-        << a << "</text>\n";
+    const std::string color = svg::algorithmColor(a);
+    std::vector<std::pair<double, double>> pixels;
+    for (const auto& [bytes, bw] : pts) pixels.push_back({x.pixel(bytes), y.pixel(bw)});
+    body += svg::polyline(pixels, color, 1.8);
+    for (const auto& [px, py] : pixels) body += svg::marker(svg::Shape::circle, px, py, 2.2, color);
+    legend.line(a, color, 1.8);
   }
-  for (const auto& [x, y] : picks)
-    out << "<circle cx='" << X(x) << "' cy='" << Y(y) << "' r='4' fill='black'/>\n";
-  out << "<text x='" << W - Rm + 10 << "' y='" << T + 18 * li
-      << "'>&#9679; tuner's pick</text>\n</svg>\n";
+  legend.heading("Tuner's pick per size");
+  legend.line("path of the picks", kBand, 11);
+  std::vector<std::string> seen;
+  for (const Pick& p : picks) {
+    const auto [algorithm, protocol] = svg::splitPlan(p.plan);
+    const svg::Shape shape = svg::protocolShape(protocol);
+    const std::string color = svg::algorithmColor(algorithm);
+    if (y.shows(p.busbw))
+      body += svg::marker(shape, x.pixel(p.bytes), y.pixel(p.busbw), 5, color, "#111111", 0.9);
+    if (std::find(seen.begin(), seen.end(), p.plan) != seen.end()) continue;
+    seen.push_back(p.plan);
+    legend.point(p.plan, shape, color, "#111111", 0.9);
+  }
+  if (unsimulated > 0) legend.note(std::to_string(unsimulated) + " size(s): pick not simulated");
+
+  const double width = std::max(860.0, kLeft + kPlotW + 28 + legend.width() + 16);
+  const double height = std::max(kTop + kPlotH + 58, legend.bottom() + 16);
+  std::ofstream out(path);
+  out << svg::open(width, height)
+      << svg::text(kLeft, 28, "weft-plan tune: " + title + ", " + std::to_string(n) + " ranks", 16,
+                   "start", "font-weight='bold'")
+      << svg::text(kLeft, 50,
+                   "bus bandwidth from the simulator's time; each algorithm at its better protocol",
+                   12, "start", "fill='#555'")
+      << body << legend.svg() << "</svg>\n";
 }
 
 }  // namespace
