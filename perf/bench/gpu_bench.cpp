@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "perf/bench/benchmarks.hpp"
 #include "src/device/schedule_kernel.hpp"
@@ -95,9 +96,29 @@ void registerGpu(const std::string& label, int kind, DataType type) {
   }
 }
 
+// What the NCCL interface's pointer check costs a call per buffer (nccl/device_checks.cpp):
+// cudaPointerGetAttributes on device memory (passes) and on host memory (refused).
+void pointerCheck(benchmark::State& state, bool device) {
+  if (!haveGpu()) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  DeviceBuffers d(4096);
+  std::vector<char> host(4096);
+  const void* p = device ? d.a : host.data();
+  for (auto _ : state) {
+    cudaPointerAttributes a{};
+    benchmark::DoNotOptimize(cudaPointerGetAttributes(&a, p));
+    benchmark::DoNotOptimize(a.devicePointer);
+  }
+  (void)cudaGetLastError();
+}
+
 }  // namespace
 
 void registerGpuBenchmarks() {
+  benchmark::RegisterBenchmark("gpu/pointer_check/device", pointerCheck, true);
+  benchmark::RegisterBenchmark("gpu/pointer_check/host", pointerCheck, false);
   registerGpu("gpu/memcpy", 0, DataType::u8);
   for (DataType t : {DataType::f32, DataType::bf16}) {
     registerGpu("gpu/copy/" + std::string(name(t)), 1, t);
