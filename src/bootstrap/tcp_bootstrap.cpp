@@ -18,6 +18,7 @@
 #include "src/bootstrap/rendezvous.hpp"
 #include "src/bootstrap/socket.hpp"
 #include "src/bootstrap/wire.hpp"
+#include "src/core/log.hpp"
 
 namespace weft::boot {
 namespace {
@@ -458,6 +459,8 @@ Result<std::unique_ptr<Bootstrap>> connectTcp(const UniqueId& id, int rank, int 
   if (!nextSocket) return nextSocket.status();
   listener.close();  // nobody else may join
 
+  WEFT_INFO(log::kBootstrap, "bootstrap: rank %d of %d joined at %s; ring: %s -> this -> %s", rank,
+            nranks, rootText.c_str(), prevName.c_str(), nextName.c_str());
   return std::unique_ptr<Bootstrap>(
       new TcpBootstrap(rank, nranks, options.timeoutSeconds, std::move(*nextSocket),
                        std::move(nextName), std::move(*prevSocket), std::move(prevName),

@@ -459,6 +459,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
                 c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
   }
   c->created_ = true;
+  // What NCCL_DEBUG=INFO users look for at init: who this rank is, how it talks to its peers,
+  // and the machine it prices calls on.
+  WEFT_INFO(log::kInit, "comm %p: %s", static_cast<void*>(c.get()), c->summary().c_str());
+  if (me == 0 && c->machine_.host)
+    WEFT_INFO(log::kInit | log::kGraph, "topology (%s, %d host(s)): %s", c->machine_.source.c_str(),
+              c->machine_.placement.hosts(), c->machine_.host->summary().c_str());
   return c;
 }
 
