@@ -102,7 +102,8 @@ SimOptions replayOptions(const TuneArgs& args) {
 // Prices and replays every candidate at every size for one system and collective.
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
                            const std::vector<std::size_t>& sizes, const TunerOptions& options,
-                           const SimOptions& replay, bool schedules) {
+                           const SimOptions& replay, bool schedules,
+                           tools::Progress* progress = nullptr) {
   // The runtime's GPU selector on these ranks (schedules and the direct kernels), or with
   // --schedules the tuner alone: every pick a schedule the simulator replays.
   const Selector selector = gpuSelectorFor(system, options);
@@ -116,6 +117,7 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
     SizeRow row;
     row.bytes = bytes;
     auto plan = schedules ? tuner.plan(coll, bytes) : selector.plan(coll, bytes);
+    if (progress != nullptr) progress->step();  // a size begun: what the line counts
     if (!plan) continue;
     row.plan = *plan;
     for (const Estimate& e : tuner.allCandidates(coll, bytes)) {
@@ -320,7 +322,11 @@ int runTune(const TuneArgs& args) {
   if (detailed) {
     const topo::System system(hosts[0], nodes[0]);
     const Collective coll = colls[0];
-    const auto rows = sweep(system, coll, sizes, *options, replayOptions(args), args.schedules);
+    std::vector<SizeRow> rows;
+    {
+      tools::Progress progress("weft-plan tune: sizes", sizes.size());
+      rows = sweep(system, coll, sizes, *options, replayOptions(args), args.schedules, &progress);
+    }
     std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
                 std::string(name(coll)).c_str());
     std::set<std::string> algos;
