@@ -79,6 +79,19 @@ ncclResult_t refuse(ncclResult_t code, const std::string& message);
 // ncclInvalidUsage, naming the function and why.
 ncclResult_t unsupported(const char* function, const char* why);
 
+// Runs `call` with the communicator's device current (NCCL does its work there), restoring
+// the caller's.
+template <typename Call>
+inline weftResult_t onDevice(ncclComm_t comm, Call call) {
+  int current = -1;
+  const bool switched = comm->device >= 0 && cudaGetDevice(&current) == cudaSuccess &&
+                        current != comm->device && cudaSetDevice(comm->device) == cudaSuccess;
+  (void)cudaGetLastError();
+  const weftResult_t r = call();
+  if (switched) (void)cudaSetDevice(current);
+  return r;
+}
+
 // WEFT_NCCL_HOST_MEMORY=1: the opt-in to what NCCL refuses, communicators without a CUDA device
 // and calls on host memory (weft runs them on the host). Read once per process.
 bool hostMemoryAllowed();
