@@ -1,0 +1,189 @@
+#include "fused/fp8/codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "src/exec/numeric.hpp"
+
+namespace weft::fused::fp8 {
+namespace {
+
+constexpr std::uint8_t kScaleNaN = 0xff;    // E8M0's NaN
+constexpr std::uint8_t kElementNaN = 0x7f;  // S.1111.111 (E4M3) and S.11111.11 (E5M2): NaN
+
+float load(DataType type, const void* in, std::size_t i) {
+  switch (type) {
+    case DataType::f32:
+      return static_cast<const float*>(in)[i];
+    case DataType::f16:
+      return exec::halfToFloat(static_cast<const std::uint16_t*>(in)[i]);
+    default:  // bf16
+      return exec::bf16ToFloat(static_cast<const std::uint16_t*>(in)[i]);
+  }
+}
+
+void store(DataType type, void* out, std::size_t i, float v) {
+  switch (type) {
+    case DataType::f32:
+      static_cast<float*>(out)[i] = v;
+      break;
+    case DataType::f16:
+      static_cast<std::uint16_t*>(out)[i] = exec::floatToHalf(v);
+      break;
+    default:  // bf16
+      static_cast<std::uint16_t*>(out)[i] = exec::floatToBf16(v);
+      break;
+  }
+}
+
+std::uint8_t toElement(Element e, float y) {
+  return e == Element::e4m3 ? exec::floatToE4m3(y) : exec::floatToE5m2(y);
+}
+
+float fromElement(Element e, std::uint8_t q) {
+  return e == Element::e4m3 ? exec::e4m3ToFloat(q) : exec::e5m2ToFloat(q);
+}
+
+// The power of two 2^k, k in [-127, 127], with amax / 2^k <= maxFinite, smallest such k.
+int e8m0Exponent(float amax, float maxFinite) {
+  if (amax == 0) return 0;
+  int e = 0;
+  const double m =
+      std::frexp(static_cast<double>(amax) / maxFinite, &e);  // exact enough: r = m 2^e
+  const int k = m == 0.5 ? e - 1 : e;
+  return std::clamp(k, -127, 127);
+}
+
+// amax / maxFinite, rounded up where needed so that amax / scale never exceeds maxFinite.
+float f32Scale(float amax, float maxFinite) {
+  if (amax == 0) return 1.0f;
+  float s = amax / maxFinite;
+  if (s == 0) s = std::numeric_limits<float>::denorm_min();
+  while (amax / s > maxFinite) s = std::nextafter(s, std::numeric_limits<float>::infinity());
+  return s;
+}
+
+}  // namespace
+
+Result<Codec> Codec::parse(std::string_view text) {
+  const auto colon = text.find(':');
+  const std::string_view format = text.substr(0, colon);
+  const std::string_view block = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  Codec c;
+  if (format == "e4m3" || format == "fp8e4m3") {
+    c.element = Element::e4m3;
+  } else if (format == "e5m2" || format == "fp8e5m2") {
+    c.element = Element::e5m2;
+  } else {
+    return invalidArgument(std::string(text) +
+                           ": expected FORMAT:BLOCK, FORMAT e4m3 or e5m2, BLOCK 32 (E8M0 scales) "
+                           "or 128 (f32 scales), e.g. e4m3:32");
+  }
+  if (block == "32") {
+    c.block = 32;
+    c.scale = ScaleKind::e8m0;
+  } else if (block == "128") {
+    c.block = 128;
+    c.scale = ScaleKind::f32;
+  } else {
+    return invalidArgument(std::string(text) +
+                           ": the block must be 32 (E8M0 scales, MX-style) or 128 (f32 scales)");
+  }
+  return c;
+}
+
+std::string Codec::name() const {
+  return std::string(element == Element::e4m3 ? "e4m3" : "e5m2") + ":" + std::to_string(block);
+}
+
+double Codec::errorBound(double x, double blockScale) const {
+  const double y = std::fabs(x) / blockScale;
+  int e = minExponent();
+  if (y > 0) e = std::max(e, static_cast<int>(std::floor(std::log2(y))));
+  return blockScale * std::ldexp(1.0, e - mantissaBits() - 1);
+}
+
+bool encodable(DataType type) {
+  return type == DataType::f32 || type == DataType::f16 || type == DataType::bf16;
+}
+
+Status encode(const Codec& codec, DataType type, const void* in, std::size_t count,
+              std::byte* out) {
+  if (!encodable(type))
+    return invalidArgument("fp8 " + codec.name() + ": " + std::string(name(type)) +
+                           " cannot be compressed (bf16, f16 and f32 can)");
+  auto* elements = reinterpret_cast<std::uint8_t*>(out);
+  std::byte* scales = out + count;
+  const float maxFinite = codec.maxFinite();
+  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += codec.block) {
+    const std::size_t end = std::min(count, begin + codec.block);
+    float amax = 0;
+    bool finite = true;
+    for (std::size_t i = begin; i < end; ++i) {
+      const float v = load(type, in, i);
+      finite = finite && std::isfinite(v);
+      amax = std::max(amax, std::fabs(v));
+    }
+    if (!finite) {
+      std::fill(elements + begin, elements + end, kElementNaN);
+      if (codec.scale == ScaleKind::e8m0) {
+        scales[b] = std::byte{kScaleNaN};
+      } else {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(scales + 4 * b, &nan, 4);
+      }
+      continue;
+    }
+    if (codec.scale == ScaleKind::e8m0) {
+      const int k = e8m0Exponent(amax, maxFinite);
+      scales[b] = std::byte(static_cast<std::uint8_t>(k + 127));
+      for (std::size_t i = begin; i < end; ++i)
+        elements[i] = toElement(codec.element, std::ldexp(load(type, in, i), -k));
+    } else {
+      const float s = f32Scale(amax, maxFinite);
+      std::memcpy(scales + 4 * b, &s, 4);
+      for (std::size_t i = begin; i < end; ++i)
+        elements[i] = toElement(codec.element, load(type, in, i) / s);
+    }
+  }
+  return {};
+}
+
+float scaleOf(const Codec& codec, const std::byte* encoded, std::size_t count, std::size_t block) {
+  const std::byte* scales = encoded + count;
+  if (codec.scale == ScaleKind::e8m0) {
+    const auto code = static_cast<std::uint8_t>(scales[block]);
+    return code == kScaleNaN ? std::numeric_limits<float>::quiet_NaN()
+                             : std::ldexp(1.0f, static_cast<int>(code) - 127);
+  }
+  float s = 0;
+  std::memcpy(&s, scales + 4 * block, 4);
+  return s;
+}
+
+Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_t count,
+              void* out) {
+  if (!encodable(type))
+    return invalidArgument("fp8 " + codec.name() + ": cannot decode into " +
+                           std::string(name(type)) + " (bf16, f16 and f32 can)");
+  const auto* elements = reinterpret_cast<const std::uint8_t*>(in);
+  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += codec.block) {
+    const std::size_t end = std::min(count, begin + codec.block);
+    const float s = scaleOf(codec, in, count, b);
+    if (codec.scale == ScaleKind::e8m0) {
+      const int k = std::isnan(s) ? 0 : std::ilogb(s);
+      for (std::size_t i = begin; i < end; ++i) {
+        const float e = fromElement(codec.element, elements[i]);
+        store(type, out, i, std::isnan(s) ? s : std::ldexp(e, k));
+      }
+    } else {
+      for (std::size_t i = begin; i < end; ++i)
+        store(type, out, i, fromElement(codec.element, elements[i]) * s);
+    }
+  }
+  return {};
+}
+
+}  // namespace weft::fused::fp8
