@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "fused/fp8/codec_math.hpp"
 #include "src/exec/numeric.hpp"
 
 namespace weft::fused::fp8 {
@@ -44,25 +45,6 @@ std::uint8_t toElement(Element e, float y) {
 
 float fromElement(Element e, std::uint8_t q) {
   return e == Element::e4m3 ? exec::e4m3ToFloat(q) : exec::e5m2ToFloat(q);
-}
-
-// The power of two 2^k, k in [-127, 127], with amax / 2^k <= maxFinite, smallest such k.
-int e8m0Exponent(float amax, float maxFinite) {
-  if (amax == 0) return 0;
-  int e = 0;
-  const double m =
-      std::frexp(static_cast<double>(amax) / maxFinite, &e);  // exact enough: r = m 2^e
-  const int k = m == 0.5 ? e - 1 : e;
-  return std::clamp(k, -127, 127);
-}
-
-// amax / maxFinite, rounded up where needed so that amax / scale never exceeds maxFinite.
-float f32Scale(float amax, float maxFinite) {
-  if (amax == 0) return 1.0f;
-  float s = amax / maxFinite;
-  if (s == 0) s = std::numeric_limits<float>::denorm_min();
-  while (amax / s > maxFinite) s = std::nextafter(s, std::numeric_limits<float>::infinity());
-  return s;
 }
 
 }  // namespace
@@ -137,7 +119,7 @@ Status encode(const Codec& codec, DataType type, const void* in, std::size_t cou
       continue;
     }
     if (codec.scale == ScaleKind::e8m0) {
-      const int k = e8m0Exponent(amax, maxFinite);
+      const int k = e8m0Exponent(amax, codec.element == Element::e4m3);
       scales[b] = std::byte(static_cast<std::uint8_t>(k + 127));
       for (std::size_t i = begin; i < end; ++i)
         elements[i] = toElement(codec.element, std::ldexp(load(type, in, i), -k));
@@ -172,16 +154,11 @@ Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_
   for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += codec.block) {
     const std::size_t end = std::min(count, begin + codec.block);
     const float s = scaleOf(codec, in, count, b);
-    if (codec.scale == ScaleKind::e8m0) {
-      const int k = std::isnan(s) ? 0 : std::ilogb(s);
-      for (std::size_t i = begin; i < end; ++i) {
-        const float e = fromElement(codec.element, elements[i]);
-        store(type, out, i, std::isnan(s) ? s : std::ldexp(e, k));
-      }
-    } else {
-      for (std::size_t i = begin; i < end; ++i)
-        store(type, out, i, fromElement(codec.element, elements[i]) * s);
-    }
+    // A non-finite block decodes to one quiet NaN (0x7fc00000), whatever its elements hold.
+    for (std::size_t i = begin; i < end; ++i)
+      store(type, out, i,
+            std::isnan(s) ? std::numeric_limits<float>::quiet_NaN()
+                          : fromElement(codec.element, elements[i]) * s);
   }
   return {};
 }

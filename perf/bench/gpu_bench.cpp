@@ -5,9 +5,11 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "fused/fp8/codec_device.hpp"
 #include "perf/bench/benchmarks.hpp"
 #include "src/device/schedule_kernel.hpp"
 
@@ -114,9 +116,56 @@ void pointerCheck(benchmark::State& state, bool device) {
   (void)cudaGetLastError();
 }
 
+// The fp8 codecs (fused/fp8/codec_device.hpp) on bf16: bytes read plus written, as the copy's.
+void fp8Codec(benchmark::State& state, const char* scheme, bool decoding) {
+  if (!haveGpu()) {
+    state.SkipWithError("no GPU");
+    return;
+  }
+  const fused::fp8::Codec codec = *fused::fp8::Codec::parse(scheme);
+  const auto count = static_cast<std::size_t>(state.range(0)) / 2;  // bf16 values
+  const std::size_t encoded = codec.encodedBytes(count);
+  DeviceBuffers d(std::max(count * 2, encoded));
+  if (!d.ok) {
+    state.SkipWithError("device allocation failed");
+    return;
+  }
+  auto* packed = static_cast<std::byte*>(d.b);
+  Status s = fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
+  for (auto _ : state) {
+    (void)cudaEventRecord(d.start);
+    for (int i = 0; i < 10 && s.isOk(); ++i) {
+      s = decoding
+              ? fused::fp8::decodeOnDevice(codec, DataType::bf16, packed, count, d.out, nullptr)
+              : fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
+    }
+    (void)cudaEventRecord(d.stop);
+    (void)cudaEventSynchronize(d.stop);
+    if (!s.isOk()) {
+      state.SkipWithError(s.message().c_str());
+      return;
+    }
+    float ms = 0;
+    (void)cudaEventElapsedTime(&ms, d.start, d.stop);
+    state.SetIterationTime(static_cast<double>(ms) / 1e3 / 10);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(count * 2 + encoded));
+}
+
 }  // namespace
 
 void registerGpuBenchmarks() {
+  for (const char* scheme : {"e4m3:32", "e4m3:128"}) {
+    for (bool decoding : {false, true}) {
+      const std::string label =
+          std::string("gpu/fp8/") + (decoding ? "decode/" : "encode/") + "bf16/" + scheme;
+      benchmark::RegisterBenchmark(label.c_str(), fp8Codec, scheme, decoding)
+          ->ArgName("bytes")
+          ->Arg(std::int64_t{64} << 20)
+          ->Arg(std::int64_t{256} << 20)
+          ->UseManualTime();
+    }
+  }
   benchmark::RegisterBenchmark("gpu/pointer_check/device", pointerCheck, true);
   benchmark::RegisterBenchmark("gpu/pointer_check/host", pointerCheck, false);
   registerGpu("gpu/memcpy", 0, DataType::u8);
