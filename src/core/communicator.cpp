@@ -111,7 +111,10 @@ Status Communicator::checkUsable(const char* what) const {
 
 Status Communicator::fail(Status s) {
   // A rank that saw a peer fail or time out stops the others instead of leaving them to time out.
-  if (!s.isOk() && s.code() != Code::invalidArgument) abort(s.message());
+  // Where this rank was itself stopped by an abort, the others hear that abort's reason, not
+  // this wait's account of it (which nests it, and a reason holds 256 bytes).
+  if (!s.isOk() && s.code() != Code::invalidArgument)
+    abort(aborted() ? std::string(transport::controlOf(inbox_.data())->reason) : s.message());
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -131,14 +132,17 @@ TEST_P(CallCheck, AMismatchedCallIsAnErrorOnEveryRankNamingBothCalls) {
     std::vector<std::string> messages(static_cast<size_t>(n));
     std::vector<double> seconds(static_cast<size_t>(n));
     std::vector<std::thread> threads;
+    std::barrier<> allGood(n);
     for (int r = 0; r < n; ++r) {
       threads.emplace_back([&, r] {
         const auto R = static_cast<size_t>(r);
         Buffers buffers(c.everyone, c.odd, n);
         good[R] = make(c.everyone, comms[R], r, buffers);
         // No rank's mismatch may abort the communicator before every rank is done with its good
-        // call (over UCX a rank forwarding a broadcast finishes before the ranks downstream).
+        // call (over UCX a rank forwarding a broadcast finishes before the ranks downstream, and
+        // leaves weft's barrier before the others have): the threads wait for each other here.
         if (good[R] == weftSuccess) good[R] = weftBarrier(comms[R], nullptr);
+        allGood.arrive_and_wait();
         const auto start = std::chrono::steady_clock::now();
         bad[R] = make(r == 1 ? c.odd : c.everyone, comms[R], r, buffers);
         // Over UCX a rank that only sent (a broadcast's root) learns of it by its next call.
