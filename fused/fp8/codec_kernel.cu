@@ -20,35 +20,24 @@ constexpr int kVec = 8;  // values a thread codes
 constexpr int kThreads = 256;
 constexpr std::uint32_t kNaN = 0x7fc00000u;  // what a non-finite block decodes to
 
+// A value type's widening to float and rounding back (to nearest even).
 template <typename T>
-__device__ float toFloat(T v);
+struct Value;
 template <>
-__device__ float toFloat(float v) {
-  return v;
-}
+struct Value<float> {
+  static __device__ float widen(float v) { return v; }
+  static __device__ float narrow(float v) { return v; }
+};
 template <>
-__device__ float toFloat(__half v) {
-  return __half2float(v);
-}
+struct Value<__half> {
+  static __device__ float widen(__half v) { return __half2float(v); }
+  static __device__ __half narrow(float v) { return __float2half_rn(v); }
+};
 template <>
-__device__ float toFloat(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ T fromFloat(float v);
-template <>
-__device__ float fromFloat(float v) {
-  return v;
-}
-template <>
-__device__ __half fromFloat(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __nv_bfloat16 fromFloat(float v) {
-  return __float2bfloat16_rn(v);
-}
+struct Value<__nv_bfloat16> {
+  static __device__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __nv_bfloat16 narrow(float v) { return __float2bfloat16_rn(v); }
+};
 
 template <bool E4m3>
 __device__ std::uint8_t toElement(float y) {
@@ -73,11 +62,11 @@ __device__ void load8(const T* p, std::size_t i, std::size_t count, bool aligned
     } else {
       const uint4 raw = *reinterpret_cast<const uint4*>(p + i);
       const T* t = reinterpret_cast<const T*>(&raw);
-      for (int j = 0; j < kVec; ++j) v[j] = toFloat(t[j]);
+      for (int j = 0; j < kVec; ++j) v[j] = Value<T>::widen(t[j]);
     }
     return;
   }
-  for (int j = 0; j < kVec; ++j) v[j] = i + j < count ? toFloat(p[i + j]) : 0.0f;
+  for (int j = 0; j < kVec; ++j) v[j] = i + j < count ? Value<T>::widen(p[i + j]) : 0.0f;
 }
 
 template <typename T, bool E4m3, int Block, bool E8m0>
@@ -169,11 +158,11 @@ __global__ void decodeKernel(const std::uint8_t* elements, const std::uint8_t* s
     } else {
       uint4 raw;
       T* t = reinterpret_cast<T*>(&raw);
-      for (int j = 0; j < kVec; ++j) t[j] = fromFloat<T>(v[j]);
+      for (int j = 0; j < kVec; ++j) t[j] = Value<T>::narrow(v[j]);
       *reinterpret_cast<uint4*>(out + i) = raw;
     }
   } else {
-    for (int j = 0; j < kVec && i + j < count; ++j) out[i + j] = fromFloat<T>(v[j]);
+    for (int j = 0; j < kVec && i + j < count; ++j) out[i + j] = Value<T>::narrow(v[j]);
   }
 }
 

@@ -48,6 +48,25 @@ int smCount() {
   return sms;
 }
 
+// Times `calls` runs of run() (each a Status) between the buffers' events, as one iteration's
+// time a call; false, the state told why, when one failed.
+template <typename Run>
+bool timeCalls(benchmark::State& state, DeviceBuffers& d, int calls, Run run) {
+  (void)cudaEventRecord(d.start);
+  Status s;
+  for (int i = 0; i < calls && s.isOk(); ++i) s = run();
+  (void)cudaEventRecord(d.stop);
+  (void)cudaEventSynchronize(d.stop);
+  if (!s.isOk()) {
+    state.SkipWithError(s.message().c_str());
+    return false;
+  }
+  float ms = 0;
+  (void)cudaEventElapsedTime(&ms, d.start, d.stop);
+  state.SetIterationTime(static_cast<double>(ms) / 1e3 / calls);
+  return true;
+}
+
 // kind: 0 cudaMemcpyAsync, 1 primitive copy, 2 primitive reduce (sum).
 void gpuBenchmark(benchmark::State& state, int kind, DataType type) {
   if (!haveGpu()) {
@@ -63,23 +82,14 @@ void gpuBenchmark(benchmark::State& state, int kind, DataType type) {
   }
   const std::size_t count = bytes / sizeOf(type);
   for (auto _ : state) {
-    (void)cudaEventRecord(d.start);
-    Status s;
-    if (kind == 0) {
+    const bool ran = timeCalls(state, d, 1, [&]() -> Status {
+      if (kind != 0)
+        return device::launchPrimitive(d.out, d.a, kind == 2 ? d.b : nullptr, count, type,
+                                       RedOp::sum, blocks, nullptr);
       (void)cudaMemcpyAsync(d.out, d.a, bytes, cudaMemcpyDeviceToDevice);
-    } else {
-      s = device::launchPrimitive(d.out, d.a, kind == 2 ? d.b : nullptr, count, type, RedOp::sum,
-                                  blocks, nullptr);
-    }
-    (void)cudaEventRecord(d.stop);
-    (void)cudaEventSynchronize(d.stop);
-    if (!s.isOk()) {
-      state.SkipWithError(s.message().c_str());
-      return;
-    }
-    float ms = 0;
-    (void)cudaEventElapsedTime(&ms, d.start, d.stop);
-    state.SetIterationTime(static_cast<double>(ms) / 1e3);
+      return {};
+    });
+    if (!ran) return;
   }
   const std::int64_t moved = static_cast<std::int64_t>(bytes) * (kind == 2 ? 3 : 2);
   state.SetBytesProcessed(state.iterations() * moved);
@@ -131,23 +141,19 @@ void fp8Codec(benchmark::State& state, const char* scheme, bool decoding) {
     return;
   }
   auto* packed = static_cast<std::byte*>(d.b);
-  Status s = fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
+  auto run = [&]() {
+    return decoding
+               ? fused::fp8::decodeOnDevice(codec, DataType::bf16, packed, count, d.out, nullptr)
+               : fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
+  };
+  // Decoding reads what an encode wrote.
+  if (Status s = fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
+      !s.isOk()) {
+    state.SkipWithError(s.message().c_str());
+    return;
+  }
   for (auto _ : state) {
-    (void)cudaEventRecord(d.start);
-    for (int i = 0; i < 10 && s.isOk(); ++i) {
-      s = decoding
-              ? fused::fp8::decodeOnDevice(codec, DataType::bf16, packed, count, d.out, nullptr)
-              : fused::fp8::encodeOnDevice(codec, DataType::bf16, d.a, count, packed, nullptr);
-    }
-    (void)cudaEventRecord(d.stop);
-    (void)cudaEventSynchronize(d.stop);
-    if (!s.isOk()) {
-      state.SkipWithError(s.message().c_str());
-      return;
-    }
-    float ms = 0;
-    (void)cudaEventElapsedTime(&ms, d.start, d.stop);
-    state.SetIterationTime(static_cast<double>(ms) / 1e3 / 10);
+    if (!timeCalls(state, d, 10, run)) return;
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(count * 2 + encoded));
 }
