@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "fused/fp8/codec_math.hpp"
+#include "fused/fp8/values.hpp"
 #include "src/exec/numeric.hpp"
 
 namespace weft::fused::fp8 {
@@ -13,31 +14,6 @@ namespace {
 
 constexpr std::uint8_t kScaleNaN = 0xff;    // E8M0's NaN
 constexpr std::uint8_t kElementNaN = 0x7f;  // S.1111.111 (E4M3) and S.11111.11 (E5M2): NaN
-
-float load(DataType type, const void* in, std::size_t i) {
-  switch (type) {
-    case DataType::f32:
-      return static_cast<const float*>(in)[i];
-    case DataType::f16:
-      return exec::halfToFloat(static_cast<const std::uint16_t*>(in)[i]);
-    default:  // bf16
-      return exec::bf16ToFloat(static_cast<const std::uint16_t*>(in)[i]);
-  }
-}
-
-void store(DataType type, void* out, std::size_t i, float v) {
-  switch (type) {
-    case DataType::f32:
-      static_cast<float*>(out)[i] = v;
-      break;
-    case DataType::f16:
-      static_cast<std::uint16_t*>(out)[i] = exec::floatToHalf(v);
-      break;
-    default:  // bf16
-      static_cast<std::uint16_t*>(out)[i] = exec::floatToBf16(v);
-      break;
-  }
-}
 
 std::uint8_t toElement(Element e, float y) {
   return e == Element::e4m3 ? exec::floatToE4m3(y) : exec::floatToE5m2(y);
@@ -104,7 +80,7 @@ Status encode(const Codec& codec, DataType type, const void* in, std::size_t cou
     float amax = 0;
     bool finite = true;
     for (std::size_t i = begin; i < end; ++i) {
-      const float v = load(type, in, i);
+      const float v = loadValue(type, in, i);
       finite = finite && std::isfinite(v);
       amax = std::max(amax, std::fabs(v));
     }
@@ -122,12 +98,12 @@ Status encode(const Codec& codec, DataType type, const void* in, std::size_t cou
       const int k = e8m0Exponent(amax, codec.element == Element::e4m3);
       scales[b] = std::byte(static_cast<std::uint8_t>(k + 127));
       for (std::size_t i = begin; i < end; ++i)
-        elements[i] = toElement(codec.element, std::ldexp(load(type, in, i), -k));
+        elements[i] = toElement(codec.element, std::ldexp(loadValue(type, in, i), -k));
     } else {
       const float s = f32Scale(amax, maxFinite);
       std::memcpy(scales + 4 * b, &s, 4);
       for (std::size_t i = begin; i < end; ++i)
-        elements[i] = toElement(codec.element, load(type, in, i) / s);
+        elements[i] = toElement(codec.element, loadValue(type, in, i) / s);
     }
   }
   return {};
@@ -156,9 +132,9 @@ Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_
     const float s = scaleOf(codec, in, count, b);
     // A non-finite block decodes to one quiet NaN (0x7fc00000), whatever its elements hold.
     for (std::size_t i = begin; i < end; ++i)
-      store(type, out, i,
-            std::isnan(s) ? std::numeric_limits<float>::quiet_NaN()
-                          : fromElement(codec.element, elements[i]) * s);
+      storeValue(type, out, i,
+                 std::isnan(s) ? std::numeric_limits<float>::quiet_NaN()
+                               : fromElement(codec.element, elements[i]) * s);
   }
   return {};
 }

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "src/exec/numeric.hpp"
+#include "fused/fp8/values.hpp"
 
 namespace weft::fused::fp8 {
 namespace {
@@ -26,22 +26,6 @@ Status checkOp(const Codec& codec, RedOp op, const char* what) {
   return invalidArgument(std::string(what) + " " + codec.name() + ": " + std::string(name(op)) +
                          " cannot be compressed (sum and avg can: scaled blocks cannot be "
                          "multiplied or compared exactly)");
-}
-
-void storeAs(DataType type, const float* from, std::size_t count, void* to) {
-  for (std::size_t i = 0; i < count; ++i) {
-    switch (type) {
-      case DataType::f32:
-        static_cast<float*>(to)[i] = from[i];
-        break;
-      case DataType::f16:
-        static_cast<std::uint16_t*>(to)[i] = exec::floatToHalf(from[i]);
-        break;
-      default:
-        static_cast<std::uint16_t*>(to)[i] = exec::floatToBf16(from[i]);
-        break;
-    }
-  }
 }
 
 // This rank's share of the reduction, in f32: every rank's `share` values for it, encoded
@@ -129,7 +113,7 @@ Status compressedReduceScatter(weftComm_t comm, const Codec& codec, DataType typ
   if (Status s = checkOp(codec, op, "fp8 reduce-scatter"); !s) return s;
   std::vector<float> sums;
   if (Status s = reduceShare(comm, codec, type, op, send, recvcount, sums); !s) return s;
-  storeAs(type, sums.data(), recvcount, recv);
+  for (std::size_t i = 0; i < recvcount; ++i) storeValue(type, recv, i, sums[i]);
   return {};
 }
 

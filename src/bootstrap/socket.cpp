@@ -73,31 +73,23 @@ Status ioError(int err, std::string_view what, std::string_view peer) {
 
 enum class Wait { ready, timedOut, aborted };
 
-// Waits until `fd` has `events` (or an error), the deadline passes, or `abort` is triggered.
-// Waits for `events` on fd; a wait that goes on says so at WARN every log::progressSeconds of its
-// deadline, naming `what` it waits for ("the root at 10.0.0.1:5000").
+// Waits until `fd` has `events` (or an error), the deadline passes, or `abort` is triggered; a
+// wait that goes on says so at WARN (log::ProgressClock), naming `what` it waits for ("the root
+// at 10.0.0.1:5000").
 Wait waitFor(int fd, short events, const Deadline& deadline, const AbortSignal* abort,
              std::string_view what) {
-  const double every = log::progressSeconds(deadline.seconds());
-  const auto start = std::chrono::steady_clock::now();
-  int said = 0;
+  log::ProgressClock progress(deadline.seconds());
   for (;;) {
     if (abort != nullptr && abort->triggered()) return Wait::aborted;
     pollfd fds[2] = {{fd, events, 0}, {abort != nullptr ? abort->fd() : -1, POLLIN, 0}};
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int slice = static_cast<int>(std::ceil(((said + 1) * every - waited) * 1000));
+    const int slice = std::max(1, static_cast<int>(std::ceil(progress.secondsUntilDue() * 1000)));
     const int left = deadline.pollMillis();
-    const int rc =
-        ::poll(fds, 2, left < 0 ? std::max(slice, 1) : std::min(left, std::max(slice, 1)));
+    const int rc = ::poll(fds, 2, left < 0 ? slice : std::min(left, slice));
     if (rc == 0 && !deadline.expired()) {
-      const double now =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (now >= (said + 1) * every) {
-        said = static_cast<int>(now / every);
+      if (progress.due())
         WEFT_WARN(log::kBootstrap, "bootstrap: still waiting for %.*s: %.0f s so far, %.0f s left",
-                  static_cast<int>(what.size()), what.data(), now, deadline.secondsLeft());
-      }
+                  static_cast<int>(what.size()), what.data(), progress.waited(),
+                  deadline.secondsLeft());
       continue;
     }
     if (rc < 0 && errno != EINTR) return Wait::ready;  // the caller's syscall reports the error
@@ -480,19 +472,13 @@ Result<Socket> Socket::connect(const SocketAddress& address, std::string_view pe
   const std::string where = str(peer) + " at " + address.toString();
   std::string lastError = "no answer";
   int backoffMs = 5;
-  const double every = log::progressSeconds(deadline.seconds());
-  const auto start = std::chrono::steady_clock::now();
-  int said = 0;
+  log::ProgressClock progress(deadline.seconds());
   for (;;) {
     if (abort != nullptr && abort->triggered()) return abortedWhile("connecting to " + where);
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited >= (said + 1) * every) {
-      said = static_cast<int>(waited / every);
+    if (progress.due())
       WEFT_WARN(log::kBootstrap,
                 "bootstrap: still trying to reach %s (%s): %.0f s so far, %.0f s left",
-                where.c_str(), lastError.c_str(), waited, deadline.secondsLeft());
-    }
+                where.c_str(), lastError.c_str(), progress.waited(), deadline.secondsLeft());
     const int fd = ::socket(address.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) return Status(Code::systemError, "could not create a socket: " + errnoText(errno));
     Socket s(fd);

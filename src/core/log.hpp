@@ -5,6 +5,9 @@
 // every communicator's creation (configure()), as the NCCL interface's ncclResetDebugInit needs.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -58,6 +61,30 @@ inline double progressSeconds(double timeoutSeconds) {
   const double q = timeoutSeconds / 4;
   return q < 0.25 ? 0.25 : q > 30 ? 30 : q;
 }
+
+// A wait's progress lines: one due every progressSeconds of its timeout, counted from when the
+// clock was made.
+class ProgressClock {
+ public:
+  explicit ProgressClock(double timeoutSeconds)
+      : every_(progressSeconds(timeoutSeconds)), start_(std::chrono::steady_clock::now()) {}
+  double waited() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  // Whether a line is due now; if so, the next is due an interval after this one's.
+  bool due() {
+    const double w = waited();
+    if (w < next_) return false;
+    next_ = (std::floor(w / every_) + 1) * every_;
+    return true;
+  }
+  double secondsUntilDue() const { return std::max(0.0, next_ - waited()); }
+
+ private:
+  double every_;
+  std::chrono::steady_clock::time_point start_;
+  double next_ = every_;
+};
 
 // The rank this thread works for, shown in the prefix ([-] outside any), for a scope.
 class RankScope {

@@ -1,7 +1,5 @@
 #include "src/transport/connection.hpp"
 
-#include "src/core/log.hpp"
-
 #include <sched.h>
 
 #include <sys/uio.h>
@@ -35,7 +33,7 @@ void Waiter::nap(int microseconds) {
 }
 
 Status Waiter::check(const char* what, int peer, Clock::time_point start, int round,
-                     int& said) const {
+                     log::ProgressClock& progress) const {
   if (watch_) watch_();  // may abort (a mismatched call): the check below then ends the wait
   if (aborted_ != nullptr && aborted_->load(std::memory_order_acquire) != 0) {
     // The setter wrote the reason before its release of the flag; this acquire sees it.
@@ -51,14 +49,11 @@ Status Waiter::check(const char* what, int peer, Clock::time_point start, int ro
                                      std::to_string(peer) + ": " + failure};
     }
   }
-  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
   const double limit = static_cast<double>(timeout_.count()) / 1000.0;
-  if (round % 64 == 63 && waited >= (said + 1) * log::progressSeconds(limit) && waited <= limit) {
-    said = static_cast<int>(waited / log::progressSeconds(limit));
+  if (round % 64 == 63 && progress.waited() <= limit && progress.due())
     WEFT_WARN(log::kColl,
               "rank %d: still %s rank %d: no progress for %.0f s, %.0f s left (WEFT_TIMEOUT_S)",
-              rank_, what, peer, waited, limit - waited);
-  }
+              rank_, what, peer, progress.waited(), limit - progress.waited());
   if (Clock::now() - start > timeout_) {
     return {Code::timeout,
             "rank " + std::to_string(rank_) + ": " + what + " rank " + std::to_string(peer) +

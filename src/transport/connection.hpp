@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 
+#include "src/core/log.hpp"
 #include "weft/status.hpp"
 
 namespace weft::transport {
@@ -72,10 +73,10 @@ class Waiter {
     }
     const Clock::time_point start = Clock::now();
     int napUs = 1;
-    int said = 0;  // progress lines printed so far
+    log::ProgressClock progress(static_cast<double>(timeout_.count()) / 1000.0);
     for (int round = 0;; ++round) {
       if (ready()) return {};
-      if (Status s = check(what, peer, start, round, said); !s) return s;
+      if (Status s = check(what, peer, start, round, progress); !s) return s;
       nap(napUs);
       napUs = napUs < kMaxNapUs ? napUs * 2 : kMaxNapUs;
     }
@@ -90,9 +91,10 @@ class Waiter {
   static void yield();
   static constexpr int kMaxNapUs = 200;
   static void nap(int microseconds);
-  // The wait's end (abort, a dead peer, the timeout), or nothing; says at WARN every
-  // log::progressSeconds that the wait goes on (`said` counts those lines).
-  Status check(const char* what, int peer, Clock::time_point start, int round, int& said) const;
+  // The wait's end (abort, a dead peer, the timeout), or nothing; says at WARN when `progress`
+  // has a line due that the wait goes on.
+  Status check(const char* what, int peer, Clock::time_point start, int round,
+               log::ProgressClock& progress) const;
 
   std::chrono::microseconds spin_{0};
   bool yields_ = false;

@@ -10,41 +10,25 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fused/fp8/compressed.hpp"
 #include "src/exec/numeric.hpp"
+#include "tests/runtime/harness.hpp"
 
 namespace weft::fused::fp8 {
 namespace {
 
+// Values as `type` holds them, and back (tests/runtime/harness.hpp's element access).
 std::vector<std::byte> asType(DataType type, const std::vector<float>& v) {
   std::vector<std::byte> out(v.size() * sizeOf(type));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (type == DataType::f32) {
-      std::memcpy(out.data() + 4 * i, &v[i], 4);
-    } else {
-      const std::uint16_t h =
-          type == DataType::f16 ? exec::floatToHalf(v[i]) : exec::floatToBf16(v[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) test::store(out, i, type, v[i]);
   return out;
 }
 
 std::vector<float> asFloats(DataType type, const std::vector<std::byte>& b) {
-  const std::size_t n = b.size() / sizeOf(type);
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (type == DataType::f32) {
-      std::memcpy(&out[i], b.data() + 4 * i, 4);
-    } else {
-      std::uint16_t h;
-      std::memcpy(&h, b.data() + 2 * i, 2);
-      out[i] = type == DataType::f16 ? exec::halfToFloat(h) : exec::bf16ToFloat(h);
-    }
-  }
+  std::vector<float> out(b.size() / sizeOf(type));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(test::load(b, i, type));
   return out;
 }
 
@@ -63,24 +47,14 @@ std::vector<float> quantized(const Codec& c, DataType type, const std::vector<st
   return out;
 }
 
+// A communicator of n thread ranks, body(rank, its handle) on each.
 template <typename Body>
 void onRanks(int n, Body body) {
   std::vector<weftComm_t> comms(static_cast<std::size_t>(n));
   ASSERT_EQ(weftCommInitAll(comms.data(), n), weftSuccess) << weftGetLastError();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] { body(r, comms[static_cast<std::size_t>(r)]); });
-  for (std::thread& t : threads) t.join();
+  test::onEveryRank(n, [&](int r) { body(r, comms[static_cast<std::size_t>(r)]); });
   for (weftComm_t c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
 }
-
-struct Setup {
-  int ranks;
-  const char* codec;
-  DataType type;
-  RedOp op;
-  std::size_t count;
-};
 
 class Fp8Collectives : public ::testing::TestWithParam<int> {};
 
