@@ -162,6 +162,23 @@ Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
   return {};
 }
 
+Status readCodecs(const json& j, const std::string& where, CodecConstants& c) {
+  if (!j.is_object()) return invalidArgument(where + " must be an object");
+  const std::pair<const char*, double*> keys[] = {{"host_gbs", &c.hostGBs},
+                                                  {"device_gbs", &c.deviceGBs},
+                                                  {"device_launch_us", &c.deviceLaunchUs}};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const auto& [key, field] : keys) {
+      if (it.key() != key) continue;
+      if (Status s = readPositive(*it, where + "." + it.key(), *field); !s) return s;
+      known = true;
+    }
+    if (!known) return invalidArgument(where + "." + it.key() + ": unknown key");
+  }
+  return {};
+}
+
 json kernelsJson(const KernelConstants& k) {
   json j;
   for (const auto& [n, rounds] : k.gpuDirectRounds)
@@ -231,6 +248,8 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       s = readKernels(*it, where, c.kernels);
     } else if (key == "graphs") {
       s = readGraphs(*it, where, c.graphs);
+    } else if (key == "codecs") {
+      s = readCodecs(*it, where, c.codecs);
     } else if (key == "settings") {
       if (!it->is_object()) return invalidArgument(where + " must be an object");
       for (auto v = it->begin(); v != it->end(); ++v) {
@@ -283,6 +302,9 @@ std::string CostConstants::toJson() const {
                  {"device_copy_gbs", graphs.deviceCopyGBs},
                  {"device_all_peers_us", graphs.deviceAllPeersUs},
                  {"device_hop_latency_us", graphs.deviceHopLatencyUs}};
+  j["codecs"] = {{"host_gbs", codecs.hostGBs},
+                 {"device_gbs", codecs.deviceGBs},
+                 {"device_launch_us", codecs.deviceLaunchUs}};
   return j.dump(2);
 }
 

@@ -76,6 +76,15 @@ struct GraphConstants {
   double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
 };
 
+// How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written
+// per second. A tuning file's "codecs"; the defaults are the H200 machine's (docs/perf.md, "FP8
+// codecs against the device's copy" and "Compressed collectives").
+struct CodecConstants {
+  double hostGBs = 2.0;         // host_gbs: one rank's codec on host memory
+  double deviceGBs = 2800;      // device_gbs: one GPU's, shared by the ranks on it
+  double deviceLaunchUs = 4.0;  // device_launch_us: one codec kernel's launch and tail
+};
+
 struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
@@ -94,6 +103,7 @@ struct CostConstants {
   double patStagingBytes = 8.0 * 1024 * 1024;
   KernelConstants kernels;  // "kernels"
   GraphConstants graphs;    // "graphs"
+  CodecConstants codecs;    // "codecs"
   // "settings": the runtime's tuning settings by key (gpu_ll_blocks, host_slot_bytes, ...: the
   // environment variable's name in lower case without WEFT_), as text; the runtime checks them
   // (src/core/config.cpp) and its environment overrides them.

@@ -164,6 +164,69 @@ Result<Plan> Selector::planHost(Collective coll, std::size_t bytes) const {
   return plan;
 }
 
+Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const CodecShape& codec,
+                                      bool always) const {
+  if (coll != Collective::allReduce && coll != Collective::reduceScatter &&
+      coll != Collective::allGather)
+    return invalidArgument(std::string(name(coll)) + " cannot be compressed");
+  auto plain = plan(coll, bytes);
+  if (!plain) return plain;
+  const int n = std::max(1, tuner_.graph().nranks);
+  const auto ranks = static_cast<std::size_t>(n);
+  const std::size_t values = bytes / std::max<std::size_t>(1, codec.valueBytes);
+  // Each rank's share of the values and its encoding; all-reduce exchanges shares twice.
+  const std::size_t share =
+      coll == Collective::allReduce ? CodecShape::share(values, n) : values / ranks;
+  const std::size_t e = codec.segmentBytes(share);
+  const double valueBytes = static_cast<double>(values * codec.valueBytes);
+  const double encoded = static_cast<double>(e * ranks);
+  // The codec's passes over memory (bytes read plus written) and the inner collectives.
+  double passes = 0, inner = 0;
+  int kernels = 0;
+  std::string how;
+  auto exchange = [&](Collective c) -> Status {
+    auto p = plan(c, e * ranks);
+    if (!p) return p.status();
+    inner += p->estimateUs;
+    how += (how.empty() ? "" : " + ") + std::string(name(c)) + " " + p->algorithm;
+    return {};
+  };
+  if (coll == Collective::allGather) {
+    passes = static_cast<double>(share * codec.valueBytes + e) + encoded + valueBytes;
+    kernels = 2;
+    if (Status s = exchange(Collective::allGather); !s) return s;
+  } else {
+    passes = valueBytes + encoded;  // encode every share
+    if (Status s = exchange(Collective::allToAll); !s) return s;
+    if (coll == Collective::reduceScatter) {
+      passes += encoded + static_cast<double>(share * codec.valueBytes);  // decode and sum
+      kernels = 2;
+    } else {
+      passes += encoded + static_cast<double>(e);  // decode, sum, encode the sums
+      passes += encoded + valueBytes;              // decode every rank's sums
+      kernels = 3;
+      if (Status s = exchange(Collective::allGather); !s) return s;
+    }
+  }
+  const CodecConstants& cc = options_.constants.codecs;
+  const double rate = kernels_.gpu ? cc.deviceGBs / (kernels_.sameDevice ? n : 1) : cc.hostGBs;
+  const double codecUs = passes / (rate * 1e3) + (kernels_.gpu ? kernels * cc.deviceLaunchUs : 0.0);
+  const double us = codecUs + inner;
+  if (!always && us >= plain->estimateUs) {
+    plain->reason = "uncompressed (" + codec.name + " would take " +
+                    std::to_string(static_cast<int>(us)) + " us); " + plain->reason;
+    return plain;
+  }
+  Plan p;
+  p.algorithm = "compressed";
+  p.codec = codec.name;
+  p.estimateUs = us;
+  p.reason = codec.name + " over " + how + ", " + std::to_string(static_cast<int>(us)) +
+             " us against " + std::to_string(static_cast<int>(plain->estimateUs)) +
+             " us uncompressed" + (always ? " (compression asked for always)" : "");
+  return p;
+}
+
 Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
   KernelSet k;
   k.gpu = true;

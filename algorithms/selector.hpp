@@ -9,6 +9,7 @@
 #include <bitset>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "algorithms/tuner.hpp"
@@ -28,6 +29,30 @@ struct KernelSet {
   // ranks cannot (not all on one host, ...), and their sizes (none: the constants').
   std::bitset<8> slots, direct;
   std::optional<std::size_t> slotsMaxBytes, directMinBytes;
+  bool sameDevice = false;  // GPU: the ranks share one device (and its codec bandwidth)
+};
+
+// A block-scaled codec a call may cross the wire through (fused/fp8): one byte a value plus
+// `scaleBytes` a block of `block` values, each rank's share padded to whole blocks.
+struct CodecShape {
+  std::string name;  // "e4m3:32"
+  std::size_t block = 32;
+  std::size_t scaleBytes = 1;
+  std::size_t valueBytes = 2;  // of the call's type
+  std::size_t paddedValues(std::size_t values) const {
+    return (values + block - 1) / block * block;
+  }
+  // One rank's share of `values` values, encoded: its elements, then its scales, in whole
+  // 16 bytes (fused/fp8/codec.hpp's Segments).
+  std::size_t segmentBytes(std::size_t values) const {
+    const std::size_t p = paddedValues(values);
+    return (p + p / block * scaleBytes + 15) / 16 * 16;
+  }
+  // All-reduce's share a rank reduces of `count` values.
+  static std::size_t share(std::size_t count, int nranks) {
+    const auto n = static_cast<std::size_t>(nranks < 1 ? 1 : nranks);
+    return (count + n - 1) / n;
+  }
 };
 
 class Selector {
@@ -36,6 +61,12 @@ class Selector {
 
   // The plan for a call of `bytes` (the whole message: an all-gather's holds every rank's input).
   Result<Plan> plan(Collective coll, std::size_t bytes) const;
+  // A call the caller allowed to compress (all-reduce, reduce-scatter, all-gather of `bytes`,
+  // counted as plan() counts them): the compressed variant (encode, the exchange of the encoded
+  // bytes, decode and sum; Plan::codec set) priced with the codec's speed against the call as it
+  // is, the cheaper returned; `always`: the compressed one.
+  Result<Plan> planCompressed(Collective coll, std::size_t bytes, const CodecShape& codec,
+                              bool always = false) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

@@ -49,6 +49,9 @@ struct Plan {
   int aggregation = 0;         // PAT's A (0 for other algorithms)
   double estimateUs = 0;
   std::string reason;  // "cheapest of 6 candidates" / "forced by WEFT_ALGO=ring"
+  // A compressed plan's codec ("e4m3:32"): the values cross the wire encoded, the inner
+  // collectives planned on the encoded bytes (Selector::planCompressed); "" for every other.
+  std::string codec;
 };
 
 class Tuner {

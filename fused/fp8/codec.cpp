@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "fused/fp8/codec_math.hpp"
 #include "fused/fp8/values.hpp"
@@ -50,6 +51,14 @@ Result<Codec> Codec::parse(std::string_view text) {
                            ": the block must be 32 (E8M0 scales, MX-style) or 128 (f32 scales)");
   }
   return c;
+}
+
+Codec Codec::from(const weftCompression& c) {
+  Codec codec;
+  codec.element = c.format == weftCompressFp8E5M2 ? Element::e5m2 : Element::e4m3;
+  codec.scale = c.scale == weftScaleF32 ? ScaleKind::f32 : ScaleKind::e8m0;
+  codec.block = c.block;
+  return codec;
 }
 
 std::string Codec::name() const {
@@ -135,6 +144,66 @@ Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_
       storeValue(type, out, i,
                  std::isnan(s) ? std::numeric_limits<float>::quiet_NaN()
                                : fromElement(codec.element, elements[i]) * s);
+  }
+  return {};
+}
+
+Segments Segments::of(const Codec& codec, std::size_t segments, std::size_t stride,
+                      std::size_t count) {
+  Segments s;
+  s.segments = segments;
+  s.stride = stride;
+  s.count = count;
+  const auto block = static_cast<std::size_t>(codec.block);
+  s.padded = (stride + block - 1) / block * block;
+  s.segmentBytes = (codec.encodedBytes(s.padded) + 15) / 16 * 16;
+  return s;
+}
+
+Status encodeSegments(const Codec& codec, DataType type, const void* in, const Segments& seg,
+                      std::byte* out) {
+  const std::size_t size = sizeOf(type);
+  std::vector<std::byte> padded(seg.padded * size);
+  for (std::size_t s = 0; s < seg.segments; ++s) {
+    const std::size_t valid = seg.valid(s);
+    std::fill(padded.begin(), padded.end(), std::byte{0});
+    if (valid > 0)
+      std::memcpy(padded.data(), static_cast<const std::byte*>(in) + s * seg.stride * size,
+                  valid * size);
+    std::byte* to = out + s * seg.segmentBytes;
+    if (Status st = encode(codec, type, padded.data(), seg.padded, to); !st) return st;
+    std::fill(to + codec.encodedBytes(seg.padded), to + seg.segmentBytes, std::byte{0});
+  }
+  return {};
+}
+
+Status decodeSegments(const Codec& codec, DataType type, const std::byte* in, const Segments& seg,
+                      void* out) {
+  const std::size_t size = sizeOf(type);
+  std::vector<std::byte> values(seg.padded * size);
+  for (std::size_t s = 0; s < seg.segments; ++s) {
+    const std::size_t valid = seg.valid(s);
+    if (valid == 0) continue;
+    if (Status st = decode(codec, type, in + s * seg.segmentBytes, seg.padded, values.data()); !st)
+      return st;
+    std::memcpy(static_cast<std::byte*>(out) + s * seg.stride * size, values.data(), valid * size);
+  }
+  return {};
+}
+
+Status sumSegments(const Codec& codec, const std::byte* in, const Segments& seg, float divisor,
+                   float* sums) {
+  std::fill(sums, sums + seg.padded, 0.0f);
+  std::vector<float> part(seg.padded);
+  for (std::size_t s = 0; s < seg.segments; ++s) {
+    if (Status st =
+            decode(codec, DataType::f32, in + s * seg.segmentBytes, seg.padded, part.data());
+        !st)
+      return st;
+    for (std::size_t i = 0; i < seg.padded; ++i) sums[i] += part[i];
+  }
+  if (divisor != 1.0f) {
+    for (std::size_t i = 0; i < seg.padded; ++i) sums[i] /= divisor;
   }
   return {};
 }

@@ -9,6 +9,7 @@
 // device codec must match bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "weft/status.hpp"
 #include "weft/types.hpp"
+#include "weft/weft.h"
 
 namespace weft::fused::fp8 {
 
@@ -35,6 +37,9 @@ struct Codec {
   std::size_t scaleBytes() const { return scale == ScaleKind::e8m0 ? 1 : 4; }
   // An encoded buffer: `count` element bytes, then blocks(count) scales.
   std::size_t encodedBytes(std::size_t count) const { return count + blocks(count) * scaleBytes(); }
+  // From weft.h's form (checked by the caller: src/core/compression.hpp).
+  static Codec from(const weftCompression& c);
+
   // The element format's largest finite value (448 or 57344), smallest normal exponent and
   // mantissa bits: what the error bound is made of.
   float maxFinite() const { return element == Element::e4m3 ? 448.0f : 57344.0f; }
@@ -56,5 +61,35 @@ Status encode(const Codec& codec, DataType type, const void* in, std::size_t cou
 Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_t count, void* out);
 // One block's scale as a float (NaN where the block was not finite), for tests and tools.
 float scaleOf(const Codec& codec, const std::byte* encoded, std::size_t count, std::size_t block);
+
+// Values cut into `segments` shares of `stride` values each (rank r's share first at r * stride;
+// `count` values in all, so the last shares may hold fewer or none), each encoded on its own:
+// padded with zeros to whole blocks (`padded` values), its elements then its scales, in
+// `segmentBytes` (a multiple of 16, so every share starts aligned). What the compressed
+// collectives exchange.
+struct Segments {
+  std::size_t segments = 1, stride = 0, count = 0;
+  std::size_t padded = 0, segmentBytes = 0;
+  static Segments of(const Codec& codec, std::size_t segments, std::size_t stride,
+                     std::size_t count);
+  // The values share s holds.
+  std::size_t valid(std::size_t s) const {
+    const std::size_t begin = s * stride;
+    return begin >= count ? 0 : std::min(stride, count - begin);
+  }
+  std::size_t bytes() const { return segments * segmentBytes; }
+};
+
+// Each share of `in` (values of `type`) encoded into `out` (seg.bytes()).
+Status encodeSegments(const Codec& codec, DataType type, const void* in, const Segments& seg,
+                      std::byte* out);
+// Each encoded share of `in` decoded into its place in `out` (values of `type`).
+Status decodeSegments(const Codec& codec, DataType type, const std::byte* in, const Segments& seg,
+                      void* out);
+// The sum of `seg.segments` encoded shares of `in`, each of seg.padded values, decoded and
+// added in f32 in share order, divided by `divisor` (avg: the rank count; sum: 1): seg.padded
+// floats into `sums`.
+Status sumSegments(const Codec& codec, const std::byte* in, const Segments& seg, float divisor,
+                   float* sums);
 
 }  // namespace weft::fused::fp8

@@ -15,5 +15,18 @@ Status encodeOnDevice(const Codec& codec, DataType type, const void* in, std::si
                       std::byte* out, void* stream);
 Status decodeOnDevice(const Codec& codec, DataType type, const std::byte* in, std::size_t count,
                       void* out, void* stream);
+// encodeSegments, decodeSegments (codec.hpp) on the device.
+Status encodeSegmentsOnDevice(const Codec& codec, DataType type, const void* in,
+                              const Segments& seg, std::byte* out, void* stream);
+Status decodeSegmentsOnDevice(const Codec& codec, DataType type, const std::byte* in,
+                              const Segments& seg, void* out, void* stream);
+// sumSegments on the device, the sums then stored as the first `outCount` values of `type` at
+// `out` (reduce-scatter's share), or encoded as one share of seg.padded values at `out`
+// (sumEncodeOnDevice: all-reduce's second quantization, no f32 in memory between).
+Status sumSegmentsOnDevice(const Codec& codec, const std::byte* in, const Segments& seg,
+                           float divisor, DataType type, void* out, std::size_t outCount,
+                           void* stream);
+Status sumEncodeOnDevice(const Codec& codec, const std::byte* in, const Segments& seg,
+                         float divisor, std::byte* out, void* stream);
 
 }  // namespace weft::fused::fp8

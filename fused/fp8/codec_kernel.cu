@@ -69,14 +69,26 @@ __device__ void load8(const T* p, std::size_t i, std::size_t count, bool aligned
   for (int j = 0; j < kVec; ++j) v[j] = i + j < count ? Value<T>::widen(p[i + j]) : 0.0f;
 }
 
-template <typename T, bool E4m3, int Block, bool E8m0>
-__global__ void encodeKernel(const T* in, std::size_t count, std::uint8_t* elements,
-                             std::uint8_t* scales, bool aligned) {
+// Where a kernel's values and bytes lie (codec.hpp's Segments; the single buffer of
+// encodeOnDevice is one segment whose scales follow its `count` elements).
+struct Layout {
+  std::size_t segments, stride, count;
+  std::size_t padded;        // values a segment codes: its threads cover them
+  std::size_t kept;          // element bytes a segment stores; its scales follow them
+  std::size_t segmentBytes;  // from one segment's bytes to the next's
+  __device__ std::size_t valid(std::size_t s) const {
+    const std::size_t begin = s * stride;
+    return begin >= count ? 0 : (count - begin < stride ? count - begin : stride);
+  }
+};
+
+// Eight values at i of a block of values into fp8 elements and (the group's leader) its scale:
+// every lane of the warp calls it (the group finds the block's largest magnitude together);
+// `active` lanes store.
+template <bool E4m3, int Block, bool E8m0>
+__device__ void encode8(const float* v, std::size_t i, bool active, std::size_t kept,
+                        std::uint8_t* elements, std::uint8_t* scales, bool aligned) {
   constexpr int kGroup = Block / kVec;  // lanes sharing a block of values
-  const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const std::size_t i = t * kVec;
-  float v[kVec];
-  load8(in, i, count, aligned, v);
   float amax = 0;
   int finite = 1;
   for (int j = 0; j < kVec; ++j) {
@@ -87,9 +99,9 @@ __global__ void encodeKernel(const T* in, std::size_t count, std::uint8_t* eleme
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     finite &= __shfl_xor_sync(0xffffffffu, finite, o);
   }
-  if (i >= count) return;
+  if (!active || i >= kept) return;
   const std::size_t b = i / Block;
-  const bool leader = (t % kGroup) == 0;
+  const bool leader = (i / kVec) % kGroup == 0;
   std::uint8_t q[kVec];
   constexpr float kMax = E4m3 ? 448.0f : 57344.0f;
   if (!finite) {
@@ -98,8 +110,7 @@ __global__ void encodeKernel(const T* in, std::size_t count, std::uint8_t* eleme
       if constexpr (E8m0) {
         scales[b] = 0xff;
       } else {
-        const std::uint32_t nan = 0x7fc00000u;
-        for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(nan >> (8 * k));
+        for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(kNaN >> (8 * k));
       }
     }
   } else if constexpr (E8m0) {
@@ -115,43 +126,47 @@ __global__ void encodeKernel(const T* in, std::size_t count, std::uint8_t* eleme
       for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(bits >> (8 * k));
     }
   }
-  if (aligned && i + kVec <= count) {
+  if (aligned && i + kVec <= kept) {
     uint2 packed;
     std::uint8_t* p = reinterpret_cast<std::uint8_t*>(&packed);
     for (int j = 0; j < kVec; ++j) p[j] = q[j];
     *reinterpret_cast<uint2*>(elements + i) = packed;
   } else {
-    for (int j = 0; j < kVec && i + j < count; ++j) elements[i + j] = q[j];
+    for (int j = 0; j < kVec && i + j < kept; ++j) elements[i + j] = q[j];
   }
 }
 
-template <typename T, bool E4m3, int Block, bool E8m0>
-__global__ void decodeKernel(const std::uint8_t* elements, const std::uint8_t* scales,
-                             std::size_t count, T* out, bool aligned) {
-  const std::size_t i = (static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
-  if (i >= count) return;
+// Eight decoded values at i of a segment (elements past `kept` read as zero).
+template <bool E4m3, int Block, bool E8m0>
+__device__ void decode8(const std::uint8_t* elements, const std::uint8_t* scales, std::size_t i,
+                        std::size_t kept, bool aligned, float* v) {
   const std::size_t b = i / Block;
   std::uint8_t q[kVec];
-  if (aligned && i + kVec <= count) {
+  if (aligned && i + kVec <= kept) {
     const uint2 packed = *reinterpret_cast<const uint2*>(elements + i);
     const std::uint8_t* p = reinterpret_cast<const std::uint8_t*>(&packed);
     for (int j = 0; j < kVec; ++j) q[j] = p[j];
   } else {
-    for (int j = 0; j < kVec; ++j) q[j] = i + j < count ? elements[i + j] : 0;
+    for (int j = 0; j < kVec; ++j) q[j] = i + j < kept ? elements[i + j] : 0;
   }
-  float v[kVec];
   if constexpr (E8m0) {
     const std::uint8_t code = scales[b];
     const float scale = code == 0xff ? __uint_as_float(kNaN) : scalbnf(1.0f, code - 127);
-    for (int j = 0; j < kVec; ++j) v[j] = code == 0xff ? scale : fromElement<E4m3>(q[j]) * scale;
+    for (int j = 0; j < kVec; ++j)
+      v[j] = code == 0xff ? scale : __fmul_rn(fromElement<E4m3>(q[j]), scale);
   } else {
     std::uint32_t bits = 0;
     for (int k = 0; k < 4; ++k) bits |= static_cast<std::uint32_t>(scales[4 * b + k]) << (8 * k);
     const float s = __uint_as_float(bits);
     for (int j = 0; j < kVec; ++j)
-      v[j] = isnan(s) ? __uint_as_float(kNaN) : fromElement<E4m3>(q[j]) * s;
+      v[j] = isnan(s) ? __uint_as_float(kNaN) : __fmul_rn(fromElement<E4m3>(q[j]), s);
   }
-  if (aligned && i + kVec <= count) {
+}
+
+// Eight values of type T stored at i of `out`, `valid` values there in all.
+template <typename T>
+__device__ void store8(T* out, std::size_t i, std::size_t valid, bool aligned, const float* v) {
+  if (aligned && i + kVec <= valid) {
     if constexpr (sizeof(T) == 4) {
       reinterpret_cast<float4*>(out + i)[0] = make_float4(v[0], v[1], v[2], v[3]);
       reinterpret_cast<float4*>(out + i)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -162,17 +177,66 @@ __global__ void decodeKernel(const std::uint8_t* elements, const std::uint8_t* s
       *reinterpret_cast<uint4*>(out + i) = raw;
     }
   } else {
-    for (int j = 0; j < kVec && i + j < count; ++j) out[i + j] = Value<T>::narrow(v[j]);
+    for (int j = 0; j < kVec && i + j < valid; ++j) out[i + j] = Value<T>::narrow(v[j]);
+  }
+}
+
+__device__ std::size_t threadIndex() {
+  return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+template <typename T, bool E4m3, int Block, bool E8m0>
+__global__ void encodeKernel(const T* in, Layout l, std::uint8_t* out, bool aligned) {
+  const std::size_t perSegment = l.padded / kVec;
+  const std::size_t t = threadIndex();
+  const std::size_t s = t / perSegment, i = (t % perSegment) * kVec;
+  const bool active = s < l.segments;
+  float v[kVec];
+  load8(active ? in + s * l.stride : in, i, active ? l.valid(s) : 0, aligned, v);
+  std::uint8_t* elements = out + (active ? s : 0) * l.segmentBytes;
+  encode8<E4m3, Block, E8m0>(v, i, active, l.kept, elements, elements + l.kept, aligned);
+}
+
+template <typename T, bool E4m3, int Block, bool E8m0>
+__global__ void decodeKernel(const std::uint8_t* in, Layout l, T* out, bool aligned) {
+  const std::size_t perSegment = l.padded / kVec;
+  const std::size_t t = threadIndex();
+  const std::size_t s = t / perSegment, i = (t % perSegment) * kVec;
+  if (s >= l.segments || i >= l.valid(s)) return;
+  const std::uint8_t* elements = in + s * l.segmentBytes;
+  float v[kVec];
+  decode8<E4m3, Block, E8m0>(elements, elements + l.kept, i, l.kept, aligned, v);
+  store8(out + s * l.stride, i, l.valid(s), aligned, v);
+}
+
+// The shares of `in` summed in share order (then divided), stored as values of T (out) or
+// encoded as one share (encoded).
+template <typename T, bool E4m3, int Block, bool E8m0>
+__global__ void sumKernel(const std::uint8_t* in, Layout l, float divisor, T* out,
+                          std::size_t outCount, std::uint8_t* encoded, bool aligned) {
+  const std::size_t i = threadIndex() * kVec;
+  const bool active = i < l.padded;
+  float sum[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (active) {
+    for (std::size_t s = 0; s < l.segments; ++s) {
+      const std::uint8_t* elements = in + s * l.segmentBytes;
+      float v[kVec];
+      decode8<E4m3, Block, E8m0>(elements, elements + l.padded, i, l.padded, aligned, v);
+      for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
+    }
+    if (divisor != 1.0f) {
+      for (int j = 0; j < kVec; ++j) sum[j] = __fdiv_rn(sum[j], divisor);
+    }
+  }
+  if (encoded != nullptr) {
+    encode8<E4m3, Block, E8m0>(sum, i, active, l.padded, encoded, encoded + l.padded, aligned);
+  } else if (active && i < outCount) {
+    store8(out, i, outCount, aligned, sum);
   }
 }
 
 bool alignedTo(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
-unsigned gridFor(std::size_t count) {
-  const std::size_t threads = (count + kVec - 1) / kVec;
-  return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
 }
 
 Status launched(const char* what) {
@@ -206,35 +270,97 @@ Status dispatch(const Codec& c, DataType type, F f) {
   }
 }
 
-}  // namespace
+unsigned gridFor(const Layout& l) {
+  const std::size_t threads = l.segments * (l.padded / kVec);
+  return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+}
 
-Status encodeOnDevice(const Codec& codec, DataType type, const void* in, std::size_t count,
-                      std::byte* out, void* stream) {
-  if (count == 0) return {};
+Layout single(const Codec& c, std::size_t count) {
+  const auto block = static_cast<std::size_t>(c.block);
+  return {1, count, count, (count + block - 1) / block * block, count, 0};
+}
+
+Layout segmented(const Segments& seg) {
+  return {seg.segments, seg.stride, seg.count, seg.padded, seg.padded, seg.segmentBytes};
+}
+
+Status encodeWith(const Codec& codec, DataType type, const void* in, const Layout& l,
+                  std::byte* out, void* stream) {
+  if (l.count == 0) return {};
   return dispatch(codec, type, [&](auto t, auto e4m3, auto block, auto e8m0) -> Status {
     using T = decltype(t);
-    const bool aligned = alignedTo(in, 16) && alignedTo(out, 8);
+    const bool aligned = alignedTo(in, 16) && alignedTo(out, 8) &&
+                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % 8 == 0;
     encodeKernel<T, decltype(e4m3)::value, decltype(block)::value, decltype(e8m0)::value>
-        <<<gridFor(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<const T*>(in), count, reinterpret_cast<std::uint8_t*>(out),
-            reinterpret_cast<std::uint8_t*>(out) + count, aligned);
+        <<<gridFor(l), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<const T*>(in), l, reinterpret_cast<std::uint8_t*>(out), aligned);
     return launched("fp8 encode");
   });
 }
 
-Status decodeOnDevice(const Codec& codec, DataType type, const std::byte* in, std::size_t count,
-                      void* out, void* stream) {
-  if (count == 0) return {};
+Status decodeWith(const Codec& codec, DataType type, const std::byte* in, const Layout& l,
+                  void* out, void* stream) {
+  if (l.count == 0) return {};
   return dispatch(codec, type, [&](auto t, auto e4m3, auto block, auto e8m0) -> Status {
     using T = decltype(t);
-    const bool aligned = alignedTo(in, 8) && alignedTo(out, 16);
+    const bool aligned = alignedTo(in, 8) && alignedTo(out, 16) &&
+                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % 8 == 0;
     decodeKernel<T, decltype(e4m3)::value, decltype(block)::value, decltype(e8m0)::value>
-        <<<gridFor(count), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-            reinterpret_cast<const std::uint8_t*>(in),
-            reinterpret_cast<const std::uint8_t*>(in) + count, count, static_cast<T*>(out),
-            aligned);
+        <<<gridFor(l), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            reinterpret_cast<const std::uint8_t*>(in), l, static_cast<T*>(out), aligned);
     return launched("fp8 decode");
   });
+}
+
+Status sumWith(const Codec& codec, const std::byte* in, const Segments& seg, float divisor,
+               DataType type, void* out, std::size_t outCount, std::byte* encoded, void* stream) {
+  if (seg.padded == 0) return {};
+  Layout l = segmented(seg);
+  return dispatch(codec, type, [&](auto t, auto e4m3, auto block, auto e8m0) -> Status {
+    using T = decltype(t);
+    const bool aligned = alignedTo(in, 16) && alignedTo(out, 16) && alignedTo(encoded, 16);
+    Layout one = l;
+    one.segments = 1;
+    sumKernel<T, decltype(e4m3)::value, decltype(block)::value, decltype(e8m0)::value>
+        <<<gridFor(one), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            reinterpret_cast<const std::uint8_t*>(in), l, divisor, static_cast<T*>(out), outCount,
+            reinterpret_cast<std::uint8_t*>(encoded), aligned);
+    return launched("fp8 sum");
+  });
+}
+
+}  // namespace
+
+Status encodeOnDevice(const Codec& codec, DataType type, const void* in, std::size_t count,
+                      std::byte* out, void* stream) {
+  return encodeWith(codec, type, in, single(codec, count), out, stream);
+}
+
+Status decodeOnDevice(const Codec& codec, DataType type, const std::byte* in, std::size_t count,
+                      void* out, void* stream) {
+  return decodeWith(codec, type, in, single(codec, count), out, stream);
+}
+
+Status encodeSegmentsOnDevice(const Codec& codec, DataType type, const void* in,
+                              const Segments& seg, std::byte* out, void* stream) {
+  return encodeWith(codec, type, in, segmented(seg), out, stream);
+}
+
+Status decodeSegmentsOnDevice(const Codec& codec, DataType type, const std::byte* in,
+                              const Segments& seg, void* out, void* stream) {
+  return decodeWith(codec, type, in, segmented(seg), out, stream);
+}
+
+Status sumSegmentsOnDevice(const Codec& codec, const std::byte* in, const Segments& seg,
+                           float divisor, DataType type, void* out, std::size_t outCount,
+                           void* stream) {
+  return sumWith(codec, in, seg, divisor, type, out, outCount, nullptr, stream);
+}
+
+Status sumEncodeOnDevice(const Codec& codec, const std::byte* in, const Segments& seg,
+                         float divisor, std::byte* out, void* stream) {
+  // The sums are encoded from f32: the kernel's value type is float, its output unused.
+  return sumWith(codec, in, seg, divisor, DataType::f32, nullptr, 0, out, stream);
 }
 
 }  // namespace weft::fused::fp8

@@ -1,140 +1,195 @@
 #include "fused/fp8/compressed.hpp"
 
-#include <algorithm>
-#include <cstring>
 #include <vector>
 
+#include "fused/fp8/codec.hpp"
+#include "fused/fp8/codec_device.hpp"
 #include "fused/fp8/values.hpp"
+#include "src/core/compression.hpp"
+#include "src/exec/cuda_executor.hpp"
 
 namespace weft::fused::fp8 {
 namespace {
 
-Status fromC(weftResult_t r, const char* what) {
-  if (r == weftSuccess) return {};
-  return Status(static_cast<Code>(r), std::string(what) + ": " + weftGetLastError());
+algo::CodecShape shapeOf(const Codec& codec, DataType type) {
+  algo::CodecShape s;
+  s.name = codec.name();
+  s.block = static_cast<std::size_t>(codec.block);
+  s.scaleBytes = codec.scaleBytes();
+  s.valueBytes = sizeOf(type);
+  return s;
 }
 
-Status checkArgs(const Codec& codec, DataType type, const char* what) {
-  if (!encodable(type))
-    return invalidArgument(std::string(what) + " " + codec.name() + ": " + std::string(name(type)) +
-                           " cannot be compressed (bf16, f16 and f32 can)");
-  return {};
+Status plain(Communicator& c, const CompressedCall& x) {
+  switch (x.coll) {
+    case Collective::allReduce:
+      return c.allReduce(x.send, x.recv, x.count, x.type, x.op, x.stream);
+    case Collective::reduceScatter:
+      return c.reduceScatter(x.send, x.recv, x.count, x.type, x.op, x.stream);
+    default:
+      return c.allGather(x.send, x.recv, x.count, x.type, x.stream);
+  }
 }
 
-Status checkOp(const Codec& codec, RedOp op, const char* what) {
-  if (op == RedOp::sum || op == RedOp::avg) return {};
-  return invalidArgument(std::string(what) + " " + codec.name() + ": " + std::string(name(op)) +
-                         " cannot be compressed (sum and avg can: scaled blocks cannot be "
-                         "multiplied or compared exactly)");
-}
+// Where the encoded shares lie in the workspace: what this rank sends, what it receives, its
+// reduced share (all-reduce) and everyone's (all-reduce's gather), and on the host the sums.
+struct Parts {
+  std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+  std::byte* mine = nullptr;
+  std::byte* gathered = nullptr;
+  float* sums = nullptr;
+};
 
-// This rank's share of the reduction, in f32: every rank's `share` values for it, encoded
-// chunk by chunk (a block never spans two ranks' shares), exchanged, decoded and added in rank
-// order.
-Status reduceShare(weftComm_t comm, const Codec& codec, DataType type, RedOp op, const void* send,
-                   std::size_t share, std::vector<float>& sums) {
-  int n = 0;
-  if (Status s = fromC(weftCommCount(comm, &n), "fp8 reduce-scatter"); !s) return s;
-  const std::size_t encoded = codec.encodedBytes(share);
-  const std::size_t size = sizeOf(type);
-  std::vector<std::byte> out(encoded * static_cast<std::size_t>(n)), in(out.size());
-  for (int q = 0; q < n; ++q) {
-    const auto* chunk =
-        static_cast<const std::byte*>(send) + static_cast<std::size_t>(q) * share * size;
-    if (Status s =
-            encode(codec, type, chunk, share, out.data() + static_cast<std::size_t>(q) * encoded);
+// The steps of the compressed call, on host memory (`device` false) or the GPU.
+class Steps {
+ public:
+  Steps(Communicator& c, const Codec& codec, const CompressedCall& x, bool device)
+      : c_(c), codec_(codec), x_(x), device_(device), n_(static_cast<std::size_t>(c.size())) {}
+
+  Status run() {
+    switch (x_.coll) {
+      case Collective::allReduce:
+        return allReduce();
+      case Collective::reduceScatter:
+        return reduceScatter();
+      default:
+        return allGather();
+    }
+  }
+
+ private:
+  float divisor() const { return x_.op == RedOp::avg ? static_cast<float>(n_) : 1.0f; }
+
+  Result<Parts> parts(const Segments& seg, bool reduced, bool gathered) {
+    const std::size_t e = seg.segmentBytes;
+    const std::size_t sums = device_ ? 0 : seg.padded * sizeof(float);
+    const std::size_t need = 2 * seg.bytes() + (reduced ? e : 0) + (gathered ? seg.bytes() : 0);
+    auto ws = c_.workspace(need + sums, device_);
+    if (!ws) return ws.status();
+    Parts p;
+    p.send = *ws;
+    p.recv = p.send + seg.bytes();
+    p.mine = p.recv + seg.bytes();
+    p.gathered = p.mine + (reduced ? e : 0);
+    if (!device_) p.sums = reinterpret_cast<float*>(*ws + need);
+    return p;
+  }
+
+  Status encode(const void* in, const Segments& seg, std::byte* out) {
+    return device_ ? encodeSegmentsOnDevice(codec_, x_.type, in, seg, out, x_.stream)
+                   : encodeSegments(codec_, x_.type, in, seg, out);
+  }
+  Status decode(const std::byte* in, const Segments& seg, void* out) {
+    return device_ ? decodeSegmentsOnDevice(codec_, x_.type, in, seg, out, x_.stream)
+                   : decodeSegments(codec_, x_.type, in, seg, out);
+  }
+  Status exchange(const Parts& p, const Segments& seg) {
+    return c_.allToAll(p.send, p.recv, seg.segmentBytes, DataType::u8, x_.stream);
+  }
+
+  Status reduceScatter() {
+    const Segments seg = Segments::of(codec_, n_, x_.count, x_.count * n_);
+    auto p = parts(seg, false, false);
+    if (!p) return p.status();
+    if (Status s = encode(x_.send, seg, p->send); !s) return s;
+    if (Status s = exchange(*p, seg); !s) return s;
+    if (device_)
+      return sumSegmentsOnDevice(codec_, p->recv, seg, divisor(), x_.type, x_.recv, x_.count,
+                                 x_.stream);
+    if (Status s = sumSegments(codec_, p->recv, seg, divisor(), p->sums); !s) return s;
+    for (std::size_t i = 0; i < x_.count; ++i) storeValue(x_.type, x_.recv, i, p->sums[i]);
+    return {};
+  }
+
+  Status allReduce() {
+    const std::size_t share = algo::CodecShape::share(x_.count, static_cast<int>(n_));
+    const Segments seg = Segments::of(codec_, n_, share, x_.count);
+    auto p = parts(seg, true, true);
+    if (!p) return p.status();
+    if (Status s = encode(x_.send, seg, p->send); !s) return s;
+    if (Status s = exchange(*p, seg); !s) return s;
+    // The second quantization: this rank's reduced share, from its f32 sums.
+    if (device_) {
+      if (Status s = sumEncodeOnDevice(codec_, p->recv, seg, divisor(), p->mine, x_.stream); !s)
+        return s;
+    } else {
+      if (Status s = sumSegments(codec_, p->recv, seg, divisor(), p->sums); !s) return s;
+      const Segments one = Segments::of(codec_, 1, seg.padded, seg.padded);
+      if (Status s = encodeSegments(codec_, DataType::f32, p->sums, one, p->mine); !s) return s;
+    }
+    if (Status s = c_.allGather(p->mine, p->gathered, seg.segmentBytes, DataType::u8, x_.stream);
         !s)
       return s;
+    return decode(p->gathered, seg, x_.recv);
   }
-  if (Status s = fromC(weftAllToAll(out.data(), in.data(), encoded, weftUint8, comm, nullptr),
-                       "fp8 reduce-scatter");
-      !s)
-    return s;
-  sums.assign(share, 0.0f);
-  std::vector<float> part(share);
-  for (int r = 0; r < n; ++r) {
-    if (Status s = decode(codec, DataType::f32, in.data() + static_cast<std::size_t>(r) * encoded,
-                          share, part.data());
-        !s)
-      return s;
-    for (std::size_t i = 0; i < share; ++i) sums[i] += part[i];
-  }
-  if (op == RedOp::avg) {
-    for (float& x : sums) x /= static_cast<float>(n);
-  }
-  return {};
-}
 
-// Every rank's `count` values of `type` as `codec` bytes, gathered and decoded into `recv`
-// (count values a rank); `encodedMine` is this rank's encoding.
-Status gatherEncoded(weftComm_t comm, const Codec& codec, DataType type,
-                     const std::vector<std::byte>& encodedMine, std::size_t count, std::size_t keep,
-                     void* recv) {
-  int n = 0;
-  if (Status s = fromC(weftCommCount(comm, &n), "fp8 all-gather"); !s) return s;
-  const std::size_t encoded = encodedMine.size();
-  std::vector<std::byte> all(encoded * static_cast<std::size_t>(n));
-  if (Status s =
-          fromC(weftAllGather(encodedMine.data(), all.data(), encoded, weftUint8, comm, nullptr),
-                "fp8 all-gather");
-      !s)
-    return s;
-  const std::size_t size = sizeOf(type);
-  std::vector<std::byte> values(count * size);
-  std::size_t done = 0;
-  for (int r = 0; r < n && done < keep; ++r) {
-    if (Status s = decode(codec, type, all.data() + static_cast<std::size_t>(r) * encoded, count,
-                          values.data());
-        !s)
+  Status allGather() {
+    const Segments seg = Segments::of(codec_, n_, x_.count, x_.count * n_);
+    const Segments mine = Segments::of(codec_, 1, x_.count, x_.count);
+    auto p = parts(seg, false, false);
+    if (!p) return p.status();
+    // p->send holds this rank's share; p->recv everyone's.
+    if (Status s = encode(x_.send, mine, p->send); !s) return s;
+    if (Status s = c_.allGather(p->send, p->recv, seg.segmentBytes, DataType::u8, x_.stream); !s)
       return s;
-    const std::size_t take = std::min(count, keep - done);
-    std::memcpy(static_cast<std::byte*>(recv) + done * size, values.data(), take * size);
-    done += take;
+    return decode(p->recv, seg, x_.recv);
   }
-  return {};
+
+  Communicator& c_;
+  const Codec& codec_;
+  const CompressedCall& x_;
+  bool device_;
+  std::size_t n_;
+};
+
+const char* what(Collective coll) {
+  switch (coll) {
+    case Collective::allReduce:
+      return "weftAllReduceEx";
+    case Collective::reduceScatter:
+      return "weftReduceScatterEx";
+    default:
+      return "weftAllGatherEx";
+  }
 }
 
 }  // namespace
 
-Status compressedAllGather(weftComm_t comm, const Codec& codec, DataType type, const void* send,
-                           void* recv, std::size_t sendcount) {
-  if (Status s = checkArgs(codec, type, "fp8 all-gather"); !s) return s;
-  int n = 0;
-  if (Status s = fromC(weftCommCount(comm, &n), "fp8 all-gather"); !s) return s;
-  std::vector<std::byte> mine(codec.encodedBytes(sendcount));
-  if (Status s = encode(codec, type, send, sendcount, mine.data()); !s) return s;
-  return gatherEncoded(comm, codec, type, mine, sendcount, sendcount * static_cast<std::size_t>(n),
-                       recv);
+Result<algo::Plan> planCompressible(Communicator& comm, Collective coll, std::size_t count,
+                                    DataType type, bool gpu, const weftCompression& compression) {
+  if (!compresses(compression) || !compressible(coll, type, RedOp::sum, "plan").isOk())
+    return comm.planFor(coll, count, type, gpu);
+  const std::size_t bytes =
+      std::size_t{algo::segments(coll, comm.size()).message()} * count * sizeOf(type);
+  return comm.compressedPlanFor(coll, bytes, shapeOf(Codec::from(compression), type),
+                                compression.always != 0, gpu);
 }
 
-Status compressedReduceScatter(weftComm_t comm, const Codec& codec, DataType type, RedOp op,
-                               const void* send, void* recv, std::size_t recvcount) {
-  if (Status s = checkArgs(codec, type, "fp8 reduce-scatter"); !s) return s;
-  if (Status s = checkOp(codec, op, "fp8 reduce-scatter"); !s) return s;
-  std::vector<float> sums;
-  if (Status s = reduceShare(comm, codec, type, op, send, recvcount, sums); !s) return s;
-  for (std::size_t i = 0; i < recvcount; ++i) storeValue(type, recv, i, sums[i]);
-  return {};
-}
-
-Status compressedAllReduce(weftComm_t comm, const Codec& codec, DataType type, RedOp op,
-                           const void* send, void* recv, std::size_t count) {
-  if (Status s = checkArgs(codec, type, "fp8 all-reduce"); !s) return s;
-  if (Status s = checkOp(codec, op, "fp8 all-reduce"); !s) return s;
-  int n = 0;
-  if (Status s = fromC(weftCommCount(comm, &n), "fp8 all-reduce"); !s) return s;
-  // Equal shares of whole blocks' worth where possible; the input padded with zeros to n of them.
-  const auto ranks = static_cast<std::size_t>(n);
-  const std::size_t share = (count + ranks - 1) / ranks;
-  const std::size_t size = sizeOf(type);
-  std::vector<std::byte> padded(share * ranks * size, std::byte{0});
-  std::memcpy(padded.data(), send, count * size);
-  std::vector<float> sums;
-  if (Status s = reduceShare(comm, codec, type, op, padded.data(), share, sums); !s) return s;
-  // The second stage's one quantization: the reduced share, from its f32 sums.
-  std::vector<std::byte> mine(codec.encodedBytes(share));
-  if (Status s = encode(codec, DataType::f32, sums.data(), share, mine.data()); !s) return s;
-  return gatherEncoded(comm, codec, type, mine, share, count, recv);
+Status runCompressible(Communicator& comm, const CompressedCall& x,
+                       const weftCompression& compression, bool asked) {
+  if (Status s = comm.check(x.coll, x.send, x.recv, x.count, x.type, 0); !s) return s;
+  if (!compresses(compression)) return plain(comm, x);
+  if (Status s = compressible(x.coll, x.type, x.op, what(x.coll)); !s)
+    return asked ? Status(s.code(),
+                          s.message() + " (compression " + compressionName(compression) + ")")
+                 : plain(comm, x);
+  if (x.count == 0) return plain(comm, x);
+  const bool gpu = exec::isDevicePointer(x.send);
+  // Buffers on two kinds of memory: the call as it is says what is wrong.
+  if (gpu != exec::isDevicePointer(x.recv)) return plain(comm, x);
+  auto plan = planCompressible(comm, x.coll, x.count, x.type, gpu, compression);
+  if (!plan) return plan.status();
+  if (plan->codec.empty()) return plain(comm, x);
+  const Codec codec = Codec::from(compression);
+  Steps steps(comm, codec, x, gpu);
+  if (!gpu) {
+    if (x.stream != nullptr)
+      return Status(Code::invalidUsage, std::string(what(x.coll)) +
+                                            ": a stream was given with host buffers (pass NULL)");
+    return steps.run();
+  }
+  return comm.gpuOperation(x.stream, [&] { return steps.run(); });
 }
 
 }  // namespace weft::fused::fp8

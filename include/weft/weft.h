@@ -191,6 +191,54 @@ WEFT_API weftResult_t weftAllToAllv(const void* sendbuff, const size_t sendcount
 WEFT_API weftResult_t weftGroupStart(void);
 WEFT_API weftResult_t weftGroupEnd(void);
 
+/* ---- compressed collectives ------------------------------------------------------------- *
+ * All-reduce, reduce-scatter and all-gather whose values cross between ranks as fp8 with one
+ * scale per block (docs/algorithms.md, "Compressed collectives"): bf16, f16 or f32 values; sum
+ * and avg; every sum taken in f32, each value quantized at most twice (its input, then its
+ * sum), every rank getting the same bits. The error bound is in docs/api.md. A compressed call
+ * changes results, so nothing compresses unless asked: per call, or by the communicator's
+ * default (weftCommSetCompression, WEFT_COMPRESS). */
+typedef enum {
+  weftCompressNone = 0, /* the values cross as they are */
+  weftCompressFp8E4M3 = 1,
+  weftCompressFp8E5M2 = 2,
+  weftNumCompressFormats = 3
+} weftCompressFormat_t;
+typedef enum { weftScaleE8M0 = 0, weftScaleF32 = 1, weftNumScaleKinds = 2 } weftScaleKind_t;
+typedef struct {
+  weftCompressFormat_t format;
+  /* weftScaleE8M0 (a power of two) with blocks of 32 values, as OCP MX; weftScaleF32 with 128. */
+  weftScaleKind_t scale;
+  int block;
+  /* 0: the selector compresses where that is cheaper than the call as it is (the same pick on
+   * every rank); 1: every call it can. */
+  int always;
+} weftCompression;
+
+/* "fp8e4m3:32", "e5m2:128", either with ":always"; "none" or "" for no compression. */
+WEFT_API weftResult_t weftCompressionParse(const char* text, weftCompression* compression);
+/* The compression the Ex calls use when given NULL: `compression` (NULL: none). Local; every
+ * rank must set the same. WEFT_COMPRESS sets it at init. */
+WEFT_API weftResult_t weftCommSetCompression(weftComm_t comm, const weftCompression* compression);
+WEFT_API weftResult_t weftCommGetCompression(weftComm_t comm, weftCompression* compression);
+/* weftAllReduce, weftReduceScatter and weftAllGather that may cross compressed: `compression`
+ * NULL takes the communicator's default. A compression that cannot serve the call (another
+ * type or op) is weftInvalidArgument when passed, and the call as it is when it is the default. */
+WEFT_API weftResult_t weftAllReduceEx(const void* sendbuff, void* recvbuff, size_t count,
+                                      weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                      void* stream, const weftCompression* compression);
+WEFT_API weftResult_t weftReduceScatterEx(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                          weftDataType_t datatype, weftRedOp_t op,
+                                          weftComm_t comm, void* stream,
+                                          const weftCompression* compression);
+WEFT_API weftResult_t weftAllGatherEx(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                      weftDataType_t datatype, weftComm_t comm, void* stream,
+                                      const weftCompression* compression);
+/* weftCommPlanMemory for an Ex call: "compressed e4m3:32/simple" where it would compress. */
+WEFT_API weftResult_t weftCommPlanEx(weftComm_t comm, weftCollective_t coll, size_t count,
+                                     weftDataType_t datatype, weftMemory_t memory,
+                                     const weftCompression* compression, char* buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

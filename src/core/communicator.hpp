@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -126,6 +127,22 @@ class Communicator {
   Result<algo::Plan> planFor(Collective coll, std::size_t count, DataType type, bool gpu = false);
   // The GPU tuner's plan for a call of `bytes` (made once per size).
   Result<algo::Plan> gpuPlanFor(Collective coll, std::size_t bytes);
+  // The compression the Ex calls use when given none (WEFT_COMPRESS, weftCommSetCompression).
+  const weftCompression& compression() const {
+    return compression_ ? *compression_ : config_.compression;
+  }
+  void setCompression(const weftCompression& c) { compression_ = c; }
+  // The plan of a call that may cross compressed (algo::Selector::planCompressed), on host or
+  // GPU memory, made once per size, codec and mode; `bytes` counted as planFor counts them.
+  Result<algo::Plan> compressedPlanFor(Collective coll, std::size_t bytes,
+                                       const algo::CodecShape& codec, bool always, bool gpu);
+  // Memory an operation of fused/ keeps between its steps, the communicator's (freed with it),
+  // at least `bytes`: on the GPU (CudaExecutor::workspace; the first GPU call sets up the GPU
+  // transport) or this rank's host memory. Valid until the next request.
+  Result<std::byte*> workspace(std::size_t bytes, bool gpu);
+  // Runs `launches` (kernels on `stream`, and this communicator's own calls) as one operation of
+  // the communicator's order on the GPU (CudaExecutor::begin and end around it).
+  Status gpuOperation(void* stream, const std::function<Status()>& launches);
   // What the GPU tuner prices calls with: its rank graph (from the machine: the ranks' GPUs and
   // the paths between them, or the same-device graph on the channels a bulk call gets where they
   // share one) and its constants (the tuning file's, or the defaults, with the same-device hop of
@@ -236,6 +253,9 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Registration* registrationHolding(const void* p, std::size_t bytes);
   std::vector<std::byte> scratch_;
+  std::vector<std::byte> hostWorkspace_;        // workspace(…, false)
+  std::optional<weftCompression> compression_;  // set by weftCommSetCompression
+  std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
   // The direct path: whether it may run (every rank on this host through shared memory; the
   // same on every rank), the ranks' control pages, stages and this rank's threads, and what its
   // calls carry from one to the next.

@@ -376,6 +376,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   if (gpuSelector_ && gpuTunerChannels_ != channels) {
     gpuSelector_.reset();
     gpuPlans_.clear();
+    compressedPlans_.clear();
   }
   if (!gpuSelector_) {
     gpuTunerChannels_ = channels;
@@ -390,6 +391,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
                          : gpu_                         ? gpu_->oneShotLimit()
                                 : transport::CudaIpcGeometry::kDirectMaxBytes;
     k.directRounds = config_.gpuDirect;
+    k.sameDevice = model.sameDevice;
     gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
     if (rank_ == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning, "GPU calls priced on %s",

@@ -1,4 +1,5 @@
 #include "src/core/config.hpp"
+
 #include "src/core/log.hpp"
 
 #include <cctype>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "src/core/compression.hpp"
 #include "src/transport/cuda_ipc.hpp"
 #include "src/transport/ucx.hpp"
 
@@ -63,6 +65,17 @@ const Setting kSettings[] = {
      "1: the NCCL interface runs without a CUDA device and on host buffers, where NCCL (and it, "
      "by default) fails with `ncclUnhandledCudaError` / `ncclInvalidArgument`",
      nullptr},
+    {"WEFT_COMPRESS", nullptr, Kind::text, 0, 0, "none", true, Audience::user,
+     "`fp8e4m3:32`, `fp8e5m2:128`, ...: the NCCL interface's bf16/f16/f32 all-reduces and "
+     "reduce-scatters (sum, avg), and the C API's `Ex` calls given no compression, cross as fp8 "
+     "where the selector prices that cheaper (`:always`: every one); it changes results "
+     "(docs/api.md, \"Compressed collectives\")",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       auto parsed = parseCompression(v);
+       if (!parsed) return invalidArgument(n + "=" + parsed.status().message());
+       c.compression = *parsed;
+       return ok();
+     }},
     {"WEFT_DEBUG_FILE", "NCCL_DEBUG_FILE", Kind::text, 0, 0, "stderr", false, Audience::user,
      "the log's file instead of stderr; `%h` is the host's name, `%p` the process id", nullptr},
     {"WEFT_TIMEOUT_S", nullptr, Kind::number, 0.001, 1e6, "300", false, Audience::user,

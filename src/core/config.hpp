@@ -12,6 +12,7 @@
 
 #include "algorithms/tuner.hpp"
 #include "weft/status.hpp"
+#include "weft/weft.h"
 
 namespace weft {
 
@@ -35,7 +36,10 @@ std::string settingsMarkdown(Audience audience);
 struct Config {
   std::chrono::milliseconds timeout{300'000};  // WEFT_TIMEOUT_S (default 300)
   std::string socketIfname;                    // WEFT_SOCKET_IFNAME
-  std::string commId;                          // WEFT_COMM_ID=host:port
+  // WEFT_COMPRESS: what the compressed calls (weftAllReduceEx, ...; the NCCL interface's sums)
+  // use when given none. Off by default: it changes results.
+  weftCompression compression{weftCompressNone, weftScaleE8M0, 0, 0};
+  std::string commId;  // WEFT_COMM_ID=host:port
   // WEFT_COMM_SECRET (or the first line of the file WEFT_COMM_SECRET_FILE names): the secret a
   // WEFT_COMM_ID rendezvous proves by challenge-response; empty: unauthenticated.
   std::string commSecret;

@@ -315,6 +315,7 @@ CudaExecutor::~CudaExecutor() {
   for (auto& [s, p] : uploads_) (void)cudaFree(p);
   for (void* p : retired_) (void)cudaFree(p);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
+  if (workspace_ != nullptr) (void)cudaFree(workspace_);
   if (endpoints_ != nullptr) (void)cudaFree(endpoints_);
   if (error_ != nullptr) (void)cudaFreeHost(error_);
   if (registered_) (void)cudaHostUnregister(options_.controlPage);
@@ -403,6 +404,20 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
   }
   uploads_.emplace(&s, dev);
   return static_cast<const void*>(dev);
+}
+
+Result<std::byte*> CudaExecutor::workspace(std::size_t bytes) {
+  if (bytes <= workspaceBytes_) return workspace_;
+  const RelaxedCapture relaxed;  // a size's first call may come inside a capture
+  // Whole MiB, doubling: a sweep of growing calls allocates a few times, not at every size.
+  const std::size_t need = std::max(roundUp(bytes, std::size_t{1} << 20), 2 * workspaceBytes_);
+  void* fresh = nullptr;
+  if (cudaError_t e = cudaMalloc(&fresh, need); e != cudaSuccess)
+    return cudaFailed("allocating " + std::to_string(need) + " bytes of device workspace", e);
+  if (workspace_ != nullptr) retired_.push_back(workspace_);
+  workspace_ = static_cast<std::byte*>(fresh);
+  workspaceBytes_ = need;
+  return workspace_;
 }
 
 Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffers& b,

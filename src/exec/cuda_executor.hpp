@@ -120,6 +120,11 @@ class CudaExecutor {
   Status begin(void* stream);
   Status end(void* stream);
 
+  // Device memory of at least `bytes` for what an operation keeps between its launches (the
+  // compressed collectives' encoded shares): the executor's, freed with it. A larger request
+  // replaces it; the one replaced is kept until then, as captured graphs may still use it.
+  Result<std::byte*> workspace(std::size_t bytes);
+
   // Enqueues the schedule on `stream` (a cudaStream_t). b.scratch is ignored: the executor
   // keeps its own device scratch. avg is left as a sum (see divide()).
   Status run(const algo::Schedule& s, const Geometry& g, const Buffers& b, algo::Protocol p,
@@ -205,7 +210,10 @@ class CudaExecutor {
   std::map<const algo::Schedule*, void*> uploads_;  // device: ChannelCode[], steps, peers, spans
   std::byte* scratch_ = nullptr;
   std::size_t scratchBytes_ = 0;
-  std::vector<void*> retired_;  // earlier scratch, kept: captured graphs may still use it
+  std::byte* workspace_ = nullptr;
+  std::size_t workspaceBytes_ = 0;
+  std::vector<void*>
+      retired_;  // earlier scratch and workspaces, kept: captured graphs may still use it
   std::unique_ptr<LaunchOrder> order_;
   void* copies_ = nullptr;          // cudaStream_t (non-blocking) of toDevice
   std::uint64_t* trace_ = nullptr;  // device: kTraceCalls x channels x kTraceWords

@@ -51,6 +51,10 @@ Status CudaExecutor::end(void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
+Result<std::byte*> CudaExecutor::workspace(std::size_t) {
+  return Status(Code::unsupported, "this build has no CUDA");
+}
+
 Status CudaExecutor::run(const algo::Schedule&, const Geometry&, const Buffers&, algo::Protocol,
                          void*) {
   return Status(Code::unsupported, "this build has no CUDA");

@@ -1,4 +1,5 @@
-// The compressed collectives on host memory, ranks as threads: each result equals, bit for bit,
+// The compressed collectives on host memory (weftAllReduceEx and friends, compression
+// "always"), ranks as threads: each result equals, bit for bit,
 // the codec applied as the scheme says (inputs quantized once, f32 sums in rank order, the
 // reduced shard quantized once more), is within the documented bound of a double reference,
 // is the same on every rank, and marks non-finite blocks NaN; ops and types that cannot be
@@ -12,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "fused/fp8/compressed.hpp"
+#include "fused/fp8/codec.hpp"
 #include "src/exec/numeric.hpp"
 #include "tests/runtime/harness.hpp"
 
@@ -45,6 +46,37 @@ std::vector<float> quantized(const Codec& c, DataType type, const std::vector<st
     for (std::size_t i = 0; i < n; ++i) (*scales)[i] = scaleOf(c, enc.data(), n, i / c.block);
   }
   return out;
+}
+
+// The Ex calls with `c` always.
+weftCompression always(const Codec& c) {
+  weftCompression w{};
+  EXPECT_EQ(weftCompressionParse((c.name() + ":always").c_str(), &w), weftSuccess);
+  return w;
+}
+weftDataType_t cType(DataType t) {
+  return static_cast<weftDataType_t>(t);
+}
+weftRedOp_t cOp(RedOp op) {
+  return static_cast<weftRedOp_t>(op);
+}
+Status status(weftResult_t r) {
+  return r == weftSuccess ? Status{} : Status(static_cast<Code>(r), weftGetLastError());
+}
+Status compressedAllReduce(weftComm_t comm, const Codec& c, DataType type, RedOp op, const void* in,
+                           void* out, std::size_t count) {
+  const weftCompression w = always(c);
+  return status(weftAllReduceEx(in, out, count, cType(type), cOp(op), comm, nullptr, &w));
+}
+Status compressedReduceScatter(weftComm_t comm, const Codec& c, DataType type, RedOp op,
+                               const void* in, void* out, std::size_t count) {
+  const weftCompression w = always(c);
+  return status(weftReduceScatterEx(in, out, count, cType(type), cOp(op), comm, nullptr, &w));
+}
+Status compressedAllGather(weftComm_t comm, const Codec& c, DataType type, const void* in,
+                           void* out, std::size_t count) {
+  const weftCompression w = always(c);
+  return status(weftAllGatherEx(in, out, count, cType(type), comm, nullptr, &w));
 }
 
 // A communicator of n thread ranks, body(rank, its handle) on each.

@@ -1,0 +1,51 @@
+// What fused/ builds on: the communicator's compression default, the plans of compressed calls,
+// workspaces, and its operations' order on the GPU.
+#include <algorithm>
+
+#include "src/core/communicator.hpp"
+#include "src/core/log.hpp"
+
+namespace weft {
+
+Result<algo::Plan> Communicator::compressedPlanFor(Collective coll, std::size_t bytes,
+                                                   const algo::CodecShape& codec, bool always,
+                                                   bool gpu) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  const auto key =
+      std::make_tuple(static_cast<int>(coll), bytes,
+                      codec.name + ":" + std::to_string(codec.valueBytes), always, gpu);
+  if (auto it = compressedPlans_.find(key); it != compressedPlans_.end()) return it->second;
+  // The GPU selector is made (or made again on the device's channels) by a plain plan.
+  if (gpu) {
+    if (auto p = gpuPlanFor(coll, bytes); !p) return p;
+  }
+  const algo::Selector& selector = gpu ? *gpuSelector_ : *selector_;
+  auto plan = selector.planCompressed(coll, bytes, codec, always);
+  if (!plan) return plan;
+  if (!gpu || gpu_) compressedPlans_.emplace(key, *plan);
+  if (rank_ == 0)
+    WEFT_INFO(log::kTuning, "%s %zu bytes on %s memory, compression %s allowed: %s",
+              std::string(name(coll)).c_str(), bytes, gpu ? "GPU" : "host", codec.name.c_str(),
+              plan->reason.c_str());
+  return plan;
+}
+
+Result<std::byte*> Communicator::workspace(std::size_t bytes, bool gpu) {
+  if (gpu) {
+    if (Status s = ensureGpu(); !s) return s;
+    return gpu_->workspace(bytes);
+  }
+  if (hostWorkspace_.size() < bytes)
+    hostWorkspace_.resize(std::max(bytes, 2 * hostWorkspace_.size()));
+  return hostWorkspace_.data();
+}
+
+Status Communicator::gpuOperation(void* stream, const std::function<Status()>& launches) {
+  if (Status s = ensureGpu(); !s) return s;
+  if (Status s = gpu_->begin(stream); !s) return fail(s);
+  if (Status s = launches(); !s) return s;
+  if (Status s = gpu_->end(stream); !s) return fail(s);
+  return {};
+}
+
+}  // namespace weft
