@@ -110,10 +110,11 @@ class RankBench {
   std::unique_ptr<GpuRank> gpu_;  // GPU memory: this rank's device and stream
   std::byte* deviceSend_ = nullptr;
   std::byte* deviceRecv_ = nullptr;
-  std::unique_ptr<Peer> ownPeer_;   // --compare nccl
-  std::string peerNote_;            // --compare nccl: which NCCL, or why it does not run
-  std::unique_ptr<Report> report_;  // rank 0 only
-  std::uint64_t checks_ = 0;        // checked runs so far: the seed of the next one
+  std::unique_ptr<Peer> ownPeer_;        // --compare nccl
+  std::string peerNote_;                 // --compare nccl: which NCCL, or why it does not run
+  std::unique_ptr<Report> report_;       // rank 0 only
+  std::uint64_t checks_ = 0;             // checked runs so far: the seed of the next one
+  std::pair<double, double> deviation_;  // --compress: the last check's max and mean relative
   int exitCode_ = kExitOk;
 };
 
@@ -270,9 +271,13 @@ Result<std::string> RankBench::planOf(weftComm_t comm, std::optional<std::size_t
   // GPU buffers are planned by the communicator's GPU tuner: ask for that plan.
   const PlanQuery q = planQuery(opt_.collective, l, type);
   char buf[128] = {};
-  if (Status s = checked(weftCommPlanMemory(comm, q.coll, q.count, q.type,
-                                            gpu_ ? weftGpuMemory : weftHostMemory, buf, sizeof buf),
-                         "weftCommPlanMemory");
+  const weftMemory_t memory = gpu_ ? weftGpuMemory : weftHostMemory;
+  if (Status s = opt_.compress ? checked(weftCommPlanEx(comm, q.coll, q.count, q.type, memory,
+                                                        &*opt_.compress, buf, sizeof buf),
+                                         "weftCommPlanEx")
+                               : checked(weftCommPlanMemory(comm, q.coll, q.count, q.type, memory,
+                                                            buf, sizeof buf),
+                                         "weftCommPlanMemory");
       !s)
     return s;
   return std::string(buf);
@@ -296,7 +301,7 @@ Status RankBench::callAt(weftComm_t comm, const Layout& l, DataType type, RedOp 
   const std::byte* send = inPlace ? recv + r * l.sendInPlaceStride * e : sendBuffer() + shift;
   std::byte* out = inPlace ? recv + r * l.recvInPlaceStride * e : recv;
   return launch(opt_.collective, comm, send, out, l, type, op, root, rank_, nranks_,
-                gpu_ ? gpu_->stream() : nullptr);
+                gpu_ ? gpu_->stream() : nullptr, opt_.compress ? &*opt_.compress : nullptr);
 }
 
 Status RankBench::finishGpu(weftComm_t comm) {
@@ -338,8 +343,24 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
     if (Status s = gpu_->copyOut(recv, deviceRecv_, recvBytes); !s) return s;
   }
   std::int64_t wrong = 0;
-  for (const Expect& x : expectations(c, l, rank_, nranks_, root, inPlace))
-    wrong += data.wrong(recv, x);
+  Deviation d;
+  for (const Expect& x : expectations(c, l, rank_, nranks_, root, inPlace)) {
+    if (opt_.compress) {
+      d.add(data.deviation(recv, x));
+    } else {
+      wrong += data.wrong(recv, x);
+    }
+  }
+  if (opt_.compress) {
+    // Lossy: what is not finite is wrong; the deviation is reported (the largest over ranks,
+    // and the ranks' mean).
+    wrong = d.notFinite;
+    auto most = control_->combine(d.maxRelative(), 3);
+    if (!most) return most.status();
+    auto mean = control_->combine(d.meanRelative(), 1);
+    if (!mean) return mean.status();
+    deviation_ = {*most, *mean};
+  }
   return control_->sum(wrong);
 }
 
@@ -439,6 +460,10 @@ Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataTyp
     }
     m.wrong = wrong;
     if (wrong > 0) exitCode_ = kExitFailed;
+    if (opt_.compress) {
+      m.maxRelError = deviation_.first;
+      m.meanRelError = deviation_.second;
+    }
   }
   return m;
 }

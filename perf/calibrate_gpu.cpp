@@ -30,7 +30,7 @@ constexpr GpuProbe kGpuProbes[] = {{Collective::allReduce, "ring"},
                                    {Collective::reduceScatter, "ring"},
                                    {Collective::allToAll, "pairwise"}};
 constexpr std::size_t kGpuSmallBytes = 4096;  // a 16-byte line a rank up to 256 ranks
-constexpr int kGpuSmallCalls = 200;  // a batch's calls
+constexpr int kGpuSmallCalls = 200;           // a batch's calls
 constexpr int kGpuLargeCalls = 3;
 constexpr int kGpuBatches = 7;  // timed, after one untimed
 

@@ -132,8 +132,26 @@ std::vector<Expect> expectations(Collective c, const Layout& l, int rank, int nr
 }
 
 Status launch(Collective coll, weftComm_t comm, const void* send, void* recv, const Layout& l,
-              DataType type, RedOp op, int root, int rank, int nranks, void* stream) {
+              DataType type, RedOp op, int root, int rank, int nranks, void* stream,
+              const weftCompression* compression) {
   const auto redop = static_cast<weftRedOp_t>(op);
+  if (compression != nullptr) {
+    switch (coll) {
+      case Collective::allReduce:
+        return checked(
+            weftAllReduceEx(send, recv, l.count, c(type), redop, comm, stream, compression),
+            "weftAllReduceEx");
+      case Collective::allGather:
+        return checked(weftAllGatherEx(send, recv, l.count, c(type), comm, stream, compression),
+                       "weftAllGatherEx");
+      case Collective::reduceScatter:
+        return checked(
+            weftReduceScatterEx(send, recv, l.count, c(type), redop, comm, stream, compression),
+            "weftReduceScatterEx");
+      default:
+        break;
+    }
+  }
   switch (coll) {
     case Collective::allReduce:
       return checked(weftAllReduce(send, recv, l.count, c(type), redop, comm, stream),

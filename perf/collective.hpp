@@ -70,8 +70,10 @@ Status checked(weftResult_t r, const char* what);
 
 // One call of the collective on `comm`; on GPU buffers it is enqueued on `stream` (a
 // cudaStream_t), on host buffers `stream` is null and the call blocks.
+// `compression` (all-reduce, reduce-scatter, all-gather): through the Ex call with it.
 Status launch(Collective c, weftComm_t comm, const void* send, void* recv, const Layout& l,
-              DataType type, RedOp op, int root, int rank, int nranks, void* stream);
+              DataType type, RedOp op, int root, int rank, int nranks, void* stream,
+              const weftCompression* compression = nullptr);
 
 // The error that stopped one of `comm`'s enqueued GPU calls, if any (weftCommGetAsyncError).
 Status asyncError(weftComm_t comm);

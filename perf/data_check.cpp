@@ -189,4 +189,54 @@ std::int64_t DataCheck::wrong(const void* out, const Expect& e) const {
   return withElement(type_, [&](auto el) { return wrongAs<decltype(el)>(out, e); });
 }
 
+void Deviation::add(const Deviation& o) {
+  maxError = std::max(maxError, o.maxError);
+  sumError += o.sumError;
+  maxExact = std::max(maxExact, o.maxExact);
+  sumExact += o.sumExact;
+  notFinite += o.notFinite;
+}
+
+template <typename E>
+Deviation DataCheck::deviationAs(const void* out, const Expect& e) const {
+  using S = typename E::Storage;
+  const S* got = static_cast<const S*>(out) + e.outBegin;
+  Deviation d;
+  for (std::size_t i = 0; i < e.length; ++i) {
+    double exact = 0;
+    if (e.kind == Expect::Kind::reduced) {
+      for (int r = 0; r < nranks_; ++r) exact += E::toDouble(input<E>(r, e.srcBegin + i));
+      if (op_ == RedOp::avg) exact /= nranks_;
+    } else if (e.kind == Expect::Kind::copied) {
+      exact = E::toDouble(input<E>(e.srcRank, e.srcBegin + i));
+    } else {
+      continue;
+    }
+    const double g = E::toDouble(got[i]);
+    if (!std::isfinite(g)) {
+      ++d.notFinite;
+      continue;
+    }
+    const double error = std::fabs(g - exact);
+    d.maxError = std::max(d.maxError, error);
+    d.sumError += error;
+    d.maxExact = std::max(d.maxExact, std::fabs(exact));
+    d.sumExact += std::fabs(exact);
+  }
+  return d;
+}
+
+Deviation DataCheck::deviation(const void* out, const Expect& e) const {
+  return withElement(type_, [&](auto el) {
+    using E = decltype(el);
+    if constexpr (E::kFloating) {
+      return deviationAs<E>(out, e);
+    } else {
+      Deviation d;
+      d.notFinite = wrongAs<E>(out, e);  // integers are exact: what is wrong
+      return d;
+    }
+  });
+}
+
 }  // namespace weft::perf

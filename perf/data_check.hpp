@@ -43,6 +43,18 @@ struct Expect {
   std::size_t srcBegin = 0;
 };
 
+// How far a lossy run's outputs (--compress) lie from the exact results, in double: the largest
+// and summed |got - exact| and |exact|, and the outputs that are not finite where the exact
+// result is (or that still hold the poison).
+struct Deviation {
+  double maxError = 0, sumError = 0, maxExact = 0, sumExact = 0;
+  std::int64_t notFinite = 0;
+  void add(const Deviation& o);
+  // max |got - exact| / max |exact| and mean |got - exact| / mean |exact|.
+  double maxRelative() const { return maxExact > 0 ? maxError / maxExact : 0; }
+  double meanRelative() const { return sumExact > 0 ? sumError / sumExact : 0; }
+};
+
 class DataCheck {
  public:
   // op: the collective's reduction, or nothing for a collective that only copies.
@@ -53,6 +65,9 @@ class DataCheck {
   void poison(void* buf, std::size_t count) const;
   // Elements of out[e.outBegin, e.outBegin + e.length) that differ from e.
   std::int64_t wrong(const void* out, const Expect& e) const;
+  // The deviation of out[e.outBegin, e.outBegin + e.length) from e's exact values (sum and avg
+  // of floating types, and copies).
+  Deviation deviation(const void* out, const Expect& e) const;
   // Whether results are compared exactly (see the header comment for when they are not).
   bool exact() const { return exact_; }
 
@@ -61,6 +76,8 @@ class DataCheck {
   typename E::Storage input(int rank, std::size_t index) const;
   template <typename E>
   std::int64_t wrongAs(const void* out, const Expect& e) const;
+  template <typename E>
+  Deviation deviationAs(const void* out, const Expect& e) const;
   template <typename E>
   bool reducedIsWrong(typename E::Storage got, std::size_t index) const;
 

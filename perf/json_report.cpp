@@ -42,7 +42,11 @@ namespace {
 std::string measurement(const Measurement& m) {
   return "{\"time_us\": " + jsonNumber(m.timeUs) + ", \"algbw\": " + jsonNumber(m.algBw) +
          ", \"busbw\": " + jsonNumber(m.busBw) +
-         ", \"wrong\": " + (m.wrong ? std::to_string(*m.wrong) : std::string("null")) + "}";
+         ", \"wrong\": " + (m.wrong ? std::to_string(*m.wrong) : std::string("null")) +
+         (m.maxRelError ? ", \"max_rel_error\": " + jsonNumber(*m.maxRelError) +
+                              ", \"mean_rel_error\": " + jsonNumber(*m.meanRelError)
+                        : std::string()) +
+         "}";
 }
 
 }  // namespace
@@ -61,7 +65,8 @@ bool writeJson(const std::string& path, const Options& options, int nranks,
   out << "{\n  \"tool\": \"weft-perf\",\n  \"version\": " << jsonString(tools::version())
       << ",\n  \"host\": " << jsonString(host) << ",\n  \"date\": " << jsonString(date)
       << ",\n  \"command\": " << jsonString(options.commandLine)
-      << ",\n  \"memory\": " << jsonString(options.gpu() ? "gpu" : "host")
+      << ",\n  \"memory\": " << jsonString(options.gpu() ? "gpu" : "host") << ",\n  \"compress\": "
+      << jsonString(options.compressText.empty() ? "none" : options.compressText)
       << ",\n  \"collective\": " << jsonString(name(options.collective))
       << ",\n  \"nranks\": " << nranks << ",\n  \"threads_per_process\": " << options.threads
       << ",\n  \"minbytes\": " << options.minBytes << ",\n  \"maxbytes\": " << options.maxBytes

@@ -180,9 +180,15 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_flag("--plain", o.plain,
                "print only nccl-tests' columns, for parsers that expect exactly thirteen");
   app.add_option("--json", o.jsonPath, "write every row to this JSON file");
-  app.add_option("--svg", o.svgPath, "plot time and bus bandwidth against size, with the pick at each size, to this SVG file");
+  app.add_option(
+      "--svg", o.svgPath,
+      "plot time and bus bandwidth against size, with the pick at each size, to this SVG file");
   app.add_option("--algos", algos,
                  "also sweep with each algorithm forced, as ring,rhd or ring/ll (weft-plan list)");
+  app.add_option("--compress", o.compressText,
+                 "all-reduce, reduce-scatter or all-gather crossing as fp8: fp8e4m3:32, "
+                 "fp8e5m2:128, ... (the selector decides; :always compresses every call); adds "
+                 "the deviation from the exact results");
   app.add_option("--seed", o.seed, "seed of the checked data")->capture_default_str();
   app.add_option("--calibrate", o.calibratePath,
                  "instead of the sweep, measure the cost model's host constants (latencies, "
@@ -281,6 +287,26 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
                       slash == std::string::npos ? std::string() : item.substr(slash + 1)};
     if (f.algorithm.empty()) return fail("--algos: empty algorithm name in '" + algos + "'");
     o.algos.push_back(f);
+  }
+  if (!o.compressText.empty()) {
+    weftCompression w{};
+    if (weftCompressionParse(o.compressText.c_str(), &w) != weftSuccess)
+      return fail("--compress " + std::string(weftGetLastError()));
+    if (o.collective != Collective::allReduce && o.collective != Collective::reduceScatter &&
+        o.collective != Collective::allGather)
+      return fail("--compress: only all-reduce, reduce-scatter and all-gather compress");
+    for (DataType t : o.types) {
+      if (t != DataType::bf16 && t != DataType::f16 && t != DataType::f32)
+        return fail("--compress: " + std::string(tableName(t)) +
+                    " cannot be compressed (bfloat16, half and float can)");
+    }
+    for (RedOp r : o.ops) {
+      if (o.collective != Collective::allGather && r != RedOp::sum && r != RedOp::avg)
+        return fail("--compress: " + std::string(tableName(r)) +
+                    " cannot be compressed (sum and avg can)");
+    }
+    if (!o.calibratePath.empty()) return fail("--compress and --calibrate: choose one");
+    o.compress = w;
   }
   if (!o.calibratePath.empty() &&
       (!o.compare.empty() || !o.algos.empty() || !o.jsonPath.empty() || !o.svgPath.empty()))

@@ -12,6 +12,7 @@
 
 #include "weft/status.hpp"
 #include "weft/types.hpp"
+#include "weft/weft.h"
 
 namespace weft::perf {
 
@@ -65,6 +66,12 @@ struct Options {
   // -R 1 (nccl-tests' local registration): the GPU buffers are plain cudaMalloc allocations,
   // registered with every communicator (weftCommRegister), so peers may read them in place.
   bool registerBuffers = false;
+
+  // --compress: weft's all-reduces, reduce-scatters and all-gathers through weftAllReduceEx and
+  // friends with this compression; #wrong then counts outputs that are not finite, and the
+  // deviation from the exact results is reported beside.
+  std::optional<weftCompression> compress;
+  std::string compressText;
 
   std::string commandLine;  // as typed, for the JSON
 

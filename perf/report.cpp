@@ -84,6 +84,11 @@ void Report::printHeader() const {
   groups += format("  %-*s", kPlanWidth, "weft");
   names += format("  %-*s", kPlanWidth, "algo/proto");
   units += format("  %-*s", kPlanWidth, "");
+  if (options_.compress) {
+    groups += "  " + centred("deviation", 17);
+    names += format("  %7s  %8s", "maxrel", "meanrel");
+    units += format("  %7s  %8s", "", "");
+  }
   if (!peerName_.empty()) {
     groups += "  " + centred(peerName_, 15);
     names += format("  %7s  %6s", time, "ratio");
@@ -112,6 +117,11 @@ void Report::add(Row row) {
 
 std::string Report::extraCells(const Row& row) const {
   std::string line = format("  %-*s", kPlanWidth, row.plan.c_str());
+  if (options_.compress) {
+    const Measurement& m = row.outOfPlace;
+    line += m.maxRelError ? format("  %7.1e  %8.1e", *m.maxRelError, *m.meanRelError)
+                          : format("  %7s  %8s", "N/A", "N/A");
+  }
   if (!peerName_.empty()) {
     if (row.peerTimeUs) {
       const double ratio =

@@ -19,6 +19,8 @@ struct Measurement {
   double algBw = 0;                   // GB/s
   double busBw = 0;                   // GB/s
   std::optional<std::int64_t> wrong;  // nothing: not checked (printed N/A)
+  // --compress: the outputs' deviation from the exact results (DataCheck's Deviation), relative.
+  std::optional<double> maxRelError, meanRelError;
 };
 
 // One forced algorithm's out-of-place run of a row; nothing when the algorithm does not serve
