@@ -313,7 +313,7 @@ ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
     return r;
   return reducing(comm, sendbuff, count, false, datatype, op, stream, "ncclAllReduce",
                   [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
-                    return weftAllReduce(in, recvbuff, count, t, o, w, stream);
+                    return weftAllReduceEx(in, recvbuff, count, t, o, w, stream, nullptr);
                   });
 }
 
@@ -337,7 +337,7 @@ ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
     return r;
   return reducing(comm, sendbuff, recvcount, true, datatype, op, stream, "ncclReduceScatter",
                   [&](weftComm_t w, const void* in, weftDataType_t t, weftRedOp_t o) {
-                    return weftReduceScatter(in, recvbuff, recvcount, t, o, w, stream);
+                    return weftReduceScatterEx(in, recvbuff, recvcount, t, o, w, stream, nullptr);
                   });
 }
 

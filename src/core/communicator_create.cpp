@@ -13,6 +13,7 @@
 #include <string>
 
 #include "src/core/communicator.hpp"
+#include "src/core/compression.hpp"
 #include "src/core/hash.hpp"
 #include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
@@ -462,6 +463,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // What NCCL_DEBUG=INFO users look for at init: who this rank is, how it talks to its peers,
   // and the machine it prices calls on.
   WEFT_INFO(log::kInit, "comm %p: %s", static_cast<void*>(c.get()), c->summary().c_str());
+  if (me == 0 && compresses(config.compression))
+    WEFT_INFO(log::kInit | log::kEnv,
+              "WEFT_COMPRESS=%s: bf16, f16 and f32 sums and averages of the compressed calls (the "
+              "NCCL interface's all-reduces and reduce-scatters) cross as fp8 where the selector "
+              "prices that cheaper; their results change (docs/api.md, \"Compressed collectives\")",
+              compressionName(config.compression).c_str());
   if (me == 0 && c->machine_.host)
     WEFT_INFO(log::kInit | log::kGraph, "topology (%s, %d host(s)): %s", c->machine_.source.c_str(),
               c->machine_.placement.hosts(), c->machine_.host->summary().c_str());
