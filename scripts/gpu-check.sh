@@ -46,7 +46,8 @@ cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEF
 shim=0
 if grep -q "NCCL interface ON" "$OUT/build.log"; then
   shim=1
-  targets+=(weft_nccl weft_nccl_shim_test weft_nccl_shim_gpu_test weft_nccl_refuses_test)
+  targets+=(weft_nccl weft_nccl_shim_test weft_nccl_shim_gpu_test weft_nccl_refuses_test
+            weft_nccl_compress_test)
   grep -q "DevCommCreate" "$dir/nccl/nccl_functions.cmake" && targets+=(weft_nccl_device_api_test)
 fi
 [[ "${FULL:-0}" == 1 ]] && targets=()

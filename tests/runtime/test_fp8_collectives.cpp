@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -15,6 +16,7 @@
 
 #include "fused/fp8/codec.hpp"
 #include "src/exec/numeric.hpp"
+#include "tests/runtime/fork.hpp"
 #include "tests/runtime/harness.hpp"
 
 namespace weft::fused::fp8 {
@@ -90,6 +92,115 @@ void onRanks(int n, Body body) {
 
 class Fp8Collectives : public ::testing::TestWithParam<int> {};
 
+// The all-reduce scheme, emulated with the host codec: stage 1 on each rank's share-sized
+// chunks, f32 sums in rank order, stage 2 on each reduced share; and each element's bounds.
+struct Scheme {
+  std::size_t share = 0;
+  std::vector<float> sums, firstBound, secondScale;
+  std::vector<std::byte> want;  // the output, as `type`
+};
+Scheme emulate(int n, const Codec& c, DataType type, RedOp op,
+               const std::vector<std::vector<std::byte>>& inputs) {
+  const std::size_t count = inputs[0].size() / sizeOf(type);
+  Scheme x;
+  const std::size_t share = x.share = (count + n - 1) / n;
+  std::vector<float>& sums = x.sums;
+  std::vector<float>& firstBound = x.firstBound;
+  sums.assign(share * n, 0.0f);
+  firstBound.assign(share * n, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::byte> padded(share * n * sizeOf(type), std::byte{0});
+    std::memcpy(padded.data(), inputs[r].data(), inputs[r].size());
+    for (int q = 0; q < n; ++q) {
+      std::vector<std::byte> chunk(padded.begin() + q * share * sizeOf(type),
+                                   padded.begin() + (q + 1) * share * sizeOf(type));
+      std::vector<float> scales;
+      const auto got = quantized(c, type, chunk, &scales);
+      const auto exact = asFloats(type, chunk);
+      for (std::size_t i = 0; i < share; ++i) {
+        sums[q * share + i] += got[i];
+        firstBound[q * share + i] += static_cast<float>(c.errorBound(exact[i], scales[i]));
+      }
+    }
+  }
+  if (op == RedOp::avg)
+    for (float& v : sums) v /= static_cast<float>(n);
+  std::vector<float> expect(share * n);
+  x.secondScale.assign(share * n, 0.0f);
+  for (int q = 0; q < n; ++q) {
+    std::vector<float> part(sums.begin() + q * share, sums.begin() + (q + 1) * share);
+    std::vector<float> scales;
+    const auto got = quantized(c, DataType::f32, asType(DataType::f32, part), &scales);
+    for (std::size_t i = 0; i < share; ++i) {
+      expect[q * share + i] = got[i];
+      x.secondScale[q * share + i] = scales[i];
+    }
+  }
+  x.want = asType(type, std::vector<float>(expect.begin(), expect.begin() + count));
+  return x;
+}
+
+// Checks weftAllReduceEx(c always) of `inputs` (one per rank, values of `type`) on n thread
+// ranks: every rank's output is the scheme, emulated, bit for bit, and within both stages'
+// bounds of a double reference (elements whose inputs are not all finite must be NaN).
+void checkAllReduce(int n, const Codec& c, DataType type, RedOp op,
+                    const std::vector<std::vector<std::byte>>& inputs) {
+  const std::size_t count = inputs[0].size() / sizeOf(type);
+  const Scheme scheme = emulate(n, c, type, op, inputs);
+  const std::size_t share = scheme.share;
+  const std::vector<float>& sums = scheme.sums;
+  const std::vector<float>& firstBound = scheme.firstBound;
+  const std::vector<float>& secondScale = scheme.secondScale;
+  const std::vector<std::byte>& wantBytes = scheme.want;
+
+  std::vector<std::vector<std::byte>> outputs(n);
+  onRanks(n, [&](int r, weftComm_t comm) {
+    outputs[r].assign(count * sizeOf(type), std::byte{0xA5});  // poisoned
+    EXPECT_TRUE(
+        compressedAllReduce(comm, c, type, op, inputs[r].data(), outputs[r].data(), count).isOk())
+        << weftGetLastError();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(outputs[r], wantBytes)
+        << c.name() << " " << name(type) << " " << name(op) << " rank " << r << " of " << n;
+  }
+  // Against a double reference: both stages' bounds, f32 accumulation, the output's rounding.
+  const auto got = asFloats(type, outputs[0]);
+  std::vector<std::vector<float>> in;
+  for (int r = 0; r < n; ++r) in.push_back(asFloats(type, inputs[r]));
+  for (std::size_t i = 0; i < count; ++i) {
+    if (std::isnan(got[i])) {
+      // Only a block (of its share, in either stage) holding a NaN or an infinity decodes so.
+      const std::size_t q = i / share;
+      const std::size_t begin = q * share + (i - q * share) / c.block * c.block;
+      bool nonFinite = false;
+      for (int r = 0; r < n; ++r)
+        for (std::size_t j = begin; j < std::min(begin + c.block, count); ++j)
+          nonFinite = nonFinite || !std::isfinite(in[r][j]);
+      ASSERT_TRUE(nonFinite) << c.name() << " " << name(type) << " element " << i << " is NaN";
+      continue;
+    }
+    double ref = 0, mag = 0;
+    for (int r = 0; r < n; ++r) {
+      const double x = in[r][i];
+      ref += x;
+      mag += std::fabs(x);
+    }
+    double bound = firstBound[i] + c.errorBound(sums[i], secondScale[i]) + mag * n * 0x1p-23;
+    if (op == RedOp::avg) {
+      ref /= n;
+      bound = firstBound[i] / n + c.errorBound(sums[i], secondScale[i]) + mag * 0x1p-22;
+    }
+    // The output's rounding, and subnormal results' (products and sums below 2^-126).
+    // (half a step of the type's subnormals at least: 2^-134 for bf16, 2^-150 for f32).
+    const bool bf16 = type == DataType::bf16;
+    bound += std::max(std::fabs(got[i]) * (bf16 ? 0x1p-8 : 0x1p-24), bf16 ? 0x1p-134 : 0x1p-150) +
+             (n + 2) * 0x1p-149;
+    ASSERT_LE(std::fabs(got[i] - ref), bound)
+        << c.name() << " " << name(type) << " " << name(op) << " element " << i;
+  }
+}
+
 TEST_P(Fp8Collectives, AllReduceIsTheSchemeBitForBitAndWithinTheBound) {
   const int n = GetParam();
   std::mt19937 rng(1234 + n);
@@ -107,71 +218,54 @@ TEST_P(Fp8Collectives, AllReduceIsTheSchemeBitForBitAndWithinTheBound) {
             v[i] = normal(rng) * std::ldexp(1.0f, static_cast<int>(i / 64) % 9 - 4);
           inputs.push_back(asType(type, v));
         }
-        // The scheme, emulated: stage 1 per rank's share-sized chunks, f32 sums, stage 2.
-        const std::size_t share = (count + n - 1) / n;
-        std::vector<float> sums(share * n, 0.0f), firstBound(share * n, 0.0);
-        for (int r = 0; r < n; ++r) {
-          std::vector<std::byte> padded(share * n * sizeOf(type), std::byte{0});
-          std::memcpy(padded.data(), inputs[r].data(), inputs[r].size());
-          for (int q = 0; q < n; ++q) {
-            std::vector<std::byte> chunk(padded.begin() + q * share * sizeOf(type),
-                                         padded.begin() + (q + 1) * share * sizeOf(type));
-            std::vector<float> scales;
-            const auto got = quantized(c, type, chunk, &scales);
-            const auto exact = asFloats(type, chunk);
-            for (std::size_t i = 0; i < share; ++i) {
-              sums[q * share + i] += got[i];
-              firstBound[q * share + i] += static_cast<float>(c.errorBound(exact[i], scales[i]));
-            }
-          }
-        }
-        if (op == RedOp::avg)
-          for (float& x : sums) x /= static_cast<float>(n);
-        std::vector<float> expect(share * n);
-        std::vector<float> secondScale(share * n);
-        for (int q = 0; q < n; ++q) {
-          std::vector<float> part(sums.begin() + q * share, sums.begin() + (q + 1) * share);
-          std::vector<float> scales;
-          const auto got = quantized(c, DataType::f32, asType(DataType::f32, part), &scales);
-          for (std::size_t i = 0; i < share; ++i) {
-            expect[q * share + i] = got[i];
-            secondScale[q * share + i] = scales[i];
-          }
-        }
-        const auto wantBytes =
-            asType(type, std::vector<float>(expect.begin(), expect.begin() + count));
-
-        std::vector<std::vector<std::byte>> outputs(n);
-        onRanks(n, [&](int r, weftComm_t comm) {
-          outputs[r].assign(count * sizeOf(type), std::byte{0xA5});  // poisoned
-          EXPECT_TRUE(
-              compressedAllReduce(comm, c, type, op, inputs[r].data(), outputs[r].data(), count)
-                  .isOk())
-              << weftGetLastError();
-        });
-        for (int r = 0; r < n; ++r) {
-          EXPECT_EQ(outputs[r], wantBytes)
-              << c.name() << " " << name(type) << " " << name(op) << " rank " << r << " of " << n;
-        }
-        // Against a double reference: both stages' bounds, f32 accumulation, the output's rounding.
-        const auto got = asFloats(type, outputs[0]);
-        for (std::size_t i = 0; i < count; ++i) {
-          double ref = 0, mag = 0;
-          for (int r = 0; r < n; ++r) {
-            const double x = asFloats(type, inputs[r])[i];
-            ref += x;
-            mag += std::fabs(x);
-          }
-          double bound = firstBound[i] + c.errorBound(sums[i], secondScale[i]) + mag * n * 0x1p-23;
-          if (op == RedOp::avg) {
-            ref /= n;
-            bound = firstBound[i] / n + c.errorBound(sums[i], secondScale[i]) + mag * 0x1p-22;
-          }
-          bound += std::fabs(got[i]) * (type == DataType::bf16 ? 0x1p-8 : 0x1p-24);
-          ASSERT_LE(std::fabs(got[i] - ref), bound)
-              << c.name() << " " << name(type) << " " << name(op) << " element " << i;
-        }
+        checkAllReduce(n, c, type, op, inputs);
       }
+    }
+  }
+}
+
+// Blocks that test the scheme's edges: one huge value among small ones, all equal values,
+// subnormals of the input type, zeros, values near the element's largest, and non-finite ones.
+TEST_P(Fp8Collectives, AdversarialBlocksStayWithinTheBoundOrBecomeNaN) {
+  const int n = GetParam();
+  std::mt19937 rng(77 + n);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  const std::size_t count = 128 * 12;
+  for (const char* name_ : {"e4m3:32", "e5m2:32", "e4m3:128", "e5m2:128"}) {
+    const Codec c = *Codec::parse(name_);
+    for (DataType type : {DataType::f32, DataType::bf16}) {
+      std::vector<std::vector<std::byte>> inputs;
+      for (int r = 0; r < n; ++r) {
+        std::vector<float> v(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          const std::size_t kind = (i / 128) % 6, k = i % 128;
+          const float u = uniform(rng);
+          switch (kind) {
+            case 0:  // one huge value per block of 32
+              v[i] = k % 32 == 7 ? 3e30f * (r % 2 ? -1.0f : 1.0f) : u * 1e-3f;
+              break;
+            case 1:  // all equal
+              v[i] = 0.3f + 0.01f * static_cast<float>(r);
+              break;
+            case 2:  // subnormals (of f32; bf16 keeps its own)
+              v[i] = u * 1e-39f;
+              break;
+            case 3:  // zeros
+              v[i] = 0.0f;
+              break;
+            case 4:  // near the largest finite float
+              v[i] = u * 1e38f / static_cast<float>(n);
+              break;
+            default:  // a NaN, an infinity, finite values: the block becomes NaN
+              v[i] = k == 3    ? std::numeric_limits<float>::quiet_NaN()
+                     : k == 40 ? -std::numeric_limits<float>::infinity()
+                               : u;
+              break;
+          }
+        }
+        inputs.push_back(asType(type, v));
+      }
+      checkAllReduce(n, c, type, RedOp::sum, inputs);
     }
   }
 }
@@ -243,21 +337,167 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, Fp8Collectives, ::testing::Values(1, 2, 3, 4, 8), ranksName);
 
+// Ranks as processes: every process gets the scheme's bits, and leaves no segment behind.
+TEST(Fp8CollectivesProcesses, AllReduceAcrossProcessesIsTheScheme) {
+  WEFT_SKIP_UNDER_TSAN();
+  for (int n : {2, 4}) {
+    std::vector<pid_t> pids;
+    const std::vector<int> codes = test::forkRanks(
+        n,
+        [n](int r, Comm& comm) {
+          const Codec c = *Codec::parse("e4m3:32");
+          std::vector<std::vector<std::byte>> inputs;
+          for (int q = 0; q < n; ++q) {
+            std::mt19937 rng(500 + q);
+            std::normal_distribution<float> normal(0, 2);
+            std::vector<float> v(5000);
+            for (float& x : v) x = normal(rng);
+            inputs.push_back(asType(DataType::bf16, v));
+          }
+          std::vector<std::byte> out(inputs[0].size(), std::byte{0xA5});
+          const Status s =
+              compressedAllReduce(comm.handle(), c, DataType::bf16, RedOp::avg,
+                                  inputs[static_cast<std::size_t>(r)].data(), out.data(), 5000);
+          if (!s) return 2;
+          return out == emulate(n, c, DataType::bf16, RedOp::avg, inputs).want ? 0 : 1;
+        },
+        &pids);
+    for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << "rank " << r;
+    EXPECT_EQ(test::segmentsOf(pids), 0);
+  }
+}
+
 TEST(Fp8CollectivesArgs, OpsAndTypesThatCannotBeCompressedAreErrors) {
   onRanks(2, [&](int, weftComm_t comm) {
     const Codec c = *Codec::parse("e4m3:32");
-    std::vector<float> in(64, 1.0f), out(64);
-    EXPECT_EQ(
-        compressedAllReduce(comm, c, DataType::f32, RedOp::max, in.data(), out.data(), 64).code(),
-        Code::invalidArgument);
-    EXPECT_EQ(
-        compressedAllReduce(comm, c, DataType::i32, RedOp::sum, in.data(), out.data(), 64).code(),
-        Code::invalidArgument);
+    std::vector<float> in(64, 1.0f), out(64, -7.0f);
+    const Status max =
+        compressedAllReduce(comm, c, DataType::f32, RedOp::max, in.data(), out.data(), 64);
+    EXPECT_EQ(max.code(), Code::invalidArgument);
+    EXPECT_NE(max.message().find("max cannot be compressed"), std::string::npos) << max.message();
+    const Status i32 =
+        compressedAllReduce(comm, c, DataType::i32, RedOp::sum, in.data(), out.data(), 64);
+    EXPECT_EQ(i32.code(), Code::invalidArgument);
+    EXPECT_NE(i32.message().find("cannot be compressed (bf16, f16 and f32 can)"), std::string::npos)
+        << i32.message();
+    // Refused calls change nothing.
+    EXPECT_EQ(out[0], -7.0f);
     // The communicator is still usable after the refusals.
     EXPECT_TRUE(
         compressedAllReduce(comm, c, DataType::f32, RedOp::sum, in.data(), out.data(), 64).isOk());
     EXPECT_EQ(out[0], 2.0f);
   });
+}
+
+TEST(Fp8CollectivesArgs, CompressionsWeftCannotRunAreErrorsThatChangeNothing) {
+  onRanks(2, [&](int, weftComm_t comm) {
+    std::vector<float> in(64, 1.0f), out(64, -7.0f);
+    const weftCompression bad[] = {
+        {weftCompressFp8E4M3, weftScaleE8M0, 64, 0},  // E8M0 takes blocks of 32
+        {weftCompressFp8E5M2, weftScaleF32, 32, 0},   // f32 scales take 128
+        {static_cast<weftCompressFormat_t>(9), weftScaleE8M0, 32, 0},
+        {weftCompressFp8E4M3, static_cast<weftScaleKind_t>(5), 32, 0},
+        {weftCompressFp8E4M3, weftScaleE8M0, 32, 2}};
+    for (const weftCompression& w : bad) {
+      EXPECT_EQ(weftAllReduceEx(in.data(), out.data(), 64, weftFloat32, weftSum, comm, nullptr, &w),
+                weftInvalidArgument);
+      EXPECT_NE(std::string(weftGetLastError()).find("weftAllReduceEx"), std::string::npos);
+      EXPECT_EQ(weftCommSetCompression(comm, &w), weftInvalidArgument);
+    }
+    EXPECT_EQ(out[0], -7.0f);
+    weftCompression parsed{};
+    for (const char* text : {"e4m3", "fp8e4m3:64", "int8:32", "e4m3:32:sometimes"}) {
+      EXPECT_EQ(weftCompressionParse(text, &parsed), weftInvalidArgument) << text;
+      EXPECT_NE(std::string(weftGetLastError()).find("fp8e4m3:32"), std::string::npos);
+    }
+    EXPECT_EQ(weftCompressionParse("fp8e5m2:128:always", &parsed), weftSuccess);
+    EXPECT_EQ(parsed.format, weftCompressFp8E5M2);
+    EXPECT_EQ(parsed.scale, weftScaleF32);
+    EXPECT_EQ(parsed.block, 128);
+    EXPECT_EQ(parsed.always, 1);
+  });
+}
+
+// The communicator's default serves the calls it can and leaves the rest exact; a plan says
+// which way a call goes.
+TEST(Fp8CollectivesArgs, TheDefaultServesWhatItCanAndThePlanSaysSo) {
+  onRanks(2, [&](int r, weftComm_t comm) {
+    weftCompression w{};
+    ASSERT_EQ(weftCommGetCompression(comm, &w), weftSuccess);
+    EXPECT_EQ(w.format, weftCompressNone);
+    ASSERT_EQ(weftCompressionParse("fp8e4m3:32:always", &w), weftSuccess);
+    ASSERT_EQ(weftCommSetCompression(comm, &w), weftSuccess);
+    // 1 + 1/64 is not an e4m3 value: compressed, each rank's becomes 1.
+    std::vector<float> in(256, 1.015625f), out(256, 0.0f);
+    ASSERT_EQ(
+        weftAllReduceEx(in.data(), out.data(), 256, weftFloat32, weftSum, comm, nullptr, nullptr),
+        weftSuccess);
+    EXPECT_EQ(out[0], 2.0f);
+    // int32 and max: the default does not apply; exact.
+    std::vector<std::int32_t> a(256, 1000001 + r), b(256);
+    ASSERT_EQ(weftAllReduceEx(a.data(), b.data(), 256, weftInt32, weftSum, comm, nullptr, nullptr),
+              weftSuccess);
+    EXPECT_EQ(b[0], 2000003);
+    ASSERT_EQ(
+        weftAllReduceEx(in.data(), out.data(), 256, weftFloat32, weftMax, comm, nullptr, nullptr),
+        weftSuccess);
+    EXPECT_EQ(out[0], 1.015625f);
+    // Plain calls never compress.
+    ASSERT_EQ(weftAllReduce(in.data(), out.data(), 256, weftFloat32, weftSum, comm, nullptr),
+              weftSuccess);
+    EXPECT_EQ(out[0], 2.03125f);
+    char plan[64] = {};
+    ASSERT_EQ(weftCommPlanEx(comm, weftCollAllReduce, 256, weftFloat32, weftHostMemory, nullptr,
+                             plan, sizeof plan),
+              weftSuccess);
+    EXPECT_EQ(std::string(plan), "compressed e4m3:32/simple");
+    const weftCompression none{weftCompressNone, weftScaleE8M0, 0, 0};
+    ASSERT_EQ(weftCommPlanEx(comm, weftCollAllReduce, 256, weftFloat32, weftHostMemory, &none, plan,
+                             sizeof plan),
+              weftSuccess);
+    EXPECT_EQ(std::string(plan).find("compressed"), std::string::npos) << plan;
+    // Without `always` the selector prices it: a few hundred bytes never pay for the codec.
+    ASSERT_EQ(weftCompressionParse("fp8e4m3:32", &w), weftSuccess);
+    ASSERT_EQ(weftCommPlanEx(comm, weftCollAllReduce, 256, weftFloat32, weftHostMemory, &w, plan,
+                             sizeof plan),
+              weftSuccess);
+    EXPECT_EQ(std::string(plan).find("compressed"), std::string::npos) << plan;
+  });
+}
+
+// Inside a group, a compressed call runs at the group's end with the others, in call order.
+TEST(Fp8CollectivesArgs, CompressedCallsInAGroup) {
+  onRanks(3, [&](int, weftComm_t comm) {
+    weftCompression w{};
+    ASSERT_EQ(weftCompressionParse("e4m3:32:always", &w), weftSuccess);
+    std::vector<float> in(300, 1.015625f), out(300, 0.0f), plain(300, 0.0f);
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    ASSERT_EQ(weftAllReduceEx(in.data(), out.data(), 300, weftFloat32, weftSum, comm, nullptr, &w),
+              weftSuccess);
+    ASSERT_EQ(weftAllReduce(in.data(), plain.data(), 300, weftFloat32, weftSum, comm, nullptr),
+              weftSuccess);
+    ASSERT_EQ(weftGroupEnd(), weftSuccess) << weftGetLastError();
+    EXPECT_EQ(out[299], 3.0f);
+    EXPECT_EQ(plain[299], 3.046875f);
+  });
+}
+
+TEST(Fp8CollectivesArgs, WeftCompressSetsTheDefaultAndABadValueFailsInit) {
+  setenv("WEFT_COMPRESS", "fp8e5m2:128", 1);
+  {
+    onRanks(2, [&](int, weftComm_t comm) {
+      weftCompression w{};
+      ASSERT_EQ(weftCommGetCompression(comm, &w), weftSuccess);
+      EXPECT_EQ(w.format, weftCompressFp8E5M2);
+      EXPECT_EQ(w.block, 128);
+      EXPECT_EQ(w.always, 0);
+    });
+  }
+  setenv("WEFT_COMPRESS", "fp8e4m3:48", 1);
+  std::vector<weftComm_t> comms(2);
+  EXPECT_EQ(weftCommInitAll(comms.data(), 2), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("WEFT_COMPRESS"), std::string::npos);
+  unsetenv("WEFT_COMPRESS");
 }
 
 }  // namespace
