@@ -1,6 +1,7 @@
 #include "fused/fp8/codec.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,12 +17,122 @@ namespace {
 constexpr std::uint8_t kScaleNaN = 0xff;    // E8M0's NaN
 constexpr std::uint8_t kElementNaN = 0x7f;  // S.1111.111 (E4M3) and S.11111.11 (E5M2): NaN
 
-std::uint8_t toElement(Element e, float y) {
-  return e == Element::e4m3 ? exec::floatToE4m3(y) : exec::floatToE5m2(y);
+// The value types, by how they widen to float and round back (to nearest even).
+struct F32 {
+  using S = float;
+  static float load(S v) { return v; }
+  static S store(float v) { return v; }
+};
+struct F16 {
+  using S = std::uint16_t;
+  static float load(S v) { return exec::halfToFloat(v); }
+  static S store(float v) { return exec::floatToHalf(v); }
+};
+struct Bf16 {
+  using S = std::uint16_t;
+  static float load(S v) { return exec::bf16ToFloat(v); }
+  static S store(float v) { return exec::floatToBf16(v); }
+};
+
+// Calls f with the value type's tag; false for a type the codecs do not take.
+template <typename F>
+bool byType(DataType type, F f) {
+  switch (type) {
+    case DataType::f32:
+      f(F32{});
+      return true;
+    case DataType::f16:
+      f(F16{});
+      return true;
+    case DataType::bf16:
+      f(Bf16{});
+      return true;
+    default:
+      return false;
+  }
 }
 
-float fromElement(Element e, std::uint8_t q) {
-  return e == Element::e4m3 ? exec::e4m3ToFloat(q) : exec::e5m2ToFloat(q);
+// Every element code's value: decoding is a lookup and one exact product.
+const float* elementValues(Element e) {
+  static const auto table = [] {
+    std::array<std::array<float, 256>, 2> t{};
+    for (int q = 0; q < 256; ++q) {
+      t[0][q] = exec::e4m3ToFloat(static_cast<std::uint8_t>(q));
+      t[1][q] = exec::e5m2ToFloat(static_cast<std::uint8_t>(q));
+    }
+    return t;
+  }();
+  return table[e == Element::e4m3 ? 0 : 1].data();
+}
+
+template <bool E4m3>
+std::uint8_t toElement(float y) {
+  return E4m3 ? exec::floatToE4m3(y) : exec::floatToE5m2(y);
+}
+
+// One block of `n` values (at most 128) into elements and its scale.
+template <typename V, bool E4m3, bool E8m0>
+void encodeBlock(const typename V::S* in, std::size_t n, std::uint8_t* elements,
+                 std::byte* scale) {
+  float v[128];
+  float amax = 0;
+  bool finite = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = V::load(in[i]);
+    finite = finite && std::isfinite(v[i]);
+    amax = std::max(amax, std::fabs(v[i]));
+  }
+  if (!finite) {
+    std::fill(elements, elements + n, kElementNaN);
+    if constexpr (E8m0) {
+      scale[0] = std::byte{kScaleNaN};
+    } else {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(scale, &nan, 4);
+    }
+    return;
+  }
+  if constexpr (E8m0) {
+    const int k = e8m0Exponent(amax, E4m3);
+    scale[0] = std::byte(static_cast<std::uint8_t>(k + 127));
+    // An exact power of two: the product rounds as ldexp(v, -k) does (once, to nearest even).
+    const float inverse = std::ldexp(1.0f, -k);
+    for (std::size_t i = 0; i < n; ++i) elements[i] = toElement<E4m3>(v[i] * inverse);
+  } else {
+    const float s = f32Scale(amax, E4m3 ? 448.0f : 57344.0f);
+    std::memcpy(scale, &s, 4);
+    for (std::size_t i = 0; i < n; ++i) elements[i] = toElement<E4m3>(v[i] / s);
+  }
+}
+
+template <typename V, bool E4m3, bool E8m0>
+void encodeAll(const Codec& codec, const void* in, std::size_t count, std::byte* out) {
+  const auto* values = static_cast<const typename V::S*>(in);
+  auto* elements = reinterpret_cast<std::uint8_t*>(out);
+  std::byte* scales = out + count;
+  const auto block = static_cast<std::size_t>(codec.block);
+  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += block) {
+    encodeBlock<V, E4m3, E8m0>(values + begin, std::min(block, count - begin), elements + begin,
+                               scales + b * codec.scaleBytes());
+  }
+}
+
+// Decoded values of a block (a NaN scale: every value NaN), handed to `put(i, value)`.
+template <typename Put>
+void decodeBlocks(const Codec& codec, const std::byte* in, std::size_t count, Put put) {
+  const auto* elements = reinterpret_cast<const std::uint8_t*>(in);
+  const float* table = elementValues(codec.element);
+  const auto block = static_cast<std::size_t>(codec.block);
+  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += block) {
+    const std::size_t end = std::min(count, begin + block);
+    const float s = scaleOf(codec, in, count, b);
+    // A non-finite block decodes to one quiet NaN (0x7fc00000), whatever its elements hold.
+    if (std::isnan(s)) {
+      for (std::size_t i = begin; i < end; ++i) put(i, std::numeric_limits<float>::quiet_NaN());
+    } else {
+      for (std::size_t i = begin; i < end; ++i) put(i, table[elements[i]] * s);
+    }
+  }
 }
 
 }  // namespace
@@ -78,43 +189,20 @@ bool encodable(DataType type) {
 
 Status encode(const Codec& codec, DataType type, const void* in, std::size_t count,
               std::byte* out) {
-  if (!encodable(type))
+  const bool e4m3 = codec.element == Element::e4m3, e8m0 = codec.scale == ScaleKind::e8m0;
+  const bool known = byType(type, [&](auto tag) {
+    using V = decltype(tag);
+    if (e4m3) {
+      e8m0 ? encodeAll<V, true, true>(codec, in, count, out)
+           : encodeAll<V, true, false>(codec, in, count, out);
+    } else {
+      e8m0 ? encodeAll<V, false, true>(codec, in, count, out)
+           : encodeAll<V, false, false>(codec, in, count, out);
+    }
+  });
+  if (!known)
     return invalidArgument("fp8 " + codec.name() + ": " + std::string(name(type)) +
                            " cannot be compressed (bf16, f16 and f32 can)");
-  auto* elements = reinterpret_cast<std::uint8_t*>(out);
-  std::byte* scales = out + count;
-  const float maxFinite = codec.maxFinite();
-  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += codec.block) {
-    const std::size_t end = std::min(count, begin + codec.block);
-    float amax = 0;
-    bool finite = true;
-    for (std::size_t i = begin; i < end; ++i) {
-      const float v = loadValue(type, in, i);
-      finite = finite && std::isfinite(v);
-      amax = std::max(amax, std::fabs(v));
-    }
-    if (!finite) {
-      std::fill(elements + begin, elements + end, kElementNaN);
-      if (codec.scale == ScaleKind::e8m0) {
-        scales[b] = std::byte{kScaleNaN};
-      } else {
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        std::memcpy(scales + 4 * b, &nan, 4);
-      }
-      continue;
-    }
-    if (codec.scale == ScaleKind::e8m0) {
-      const int k = e8m0Exponent(amax, codec.element == Element::e4m3);
-      scales[b] = std::byte(static_cast<std::uint8_t>(k + 127));
-      for (std::size_t i = begin; i < end; ++i)
-        elements[i] = toElement(codec.element, std::ldexp(loadValue(type, in, i), -k));
-    } else {
-      const float s = f32Scale(amax, maxFinite);
-      std::memcpy(scales + 4 * b, &s, 4);
-      for (std::size_t i = begin; i < end; ++i)
-        elements[i] = toElement(codec.element, loadValue(type, in, i) / s);
-    }
-  }
   return {};
 }
 
@@ -132,19 +220,14 @@ float scaleOf(const Codec& codec, const std::byte* encoded, std::size_t count, s
 
 Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_t count,
               void* out) {
-  if (!encodable(type))
+  const bool known = byType(type, [&](auto tag) {
+    using V = decltype(tag);
+    auto* values = static_cast<typename V::S*>(out);
+    decodeBlocks(codec, in, count, [&](std::size_t i, float v) { values[i] = V::store(v); });
+  });
+  if (!known)
     return invalidArgument("fp8 " + codec.name() + ": cannot decode into " +
                            std::string(name(type)) + " (bf16, f16 and f32 can)");
-  const auto* elements = reinterpret_cast<const std::uint8_t*>(in);
-  for (std::size_t b = 0, begin = 0; begin < count; ++b, begin += codec.block) {
-    const std::size_t end = std::min(count, begin + codec.block);
-    const float s = scaleOf(codec, in, count, b);
-    // A non-finite block decodes to one quiet NaN (0x7fc00000), whatever its elements hold.
-    for (std::size_t i = begin; i < end; ++i)
-      storeValue(type, out, i,
-                 std::isnan(s) ? std::numeric_limits<float>::quiet_NaN()
-                               : fromElement(codec.element, elements[i]) * s);
-  }
   return {};
 }
 
@@ -194,13 +277,9 @@ Status decodeSegments(const Codec& codec, DataType type, const std::byte* in, co
 Status sumSegments(const Codec& codec, const std::byte* in, const Segments& seg, float divisor,
                    float* sums) {
   std::fill(sums, sums + seg.padded, 0.0f);
-  std::vector<float> part(seg.padded);
   for (std::size_t s = 0; s < seg.segments; ++s) {
-    if (Status st =
-            decode(codec, DataType::f32, in + s * seg.segmentBytes, seg.padded, part.data());
-        !st)
-      return st;
-    for (std::size_t i = 0; i < seg.padded; ++i) sums[i] += part[i];
+    decodeBlocks(codec, in + s * seg.segmentBytes, seg.padded,
+                 [&](std::size_t i, float v) { sums[i] += v; });
   }
   if (divisor != 1.0f) {
     for (std::size_t i = 0; i < seg.padded; ++i) sums[i] /= divisor;

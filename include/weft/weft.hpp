@@ -173,6 +173,27 @@ class Comm {
   }
   Status deregisterBuffer(void* handle) { return detail::status(weftCommDeregister(h_, handle)); }
 
+  // Compressed collectives (weft.h, "compressed collectives"): `compression` null takes the
+  // communicator's default (setCompression, WEFT_COMPRESS).
+  Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
+                   const weftCompression* compression, void* stream = nullptr) {
+    return detail::status(weftAllReduceEx(send, recv, count, detail::c(t), detail::c(op), h_,
+                                          stream, compression));
+  }
+  Status reduceScatter(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
+                       const weftCompression* compression, void* stream = nullptr) {
+    return detail::status(weftReduceScatterEx(send, recv, count, detail::c(t), detail::c(op), h_,
+                                              stream, compression));
+  }
+  Status allGather(const void* send, void* recv, std::size_t count, DataType t,
+                   const weftCompression* compression, void* stream = nullptr) {
+    return detail::status(
+        weftAllGatherEx(send, recv, count, detail::c(t), h_, stream, compression));
+  }
+  Status setCompression(const weftCompression* compression) {
+    return detail::status(weftCommSetCompression(h_, compression));
+  }
+
   // Typed forms: the DataType follows from T.
   template <typename T>
   Status allReduce(const T* send, T* recv, std::size_t count, RedOp op, void* stream = nullptr) {
@@ -187,6 +208,13 @@ class Comm {
   }
   weftComm_t h_ = nullptr;
 };
+
+// "fp8e4m3:32", "e5m2:128:always", "none": weftCompressionParse.
+inline Result<weftCompression> compression(const std::string& text) {
+  weftCompression c{};
+  if (Status s = detail::status(weftCompressionParse(text.c_str(), &c)); !s) return s;
+  return c;
+}
 
 // Host memory the communicator's other processes on this host read in place (weftHostAlloc);
 // freed with hostFree.

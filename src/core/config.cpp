@@ -61,10 +61,7 @@ const Setting kSettings[] = {
          return invalidArgument(n + ": " + s.status().message());
        return ok();
      }},
-    {"WEFT_NCCL_HOST_MEMORY", nullptr, Kind::flag, 0, 1, "0", false, Audience::user,
-     "1: the NCCL interface runs without a CUDA device and on host buffers, where NCCL (and it, "
-     "by default) fails with `ncclUnhandledCudaError` / `ncclInvalidArgument`",
-     nullptr},
+    
     {"WEFT_COMPRESS", nullptr, Kind::text, 0, 0, "none", true, Audience::user,
      "`fp8e4m3:32`, `fp8e5m2:128`, ...: the NCCL interface's bf16/f16/f32 all-reduces and "
      "reduce-scatters (sum, avg), and the C API's `Ex` calls given no compression, cross as fp8 "
@@ -294,6 +291,10 @@ const Setting kSettings[] = {
      }},
 
     // Diagnostics and tests.
+    {"WEFT_NCCL_HOST_MEMORY", nullptr, Kind::flag, 0, 1, "0", false, Audience::diagnostic,
+     "1: the NCCL interface runs without a CUDA device and on host buffers, where NCCL (and it, "
+     "by default) fails with `ncclUnhandledCudaError` / `ncclInvalidArgument`",
+     nullptr},
     {"WEFT_CHECK_PLANS", nullptr, Kind::flag, 0, 1, "0", true, Audience::diagnostic,
      "before every call on GPU memory the ranks compare the call and how each runs it (a host "
      "round trip a call)",
