@@ -72,8 +72,7 @@ std::uint8_t toElement(float y) {
 
 // One block of `n` values (at most 128) into elements and its scale.
 template <typename V, bool E4m3, bool E8m0>
-void encodeBlock(const typename V::S* in, std::size_t n, std::uint8_t* elements,
-                 std::byte* scale) {
+void encodeBlock(const typename V::S* in, std::size_t n, std::uint8_t* elements, std::byte* scale) {
   float v[128];
   float amax = 0;
   bool finite = true;

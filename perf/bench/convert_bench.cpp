@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/fp8/codec.hpp"
 #include "perf/bench/benchmarks.hpp"
 #include "src/exec/numeric.hpp"
 
@@ -66,9 +67,42 @@ void registerFormat(const std::string& format) {
       ->Arg(1 << 20);
 }
 
+// codec/<encode|decode>/<scheme>: the host fp8 codec (fused/fp8/codec.hpp) on bf16 values,
+// bytes read plus written, as the device codec's benchmark counts them.
+void codecBenchmark(benchmark::State& state, const std::string& scheme, bool decode) {
+  const auto count = static_cast<std::size_t>(state.range(0));
+  const auto codec = fused::fp8::Codec::parse(scheme);
+  std::vector<std::uint16_t> values;
+  values.reserve(count);
+  for (float v : samples(count)) values.push_back(exec::floatToBf16(v));
+  std::vector<std::byte> encoded(codec->encodedBytes(count));
+  if (!fused::fp8::encode(*codec, DataType::bf16, values.data(), count, encoded.data()).isOk())
+    state.SkipWithError("encode failed");
+  for (auto _ : state) {
+    if (decode) {
+      (void)fused::fp8::decode(*codec, DataType::bf16, encoded.data(), count, values.data());
+    } else {
+      (void)fused::fp8::encode(*codec, DataType::bf16, values.data(), count, encoded.data());
+    }
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<std::int64_t>(count * 2 + encoded.size()));
+}
+
 }  // namespace
 
 void registerConvertBenchmarks() {
+  for (const char* scheme : {"e4m3:32", "e4m3:128"}) {
+    for (bool decode : {false, true}) {
+      const std::string name =
+          std::string("codec/") + (decode ? "decode/" : "encode/") + scheme + "/bf16";
+      benchmark::RegisterBenchmark(name.c_str(), codecBenchmark, std::string(scheme), decode)
+          ->ArgName("count")
+          ->Arg(1 << 20)
+          ->Arg(16 << 20);
+    }
+  }
   registerFormat<std::uint16_t, exec::floatToHalf, exec::halfToFloat>("f16");
   registerFormat<std::uint16_t, exec::floatToBf16, exec::bf16ToFloat>("bf16");
   registerFormat<std::uint8_t, exec::floatToE4m3, exec::e4m3ToFloat>("f8e4m3");

@@ -103,7 +103,9 @@ Scheme emulate(int n, const Codec& c, DataType type, RedOp op,
                const std::vector<std::vector<std::byte>>& inputs) {
   const std::size_t count = inputs[0].size() / sizeOf(type);
   Scheme x;
-  const std::size_t share = x.share = (count + n - 1) / n;
+  // Shares of whole blocks (every block of values starts at a multiple of the block).
+  const auto block = static_cast<std::size_t>(c.block);
+  const std::size_t share = x.share = ((count + n - 1) / n + block - 1) / block * block;
   std::vector<float>& sums = x.sums;
   std::vector<float>& firstBound = x.firstBound;
   sums.assign(share * n, 0.0f);
