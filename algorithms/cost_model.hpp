@@ -80,7 +80,7 @@ struct GraphConstants {
 // per second. A tuning file's "codecs"; the defaults are the H200 machine's (docs/perf.md, "FP8
 // codecs against the device's copy" and "Compressed collectives").
 struct CodecConstants {
-  double hostGBs = 2.0;         // host_gbs: one rank's codec on host memory
+  double hostGBs = 1.0;         // host_gbs: one rank's codec on host memory (its encode)
   double deviceGBs = 2800;      // device_gbs: one GPU's, shared by the ranks on it
   double deviceLaunchUs = 4.0;  // device_launch_us: one codec kernel's launch and tail
 };

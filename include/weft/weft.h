@@ -202,9 +202,15 @@ typedef enum {
   weftCompressNone = 0, /* the values cross as they are */
   weftCompressFp8E4M3 = 1,
   weftCompressFp8E5M2 = 2,
-  weftNumCompressFormats = 3
+  weftNumCompressFormats = 3,
+  weftCompressForceInt = 0x7fffffff /* the range of an int: any value a caller passes is valid */
 } weftCompressFormat_t;
-typedef enum { weftScaleE8M0 = 0, weftScaleF32 = 1, weftNumScaleKinds = 2 } weftScaleKind_t;
+typedef enum {
+  weftScaleE8M0 = 0,
+  weftScaleF32 = 1,
+  weftNumScaleKinds = 2,
+  weftScaleForceInt = 0x7fffffff
+} weftScaleKind_t;
 typedef struct {
   weftCompressFormat_t format;
   /* weftScaleE8M0 (a power of two) with blocks of 32 values, as OCP MX; weftScaleF32 with 128. */
