@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -143,13 +144,10 @@ Status readKernels(const json& j, const std::string& where, KernelConstants& k) 
   return {};
 }
 
-Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
+// An object of positive numbers, each key one of `keys`.
+Status readPositives(const json& j, const std::string& where,
+                     std::initializer_list<std::pair<const char*, double*>> keys) {
   if (!j.is_object()) return invalidArgument(where + " must be an object");
-  const std::pair<const char*, double*> keys[] = {{"host_copy_gbs", &g.hostCopyGBs},
-                                                  {"host_fold_gbs", &g.hostFoldGBs},
-                                                  {"device_copy_gbs", &g.deviceCopyGBs},
-                                                  {"device_all_peers_us", &g.deviceAllPeersUs},
-                                                  {"device_hop_latency_us", &g.deviceHopLatencyUs}};
   for (auto it = j.begin(); it != j.end(); ++it) {
     bool known = false;
     for (const auto& [key, field] : keys) {
@@ -162,21 +160,20 @@ Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
   return {};
 }
 
+Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
+  return readPositives(j, where,
+                       {{"host_copy_gbs", &g.hostCopyGBs},
+                        {"host_fold_gbs", &g.hostFoldGBs},
+                        {"device_copy_gbs", &g.deviceCopyGBs},
+                        {"device_all_peers_us", &g.deviceAllPeersUs},
+                        {"device_hop_latency_us", &g.deviceHopLatencyUs}});
+}
+
 Status readCodecs(const json& j, const std::string& where, CodecConstants& c) {
-  if (!j.is_object()) return invalidArgument(where + " must be an object");
-  const std::pair<const char*, double*> keys[] = {{"host_gbs", &c.hostGBs},
-                                                  {"device_gbs", &c.deviceGBs},
-                                                  {"device_launch_us", &c.deviceLaunchUs}};
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    bool known = false;
-    for (const auto& [key, field] : keys) {
-      if (it.key() != key) continue;
-      if (Status s = readPositive(*it, where + "." + it.key(), *field); !s) return s;
-      known = true;
-    }
-    if (!known) return invalidArgument(where + "." + it.key() + ": unknown key");
-  }
-  return {};
+  return readPositives(j, where,
+                       {{"host_gbs", &c.hostGBs},
+                        {"device_gbs", &c.deviceGBs},
+                        {"device_launch_us", &c.deviceLaunchUs}});
 }
 
 json kernelsJson(const KernelConstants& k) {
