@@ -190,16 +190,7 @@ Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const 
     how += (how.empty() ? "" : " + ") + std::string(name(c)) + " " + p->algorithm;
     return {};
   };
-  // On one host's GPUs the all-reduce is one kernel on the direct kernels' slabs: encode, sum
-  // the peers' encoded pieces, decode theirs (fused/fp8/compressed_kernel.hpp).
-  const bool oneKernel =
-      kernels_.gpu && kernels_.directRoundBytes > 0 && coll == Collective::allReduce;
-  if (oneKernel) {
-    passes = 2 * valueBytes + 3 * encoded + static_cast<double>(e);
-    kernels = 1;
-    inner = 2 * options_.constants.graphs.deviceHopLatencyUs;  // its two barriers
-    how = "one kernel on the direct slabs";
-  } else if (coll == Collective::allGather) {
+  if (coll == Collective::allGather) {
     passes = static_cast<double>(share * codec.valueBytes + e) + encoded + valueBytes;
     kernels = 2;
     if (Status s = exchange(Collective::allGather); !s) return s;
@@ -229,7 +220,7 @@ Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const 
   p.algorithm = "compressed";
   p.codec = codec.name;
   p.estimateUs = us;
-  p.reason = codec.name + (oneKernel ? ", " : " over ") + how + ", " +
+  p.reason = codec.name + " over " + how + ", " +
              std::to_string(static_cast<int>(us)) + " us against " +
              std::to_string(static_cast<int>(plain->estimateUs)) + " us uncompressed" +
              (always ? " (compression asked for always)" : "");

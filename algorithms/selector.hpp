@@ -49,7 +49,7 @@ struct CodecShape {
     return (p + p / block * scaleBytes + 15) / 16 * 16;
   }
   // All-reduce's share a rank reduces of `count` values: whole blocks, so that every block of
-  // values starts at a multiple of `block`, on every path (the one-kernel path's pieces too).
+  // values starts at a multiple of `block`.
   std::size_t share(std::size_t count, int nranks) const {
     const auto n = static_cast<std::size_t>(nranks < 1 ? 1 : nranks);
     return paddedValues((count + n - 1) / n);

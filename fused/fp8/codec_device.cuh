@@ -1,5 +1,5 @@
-// The fp8 codecs' device pieces, shared by the codec kernels (codec_kernel.cu) and the fused
-// compressed all-reduce (compressed_kernel.cu): eight values a thread, loaded and stored 16 or
+// The fp8 codecs' device pieces (codec_kernel.cu's; for kernels that fuse the codecs with
+// other work too): eight values a thread, loaded and stored 16 or
 // 32 bytes at a time where aligned; a block's scale by the host's arithmetic (codec_math.hpp) and
 // the element conversions by CUDA's, which the host's (src/exec/numeric.hpp) match. CUDA only.
 #pragma once

@@ -4,7 +4,6 @@
 
 #include "fused/fp8/codec.hpp"
 #include "fused/fp8/codec_device.hpp"
-#include "fused/fp8/compressed_kernel.hpp"
 #include "fused/fp8/values.hpp"
 #include "src/core/compression.hpp"
 #include "src/exec/cuda_executor.hpp"
@@ -104,8 +103,7 @@ class Steps {
   }
 
   Status allReduce() {
-    // Shares of whole blocks: every block of values starts at a multiple of the block, as in
-    // the one-kernel path's pieces, so both give the same bits.
+    // Shares of whole blocks: every block of values starts at a multiple of the block size.
     const auto block = static_cast<std::size_t>(codec_.block);
     const std::size_t share = ((x_.count + n_ - 1) / n_ + block - 1) / block * block;
     const Segments seg = Segments::of(codec_, n_, share, x_.count);
@@ -186,32 +184,6 @@ Status runCompressible(Communicator& comm, const CompressedCall& x,
   if (!plan) return plan.status();
   if (plan->codec.empty()) return plain(comm, x);
   const Codec codec = Codec::from(compression);
-  const int n = comm.size();
-  // On one host's GPUs the all-reduce is one kernel on the direct kernels' slabs, as the
-  // selector priced it; elsewhere (and where a slab holds no piece) the steps below.
-  if (gpu && x.coll == Collective::allReduce && comm.gpuDirectPossible()) {
-    return comm.gpuDirectCall(
-        x.coll, x.count, x.type, x.op, x.stream, [&](exec::CudaExecutor& e) -> Status {
-          const std::size_t most = compressedTwoShotMostElems(codec, e.directSlabBytes(), n);
-          if (most == 0)
-            return Status(Code::unsupported, "fp8 all-reduce: a slab holds no piece at " +
-                                                 std::to_string(n) + " ranks");
-          exec::Buffers b;
-          b.input = x.send;
-          b.output = x.recv;
-          b.count = x.count;
-          b.type = x.type;
-          const auto align = static_cast<std::size_t>(codec.block) * static_cast<std::size_t>(n);
-          return e.directWith(
-              b, most, align,
-              [&](const device::LaunchArgs& a, int blocks, void* stream) {
-                return launchCompressedTwoShot(a, blocks, codec, x.type,
-                                               x.op == RedOp::avg ? static_cast<float>(n) : 1.0f,
-                                               stream);
-              },
-              x.stream);
-        });
-  }
   Steps steps(comm, codec, x, gpu);
   if (!gpu) {
     if (x.stream != nullptr)

@@ -143,13 +143,6 @@ class Communicator {
   // Runs `launches` (kernels on `stream`, and this communicator's own calls) as one operation of
   // the communicator's order on the GPU (CudaExecutor::begin and end around it).
   Status gpuOperation(void* stream, const std::function<Status()>& launches);
-  // A GPU call of `coll` that a kernel of fused/ runs on the direct kernels' slabs
-  // (CudaExecutor::directWith, which `launch` calls): set up, checked against the peers' calls,
-  // signed and ordered as the communicator's own calls are.
-  Status gpuDirectCall(Collective coll, std::size_t count, DataType type, RedOp op, void* stream,
-                       const std::function<Status(exec::CudaExecutor&)>& launch);
-  // Whether such kernels can run: every rank on this host (they map each other's slabs).
-  bool gpuDirectPossible() const { return machine_.placement.hosts() == 1; }
   // What the GPU tuner prices calls with: its rank graph (from the machine: the ranks' GPUs and
   // the paths between them, or the same-device graph on the channels a bulk call gets where they
   // share one) and its constants (the tuning file's, or the defaults, with the same-device hop of

@@ -48,21 +48,4 @@ Status Communicator::gpuOperation(void* stream, const std::function<Status()>& l
   return {};
 }
 
-Status Communicator::gpuDirectCall(Collective coll, std::size_t count, DataType type, RedOp op,
-                                   void* stream,
-                                   const std::function<Status(exec::CudaExecutor&)>& launch) {
-  if (Status s = checkUsable(std::string(name(coll)).c_str()); !s) return s;
-  if (Status s = ensureGpu(); !s) return s;
-  if (count == 0) return gpu_->asyncError();
-  if (config_.checkCalls) {
-    if (Status s = checkGpuCall(coll, count, type, op, 0); !s) return s;
-  }
-  gpu_->sign(config_.checkCalls ? current_.signature() : 0);
-  ++gpuCalls_;
-  if (Status s = gpu_->begin(stream); !s) return fail(s);
-  if (Status s = launch(*gpu_); !s) return s;
-  if (Status s = gpu_->end(stream); !s) return fail(s);
-  return {};
-}
-
 }  // namespace weft

@@ -552,25 +552,6 @@ Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const 
   return device::launchDirect(a, grid.blocks, twoShot, b.type, b.op, stream);
 }
 
-Status CudaExecutor::directWith(const Buffers& b, std::size_t mostElems, std::size_t align,
-                                const DirectLaunch& launch, void* stream) {
-  if (Status e = asyncError(); !e) return e;
-  if (b.count == 0) return {};
-  device::LaunchArgs a = baseArgs();
-  a.input = b.input;
-  a.output = b.output;
-  a.count = b.count;
-  const std::size_t es = sizeOf(b.type);
-  const Spread grid =
-      spread(b.count, mostElems, align, std::max(align, options_.directBlockBytes / es));
-  a.directShareElems = grid.share;
-  return launch(a, grid.blocks, stream);
-}
-
-std::size_t CudaExecutor::directSlabBytes() const {
-  return ipc_->geometry().directSlabBytes;
-}
-
 CudaExecutor::Spread CudaExecutor::spread(std::size_t count, std::size_t most, std::size_t align,
                                           std::size_t least) const {
   // One round's slabs (a block each) hold the call: a block for every `least` elements, as many

@@ -120,15 +120,6 @@ class CudaExecutor {
   Status begin(void* stream);
   Status end(void* stream);
 
-  // A kernel of fused/ run as the direct kernels run, on their slabs, flags and call counts, in
-  // rounds: each block takes up to `mostElems` elements a round (a multiple of `align`), and
-  // `launch` gets the arguments (directShareElems set) and the grid, to launch on `stream`.
-  using DirectLaunch = std::function<Status(const device::LaunchArgs&, int blocks, void* stream)>;
-  Status directWith(const Buffers& b, std::size_t mostElems, std::size_t align,
-                    const DirectLaunch& launch, void* stream);
-  // The bytes of one block's slab (a direct kernel's round of one block fits in it).
-  std::size_t directSlabBytes() const;
-
   // Device memory of at least `bytes` for what an operation keeps between its launches (the
   // compressed collectives' encoded shares): the executor's, freed with it. A larger request
   // replaces it; the one replaced is kept until then, as captured graphs may still use it.

@@ -51,15 +51,6 @@ Status CudaExecutor::end(void*) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
-Status CudaExecutor::directWith(const Buffers&, std::size_t, std::size_t, const DirectLaunch&,
-                                void*) {
-  return Status(Code::unsupported, "this build has no CUDA");
-}
-
-std::size_t CudaExecutor::directSlabBytes() const {
-  return 0;
-}
-
 Result<std::byte*> CudaExecutor::workspace(std::size_t) {
   return Status(Code::unsupported, "this build has no CUDA");
 }
