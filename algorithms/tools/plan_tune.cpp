@@ -2,6 +2,8 @@
 // regret (simulated time of the pick / best simulated time).
 #include "algorithms/tools/plan_tune.hpp"
 
+#include "algorithms/compression.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -103,6 +105,7 @@ SimOptions replayOptions(const TuneArgs& args) {
 std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
                            const std::vector<std::size_t>& sizes, const TunerOptions& options,
                            const SimOptions& replay, bool schedules,
+                           const std::optional<weftCompression>& compress,
                            tools::Progress* progress = nullptr) {
   // The runtime's GPU selector on these ranks (schedules and the direct kernels), or with
   // --schedules the tuner alone: every pick a schedule the simulator replays.
@@ -116,7 +119,12 @@ std::vector<SizeRow> sweep(const topo::System& system, Collective coll,
   for (std::size_t bytes : sizes) {
     SizeRow row;
     row.bytes = bytes;
-    auto plan = schedules ? tuner.plan(coll, bytes) : selector.plan(coll, bytes);
+    // With --compress the selector weighs the compressed variant too (its codec unreplayed).
+    auto plan = compress
+                    ? selector.planCompressed(coll, bytes, codecShapeOf(*compress, DataType::bf16),
+                                              compress->always != 0)
+                : schedules ? tuner.plan(coll, bytes)
+                            : selector.plan(coll, bytes);
     if (progress != nullptr) progress->step();  // a size begun: what the line counts
     if (!plan) continue;
     row.plan = *plan;
@@ -165,6 +173,7 @@ double busbw(Collective coll, int n, std::size_t bytes, double us) {
 
 // "ring/simple", or "oneshot/direct" for a direct kernel: the pick as the table prints it.
 std::string pickLabel(const Plan& p) {
+  if (!p.codec.empty()) return "compressed " + p.codec;
   return p.algorithm + "/" +
          (p.kernel == Kernel::gpuDirect ? std::string("direct") : std::string(name(p.protocol)));
 }
@@ -317,6 +326,26 @@ int runTune(const TuneArgs& args) {
     return tools::kExitUsage;
   }
 
+  std::optional<weftCompression> compress;
+  if (!args.compress.empty()) {
+    auto c = parseCompression(args.compress);
+    if (!c) {
+      std::cerr << "weft-plan: --compress " << c.status().message() << "\n";
+      return tools::kExitUsage;
+    }
+    for (Collective coll : colls) {
+      if (Status s = compressible(coll, DataType::bf16, RedOp::sum, "--compress"); !s) {
+        std::cerr << "weft-plan: " << s.message() << "\n";
+        return tools::kExitUsage;
+      }
+    }
+    if (args.schedules) {
+      std::cerr << "weft-plan: --compress weighs the selector's picks: drop --schedules\n";
+      return tools::kExitUsage;
+    }
+    if (compresses(*c)) compress = *c;
+  }
+
   const bool detailed =
       hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;
   if (detailed) {
@@ -325,7 +354,8 @@ int runTune(const TuneArgs& args) {
     std::vector<SizeRow> rows;
     {
       tools::Progress progress("weft-plan tune: sizes", sizes.size());
-      rows = sweep(system, coll, sizes, *options, replayOptions(args), args.schedules, &progress);
+      rows = sweep(system, coll, sizes, *options, replayOptions(args), args.schedules, compress,
+                   &progress);
     }
     std::printf("%s, %s: %s\n", hostNames[0].c_str(), system.summary().c_str(),
                 std::string(name(coll)).c_str());
@@ -338,12 +368,10 @@ int runTune(const TuneArgs& args) {
     for (const auto& a : algos) std::printf(" %12s", (a + " bw").c_str());
     std::printf("\n");
     for (const SizeRow& r : rows) {
-      std::printf("%8s  %-16s %10.1f %10.1f %-16s %7s", human(r.bytes).c_str(),
-                  (r.plan.kernel == Kernel::gpuDirect
-                       ? r.plan.algorithm + "/direct"
-                       : r.plan.algorithm + "/" + std::string(name(r.plan.protocol)))
-                      .c_str(),
-                  r.plan.estimateUs, r.pickSim, r.best.c_str(),
+      char sim[32] = "-";  // a compressed pick is not replayed
+      if (r.pickSim > 0) std::snprintf(sim, sizeof sim, "%.1f", r.pickSim);
+      std::printf("%8s  %-16s %10.1f %10s %-16s %7s", human(r.bytes).c_str(),
+                  pickLabel(r.plan).c_str(), r.plan.estimateUs, sim, r.best.c_str(),
                   r.regret ? (std::to_string(*r.regret).substr(0, 5)).c_str() : "n/a");
       for (const auto& a : algos) {
         double best = 0;
@@ -422,7 +450,7 @@ int runTune(const TuneArgs& args) {
       Job& j = jobs[i];
       const topo::System system(hosts[j.host], j.nodes);
       for (const SizeRow& r :
-           sweep(system, j.coll, sizes, *options, replayOptions(args), args.schedules)) {
+           sweep(system, j.coll, sizes, *options, replayOptions(args), args.schedules, compress)) {
         for (const Candidate& c : r.candidates) j.skipped += c.sim ? 0 : 1;
         if (!r.regret) {
           ++j.unsimulated;
@@ -431,7 +459,7 @@ int runTune(const TuneArgs& args) {
         if (*r.regret > j.worst) {
           j.worst = *r.regret;
           j.worstBytes = r.bytes;
-          j.worstPick = r.plan.algorithm + "/" + std::string(name(r.plan.protocol));
+          j.worstPick = pickLabel(r.plan);
           j.worstBest = r.best;
         }
       }

@@ -17,6 +17,7 @@ struct TuneArgs {
   bool settle = false;      // replay each candidate until its link sharing settles
   bool fluid = false;       // replay each candidate with links shared at every instant
   bool schedules = false;   // the tuner's picks among schedules alone, not the runtime selector's
+  std::string compress;     // "fp8e4m3:32": calls allowed to cross compressed (bf16 values)
 };
 
 int runTune(const TuneArgs& args);

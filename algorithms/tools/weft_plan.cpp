@@ -325,6 +325,9 @@ int main(int argc, char** argv) {
   tuneCmd->add_flag("--schedules", tune.schedules,
                     "the tuner's picks among schedules alone (the simulator replays every one), "
                     "not the runtime selector's (which adds the GPU direct kernels)");
+  tuneCmd->add_option("--compress", tune.compress,
+                      "also weigh the calls crossing as fp8 (fp8e4m3:32, fp8e5m2:128; bf16 "
+                      "values), as weftAllReduceEx does");
   tuneCmd->add_flag("--candidates", tune.candidates,
                     "per size, every candidate's estimate next to its simulated time");
   auto* settle = tuneCmd->add_flag(

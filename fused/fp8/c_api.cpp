@@ -5,7 +5,7 @@
 
 #include "fused/fp8/compressed.hpp"
 #include "src/core/c_api_calls.hpp"
-#include "src/core/compression.hpp"
+#include "algorithms/compression.hpp"
 
 using namespace weft::capi;  // NOLINT: the entry points below are its users
 

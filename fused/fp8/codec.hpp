@@ -37,7 +37,7 @@ struct Codec {
   std::size_t scaleBytes() const { return scale == ScaleKind::e8m0 ? 1 : 4; }
   // An encoded buffer: `count` element bytes, then blocks(count) scales.
   std::size_t encodedBytes(std::size_t count) const { return count + blocks(count) * scaleBytes(); }
-  // From weft.h's form (checked by the caller: src/core/compression.hpp).
+  // From weft.h's form (checked by the caller: algorithms/compression.hpp).
   static Codec from(const weftCompression& c);
 
   // The element format's largest finite value (448 or 57344), smallest normal exponent and

@@ -2,23 +2,14 @@
 
 #include <vector>
 
+#include "algorithms/compression.hpp"
 #include "fused/fp8/codec.hpp"
 #include "fused/fp8/codec_device.hpp"
 #include "fused/fp8/values.hpp"
-#include "src/core/compression.hpp"
 #include "src/exec/cuda_executor.hpp"
 
 namespace weft::fused::fp8 {
 namespace {
-
-algo::CodecShape shapeOf(const Codec& codec, DataType type) {
-  algo::CodecShape s;
-  s.name = codec.name();
-  s.block = static_cast<std::size_t>(codec.block);
-  s.scaleBytes = codec.scaleBytes();
-  s.valueBytes = sizeOf(type);
-  return s;
-}
 
 Status plain(Communicator& c, const CompressedCall& x) {
   switch (x.coll) {
@@ -164,7 +155,7 @@ Result<algo::Plan> planCompressible(Communicator& comm, Collective coll, std::si
     return comm.planFor(coll, count, type, gpu);
   const std::size_t bytes =
       std::size_t{algo::segments(coll, comm.size()).message()} * count * sizeOf(type);
-  return comm.compressedPlanFor(coll, bytes, shapeOf(Codec::from(compression), type),
+  return comm.compressedPlanFor(coll, bytes, codecShapeOf(compression, type),
                                 compression.always != 0, gpu);
 }
 

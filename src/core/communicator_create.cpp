@@ -13,7 +13,7 @@
 #include <string>
 
 #include "src/core/communicator.hpp"
-#include "src/core/compression.hpp"
+#include "algorithms/compression.hpp"
 #include "src/core/hash.hpp"
 #include "src/core/log.hpp"
 #include "src/core/sizes.hpp"

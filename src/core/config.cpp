@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "src/core/compression.hpp"
+#include "algorithms/compression.hpp"
 #include "src/transport/cuda_ipc.hpp"
 #include "src/transport/ucx.hpp"
 

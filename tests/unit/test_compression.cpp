@@ -1,4 +1,4 @@
-// The compression option (src/core/compression.hpp) and how the selector prices a compressed
+// The compression option (algorithms/compression.hpp) and how the selector prices a compressed
 // call (algorithms/selector.hpp): the text forms, what is refused, and the pick between the
 // compressed variant and the call as it is, from the codec's speed in the tuning constants.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 #include "fused/fp8/codec.hpp"
-#include "src/core/compression.hpp"
+#include "algorithms/compression.hpp"
 
 namespace weft {
 namespace {

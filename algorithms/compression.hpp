@@ -1,10 +1,12 @@
-// weft.h's weftCompression: parsed from its text form (WEFT_COMPRESS, weftCompressionParse),
-// checked and named here; what a codec does with it is fused/fp8's.
+// weft.h's weftCompression: parsed from its text form (WEFT_COMPRESS, weftCompressionParse,
+// weft-plan tune --compress), checked, named, and shaped for the selector's pricing
+// (algo::CodecShape); what a codec does with it is fused/fp8's.
 #pragma once
 
 #include <string>
 #include <string_view>
 
+#include "algorithms/selector.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 #include "weft/weft.h"
@@ -23,5 +25,7 @@ std::string compressionName(const weftCompression& c);
 // Whether a compression serves a call: all-reduce, reduce-scatter or all-gather of bf16, f16
 // or f32, summed or averaged.
 Status compressible(Collective coll, DataType type, RedOp op, std::string_view what);
+// What the selector prices a call of `type` through `c` with (c compresses).
+algo::CodecShape codecShapeOf(const weftCompression& c, DataType type);
 
 }  // namespace weft

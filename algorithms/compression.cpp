@@ -1,4 +1,4 @@
-#include "src/core/compression.hpp"
+#include "algorithms/compression.hpp"
 
 namespace weft {
 namespace {
@@ -84,6 +84,16 @@ Status compressible(Collective coll, DataType type, RedOp op, std::string_view w
                            " cannot be compressed (sum and avg can: scaled blocks cannot be "
                            "multiplied or compared exactly)");
   return {};
+}
+
+algo::CodecShape codecShapeOf(const weftCompression& c, DataType type) {
+  algo::CodecShape s;
+  const std::string n = compressionName(c);
+  s.name = n.substr(0, n.find(':', n.find(':') + 1));  // without ":always"
+  s.block = static_cast<std::size_t>(c.block);
+  s.scaleBytes = c.scale == weftScaleE8M0 ? 1 : 4;
+  s.valueBytes = sizeOf(type);
+  return s;
 }
 
 }  // namespace weft
