@@ -22,10 +22,12 @@
 #include "algorithms/cost_model.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/schedule.hpp"
+#include "fused/fp8/codec.hpp"
 #include "perf/calibrate_common.hpp"
 #include "perf/collective.hpp"
 #include "perf/report.hpp"
 #include "src/core/communicator.hpp"
+#include "src/exec/numeric.hpp"
 
 namespace weft::perf {
 namespace {
@@ -39,12 +41,14 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kSmallBytes = 8;
 constexpr std::size_t kMidBytes = 64 * 1024;
 constexpr std::size_t kLargeBytes = 64 * 1024 * 1024;
-constexpr int kSmallRounds = 2000;     // 8-byte round trips
-constexpr int kMidRounds = 500;        // 64 KiB round trips
-constexpr int kSmallMessages = 20000;  // 8-byte messages streamed
-constexpr int kMidMessages = 2000;     // 64 KiB messages streamed
-constexpr int kLargeMessages = 8;      // 64 MiB messages streamed
-constexpr int kBatches = 30;           // of 8-byte all-reduces
+constexpr int kSmallRounds = 2000;                          // 8-byte round trips
+constexpr int kMidRounds = 500;                             // 64 KiB round trips
+constexpr int kSmallMessages = 20000;                       // 8-byte messages streamed
+constexpr int kMidMessages = 2000;                          // 64 KiB messages streamed
+constexpr int kLargeMessages = 8;                           // 64 MiB messages streamed
+constexpr int kBatches = 30;                                // of 8-byte all-reduces
+constexpr std::size_t kCodecValues = std::size_t{1} << 20;  // bf16 values the codec times
+constexpr int kCodecRounds = 5;
 constexpr int kBatchCalls = 50;
 // The sizes whose picks are shown before and after.
 constexpr std::size_t kPickSizes[] = {64 * 1024, 1024 * 1024, 16 * 1024 * 1024};
@@ -91,6 +95,7 @@ struct Measured {
   int pairs = 1;
   std::array<double, 2> allReduceUs{};  // by protocol
   std::array<std::string, 2> allReducePlan;
+  double codecGBs = 0;  // the host fp8 codec's encode, bytes read + written, the ranks' mean
   // Rank 0's host: how many of the ranks run on it, its cores, its load before the run.
   int ranksHere = 1;
   int cores = 1;
@@ -159,6 +164,11 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
                 : std::string()) +
            ".";
   };
+  const std::string codecs =
+      "codecs.host_gbs: the host fp8 codec's encode (e4m3:32, " + std::to_string(kCodecValues) +
+      " bf16 values, the median of " + std::to_string(kCodecRounds) +
+      " runs) on every rank at once, bytes read plus written, the ranks' mean: what the selector "
+      "prices a compressed call's codec passes with.";
   std::vector<std::string> comment = {
       "Written by weft-perf --calibrate on " + std::to_string(nranks) +
           " ranks; keys not here keep CostConstants' defaults. The runtime models ranks on "
@@ -190,6 +200,7 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
           digits(d.nominalGBs) + " GB/s the runtime's shared-memory graph assumes.",
       baseLine(kLl),
       baseLine(kSimple),
+      codecs,
   };
   if (m.crowded()) comment.push_back("Caution: " + crowdedNote(m) + ".");
   std::ostringstream j;
@@ -203,7 +214,8 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
     << "}, \"simple\": {\"pcie\": " << digits(c.messageOverhead[kSimple][kPcie]) << "}},\n"
     << "  \"bandwidth_scale\": {\"pcie\": " << digits(c.bandwidthScale[kPcie]) << "},\n"
     << "  \"base_latency_us\": {\"ll\": " << digits(c.baseLatency[kLl])
-    << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "}\n}\n";
+    << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "},\n"
+    << "  \"codecs\": {\"host_gbs\": " << digits(m.codecGBs) << "}\n}\n";
   return j.str();
 }
 
@@ -378,6 +390,28 @@ Result<double> Calibration::streamGBs(std::size_t bytes, int messages, bool ever
   return *slowest > 0 ? double(messages) * double(bytes) / (*slowest * 1e3) : 0.0;
 }
 
+Result<double> Calibration::hostCodecGBs() {
+  const auto codec = fused::fp8::Codec::parse("e4m3:32");
+  std::vector<std::uint16_t> values(kCodecValues);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = exec::floatToBf16(
+        std::ldexp(1.0f + static_cast<float>(i % 97) / 97.0f, static_cast<int>(i % 23) - 11));
+  std::vector<std::byte> encoded(codec->encodedBytes(kCodecValues));
+  std::vector<double> rates;
+  if (Status s = control_.barrier(); !s) return s;
+  for (int r = 0; r < kCodecRounds; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status s =
+            fused::fp8::encode(*codec, DataType::bf16, values.data(), kCodecValues, encoded.data());
+        !s)
+      return s;
+    const std::chrono::duration<double> t = std::chrono::steady_clock::now() - t0;
+    rates.push_back(double(kCodecValues * 2 + encoded.size()) / t.count() / 1e9);
+  }
+  std::nth_element(rates.begin(), rates.begin() + rates.size() / 2, rates.end());
+  return control_.combine(rates[rates.size() / 2], 1);
+}
+
 Result<double> Calibration::allReduceUs(Comm& comm) {
   // Batches of calls, each batch's time per call; the median batch on each rank, then the mean
   // over ranks (weft-perf's -a 1).
@@ -466,6 +500,10 @@ Status Calibration::runHost(bool& quietFailure) {
     if (!plan) return plan.status();
     m.allReducePlan[p] = *plan;
   }
+
+  auto codec = hostCodecGBs();
+  if (!codec) return codec.status();
+  m.codecGBs = *codec;
 
   // Rank 0 works the constants out and says what it did.
   return publish(quietFailure, [&]() -> Result<std::string> {

@@ -54,6 +54,8 @@ class Calibration {
   Result<double> streamGBs(std::size_t bytes, int messages, bool everyPair);
   // The mean over ranks of an 8-byte all-reduce on `comm`.
   Result<double> allReduceUs(Comm& comm);
+  // The host fp8 codec's encode rate on every rank at once (GB/s read + written), the mean.
+  Result<double> hostCodecGBs();
   // What weftCommPlan picks on `comm` for a float call of weft-perf's size `bytes` on host
   // buffers, or on GPU buffers with --gpu.
   Result<std::string> planOf(Comm& comm, Collective c, std::size_t bytes);
