@@ -110,12 +110,12 @@ def check_json(path, out):
     return doc
 
 
-# What weft-perf --calibrate measures (the host link class, pcie, only).
+# What weft-perf --calibrate measures (the host link class, pcie, only; and the host codec).
 TUNING_KEYS = {
     ("base_latency_us", "ll"), ("base_latency_us", "simple"),
     ("hop_latency_us", "ll", "pcie"), ("hop_latency_us", "simple", "pcie"),
     ("message_overhead_us", "ll", "pcie"), ("message_overhead_us", "simple", "pcie"),
-    ("bandwidth_scale", "pcie"),
+    ("bandwidth_scale", "pcie"), ("codecs", "host_gbs"),
 }
 
 
