@@ -6,6 +6,7 @@
 // compressed are errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -338,6 +339,56 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
   return std::to_string(p.param) + "ranks";
 }
 INSTANTIATE_TEST_SUITE_P(Ranks, Fp8Collectives, ::testing::Values(1, 2, 3, 4, 8), ranksName);
+
+// In place (all-reduce: one buffer; reduce-scatter: the output at rank r's block of the input;
+// all-gather: the input at rank r's block of the output) gives the bits out of place gives.
+TEST_P(Fp8Collectives, InPlaceGivesTheSameBitsAsOutOfPlace) {
+  const int n = GetParam();
+  const Codec c = *Codec::parse("e4m3:32");
+  const std::size_t count = 700;  // a rank's block: not whole codec blocks
+  std::mt19937 rng(31 + n);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<std::vector<std::byte>> inputs;
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> v(count * n);
+    for (float& x : v) x = normal(rng);
+    inputs.push_back(asType(DataType::bf16, v));
+  }
+  const std::size_t block = count * 2;  // bytes of a rank's block
+  onRanks(n, [&](int r, weftComm_t comm) {
+    const auto R = static_cast<std::size_t>(r);
+    const std::vector<std::byte>& in = inputs[R];
+    // All-reduce of count * n values.
+    std::vector<std::byte> out(in.size(), std::byte{0xA5}), buf = in;
+    ASSERT_TRUE(
+        compressedAllReduce(comm, c, DataType::bf16, RedOp::sum, in.data(), out.data(), count * n)
+            .isOk());
+    ASSERT_TRUE(
+        compressedAllReduce(comm, c, DataType::bf16, RedOp::sum, buf.data(), buf.data(), count * n)
+            .isOk());
+    EXPECT_EQ(buf, out) << "all-reduce rank " << r;
+    // Reduce-scatter: count values a rank.
+    std::vector<std::byte> share(block, std::byte{0xA5});
+    buf = in;
+    ASSERT_TRUE(
+        compressedReduceScatter(comm, c, DataType::bf16, RedOp::sum, in.data(), share.data(), count)
+            .isOk());
+    ASSERT_TRUE(compressedReduceScatter(comm, c, DataType::bf16, RedOp::sum, buf.data(),
+                                        buf.data() + R * block, count)
+                    .isOk());
+    EXPECT_TRUE(std::equal(share.begin(), share.end(), buf.begin() + R * block))
+        << "reduce-scatter rank " << r;
+    // All-gather: rank r's first block.
+    std::vector<std::byte> all(in.size(), std::byte{0xA5});
+    buf.assign(in.size(), std::byte{0xA5});
+    std::copy(in.begin(), in.begin() + block, buf.begin() + R * block);
+    ASSERT_TRUE(compressedAllGather(comm, c, DataType::bf16, in.data(), all.data(), count).isOk());
+    ASSERT_TRUE(
+        compressedAllGather(comm, c, DataType::bf16, buf.data() + R * block, buf.data(), count)
+            .isOk());
+    EXPECT_EQ(buf, all) << "all-gather rank " << r;
+  });
+}
 
 // Ranks as processes: every process gets the scheme's bits, and leaves no segment behind.
 TEST(Fp8CollectivesProcesses, AllReduceAcrossProcessesIsTheScheme) {
