@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -74,14 +75,15 @@ std::uint8_t toElement(float y) {
 template <typename V, bool E4m3, bool E8m0>
 void encodeBlock(const typename V::S* in, std::size_t n, std::uint8_t* elements, std::byte* scale) {
   float v[128];
-  float amax = 0;
-  bool finite = true;
+  // The largest magnitude as bits (ordered as the magnitudes are); at or past infinity's a
+  // value was not finite. No branch a value, so the loop vectorizes.
+  std::uint32_t most = 0;
   for (std::size_t i = 0; i < n; ++i) {
     v[i] = V::load(in[i]);
-    finite = finite && std::isfinite(v[i]);
-    amax = std::max(amax, std::fabs(v[i]));
+    most = std::max(most, std::bit_cast<std::uint32_t>(v[i]) & 0x7fffffffu);
   }
-  if (!finite) {
+  const float amax = std::bit_cast<float>(most);
+  if (most >= 0x7f800000u) {
     std::fill(elements, elements + n, kElementNaN);
     if constexpr (E8m0) {
       scale[0] = std::byte{kScaleNaN};
