@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "algorithms/compression.hpp"
 #include "fused/fp8/codec_math.hpp"
 #include "fused/fp8/values.hpp"
 #include "src/exec/numeric.hpp"
@@ -139,30 +140,14 @@ void decodeBlocks(const Codec& codec, const std::byte* in, std::size_t count, Pu
 }  // namespace
 
 Result<Codec> Codec::parse(std::string_view text) {
-  const auto colon = text.find(':');
-  const std::string_view format = text.substr(0, colon);
-  const std::string_view block = colon == std::string_view::npos ? "" : text.substr(colon + 1);
-  Codec c;
-  if (format == "e4m3" || format == "fp8e4m3") {
-    c.element = Element::e4m3;
-  } else if (format == "e5m2" || format == "fp8e5m2") {
-    c.element = Element::e5m2;
-  } else {
+  // weft.h's text form (algorithms/compression.hpp), without "none" or ":always".
+  auto c = parseCompression(text);
+  if (!c) return c.status();
+  if (!compresses(*c) || c->always != 0)
     return invalidArgument(std::string(text) +
-                           ": expected FORMAT:BLOCK, FORMAT e4m3 or e5m2, BLOCK 32 (E8M0 scales) "
+                           ": a codec is FORMAT:BLOCK, FORMAT e4m3 or e5m2, BLOCK 32 (E8M0 scales) "
                            "or 128 (f32 scales), e.g. e4m3:32");
-  }
-  if (block == "32") {
-    c.block = 32;
-    c.scale = ScaleKind::e8m0;
-  } else if (block == "128") {
-    c.block = 128;
-    c.scale = ScaleKind::f32;
-  } else {
-    return invalidArgument(std::string(text) +
-                           ": the block must be 32 (E8M0 scales, MX-style) or 128 (f32 scales)");
-  }
-  return c;
+  return from(*c);
 }
 
 Codec Codec::from(const weftCompression& c) {
