@@ -88,8 +88,7 @@ Status compressible(Collective coll, DataType type, RedOp op, std::string_view w
 
 algo::CodecShape codecShapeOf(const weftCompression& c, DataType type) {
   algo::CodecShape s;
-  const std::string n = compressionName(c);
-  s.name = n.substr(0, n.find(':', n.find(':') + 1));  // without ":always"
+  s.name = compressionName({c.format, c.scale, c.block, 0});  // without ":always"
   s.block = static_cast<std::size_t>(c.block);
   s.scaleBytes = c.scale == weftScaleE8M0 ? 1 : 4;
   s.valueBytes = sizeOf(type);

@@ -74,8 +74,14 @@ class RankBench {
   Status runRow(std::size_t size, DataType type, std::optional<RedOp> op, int root);
   Result<Measurement> measure(weftComm_t comm, const Layout& l, DataType type,
                               std::optional<RedOp> op, int root, bool inPlace);
-  Result<std::int64_t> check(weftComm_t comm, const Layout& l, DataType type,
-                             std::optional<RedOp> op, int root, bool inPlace);
+  // One checked run: the elements that are wrong on every rank (--compress: not finite), and
+  // with --compress the deviation (the largest over ranks, and the ranks' mean).
+  struct Checked {
+    std::int64_t wrong = 0;
+    std::optional<double> maxRel, meanRel;
+  };
+  Result<Checked> check(weftComm_t comm, const Layout& l, DataType type, std::optional<RedOp> op,
+                        int root, bool inPlace);
   Status callAt(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root, bool inPlace,
                 std::size_t shift);
   // `forced`: the --algos entry whose communicator `comm` is; nothing: the tuned one.
@@ -110,11 +116,10 @@ class RankBench {
   std::unique_ptr<GpuRank> gpu_;  // GPU memory: this rank's device and stream
   std::byte* deviceSend_ = nullptr;
   std::byte* deviceRecv_ = nullptr;
-  std::unique_ptr<Peer> ownPeer_;        // --compare nccl
-  std::string peerNote_;                 // --compare nccl: which NCCL, or why it does not run
-  std::unique_ptr<Report> report_;       // rank 0 only
-  std::uint64_t checks_ = 0;             // checked runs so far: the seed of the next one
-  std::pair<double, double> deviation_;  // --compress: the last check's max and mean relative
+  std::unique_ptr<Peer> ownPeer_;   // --compare nccl
+  std::string peerNote_;            // --compare nccl: which NCCL, or why it does not run
+  std::unique_ptr<Report> report_;  // rank 0 only
+  std::uint64_t checks_ = 0;        // checked runs so far: the seed of the next one
   int exitCode_ = kExitOk;
 };
 
@@ -309,8 +314,8 @@ Status RankBench::finishGpu(weftComm_t comm) {
   return asyncError(comm);
 }
 
-Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType type,
-                                      std::optional<RedOp> op, int root, bool inPlace) {
+Result<RankBench::Checked> RankBench::check(weftComm_t comm, const Layout& l, DataType type,
+                                            std::optional<RedOp> op, int root, bool inPlace) {
   const Collective c = opt_.collective;
   const DataCheck data(type, op, nranks_, opt_.seed + 0x9e3779b97f4a7c15ull * ++checks_);
   const std::size_t e = sizeOf(type);
@@ -342,6 +347,7 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
     if (Status s = finishGpu(comm); !s) return s;
     if (Status s = gpu_->copyOut(recv, deviceRecv_, recvBytes); !s) return s;
   }
+  Checked result;
   std::int64_t wrong = 0;
   Deviation d;
   for (const Expect& x : expectations(c, l, rank_, nranks_, root, inPlace)) {
@@ -359,9 +365,13 @@ Result<std::int64_t> RankBench::check(weftComm_t comm, const Layout& l, DataType
     if (!most) return most.status();
     auto mean = control_->combine(d.meanRelative(), 1);
     if (!mean) return mean.status();
-    deviation_ = {*most, *mean};
+    result.maxRel = *most;
+    result.meanRel = *mean;
   }
-  return control_->sum(wrong);
+  auto total = control_->sum(wrong);
+  if (!total) return total.status();
+  result.wrong = *total;
+  return result;
 }
 
 Status RankBench::enqueueTimed(weftComm_t comm, const Layout& l, DataType type, RedOp op, int root,
@@ -452,18 +462,16 @@ Result<Measurement> RankBench::measure(weftComm_t comm, const Layout& l, DataTyp
     m.busBw = m.algBw * busFactor(opt_.collective, nranks_);
   }
   if (opt_.checkIters > 0 && (!inPlace || checksInPlace(opt_.collective))) {
-    std::int64_t wrong = 0;
-    for (int i = 0; i < opt_.checkIters && wrong == 0; ++i) {
-      auto w = check(comm, l, type, op, root, inPlace);
-      if (!w) return w.status();
-      wrong = *w;
+    Checked checked;
+    for (int i = 0; i < opt_.checkIters && checked.wrong == 0; ++i) {
+      auto c = check(comm, l, type, op, root, inPlace);
+      if (!c) return c.status();
+      checked = *c;
     }
-    m.wrong = wrong;
-    if (wrong > 0) exitCode_ = kExitFailed;
-    if (opt_.compress) {
-      m.maxRelError = deviation_.first;
-      m.meanRelError = deviation_.second;
-    }
+    m.wrong = checked.wrong;
+    if (checked.wrong > 0) exitCode_ = kExitFailed;
+    m.maxRelError = checked.maxRel;
+    m.meanRelError = checked.meanRel;
   }
   return m;
 }

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "algorithms/compression.hpp"
 #include "fused/fp8/compressed.hpp"
 #include "src/core/c_api_calls.hpp"
-#include "algorithms/compression.hpp"
 
 using namespace weft::capi;  // NOLINT: the entry points below are its users
 

@@ -10,7 +10,6 @@
 
 #include "algorithms/compression.hpp"
 #include "fused/fp8/codec_math.hpp"
-#include "fused/fp8/values.hpp"
 #include "src/exec/numeric.hpp"
 
 namespace weft::fused::fp8 {
@@ -214,6 +213,17 @@ Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_
   if (!known)
     return invalidArgument("fp8 " + codec.name() + ": cannot decode into " +
                            std::string(name(type)) + " (bf16, f16 and f32 can)");
+  return {};
+}
+
+Status fromFloats(DataType type, const float* in, std::size_t count, void* out) {
+  const bool known = byType(type, [&](auto tag) {
+    using V = decltype(tag);
+    auto* values = static_cast<typename V::S*>(out);
+    for (std::size_t i = 0; i < count; ++i) values[i] = V::store(in[i]);
+  });
+  if (!known)
+    return invalidArgument("fp8: " + std::string(name(type)) + " is not bf16, f16 or f32");
   return {};
 }
 

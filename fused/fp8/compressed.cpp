@@ -5,7 +5,6 @@
 #include "algorithms/compression.hpp"
 #include "fused/fp8/codec.hpp"
 #include "fused/fp8/codec_device.hpp"
-#include "fused/fp8/values.hpp"
 #include "src/exec/cuda_executor.hpp"
 
 namespace weft::fused::fp8 {
@@ -35,8 +34,14 @@ struct Parts {
 // The steps of the compressed call, on host memory (`device` false) or the GPU.
 class Steps {
  public:
-  Steps(Communicator& c, const Codec& codec, const CompressedCall& x, bool device)
-      : c_(c), codec_(codec), x_(x), device_(device), n_(static_cast<std::size_t>(c.size())) {}
+  Steps(Communicator& c, const Codec& codec, const algo::CodecShape& shape, const CompressedCall& x,
+        bool device)
+      : c_(c),
+        codec_(codec),
+        shape_(shape),
+        x_(x),
+        device_(device),
+        n_(static_cast<std::size_t>(c.size())) {}
 
   Status run() {
     switch (x_.coll) {
@@ -89,15 +94,13 @@ class Steps {
       return sumSegmentsOnDevice(codec_, p->recv, seg, divisor(), x_.type, x_.recv, x_.count,
                                  x_.stream);
     if (Status s = sumSegments(codec_, p->recv, seg, divisor(), p->sums); !s) return s;
-    for (std::size_t i = 0; i < x_.count; ++i) storeValue(x_.type, x_.recv, i, p->sums[i]);
-    return {};
+    return fromFloats(x_.type, p->sums, x_.count, x_.recv);
   }
 
   Status allReduce() {
-    // Shares of whole blocks: every block of values starts at a multiple of the block size.
-    const auto block = static_cast<std::size_t>(codec_.block);
-    const std::size_t share = ((x_.count + n_ - 1) / n_ + block - 1) / block * block;
-    const Segments seg = Segments::of(codec_, n_, share, x_.count);
+    // Shares of whole blocks, as the selector priced them.
+    const Segments seg =
+        Segments::of(codec_, n_, shape_.share(x_.count, static_cast<int>(n_)), x_.count);
     auto p = parts(seg, true, true);
     if (!p) return p.status();
     if (Status s = encode(x_.send, seg, p->send); !s) return s;
@@ -131,6 +134,7 @@ class Steps {
 
   Communicator& c_;
   const Codec& codec_;
+  const algo::CodecShape& shape_;
   const CompressedCall& x_;
   bool device_;
   std::size_t n_;
@@ -175,7 +179,8 @@ Status runCompressible(Communicator& comm, const CompressedCall& x,
   if (!plan) return plan.status();
   if (plan->codec.empty()) return plain(comm, x);
   const Codec codec = Codec::from(compression);
-  Steps steps(comm, codec, x, gpu);
+  const algo::CodecShape shape = codecShapeOf(compression, x.type);
+  Steps steps(comm, codec, shape, x, gpu);
   if (!gpu) {
     if (x.stream != nullptr)
       return Status(Code::invalidUsage, std::string(what(x.coll)) +
