@@ -12,8 +12,8 @@
 #include <map>
 #include <string>
 
-#include "src/core/communicator.hpp"
 #include "algorithms/compression.hpp"
+#include "src/core/communicator.hpp"
 #include "src/core/hash.hpp"
 #include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
