@@ -220,24 +220,22 @@ struct Layout {
   }
 };
 
+// Segment s is blockIdx.y: no division of a thread's index (docs/perf.md, "FP8 codecs against
+// the device's copy").
 template <typename T, bool E4m3, int Block, bool E8m0>
 __global__ void encodeKernel(const T* in, Layout l, std::uint8_t* out, bool aligned) {
-  const std::size_t perSegment = l.padded / kVec;
-  const std::size_t t = threadIndex();
-  const std::size_t s = t / perSegment, i = (t % perSegment) * kVec;
-  const bool active = s < l.segments;
+  const std::size_t s = blockIdx.y, i = threadIndex() * kVec;
+  const bool active = i < l.padded;
   float v[kVec];
-  load8(active ? in + s * l.stride : in, i, active ? l.valid(s) : 0, aligned, v);
-  std::uint8_t* elements = out + (active ? s : 0) * l.segmentBytes;
+  load8(in + s * l.stride, i, l.valid(s), aligned, v);
+  std::uint8_t* elements = out + s * l.segmentBytes;
   encode8<E4m3, Block, E8m0>(v, i, active, l.kept, elements, elements + l.kept, aligned);
 }
 
 template <typename T, bool E4m3, int Block, bool E8m0>
 __global__ void decodeKernel(const std::uint8_t* in, Layout l, T* out, bool aligned) {
-  const std::size_t perSegment = l.padded / kVec;
-  const std::size_t t = threadIndex();
-  const std::size_t s = t / perSegment, i = (t % perSegment) * kVec;
-  if (s >= l.segments || i >= l.valid(s)) return;
+  const std::size_t s = blockIdx.y, i = threadIndex() * kVec;
+  if (i >= l.valid(s)) return;
   const std::uint8_t* elements = in + s * l.segmentBytes;
   float v[kVec];
   decode8<E4m3, Block, E8m0>(elements, elements + l.kept, i, l.kept, aligned, v);
@@ -270,9 +268,11 @@ __global__ void sumKernel(const std::uint8_t* in, Layout l, float divisor, T* ou
   }
 }
 
-unsigned gridFor(const Layout& l) {
-  const std::size_t threads = l.segments * (l.padded / kVec);
-  return static_cast<unsigned>((threads + kThreads - 1) / kThreads);
+// A row of thread blocks per segment (segments are ranks: far below gridDim.y's 65535).
+dim3 gridFor(const Layout& l) {
+  const std::size_t threads = l.padded / kVec;
+  return dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads),
+              static_cast<unsigned>(l.segments));
 }
 
 Layout single(const Codec& c, std::size_t count) {
