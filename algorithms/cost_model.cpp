@@ -176,6 +176,14 @@ Status readCodecs(const json& j, const std::string& where, CodecConstants& c) {
                         {"device_launch_us", &c.deviceLaunchUs}});
 }
 
+Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
+  return readPositives(j, where,
+                       {{"tflops", &g.tflops},
+                        {"half_gflop", &g.halfGflop},
+                        {"launch_us", &g.launchUs},
+                        {"overlap_slowdown", &g.overlapSlowdown}});
+}
+
 json kernelsJson(const KernelConstants& k) {
   json j;
   for (const auto& [n, rounds] : k.gpuDirectRounds)
@@ -247,6 +255,8 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       s = readGraphs(*it, where, c.graphs);
     } else if (key == "codecs") {
       s = readCodecs(*it, where, c.codecs);
+    } else if (key == "gemm") {
+      s = readGemm(*it, where, c.gemm);
     } else if (key == "settings") {
       if (!it->is_object()) return invalidArgument(where + " must be an object");
       for (auto v = it->begin(); v != it->end(); ++v) {
@@ -264,7 +274,7 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       return invalidArgument(where +
                              ": unknown key (expected base_latency_us, hop_latency_us, "
                              "message_overhead_us, bandwidth_efficiency, bandwidth_scale, "
-                             "pat_staging_bytes, kernels, graphs, settings)");
+                             "pat_staging_bytes, kernels, graphs, codecs, gemm, settings)");
     }
     if (!s) return s;
   }
@@ -302,6 +312,10 @@ std::string CostConstants::toJson() const {
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};
+  j["gemm"] = {{"tflops", gemm.tflops},
+               {"half_gflop", gemm.halfGflop},
+               {"launch_us", gemm.launchUs},
+               {"overlap_slowdown", gemm.overlapSlowdown}};
   return j.dump(2);
 }
 

@@ -85,6 +85,18 @@ struct CodecConstants {
   double deviceLaunchUs = 4.0;  // device_launch_us: one codec kernel's launch and tail
 };
 
+// How fast a GPU multiplies matrices (fused/tp's cuBLASLt GEMMs), for pricing the tensor-parallel
+// operations: a GEMM of F flops takes launch + (F + half) / rate, so it runs at half its large
+// rate at F = half. A tuning file's "gemm"; the defaults are the H200 machine's bf16 figures
+// (docs/perf.md, "Tensor-parallel overlap").
+struct GemmConstants {
+  double tflops = 700;            // tflops: one GPU's rate, shared by the ranks on it
+  double halfGflop = 8;           // half_gflop: the flops (in 1e9) at which it runs at half that
+  double launchUs = 4;            // launch_us: one GEMM's launch and tail
+  double overlapSlowdown = 1.4;   // overlap_slowdown: a GEMM and a collective that run together
+                                  // each take this much longer than alone
+};
+
 struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
@@ -104,6 +116,7 @@ struct CostConstants {
   KernelConstants kernels;  // "kernels"
   GraphConstants graphs;    // "graphs"
   CodecConstants codecs;    // "codecs"
+  GemmConstants gemm;       // "gemm"
   // "settings": the runtime's tuning settings by key (gpu_ll_blocks, host_slot_bytes, ...: the
   // environment variable's name in lower case without WEFT_), as text; the runtime checks them
   // (src/core/config.cpp) and its environment overrides them.

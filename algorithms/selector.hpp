@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "algorithms/overlap.hpp"
 #include "algorithms/tuner.hpp"
 #include "topology/system.hpp"
 
@@ -68,6 +69,10 @@ class Selector {
   // is, the cheaper returned; `always`: the compressed one.
   Result<Plan> planCompressed(Collective coll, std::size_t bytes, const CodecShape& codec,
                               bool always = false) const;
+  // A tensor-parallel operation (algorithms/overlap.hpp): unfused or in chunks, priced with
+  // the constants' GEMM rate and this selector's plans of the collective; `forcedChunks` > 0
+  // prices just that many chunks (1: unfused).
+  Result<TpPlan> planTp(const TpShape& shape, int forcedChunks = 0) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

@@ -140,6 +140,12 @@ class Communicator {
   // at least `bytes`: on the GPU (CudaExecutor::workspace; the first GPU call sets up the GPU
   // transport) or this rank's host memory. Valid until the next request.
   Result<std::byte*> workspace(std::size_t bytes, bool gpu);
+  // What an operation of fused/ keeps from call to call (streams, library handles), by name;
+  // null until it sets it. Destroyed with the communicator, before its GPU transport.
+  std::shared_ptr<void>& fusedState(std::string_view name);
+  // The plan of a tensor-parallel operation (algo::Selector::planTp on the GPU selector, or
+  // WEFT_TP_OVERLAP's chunks), made once per shape; rank 0 logs it under TUNING.
+  Result<algo::TpPlan> tpPlanFor(const algo::TpShape& shape);
   // Runs `launches` (kernels on `stream`, and this communicator's own calls) as one operation of
   // the communicator's order on the GPU (CudaExecutor::begin and end around it).
   Status gpuOperation(void* stream, const std::function<Status()>& launches);
@@ -256,6 +262,10 @@ class Communicator {
   std::vector<std::byte> hostWorkspace_;        // workspace(…, false)
   std::optional<weftCompression> compression_;  // set by weftCommSetCompression
   std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
+  // fused/'s state by name, and the tensor-parallel plans; after gpu_: destroyed first.
+  std::map<std::string, std::shared_ptr<void>, std::less<>> fusedStates_;
+  std::map<std::tuple<int, std::size_t, std::size_t, std::size_t, std::size_t, int>, algo::TpPlan>
+      tpPlans_;
   // The direct path: whether it may run (every rank on this host through shared memory; the
   // same on every rank), the ranks' control pages, stages and this rank's threads, and what its
   // calls carry from one to the next.

@@ -40,6 +40,35 @@ Result<std::byte*> Communicator::workspace(std::size_t bytes, bool gpu) {
   return hostWorkspace_.data();
 }
 
+std::shared_ptr<void>& Communicator::fusedState(std::string_view name) {
+  auto it = fusedStates_.find(name);
+  if (it == fusedStates_.end()) it = fusedStates_.emplace(std::string(name), nullptr).first;
+  return it->second;
+}
+
+Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  const auto key = std::make_tuple(static_cast<int>(shape.op), shape.m, shape.cols, shape.k,
+                                   shape.valueBytes, config_.tpChunks);
+  if (auto it = tpPlans_.find(key); it != tpPlans_.end()) return it->second;
+  // The collective of the whole block, to make the GPU selector on the device's channels.
+  const std::size_t rows = shape.m / static_cast<std::size_t>(size());
+  const bool ag = shape.op == algo::TpOp::allGatherGemm;
+  const Collective coll = ag ? Collective::allGather : Collective::reduceScatter;
+  if (auto p = gpuPlanFor(coll, rows * static_cast<std::size_t>(size()) *
+                                    (ag ? shape.k : shape.cols) * shape.valueBytes);
+      !p)
+    return p.status();
+  auto plan = gpuSelector_->planTp(shape, config_.tpChunks);
+  if (!plan) return plan;
+  if (config_.tpChunks > 0) plan->reason += " by WEFT_TP_OVERLAP";
+  if (gpu_) tpPlans_.emplace(key, *plan);  // as gpuPlanFor: kept once made on the device
+  if (rank_ == 0)
+    WEFT_INFO(log::kTuning, "%s %zux%zux%zu: %s", std::string(algo::name(shape.op)).c_str(),
+              shape.m, shape.cols, shape.k, plan->reason.c_str());
+  return plan;
+}
+
 Status Communicator::gpuOperation(void* stream, const std::function<Status()>& launches) {
   if (Status s = ensureGpu(); !s) return s;
   if (Status s = gpu_->begin(stream); !s) return fail(s);

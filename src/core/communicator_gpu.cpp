@@ -377,6 +377,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     gpuSelector_.reset();
     gpuPlans_.clear();
     compressedPlans_.clear();
+    tpPlans_.clear();
   }
   if (!gpuSelector_) {
     gpuTunerChannels_ = channels;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "algorithms/compression.hpp"
+#include "algorithms/overlap.hpp"
 #include "src/transport/cuda_ipc.hpp"
 #include "src/transport/ucx.hpp"
 
@@ -61,7 +62,7 @@ const Setting kSettings[] = {
          return invalidArgument(n + ": " + s.status().message());
        return ok();
      }},
-    
+
     {"WEFT_COMPRESS", nullptr, Kind::text, 0, 0, "none", true, Audience::user,
      "`fp8e4m3:32`, `fp8e5m2:128`, ...: the NCCL interface's bf16/f16/f32 all-reduces and "
      "reduce-scatters (sum, avg), and the C API's `Ex` calls given no compression, cross as fp8 "
@@ -287,6 +288,28 @@ const Setting kSettings[] = {
      "the ll one-shot kernels launch as programmatic dependents of the stream's previous kernel",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.gpuDependentLaunch = x != 0;
+       return ok();
+     }},
+
+    {"WEFT_TP_OVERLAP", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
+     "`unfused` or `chunked:K` (K 1-64): how all-gather + GEMM and GEMM + reduce-scatter run "
+     "(`weftAllGatherGemm`, `weftGemmReduceScatter`) instead of the selector's pick",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v == "auto") {
+         c.tpChunks = 0;
+         return ok();
+       }
+       auto k = algo::parseTpChunks(v);
+       if (!k) return invalidArgument(n + ": " + k.status().message());
+       c.tpChunks = *k;
+       return ok();
+     }},
+
+    {"WEFT_TP_GEMM_SMS", nullptr, Kind::number, 0, 1024, "0", true, Audience::tuning,
+     "the SMs a chunked tensor-parallel GEMM plans for while a collective runs beside it "
+     "(cuBLASLt's SM count target), leaving the others to the collective; 0: all",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tpGemmSms = static_cast<int>(x);
        return ok();
      }},
 

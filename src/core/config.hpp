@@ -39,6 +39,12 @@ struct Config {
   // WEFT_COMPRESS: what the compressed calls (weftAllReduceEx, ...; the NCCL interface's sums)
   // use when given none. Off by default: it changes results.
   weftCompression compression{weftCompressNone, weftScaleE8M0, 0, 0};
+  // WEFT_TP_OVERLAP: the chunks the tensor-parallel operations run in (1: unfused); 0: the
+  // selector's pick (algo::Selector::planTp).
+  int tpChunks = 0;
+  // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for
+  // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
+  int tpGemmSms = 0;
   std::string commId;  // WEFT_COMM_ID=host:port
   // WEFT_COMM_SECRET (or the first line of the file WEFT_COMM_SECRET_FILE names): the secret a
   // WEFT_COMM_ID rendezvous proves by challenge-response; empty: unauthenticated.

@@ -1,0 +1,43 @@
+// The tensor-parallel operations (fused/tp) as the selector prices them: an all-gather of the
+// rows of A before a GEMM, or a reduce-scatter of a GEMM's rows after it, run one after the
+// other (unfused) or cut into k chunks of every rank's rows, chunk c's collective overlapping
+// chunk c-1's (or c+1's) GEMM. docs/algorithms.md, "Tensor-parallel overlap".
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "algorithms/tuner.hpp"
+
+namespace weft::algo {
+
+enum class TpOp : std::uint8_t {
+  allGatherGemm,      // C = allgather(A) · B: A [m/n, k] a rank, B [k, cols/n], C [m, cols/n]
+  gemmReduceScatter,  // C = reducescatter(A · B): A [m, k/n], B [k/n, cols], C [m/n, cols]
+};
+std::string_view name(TpOp op);
+
+// The GEMM's whole shape (m × cols × k, as if on one rank), ranks and value size.
+struct TpShape {
+  TpOp op = TpOp::allGatherGemm;
+  std::size_t m = 0, cols = 0, k = 0;
+  std::size_t valueBytes = 2;
+  int nranks = 1;
+  // Rows of one rank's block (m / nranks) in chunk c of `chunks`: the first take one more.
+  std::size_t chunkRows(int chunks, int c) const;
+};
+
+struct TpPlan {
+  int chunks = 1;  // 1: unfused
+  double estimateUs = 0;
+  double sequentialUs = 0;        // the GEMM, then the collective (or the reverse), unchunked
+  double gemmUs = 0, commUs = 0;  // unchunked, each alone
+  Plan comm;                      // one chunk's collective
+  std::string reason;
+  std::string name() const;  // "unfused", "chunked:4"
+};
+
+// "unfused" (1), "chunked:K"; an error names the forms.
+Result<int> parseTpChunks(std::string_view text);
+
+}  // namespace weft::algo
