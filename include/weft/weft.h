@@ -234,9 +234,8 @@ WEFT_API weftResult_t weftAllReduceEx(const void* sendbuff, void* recvbuff, size
                                       weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
                                       void* stream, const weftCompression* compression);
 WEFT_API weftResult_t weftReduceScatterEx(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                          weftDataType_t datatype, weftRedOp_t op,
-                                          weftComm_t comm, void* stream,
-                                          const weftCompression* compression);
+                                          weftDataType_t datatype, weftRedOp_t op, weftComm_t comm,
+                                          void* stream, const weftCompression* compression);
 WEFT_API weftResult_t weftAllGatherEx(const void* sendbuff, void* recvbuff, size_t sendcount,
                                       weftDataType_t datatype, weftComm_t comm, void* stream,
                                       const weftCompression* compression);
@@ -244,6 +243,38 @@ WEFT_API weftResult_t weftAllGatherEx(const void* sendbuff, void* recvbuff, size
 WEFT_API weftResult_t weftCommPlanEx(weftComm_t comm, weftCollective_t coll, size_t count,
                                      weftDataType_t datatype, weftMemory_t memory,
                                      const weftCompression* compression, char* buf, size_t len);
+
+/* ---- tensor-parallel GEMMs with their collective ---------------------------------------- *
+ * On GPU memory, enqueued on `stream`, capturable in a CUDA graph (docs/algorithms.md,
+ * "Tensor-parallel overlap"). Row-major bf16, f16 or f32 matrices, f32 accumulation (cuBLASLt,
+ * loaded at the first call); m, n, k are the whole GEMM's, with s ranks:
+ *   weftAllGatherGemm:     C [m, n/s] = allgather(A [m/s, k]) * B [k, n/s] (+ bias [n/s]);
+ *                          aGathered (or NULL) gets the gathered A [m, k] as well.
+ *   weftGemmReduceScatter: C [m/s, n] = reducescatter(A [m, k/s] * B [k/s, n]) (+ bias [n]).
+ * The selector runs each unfused or in chunks whose collective overlaps the next chunk's GEMM
+ * (WEFT_TP_OVERLAP forces one). `workspace`: weftTpWorkspaceSize bytes of device memory, or
+ * NULL (and 0) for the communicator's own. Shapes that do not divide among the ranks, another
+ * type or too small a workspace are weftInvalidArgument and change nothing. */
+typedef enum {
+  weftTpAllGatherGemm = 0,
+  weftTpGemmReduceScatter = 1,
+  weftNumTpOps = 2,
+  weftTpOpForceInt = 0x7fffffff
+} weftTpOp_t;
+WEFT_API weftResult_t weftAllGatherGemm(const void* aShard, const void* b, void* c, void* aGathered,
+                                        const void* bias, size_t m, size_t n, size_t k,
+                                        weftDataType_t datatype, void* workspace,
+                                        size_t workspaceBytes, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* c, const void* bias,
+                                            size_t m, size_t n, size_t k, weftDataType_t datatype,
+                                            void* workspace, size_t workspaceBytes, weftComm_t comm,
+                                            void* stream);
+/* The workspace such a call needs (the same whatever the selector picks). */
+WEFT_API weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_t n,
+                                          size_t k, weftDataType_t datatype, size_t* bytes);
+/* How such a call would run ("chunked:4", "unfused"), the same on every rank. */
+WEFT_API weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,
+                                 weftDataType_t datatype, char* buf, size_t len);
 
 #ifdef __cplusplus
 }

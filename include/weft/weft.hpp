@@ -62,6 +62,13 @@ struct UniqueId {
   }
 };
 
+// Device memory a tensor-parallel call may use (Comm::allGatherGemm): Comm::tpWorkspaceSize
+// bytes; none takes the communicator's own.
+struct TpWorkspace {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+};
+
 class Comm {
  public:
   static Result<Comm> initRank(int nranks, const UniqueId& id, int rank) {
@@ -177,8 +184,8 @@ class Comm {
   // communicator's default (setCompression, WEFT_COMPRESS).
   Status allReduce(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
                    const weftCompression* compression, void* stream = nullptr) {
-    return detail::status(weftAllReduceEx(send, recv, count, detail::c(t), detail::c(op), h_,
-                                          stream, compression));
+    return detail::status(
+        weftAllReduceEx(send, recv, count, detail::c(t), detail::c(op), h_, stream, compression));
   }
   Status reduceScatter(const void* send, void* recv, std::size_t count, DataType t, RedOp op,
                        const weftCompression* compression, void* stream = nullptr) {
@@ -192,6 +199,28 @@ class Comm {
   }
   Status setCompression(const weftCompression* compression) {
     return detail::status(weftCommSetCompression(h_, compression));
+  }
+
+  // Tensor-parallel GEMMs with their collective (weft.h, "tensor-parallel GEMMs"): m, n and k
+  // are the whole GEMM's; a workspace of no bytes takes the communicator's.
+  Status allGatherGemm(const void* aShard, const void* b, void* c, std::size_t m, std::size_t n,
+                       std::size_t k, DataType t, void* stream, void* aGathered = nullptr,
+                       const void* bias = nullptr, TpWorkspace ws = {}) {
+    return detail::status(weftAllGatherGemm(aShard, b, c, aGathered, bias, m, n, k, detail::c(t),
+                                            ws.data, ws.bytes, h_, stream));
+  }
+  Status gemmReduceScatter(const void* a, const void* b, void* c, std::size_t m, std::size_t n,
+                           std::size_t k, DataType t, void* stream, const void* bias = nullptr,
+                           TpWorkspace ws = {}) {
+    return detail::status(
+        weftGemmReduceScatter(a, b, c, bias, m, n, k, detail::c(t), ws.data, ws.bytes, h_, stream));
+  }
+  Result<std::size_t> tpWorkspaceSize(weftTpOp_t op, std::size_t m, std::size_t n, std::size_t k,
+                                      DataType t) {
+    std::size_t bytes = 0;
+    if (Status s = detail::status(weftTpWorkspaceSize(h_, op, m, n, k, detail::c(t), &bytes)); !s)
+      return s;
+    return bytes;
   }
 
   // Typed forms: the DataType follows from T.

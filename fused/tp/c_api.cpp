@@ -1,0 +1,119 @@
+// weft.h's tensor-parallel entry points, compiled into libweft beside src/core/c_api.cpp and
+// sharing its handles and errors (src/core/c_api_calls.hpp).
+#include <cstdio>
+
+#include "fused/tp/overlap.hpp"
+#include "src/core/c_api_calls.hpp"
+
+using namespace weft::capi;  // NOLINT: the entry points below are its users
+
+namespace {
+
+weftResult_t checkType(const char* what, weftDataType_t type) {
+  if (!validType(type))
+    return invalid(std::string(what) + ": invalid datatype " +
+                   std::to_string(static_cast<int>(type)));
+  return weftSuccess;
+}
+
+weftResult_t checkOp(const char* what, weftTpOp_t op) {
+  if (static_cast<int>(op) < 0 || op >= weftNumTpOps)
+    return invalid(std::string(what) + ": invalid op " + std::to_string(static_cast<int>(op)));
+  return weftSuccess;
+}
+
+weftResult_t runTp(const char* what, weftComm_t comm, const weft::fused::tp::TpCall& call,
+                   weftDataType_t type) {
+  if (weftResult_t r = checkType(what, type); r != weftSuccess) return r;
+  if (gGroupDepth > 0) return fail(weftInvalidUsage, std::string(what) + ": not inside a group");
+  return withComm(comm, what,
+                  [&](weft::Communicator& c) { return weft::fused::tp::runTp(c, call); });
+}
+
+weft::fused::tp::TpCall callOf(weft::algo::TpOp op, const void* a, const void* b, void* c,
+                               void* gathered, const void* bias, size_t m, size_t n, size_t k,
+                               weftDataType_t type, void* workspace, size_t workspaceBytes,
+                               void* stream) {
+  weft::fused::tp::TpCall x;
+  x.op = op;
+  x.a = a;
+  x.b = b;
+  x.c = c;
+  x.gathered = gathered;
+  x.bias = bias;
+  x.m = m;
+  x.cols = n;
+  x.k = k;
+  x.type = static_cast<weft::DataType>(type);
+  x.workspace = workspace;
+  x.workspaceBytes = workspaceBytes;
+  x.stream = stream;
+  return x;
+}
+
+weft::algo::TpShape shapeOf(weftTpOp_t op, size_t m, size_t n, size_t k, weftDataType_t type,
+                            int nranks) {
+  return {op == weftTpAllGatherGemm ? weft::algo::TpOp::allGatherGemm
+                                    : weft::algo::TpOp::gemmReduceScatter,
+          m,
+          n,
+          k,
+          weft::sizeOf(static_cast<weft::DataType>(type)),
+          nranks};
+}
+
+}  // namespace
+
+extern "C" {
+
+weftResult_t weftAllGatherGemm(const void* aShard, const void* b, void* c, void* aGathered,
+                               const void* bias, size_t m, size_t n, size_t k,
+                               weftDataType_t datatype, void* workspace, size_t workspaceBytes,
+                               weftComm_t comm, void* stream) {
+  const auto call = callOf(weft::algo::TpOp::allGatherGemm, aShard, b, c, aGathered, bias, m, n, k,
+                           datatype, workspace, workspaceBytes, stream);
+  return runTp("weftAllGatherGemm", comm, call, datatype);
+}
+
+weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* c, const void* bias,
+                                   size_t m, size_t n, size_t k, weftDataType_t datatype,
+                                   void* workspace, size_t workspaceBytes, weftComm_t comm,
+                                   void* stream) {
+  const auto call = callOf(weft::algo::TpOp::gemmReduceScatter, a, b, c, nullptr, bias, m, n, k,
+                           datatype, workspace, workspaceBytes, stream);
+  return runTp("weftGemmReduceScatter", comm, call, datatype);
+}
+
+weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,
+                                 weftDataType_t datatype, size_t* bytes) {
+  const char* what = "weftTpWorkspaceSize";
+  if (weftResult_t r = checkOp(what, op); r != weftSuccess) return r;
+  if (weftResult_t r = checkType(what, datatype); r != weftSuccess) return r;
+  if (bytes == nullptr) return invalid("weftTpWorkspaceSize: bytes is NULL");
+  return withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
+    auto need = weft::fused::tp::workspaceBytes(shapeOf(op, m, n, k, datatype, c.size()));
+    if (!need) return need.status();
+    *bytes = *need;
+    return {};
+  });
+}
+
+weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,
+                        weftDataType_t datatype, char* buf, size_t len) {
+  const char* what = "weftTpPlan";
+  if (weftResult_t r = checkOp(what, op); r != weftSuccess) return r;
+  if (weftResult_t r = checkType(what, datatype); r != weftSuccess) return r;
+  if (buf == nullptr || len == 0) return invalid("weftTpPlan: buf is NULL or len is 0");
+  return withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
+    // The shape is what is checked: any buffers do.
+    const auto probe = callOf(shapeOf(op, m, n, k, datatype, c.size()).op, buf, buf, buf, nullptr,
+                              nullptr, m, n, k, datatype, nullptr, 0, nullptr);
+    if (weft::Status s = weft::fused::tp::checkTp(probe, c.size()); !s) return s;
+    auto plan = c.tpPlanFor(probe.shape(c.size()));
+    if (!plan) return plan.status();
+    std::snprintf(buf, len, "%s", plan->name().c_str());
+    return {};
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,193 @@
+#include "fused/tp/gemm.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+
+#include "topology/shared_library.hpp"
+
+namespace weft::fused::tp {
+namespace {
+
+// cuBLASLt's entry points, bound once for the process.
+struct Lt {
+  topo::SharedLibrary library;
+#define WEFT_LT_FUNCTIONS(X)                                                                     \
+  X(cublasLtCreate)                                                                              \
+  X(cublasLtDestroy)                                                                             \
+  X(cublasLtMatmulDescCreate)                                                                    \
+  X(cublasLtMatmulDescDestroy)                                                                   \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) \
+      X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                      \
+          X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)             \
+              X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+#define WEFT_LT_POINTER(f) decltype(&::f) f = nullptr;
+  WEFT_LT_FUNCTIONS(WEFT_LT_POINTER)
+#undef WEFT_LT_POINTER
+};
+
+Result<const Lt*> loadLt() {
+  static std::once_flag once;
+  static Lt lt;
+  static Status loaded;
+  std::call_once(once, [] {
+    const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+    auto lib = topo::SharedLibrary::open("libcublasLt.so." + major, "cuBLASLt");
+    if (!lib) lib = topo::SharedLibrary::open("libcublasLt.so", "cuBLASLt");
+    if (!lib) {
+      loaded = lib.status();
+      return;
+    }
+    lt.library = std::move(*lib);
+#define WEFT_LT_BIND(f)                                                                           \
+  if (!lt.library.bind(#f, lt.f)) {                                                               \
+    loaded = Status(Code::unsupported, "cuBLASLt lacks " #f " (CUDA " + major + "'s is needed)"); \
+    return;                                                                                       \
+  }
+    WEFT_LT_FUNCTIONS(WEFT_LT_BIND)
+#undef WEFT_LT_BIND
+  });
+  if (!loaded) return loaded;
+  return &lt;
+}
+
+cudaDataType_t cudaType(DataType t) {
+  switch (t) {
+    case DataType::bf16:
+      return CUDA_R_16BF;
+    case DataType::f16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
+  return Status(Code::systemError,
+                std::string("cuBLASLt ") + what + ": " + lt.cublasLtGetStatusString(s));
+}
+
+}  // namespace
+
+// A shape's descriptors: the row-major C = A·B is cuBLASLt's column-major Cᵀ = Bᵀ·Aᵀ, so its
+// first operand is B (n × k, leading dimension ldb), its second A (k × m, lda), D is n × m.
+struct Gemms::Cached {
+  const Lt* lt = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t b = nullptr, a = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Cached() {
+    if (lt == nullptr) return;
+    if (c != nullptr) lt->cublasLtMatrixLayoutDestroy(c);
+    if (a != nullptr) lt->cublasLtMatrixLayoutDestroy(a);
+    if (b != nullptr) lt->cublasLtMatrixLayoutDestroy(b);
+    if (desc != nullptr) lt->cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+namespace {
+
+Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t handle,
+                                                const GemmShape& s) {
+  auto d = std::make_shared<Gemms::Cached>();
+  d->lt = &lt;
+  const cudaDataType_t t = cudaType(s.type);
+  // f32 accumulation and scalars whatever the values' type.
+  cublasStatus_t e = lt.cublasLtMatmulDescCreate(&d->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (e != CUBLAS_STATUS_SUCCESS) return ltError(lt, "descriptor", e);
+  if (s.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                      sizeof(epilogue));
+  }
+  if (s.smCount > 0) {
+    const std::int32_t sms = s.smCount;
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
+                                      sizeof(sms));
+  }
+  auto layout = [&](cublasLtMatrixLayout_t& l, std::size_t rows, std::size_t cols, std::size_t ld,
+                    std::size_t stride) -> cublasStatus_t {
+    cublasStatus_t r = lt.cublasLtMatrixLayoutCreate(&l, t, rows, cols, static_cast<int64_t>(ld));
+    if (r != CUBLAS_STATUS_SUCCESS || s.batches == 1) return r;
+    const std::int32_t count = s.batches;
+    const auto offset = static_cast<std::int64_t>(stride);
+    r = lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                            sizeof(count));
+    if (r != CUBLAS_STATUS_SUCCESS) return r;
+    return lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                               &offset, sizeof(offset));
+  };
+  if ((e = layout(d->b, s.n, s.k, s.ldb, 0)) != CUBLAS_STATUS_SUCCESS ||
+      (e = layout(d->a, s.k, s.m, s.lda, s.strideA)) != CUBLAS_STATUS_SUCCESS ||
+      (e = layout(d->c, s.n, s.m, s.ldc, s.strideC)) != CUBLAS_STATUS_SUCCESS)
+    return ltError(lt, "layout", e);
+  cublasLtMatmulPreference_t pref = nullptr;
+  if ((e = lt.cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
+    return ltError(lt, "preference", e);
+  const std::uint64_t ws = Gemms::kWorkspaceBytes;
+  lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                          sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  e = lt.cublasLtMatmulAlgoGetHeuristic(handle, d->desc, d->b, d->a, d->c, d->c, pref, 1, &result,
+                                        &found);
+  lt.cublasLtMatmulPreferenceDestroy(pref);
+  if (e != CUBLAS_STATUS_SUCCESS) return ltError(lt, "heuristic", e);
+  if (found == 0)
+    return Status(Code::unsupported, "cuBLASLt has no algorithm for a " + std::to_string(s.m) +
+                                         "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+                                         " " + std::string(name(s.type)) + " GEMM");
+  d->algo = result.algo;
+  return d;
+}
+
+}  // namespace
+
+bool Gemms::supports(DataType type) {
+  return type == DataType::bf16 || type == DataType::f16 || type == DataType::f32;
+}
+
+Result<std::unique_ptr<Gemms>> Gemms::create() {
+  auto lt = loadLt();
+  if (!lt) return lt.status();
+  std::unique_ptr<Gemms> g(new Gemms());
+  cublasLtHandle_t h = nullptr;
+  if (cublasStatus_t e = (*lt)->cublasLtCreate(&h); e != CUBLAS_STATUS_SUCCESS)
+    return ltError(**lt, "handle", e);
+  g->handle_ = h;
+  return g;
+}
+
+Gemms::~Gemms() {
+  cache_.clear();
+  if (handle_ != nullptr) (*loadLt())->cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+}
+
+Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, const void* bias,
+                  void* workspace, void* stream) {
+  if (s.m == 0 || s.n == 0) return {};
+  auto lt = loadLt();
+  if (!lt) return lt.status();
+  const auto handle = static_cast<cublasLtHandle_t>(handle_);
+  auto it = cache_.find(s.key());
+  if (it == cache_.end()) {
+    auto d = describe(**lt, handle, s);
+    if (!d) return d.status();
+    it = cache_.emplace(s.key(), *d).first;
+  }
+  const Cached& d = *it->second;
+  if (s.bias) {
+    (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                          sizeof(bias));
+  }
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t e =
+      (*lt)->cublasLtMatmul(handle, d.desc, &one, b, d.b, a, d.a, &zero, c, d.c, c, d.c, &d.algo,
+                            workspace, kWorkspaceBytes, static_cast<cudaStream_t>(stream));
+  if (e != CUBLAS_STATUS_SUCCESS) return ltError(**lt, "matmul", e);
+  return {};
+}
+
+}  // namespace weft::fused::tp

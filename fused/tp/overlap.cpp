@@ -1,0 +1,115 @@
+#include "fused/tp/overlap.hpp"
+
+#include <limits>
+#include <optional>
+#include <string>
+
+namespace weft::fused::tp {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+constexpr std::size_t kGemmWorkspaceBytes = std::size_t{32} << 20;  // gemm.hpp's
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+// a · b · c, or nullopt past size_t.
+std::optional<std::size_t> product(std::size_t a, std::size_t b, std::size_t c) {
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
+  if (a != 0 && b > most / a) return std::nullopt;
+  if (a * b != 0 && c > most / (a * b)) return std::nullopt;
+  return a * b * c;
+}
+
+}  // namespace
+
+ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, int chunks, int i) {
+  const auto n = static_cast<std::size_t>(s.nranks);
+  const std::size_t block = s.m / n;
+  ChunkGemm c;
+  for (int j = 0; j < i; ++j) c.start += s.chunkRows(chunks, j);
+  c.rows = s.chunkRows(chunks, i);
+  GemmShape& g = c.shape;
+  g.type = type;
+  std::size_t ldc = 0, strideA = 0, strideC = 0;
+  if (s.op == algo::TpOp::allGatherGemm) {
+    // A: the chunk's staged rows, rank by rank; C: rank j's rows at j·block + start.
+    g.n = s.cols / n;
+    g.k = s.k;
+    c.aOffset = c.start * n * s.k;
+    c.cOffset = c.start * g.n;
+    ldc = g.n;
+    strideA = c.rows * s.k;
+    strideC = block * g.n;
+  } else {
+    // A: rows j·block + start; C: the chunk's staged partial rows, rank by rank.
+    g.n = s.cols;
+    g.k = s.k / n;
+    c.aOffset = c.start * g.k;
+    c.cOffset = c.start * n * s.cols;
+    ldc = s.cols;
+    strideA = block * g.k;
+    strideC = c.rows * s.cols;
+  }
+  g.lda = g.k;
+  g.ldb = g.n;
+  g.ldc = ldc;
+  if (c.rows == block) {
+    g.m = s.m;
+  } else {
+    g.m = c.rows;
+    g.batches = static_cast<int>(n);
+    g.strideA = strideA;
+    g.strideC = strideC;
+  }
+  return c;
+}
+
+Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
+  // cuBLASLt's, then the staging of every rank's rows: the gathered A, or the GEMM's partial C.
+  const auto staging = product(s.m, s.op == algo::TpOp::allGatherGemm ? s.k : s.cols, s.valueBytes);
+  if (!staging || *staging > std::numeric_limits<std::size_t>::max() / 2)
+    return invalidArgument("a " + std::to_string(s.m) + "x" + std::to_string(s.cols) + "x" +
+                           std::to_string(s.k) + " GEMM is too large to stage");
+  return kGemmWorkspaceBytes + aligned(*staging);
+}
+
+Status checkTp(const TpCall& x, int nranks) {
+  const std::string what(x.op == algo::TpOp::allGatherGemm ? "weftAllGatherGemm"
+                                                           : "weftGemmReduceScatter");
+  if (x.type != DataType::bf16 && x.type != DataType::f16 && x.type != DataType::f32)
+    return invalidArgument(what + ": " + std::string(name(x.type)) +
+                           " is not multiplied here (bf16, f16 and f32 are)");
+  if (x.m == 0 || x.cols == 0 || x.k == 0)
+    return invalidArgument(what + ": m, n and k must be positive (got " + std::to_string(x.m) +
+                           ", " + std::to_string(x.cols) + ", " + std::to_string(x.k) + ")");
+  const auto n = static_cast<std::size_t>(nranks);
+  auto divides = [&](std::size_t v, const char* dim, const char* role) -> Status {
+    if (v % n == 0) return {};
+    return invalidArgument(what + ": " + dim + " = " + std::to_string(v) + " (" + role +
+                           ") does not divide among " + std::to_string(n) + " ranks");
+  };
+  const bool ag = x.op == algo::TpOp::allGatherGemm;
+  if (Status s = divides(x.m, "m", ag ? "A's rows, gathered" : "C's rows, scattered"); !s) return s;
+  if (Status s = ag ? divides(x.cols, "n", "B's and C's columns, split")
+                    : divides(x.k, "k", "A's columns and B's rows, split");
+      !s)
+    return s;
+  if (x.a == nullptr || x.b == nullptr || x.c == nullptr)
+    return invalidArgument(what + ": A, B and C must not be NULL");
+  if (x.gathered != nullptr && !ag)
+    return invalidArgument(what + ": only all-gather + GEMM returns a gathered A");
+  auto need = workspaceBytes(x.shape(nranks));
+  if (!need) return Status(need.status().code(), what + ": " + need.status().message());
+  if (x.workspace == nullptr && x.workspaceBytes != 0)
+    return invalidArgument(what + ": workspace is NULL but workspaceBytes is " +
+                           std::to_string(x.workspaceBytes));
+  if (x.workspace != nullptr && x.workspaceBytes < *need)
+    return invalidArgument(what + ": a workspace of " + std::to_string(x.workspaceBytes) +
+                           " bytes is too small: this shape needs " + std::to_string(*need) +
+                           " (weftTpWorkspaceSize)");
+  return {};
+}
+
+}  // namespace weft::fused::tp

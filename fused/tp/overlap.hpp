@@ -1,0 +1,55 @@
+// Tensor-parallel GEMMs with their collective (weft.h's weftAllGatherGemm and
+// weftGemmReduceScatter), on GPU memory, stream-ordered and capturable in a CUDA graph:
+//   all-gather + GEMM:     C [m, cols/n] = allgather(A shards [m/n, k]) · B [k, cols/n]
+//   GEMM + reduce-scatter: C [m/n, cols] = reducescatter(A [m, k/n] · B [k/n, cols])
+// run unfused (the collective, then one GEMM; or the reverse) or in k chunks of every rank's
+// rows: chunk c's all-gather (on a side stream) overlaps chunk c-1's GEMM (on the caller's), or
+// chunk c's reduce-scatter overlaps chunk c+1's GEMM. The selector prices both
+// (algo::Selector::planTp); the GEMMs are cuBLASLt's (gemm.hpp), the collectives the
+// communicator's own. docs/algorithms.md, "Tensor-parallel overlap".
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/overlap.hpp"
+#include "fused/tp/gemm.hpp"
+#include "src/core/communicator.hpp"
+
+namespace weft::fused::tp {
+
+struct TpCall {
+  algo::TpOp op = algo::TpOp::allGatherGemm;
+  const void* a = nullptr;     // this rank's A (its rows, for all-gather; its columns, for RS)
+  const void* b = nullptr;     // this rank's B
+  void* c = nullptr;           // this rank's C
+  void* gathered = nullptr;    // all-gather: where the gathered A goes as well (optional)
+  const void* bias = nullptr;  // cols/n (all-gather) or cols (RS) values added to every row
+  std::size_t m = 0, cols = 0, k = 0;  // the whole GEMM's shape
+  DataType type = DataType::bf16;
+  void* workspace = nullptr;  // null: the communicator's
+  std::size_t workspaceBytes = 0;
+  void* stream = nullptr;
+
+  algo::TpShape shape(int nranks) const { return {op, m, cols, k, sizeOf(type), nranks}; }
+};
+
+// Chunk i of `chunks` of a call's GEMM: its shape (a batch of one GEMM per rank's block where
+// the chunk holds part of each block, else one GEMM of every block), where its A and C start (in
+// values: in the staged gathered A and in C for all-gather; in A and in the staged partial C for
+// reduce-scatter), and the rows of each block before it.
+struct ChunkGemm {
+  GemmShape shape;
+  std::size_t aOffset = 0, cOffset = 0;
+  std::size_t start = 0, rows = 0;
+};
+ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, int chunks, int i);
+
+// The workspace a call of this shape needs, whatever it picks.
+Result<std::size_t> workspaceBytes(const algo::TpShape& shape);
+// Shapes that divide among the ranks, a type cuBLASLt multiplies, buffers given, a workspace
+// large enough: what a call checks before it changes anything.
+Status checkTp(const TpCall& call, int nranks);
+// Checks and runs `call` as the communicator's plan for its shape says.
+Status runTp(Communicator& comm, const TpCall& call);
+
+}  // namespace weft::fused::tp

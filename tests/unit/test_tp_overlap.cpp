@@ -1,0 +1,131 @@
+// The tensor-parallel operations as the selector prices them (algorithms/overlap.hpp): unfused
+// where the collective is small beside the GEMM or the GEMM too small to cut, chunks where the
+// two are comparable, the forced variant as forced; the tuning file's "gemm"; the chunks' GEMM
+// shapes the runtime runs (fused/tp/overlap.hpp).
+#include <gtest/gtest.h>
+
+#include "algorithms/overlap.hpp"
+#include "algorithms/rank_graph.hpp"
+#include "algorithms/selector.hpp"
+#include "fused/tp/overlap.hpp"
+
+namespace weft {
+namespace {
+
+// Ranks sharing one device, with a GEMM rate of `tflops`.
+algo::Selector gpuSelector(int n, double tflops) {
+  algo::TunerOptions o;
+  o.constants.gemm.tflops = tflops;
+  algo::KernelSet k;
+  k.gpu = true;
+  k.sameDevice = true;
+  return algo::Selector(algo::sameDeviceRankGraph(n), o, k);
+}
+
+algo::TpShape shape(algo::TpOp op, std::size_t m, int n) {
+  const bool ag = op == algo::TpOp::allGatherGemm;
+  return {op, m, ag ? 28672u : 8192u, ag ? 8192u : 28672u, 2, n};
+}
+
+TEST(TpOverlap, UnfusedWhereTheCollectiveIsSmallChunksWhereItIsNot) {
+  for (algo::TpOp op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
+    // The H200's GEMM rate: the collective is a few percent of the GEMM, cutting only adds.
+    auto fast = gpuSelector(4, 700).planTp(shape(op, 16384, 4));
+    ASSERT_TRUE(fast.isOk()) << fast.status().toString();
+    EXPECT_EQ(fast->name(), "unfused") << fast->reason;
+    EXPECT_NEAR(fast->estimateUs, fast->sequentialUs, 1e-9);
+    EXPECT_NE(fast->reason.find("sequential"), std::string::npos) << fast->reason;
+    // A GEMM as slow as the collective: chunks hide one behind the other.
+    auto slow = gpuSelector(4, fast->gemmUs / fast->commUs * 700).planTp(shape(op, 16384, 4));
+    ASSERT_TRUE(slow.isOk());
+    EXPECT_GT(slow->chunks, 1) << slow->reason;
+    EXPECT_LT(slow->estimateUs, slow->sequentialUs);
+    EXPECT_GE(slow->estimateUs, std::max(slow->gemmUs, slow->commUs));
+    // Forced: that many chunks, whatever they cost; never more than a block has rows.
+    auto forced = gpuSelector(4, 700).planTp(shape(op, 16384, 4), 4);
+    ASSERT_TRUE(forced.isOk());
+    EXPECT_EQ(forced->name(), "chunked:4");
+    EXPECT_NE(forced->reason.find("forced"), std::string::npos);
+    EXPECT_GT(forced->estimateUs, fast->estimateUs);
+    auto tiny = gpuSelector(4, 700).planTp(shape(op, 8, 4), 16);
+    ASSERT_TRUE(tiny.isOk());
+    EXPECT_EQ(tiny->chunks, 2);
+  }
+}
+
+TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
+  EXPECT_EQ(*algo::parseTpChunks("unfused"), 1);
+  EXPECT_EQ(*algo::parseTpChunks("chunked:4"), 4);
+  for (const char* bad : {"chunked:0", "chunked:65", "chunked:", "chunked:2x", "fused", ""})
+    EXPECT_FALSE(algo::parseTpChunks(bad).isOk()) << bad;
+  auto c = algo::CostConstants::fromJson(
+      R"({"gemm": {"tflops": 650, "half_gflop": 4, "launch_us": 6, "overlap_slowdown": 1.3}})",
+      "test");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->gemm.tflops, 650);
+  auto again = algo::CostConstants::fromJson(c->toJson(), "again");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->gemm.overlapSlowdown, 1.3);
+  EXPECT_EQ(again->gemm.halfGflop, 4);
+  auto bad = algo::CostConstants::fromJson(R"({"gemm": {"tflop": 1}})", "bad");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("gemm.tflop"), std::string::npos);
+}
+
+// The chunks cover every row of every rank's block once, in the places the call's buffers hold
+// them.
+TEST(TpOverlap, ChunkGemmsCoverEveryRowOnce) {
+  for (algo::TpOp op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
+    const int n = 3;
+    const algo::TpShape s{op, 3 * 37, 12, 24, 2, n};
+    for (int chunks : {1, 2, 3, 5}) {
+      std::size_t rows = 0;
+      for (int i = 0; i < chunks; ++i) {
+        const fused::tp::ChunkGemm c = fused::tp::chunkGemm(s, DataType::bf16, chunks, i);
+        EXPECT_EQ(c.start, rows);
+        rows += c.rows;
+        if (chunks == 1) {
+          EXPECT_EQ(c.shape.m, s.m);
+          EXPECT_EQ(c.shape.batches, 1);
+        } else {
+          EXPECT_EQ(c.shape.m, c.rows);
+          EXPECT_EQ(c.shape.batches, n);
+        }
+        const bool ag = op == algo::TpOp::allGatherGemm;
+        EXPECT_EQ(c.shape.n, ag ? s.cols / n : s.cols);
+        EXPECT_EQ(c.shape.k, ag ? s.k : s.k / n);
+      }
+      EXPECT_EQ(rows, s.m / n) << chunks;
+    }
+  }
+}
+
+TEST(TpOverlap, WorkspaceAndShapesAreChecked) {
+  fused::tp::TpCall x;
+  int dummy = 0;
+  x.a = x.b = x.c = &dummy;
+  x.m = 64, x.cols = 64, x.k = 64;
+  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  x.cols = 63;
+  EXPECT_FALSE(fused::tp::checkTp(x, 2).isOk());
+  x.op = algo::TpOp::gemmReduceScatter;  // its n is not split; its k is
+  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  x.k = 63;
+  EXPECT_NE(fused::tp::checkTp(x, 2).message().find("k = 63"), std::string::npos);
+  x.k = 64;
+  x.type = DataType::f64;
+  EXPECT_FALSE(fused::tp::checkTp(x, 2).isOk());
+  x.type = DataType::bf16;
+  auto need = fused::tp::workspaceBytes(x.shape(2));
+  ASSERT_TRUE(need.isOk());
+  x.workspace = &dummy;
+  x.workspaceBytes = *need - 1;
+  EXPECT_NE(fused::tp::checkTp(x, 2).message().find("too small"), std::string::npos);
+  x.workspaceBytes = *need;
+  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  x.m = std::size_t{1} << 62;
+  EXPECT_FALSE(fused::tp::workspaceBytes(x.shape(2)).isOk());
+}
+
+}  // namespace
+}  // namespace weft
