@@ -18,6 +18,7 @@
 #include "perf/data_check.hpp"
 #include "perf/gpu.hpp"
 #include "perf/report.hpp"
+#include "perf/tp_bench.hpp"
 #include "weft/weft.hpp"
 
 namespace weft::perf {
@@ -575,6 +576,8 @@ Status RankBench::run() {
     if (quietFailure) exitCode_ = kExitFailed;  // rank 0 says why, and exits as it must
     return s;
   }
+  if (opt_.tp != TpMode::none)
+    return runTpBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
   if (Status s = joinForced(); !s) return s;
   if (Status s = registerBuffers(); !s) return s;
   if (report_) report_->printHeader();

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "algorithms/overlap.hpp"
 #include "src/tools/cli.hpp"
 
 namespace weft::perf {
@@ -121,8 +122,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   CLI::App app{"weft-perf: nccl-tests-compatible benchmark of weft's collectives"};
   tools::addVersionFlag(app, "weft-perf");
   app.add_option("collective", collective,
-                 "allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv")
+                 "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv; "
+                 "or ag-gemm, gemm-rs (the tensor-parallel GEMMs with their collective)")
       ->required();
+  std::string gemmM;
+  app.add_option("--m", gemmM, "ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
+  app.add_option("--n", o.gemmN, "ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
+  app.add_option("--k", o.gemmK, "ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
   app.add_option("-b,--minbytes", minBytes, "smallest size (K, M, G suffixes)")
       ->capture_default_str();
   app.add_option("-e,--maxbytes", maxBytes, "largest size")->capture_default_str();
@@ -209,6 +215,23 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     exitCode = tools::kExitUsage;
     return std::nullopt;
   };
+  if (collective == "ag-gemm" || collective == "gemm-rs") {
+    const bool ag = collective == "ag-gemm";
+    o.tp = ag ? TpMode::allGatherGemm : TpMode::gemmReduceScatter;
+    collective = ag ? "allgather" : "reducescatter";
+    type = type == "float" ? "bfloat16" : type;  // the GEMMs' usual type unless -d says
+  } else if (!gemmM.empty() || o.gemmN != 0 || o.gemmK != 0) {
+    return fail("--m, --n and --k shape ag-gemm and gemm-rs only");
+  }
+  if (!gemmM.empty()) {
+    o.gemmM.clear();
+    std::stringstream rows(gemmM);
+    for (std::string item; std::getline(rows, item, ',');) {
+      auto v = parseSize(item);
+      if (!v || *v == 0) return fail("--m: '" + item + "' is not a row count");
+      o.gemmM.push_back(*v);
+    }
+  }
   auto coll = parseCollective(collective);
   if (!coll || *coll == Collective::allToAllv)
     return fail("unknown collective '" + collective +
@@ -287,6 +310,21 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
                       slash == std::string::npos ? std::string() : item.substr(slash + 1)};
     if (f.algorithm.empty()) return fail("--algos: empty algorithm name in '" + algos + "'");
     o.algos.push_back(f);
+  }
+  if (o.tp != TpMode::none) {
+    for (const ForcedAlgorithm& f : o.algos) {
+      if (auto k = algo::parseTpChunks(f.algorithm); !k || !f.protocol.empty())
+        return fail("--algos " + f.label() + ": ag-gemm and gemm-rs take unfused or chunked:K");
+    }
+    for (DataType t : o.types) {
+      if (t != DataType::bf16 && t != DataType::f16 && t != DataType::f32)
+        return fail(std::string(tableName(t)) +
+                    ": ag-gemm and gemm-rs multiply bfloat16, half or float");
+    }
+    if (host) return fail("ag-gemm and gemm-rs run on GPU memory; drop --host");
+    if (!o.compressText.empty() || !o.calibratePath.empty() || !o.compare.empty() ||
+        o.graphLaunches > 0)
+      return fail("ag-gemm and gemm-rs take none of --compress, --calibrate, --compare, -G");
   }
   if (!o.compressText.empty()) {
     weftCompression w{};

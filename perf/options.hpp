@@ -28,8 +28,16 @@ struct ForcedAlgorithm {
 // memory when the build has CUDA, a GPU is there and the run can use it; host memory otherwise.
 enum class Memory { automatic, host, gpu };
 
+// ag-gemm and gemm-rs (perf/tp_bench.hpp) instead of a collective's sweep.
+enum class TpMode { none, allGatherGemm, gemmReduceScatter };
+
 struct Options {
   Collective collective = Collective::allReduce;
+  // ag-gemm / gemm-rs: the GEMM's rows swept, and its n and k (0: Llama-70B's MLP, n 28672 and
+  // k 8192 for ag-gemm, the reverse for gemm-rs); --algos then names WEFT_TP_OVERLAP variants.
+  TpMode tp = TpMode::none;
+  std::vector<std::size_t> gemmM{128, 1024, 4096, 16384};
+  std::size_t gemmN = 0, gemmK = 0;
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;
