@@ -94,8 +94,9 @@ run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
 # one-shot both ways, 256 MB, graphs, point-to-point, faults.
 # GpuThreadsOrdering: a communicator's calls on several streams, graphs among eager calls, two
-# host threads; GpuCheckPlans: WEFT_CHECK_PLANS.
-run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*}"
+# host threads; GpuCheckPlans: WEFT_CHECK_PLANS; GpuCompressed: the fp8 collectives; GpuTp: the
+# tensor-parallel GEMMs with their collective.
+run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*:*GpuCompressed*:*GpuTp*}"
 # The NCCL interface: its C API on host and GPU memory, its device API, its exports.
 if ((shim)); then
   run nccl-interface 300 bash -c "cd '$dir' && ctest -R '^nccl_shim' --output-on-failure"
@@ -124,6 +125,11 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
       algos="${PERF_ALGOS-ring,oneshot,twoshot}"
       for n in 2 4 8; do
         WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-256M}" -f 4 -w 3 -n 10 ${algos:+--algos "$algos"}
+      done
+      # The tensor-parallel GEMMs with their collective beside their parts (docs/perf.md,
+      # "Tensor-parallel overlap").
+      for op in ag-gemm gemm-rs; do
+        WEFT_TIMEOUT_S=60 run "perf-$op-np2" 200 "$dir/weft-perf" "$op" -np 2 --m 1024,4096,16384 -w 5 -n 20 --algos unfused,chunked:2,chunked:4
       done
       for c in ${CHANNELS:-}; do
         WEFT_GPU_CHANNELS="$c" WEFT_TIMEOUT_S=60 run "perf-channels-np4-c$c" 120 "$dir/weft-perf" allreduce -np 4 -b 64M -e 256M -f 4 -w 2 -n 5 -c 1 --algos ring,twoshot
@@ -193,7 +199,7 @@ fi
   for f in "$OUT"/perf-*.log; do
     [[ -f "$f" ]] || continue
     echo "== $(basename "$f" .log): the rows as weft-perf printed them"
-    grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)' "$f"
+    grep -E '^ +[0-9]+ +[0-9]+ |^# (WEFT_ALGO|Avg)|^#  +m ' "$f"
   done
   [[ -f "$OUT/memory-fraction.txt" ]] && cat "$OUT/memory-fraction.txt"
 } 2>/dev/null | tee "$OUT/summary.txt"
