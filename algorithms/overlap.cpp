@@ -19,11 +19,13 @@ std::size_t TpShape::chunkRows(int chunks, int c) const {
 }
 
 std::string TpPlan::name() const {
+  if (chunks == kTpFused) return "fused";
   return chunks == 1 ? "unfused" : "chunked:" + std::to_string(chunks);
 }
 
 Result<int> parseTpChunks(std::string_view text) {
   if (text == "unfused") return 1;
+  if (text == "fused") return kTpFused;
   constexpr std::string_view prefix = "chunked:";
   int k = 0;
   if (text.substr(0, prefix.size()) == prefix) {
@@ -31,8 +33,9 @@ Result<int> parseTpChunks(std::string_view text) {
     const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
     if (ec == std::errc() && end == digits.data() + digits.size() && k >= 1 && k <= 64) return k;
   }
-  return invalidArgument("'" + std::string(text) +
-                         "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64)");
+  return invalidArgument(
+      "'" + std::string(text) +
+      "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64, fused)");
 }
 
 Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
@@ -43,10 +46,9 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   const GemmConstants& gc = options_.constants.gemm;
   // The ranks on one device share its tensor cores.
   const double rate = gc.tflops * 1e12 / (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
-  // A GEMM of `r` rows of every rank: all-gather's B has cols/n columns, reduce-scatter's A
-  // k/n columns.
-  auto gemmUs = [&](std::size_t r) {
-    const double flops = 2.0 * static_cast<double>(r * n) * static_cast<double>(s.cols) *
+  // A GEMM of `r` rows in all: all-gather's B has cols/n columns, reduce-scatter's A k/n.
+  auto gemmRowsUs = [&](std::size_t r) {
+    const double flops = 2.0 * static_cast<double>(r) * static_cast<double>(s.cols) *
                          static_cast<double>(s.k) / static_cast<double>(n);
     return gc.launchUs + (flops + gc.halfGflop * 1e9) / rate * 1e6;
   };
@@ -57,39 +59,58 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   auto whole = commPlan(rows);
   if (!whole) return whole.status();
   TpPlan best;
-  best.gemmUs = gemmUs(rows);
+  best.gemmUs = gemmRowsUs(rows * n);
   best.commUs = whole->estimateUs;
   best.sequentialUs = best.gemmUs + best.commUs;
-  // Chunks of at least a row of every rank's block.
-  std::vector<int> ks;
-  if (forcedChunks > 0) {
-    ks.push_back(
-        static_cast<int>(std::clamp<std::size_t>(forcedChunks, 1, std::max<std::size_t>(rows, 1))));
+  // The fused all-gather + GEMM runs where the ranks map each other's memory.
+  const bool fusable = ag && kernels_.peerMemory && n > 1;
+  std::string note;
+  std::vector<int> ks;  // chunks of at least a row of every rank's block, or kTpFused
+  if (forcedChunks == kTpFused && !fusable) {
+    note = ag ? " (fused needs ranks on one host that map each other's memory)"
+              : " (fused runs all-gather + GEMM only)";
+    ks.push_back(1);
+  } else if (forcedChunks == kTpFused || forcedChunks > 0) {
+    ks.push_back(forcedChunks == kTpFused ? kTpFused
+                                          : static_cast<int>(std::clamp<std::size_t>(
+                                                forcedChunks, 1, std::max<std::size_t>(rows, 1))));
   } else {
     for (int k : {1, 2, 4, 8, 16})
       if (k == 1 || static_cast<std::size_t>(k) <= rows) ks.push_back(k);
+    if (fusable) ks.push_back(kTpFused);
   }
   for (int k : ks) {
-    const std::size_t r = s.chunkRows(k, 0);
-    auto p = commPlan(r);
-    if (!p) return p.status();
-    const double a = p->estimateUs, g = gemmUs(r);
-    // The first chunk's collective (all-gather) or GEMM (reduce-scatter) runs alone, then each
-    // overlaps the other's next chunk, then the last GEMM or collective runs alone.
-    const double us = k == 1 ? a + g : a + g + (k - 1) * std::max(a, g) * gc.overlapSlowdown;
+    double us = 0;
+    Result<Plan> p = *whole;
+    if (k == kTpFused) {
+      // This rank's block goes into its shared buffer, then its GEMM; block j's GEMM waits for
+      // its copy by the copy engine (j copies of a block in a row): no SM spent on moving.
+      const double copy = whole->estimateUs / static_cast<double>(n - 1);
+      const double block = gemmRowsUs(rows);
+      us = copy + block;
+      for (std::size_t j = 1; j < n; ++j)
+        us = std::max(us, copy * static_cast<double>(j + 1)) + block;
+    } else {
+      const std::size_t r = s.chunkRows(k, 0);
+      p = commPlan(r);
+      if (!p) return p.status();
+      const double a = p->estimateUs, g = gemmRowsUs(r * n);
+      // The first chunk's collective (all-gather) or GEMM (reduce-scatter) runs alone, then
+      // each overlaps the other's next chunk, then the last GEMM or collective runs alone.
+      us = k == 1 ? a + g : a + g + (k - 1) * std::max(a, g) * gc.overlapSlowdown;
+    }
     if (k == ks.front() || us < best.estimateUs) {
       best.chunks = k;
       best.estimateUs = us;
       best.comm = *p;
     }
   }
-  const std::size_t candidates = ks.size();
   auto us = [](double t) { return std::to_string(static_cast<long>(t + 0.5)) + " us"; };
-  best.reason =
-      best.name() + " " + us(best.estimateUs) + " (GEMM " + us(best.gemmUs) + ", " +
-      std::string(weft::name(coll)) + " " + us(best.commUs) + " " + whole->algorithm +
-      "; sequential " + us(best.sequentialUs) + "): " +
-      (forcedChunks > 0 ? std::string("forced") : "cheapest of " + std::to_string(candidates));
+  best.reason = best.name() + " " + us(best.estimateUs) + " (GEMM " + us(best.gemmUs) + ", " +
+                std::string(weft::name(coll)) + " " + us(best.commUs) + " " + whole->algorithm +
+                "; sequential " + us(best.sequentialUs) + "): " +
+                (forcedChunks != 0 ? std::string("forced") + note
+                                   : "cheapest of " + std::to_string(ks.size()));
   return best;
 }
 

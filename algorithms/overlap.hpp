@@ -27,17 +27,21 @@ struct TpShape {
   std::size_t chunkRows(int chunks, int c) const;
 };
 
+// TpPlan::chunks of the fused all-gather + GEMM: each rank's block copied from its owner by the
+// copy engine as the GEMMs of the blocks before it run (own block first), no SM spent on moving.
+inline constexpr int kTpFused = -1;
+
 struct TpPlan {
-  int chunks = 1;  // 1: unfused
+  int chunks = 1;  // 1: unfused; kTpFused: fused
   double estimateUs = 0;
   double sequentialUs = 0;        // the GEMM, then the collective (or the reverse), unchunked
   double gemmUs = 0, commUs = 0;  // unchunked, each alone
   Plan comm;                      // one chunk's collective
   std::string reason;
-  std::string name() const;  // "unfused", "chunked:4"
+  std::string name() const;  // "unfused", "chunked:4", "fused"
 };
 
-// "unfused" (1), "chunked:K"; an error names the forms.
+// "unfused" (1), "chunked:K", "fused" (kTpFused); an error names the forms.
 Result<int> parseTpChunks(std::string_view text);
 
 }  // namespace weft::algo

@@ -31,6 +31,7 @@ struct KernelSet {
   std::bitset<8> slots, direct;
   std::optional<std::size_t> slotsMaxBytes, directMinBytes;
   bool sameDevice = false;  // GPU: the ranks share one device (and its codec bandwidth)
+  bool peerMemory = false;  // GPU: the ranks map each other's buffers (CUDA IPC, one host)
 };
 
 // A block-scaled codec a call may cross the wire through (fused/fp8): one byte a value plus
@@ -71,7 +72,7 @@ class Selector {
                               bool always = false) const;
   // A tensor-parallel operation (algorithms/overlap.hpp): unfused or in chunks, priced with
   // the constants' GEMM rate and this selector's plans of the collective; `forcedChunks` > 0
-  // prices just that many chunks (1: unfused).
+  // (1: unfused) or kTpFused prices just that variant.
   Result<TpPlan> planTp(const TpShape& shape, int forcedChunks = 0) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).

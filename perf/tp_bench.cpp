@@ -223,6 +223,10 @@ class TpBench {
     std::vector<double> chunkGemms;
     for (const ForcedAlgorithm& f : opt_.algos) {
       const int chunks = *algo::parseTpChunks(f.algorithm);
+      if (chunks < 1) {  // fused: a GEMM a rank's block, each waiting for its copy
+        chunkGemms.push_back(-1);
+        continue;
+      }
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
       auto us = timeUs([&]() -> Status {
         for (int i = 0; i < k; ++i) {
@@ -274,7 +278,13 @@ class TpBench {
                   std::string(tableName(t)).c_str(), *gemm, *coll, *sequential, *pick, plan,
                   overlap);
       for (double us : variants) std::printf(" %10.1f", us);
-      for (double us : chunkGemms) std::printf(" %10.1f", us);
+      for (double us : chunkGemms) {
+        if (us < 0) {
+          std::printf(" %10s", "N/A");
+        } else {
+          std::printf(" %10.1f", us);
+        }
+      }
       if (opt_.checkIters > 0) {
         std::printf(" %9.2e %7lld\n", maxDiff, static_cast<long long>(wrong));
       } else {

@@ -14,15 +14,17 @@ namespace {
 // cuBLASLt's entry points, bound once for the process.
 struct Lt {
   topo::SharedLibrary library;
-#define WEFT_LT_FUNCTIONS(X)                                                                     \
-  X(cublasLtCreate)                                                                              \
-  X(cublasLtDestroy)                                                                             \
-  X(cublasLtMatmulDescCreate)                                                                    \
-  X(cublasLtMatmulDescDestroy)                                                                   \
-  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy) \
-      X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                      \
-          X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)             \
-              X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+  // clang-format off
+#define WEFT_LT_FUNCTIONS(X)                                                              \
+  X(cublasLtCreate) X(cublasLtDestroy)                                                    \
+  X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                                \
+  X(cublasLtMatmulDescSetAttribute)                                                       \
+  X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                            \
+  X(cublasLtMatrixLayoutSetAttribute)                                                     \
+  X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                    \
+  X(cublasLtMatmulPreferenceSetAttribute)                                                 \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+  // clang-format on
 #define WEFT_LT_POINTER(f) decltype(&::f) f = nullptr;
   WEFT_LT_FUNCTIONS(WEFT_LT_POINTER)
 #undef WEFT_LT_POINTER

@@ -3,8 +3,10 @@
 // forks from the caller's and joins it again).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
+#include "fused/tp/flags.hpp"
 #include "fused/tp/gemm.hpp"
 #include "fused/tp/overlap.hpp"
 
@@ -16,18 +18,80 @@ Status cudaFailed(const char* what, cudaError_t e) {
                 std::string("tensor-parallel ") + what + ": " + cudaGetErrorString(e));
 }
 
+// The fused all-gather's buffer, one a rank, every rank's mapped by every other: flags (the
+// call count, then "my block is in", then a "done copying it" a rank, 64 bytes apart), then the
+// gathered A.
+constexpr int kFusedMaxRanks = 128;
+constexpr std::size_t kFlagStride = 64;
+constexpr std::size_t kFlagsBytes = 16384;  // (2 + kFusedMaxRanks) flags, rounded up
+static_assert((2 + kFusedMaxRanks) * kFlagStride <= kFlagsBytes);
+
+struct Shared {
+  std::byte* base = nullptr;
+  std::size_t bytes = 0;
+  Communicator::PeerMemory peers;  // empty: not mappable (every rank alike)
+  std::uint64_t* flag(int rank, int index) const {
+    return reinterpret_cast<std::uint64_t*>(peers.at[static_cast<std::size_t>(rank)] +
+                                            static_cast<std::size_t>(index) * kFlagStride);
+  }
+  std::byte* gathered(int rank) const {
+    return peers.at[static_cast<std::size_t>(rank)] + kFlagsBytes;
+  }
+};
+constexpr int kEpoch = 0, kReady = 1, kDone = 2;  // flag indices; done: kDone + the copier
+
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, chunk = nullptr, join = nullptr;
   std::unique_ptr<Gemms> gemms;
+  Shared shared;
+  // Freed only with the communicator: cudaFree waits for the whole device, where another rank's
+  // kernel may wait for this rank's next one.
+  std::vector<void*> memory;
+  std::vector<std::shared_ptr<void>> mappings;
   ~State() {
     if (side != nullptr) cudaStreamSynchronize(side);
     for (cudaEvent_t e : {fork, chunk, join})
       if (e != nullptr) cudaEventDestroy(e);
     if (side != nullptr) cudaStreamDestroy(side);
+    shared.peers.keep.reset();
+    mappings.clear();
+    for (void* p : memory) cudaFree(p);
   }
 };
+
+// Makes the fused buffer at least `bytes`, mapped by every rank: collective (every rank's same
+// call grows it alike), outside a capture. False where the ranks cannot map it.
+Result<bool> ensureShared(Communicator& comm, State& st, std::size_t bytes, cudaStream_t stream) {
+  if (st.shared.bytes >= bytes) return !st.shared.peers.at.empty();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess)
+    return cudaFailed("capture status", e);
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status(Code::invalidUsage,
+                  "a fused all-gather + GEMM this large sets up its shared buffer first: make one "
+                  "call of the shape before capturing it");
+  // Nobody copies from the old buffer any more once every rank has synchronized and met in
+  // the mapping below.
+  for (cudaStream_t s : {stream, st.side}) {
+    if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess) return cudaFailed("sync", e);
+  }
+  const std::size_t size = std::max(bytes, 2 * st.shared.bytes);
+  void* fresh = nullptr;
+  if (cudaError_t e = cudaMalloc(&fresh, size); e != cudaSuccess)
+    return cudaFailed("allocating the shared buffer", e);
+  st.memory.push_back(fresh);
+  cudaError_t e = cudaMemsetAsync(fresh, 0, kFlagsBytes, st.side);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st.side);
+  if (e != cudaSuccess) return cudaFailed("clearing the flags", e);
+  auto peers = comm.mapPeerMemory(fresh);
+  if (!peers) return peers.status();
+  // The old buffer and its mappings stay until the communicator goes (State::memory).
+  st.mappings.push_back(std::move(st.shared.peers.keep));
+  st.shared = {static_cast<std::byte*>(fresh), size, std::move(*peers)};
+  return !st.shared.peers.at.empty();
+}
 
 Result<State*> stateOf(Communicator& comm) {
   std::shared_ptr<void>& slot = comm.fusedState("tp");
@@ -42,6 +106,12 @@ Result<State*> stateOf(Communicator& comm) {
   auto gemms = Gemms::create();
   if (!gemms) return gemms.status();
   s->gemms = std::move(*gemms);
+  void* words = nullptr;
+  if (cudaError_t e = cudaMalloc(&words, 2 * sizeof(std::uint64_t)); e != cudaSuccess)
+    return cudaFailed("flag words", e);
+  s->memory.push_back(words);
+  if (Status loaded = loadFlagKernels(static_cast<std::uint64_t*>(words), s->side); !loaded)
+    return loaded;
   slot = s;
   return s.get();
 }
@@ -85,6 +155,7 @@ class Run {
     auto* c = static_cast<std::byte*>(x_.c);
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = settle(st_.side); !s) return s;  // not the caller's kernels
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunkGemm(shape_, x_.type, plan_.chunks, i);
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
@@ -110,6 +181,64 @@ class Run {
     return follow(stream_, st_.side, st_.join);
   }
 
+  // Own block into the shared buffer, then its GEMM; each peer's block copied from the peer's
+  // buffer by the copy engine on the side stream, its GEMM waiting for that copy alone.
+  Status allGatherGemmFused(const Shared& sh, std::uint64_t timeoutNs) {
+    const int n = comm_.size(), me = comm_.rank();
+    const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
+    auto* c = static_cast<std::byte*>(x_.c);
+    std::uint64_t* epoch = sh.flag(me, kEpoch);
+    if (Status s = countCall(epoch, stream_); !s) return s;
+    // The peers have copied this rank's block of the previous call.
+    if (Status s =
+            awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, -1, timeoutNs, stream_);
+        !s)
+      return s;
+    std::byte* mine = sh.gathered(me);
+    if (cudaError_t e = cudaMemcpyAsync(mine + static_cast<std::size_t>(me) * block, x_.a, block,
+                                        cudaMemcpyDeviceToDevice, stream_);
+        e != cudaSuccess)
+      return cudaFailed("own block", e);
+    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
+    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    GemmShape g;
+    g.m = rows_;
+    g.n = colsL;
+    g.k = x_.k;
+    g.lda = x_.k;
+    g.ldb = colsL;
+    g.ldc = colsL;
+    g.type = x_.type;
+    g.bias = x_.bias != nullptr;
+    for (int step = 0; step < n; ++step) {
+      const int j = (me + step) % n;
+      const auto J = static_cast<std::size_t>(j);
+      const void* a = x_.a;
+      if (step > 0) {
+        if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side); !s)
+          return s;
+        if (cudaError_t e = cudaMemcpyAsync(mine + J * block, sh.gathered(j) + J * block, block,
+                                            cudaMemcpyDeviceToDevice, st_.side);
+            e != cudaSuccess)
+          return cudaFailed("a peer's block", e);
+        if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
+        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side); !s) return s;
+        a = mine + J * block;
+      }
+      if (Status s =
+              st_.gemms->run(g, a, x_.b, c + J * rows_ * colsL * es_, x_.bias, gemmWs_, stream_);
+          !s)
+        return s;
+    }
+    if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
+    if (x_.gathered == nullptr) return {};
+    if (cudaError_t e =
+            cudaMemcpyAsync(x_.gathered, mine, n_ * block, cudaMemcpyDeviceToDevice, stream_);
+        e != cudaSuccess)
+      return cudaFailed("gathered A", e);
+    return {};
+  }
+
   Status gemmReduceScatter() {
     const auto* a = static_cast<const std::byte*>(x_.a);
     auto* c = static_cast<std::byte*>(x_.c);
@@ -125,6 +254,7 @@ class Run {
           !s)
         return s;
       if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
+      if (Status s = settle(st_.side); !s) return s;  // not the GEMM
       if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * es_, ch.rows * x_.cols,
                                          x_.type, RedOp::sum, st_.side);
           !s)
@@ -174,10 +304,25 @@ Status runTp(Communicator& comm, const TpCall& x) {
   }
   auto st = stateOf(comm);
   if (!st) return st.status();
-  Run run(comm, x, *plan, **st, ws);
+  algo::TpPlan how = *plan;
+  bool fused = how.chunks == algo::kTpFused;
+  if (fused) {
+    // Where the ranks cannot map the buffer (every rank alike), unfused.
+    auto mapped = comm.size() <= kFusedMaxRanks
+                      ? ensureShared(comm, **st, kFlagsBytes + x.m * x.k * sizeOf(x.type),
+                                     static_cast<cudaStream_t>(x.stream))
+                      : Result<bool>(false);
+    if (!mapped) return mapped.status();
+    fused = *mapped;
+    if (!fused) how.chunks = 1;
+  }
+  const auto timeoutNs =
+      static_cast<std::uint64_t>(comm.config().timeout.count()) * std::uint64_t{1000000};
+  Run run(comm, x, how, **st, ws);
   // One operation of the communicator's order: a later call on any stream waits for its GEMMs
   // too, not just its collectives.
   return comm.gpuOperation(x.stream, [&] {
+    if (fused) return run.allGatherGemmFused((*st)->shared, timeoutNs);
     return x.op == algo::TpOp::allGatherGemm ? run.allGatherGemm() : run.gemmReduceScatter();
   });
 }

@@ -143,6 +143,15 @@ class Communicator {
   // What an operation of fused/ keeps from call to call (streams, library handles), by name;
   // null until it sets it. Destroyed with the communicator, before its GPU transport.
   std::shared_ptr<void>& fusedState(std::string_view name);
+  // Every rank's GPU buffer `base` (this rank's own, allocated with cudaMalloc), as this rank
+  // reaches it: collective, every rank passing its own, outside a graph capture. Empty on every
+  // rank alike where the ranks are not on one host or some buffer cannot be mapped. The
+  // mappings last as long as `keep`.
+  struct PeerMemory {
+    std::vector<std::byte*> at;  // by rank
+    std::shared_ptr<void> keep;
+  };
+  Result<PeerMemory> mapPeerMemory(void* base);
   // The plan of a tensor-parallel operation (algo::Selector::planTp on the GPU selector, or
   // WEFT_TP_OVERLAP's chunks), made once per shape; rank 0 logs it under TUNING.
   Result<algo::TpPlan> tpPlanFor(const algo::TpShape& shape);

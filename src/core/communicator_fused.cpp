@@ -46,6 +46,17 @@ std::shared_ptr<void>& Communicator::fusedState(std::string_view name) {
   return it->second;
 }
 
+Result<Communicator::PeerMemory> Communicator::mapPeerMemory(void* base) {
+  if (Status s = ensureGpu(); !s) return s;
+  if (machine_.placement.hosts() > 1) return PeerMemory{};
+  auto peers = gpu_->mapRegistered(base, *bootstrap_);
+  if (!peers) return fail(peers.status());
+  PeerMemory m;
+  m.at = gpu_->peerPointers(**peers);
+  m.keep = *peers;
+  return m;
+}
+
 Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
   if (Status s = checkUsable("plan"); !s) return s;
   const auto key = std::make_tuple(static_cast<int>(shape.op), shape.m, shape.cols, shape.k,
@@ -61,7 +72,7 @@ Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
     return p.status();
   auto plan = gpuSelector_->planTp(shape, config_.tpChunks);
   if (!plan) return plan;
-  if (config_.tpChunks > 0) plan->reason += " by WEFT_TP_OVERLAP";
+  if (config_.tpChunks != 0) plan->reason += " by WEFT_TP_OVERLAP";
   if (gpu_) tpPlans_.emplace(key, *plan);  // as gpuPlanFor: kept once made on the device
   if (rank_ == 0)
     WEFT_INFO(log::kTuning, "%s %zux%zux%zu: %s", std::string(algo::name(shape.op)).c_str(),

@@ -393,6 +393,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
                                 : transport::CudaIpcGeometry::kDirectMaxBytes;
     k.directRounds = config_.gpuDirect;
     k.sameDevice = model.sameDevice;
+    k.peerMemory = machine_.placement.hosts() == 1;
     gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
     if (rank_ == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning, "GPU calls priced on %s",

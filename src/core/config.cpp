@@ -292,7 +292,8 @@ const Setting kSettings[] = {
      }},
 
     {"WEFT_TP_OVERLAP", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
-     "`unfused` or `chunked:K` (K 1-64): how all-gather + GEMM and GEMM + reduce-scatter run "
+     "`unfused`, `chunked:K` (K 1-64) or `fused`: how all-gather + GEMM and GEMM + "
+     "reduce-scatter run "
      "(`weftAllGatherGemm`, `weftGemmReduceScatter`) instead of the selector's pick",
      [](Config& c, const std::string& n, const std::string& v, double) {
        if (v == "auto") {

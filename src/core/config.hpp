@@ -39,8 +39,8 @@ struct Config {
   // WEFT_COMPRESS: what the compressed calls (weftAllReduceEx, ...; the NCCL interface's sums)
   // use when given none. Off by default: it changes results.
   weftCompression compression{weftCompressNone, weftScaleE8M0, 0, 0};
-  // WEFT_TP_OVERLAP: the chunks the tensor-parallel operations run in (1: unfused); 0: the
-  // selector's pick (algo::Selector::planTp).
+  // WEFT_TP_OVERLAP: the chunks the tensor-parallel operations run in (1: unfused;
+  // algo::kTpFused: fused); 0: the selector's pick (algo::Selector::planTp).
   int tpChunks = 0;
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.

@@ -523,6 +523,10 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(
   return p;
 }
 
+std::vector<std::byte*> CudaExecutor::peerPointers(const PeerInputs& p) {
+  return p.buffers.at;
+}
+
 Status CudaExecutor::direct(const Buffers& b, bool twoShot, void* stream, const PeerInputs* peers,
                             std::size_t offset, const PeerInputs* outPeers, std::size_t outOffset) {
   if (Status e = asyncError(); !e) return e;

@@ -140,6 +140,8 @@ class CudaExecutor {
   // in place (every rank learns it alike), direct() ignores them and the slabs serve.
   struct PeerInputs;
   Result<std::shared_ptr<PeerInputs>> mapRegistered(const void* base, boot::Bootstrap& bootstrap);
+  // Each rank's mapping of them (empty where they could not be mapped).
+  static std::vector<std::byte*> peerPointers(const PeerInputs& p);
   // A one-shot or two-shot all-reduce by the direct kernel, in rounds of oneShotLimit() bytes. With
   // `peers` (out of place): every rank reads every rank's input in place, `offset` bytes into
   // its registered buffer, instead of copying its own into the slabs. With `outPeers` (two-shot,

@@ -75,6 +75,10 @@ Result<std::shared_ptr<CudaExecutor::PeerInputs>> CudaExecutor::mapRegistered(co
   return Status(Code::unsupported, "this build has no CUDA");
 }
 
+std::vector<std::byte*> CudaExecutor::peerPointers(const PeerInputs&) {
+  return {};
+}
+
 Status CudaExecutor::direct(const Buffers&, bool, void*, const PeerInputs*, std::size_t,
                             const PeerInputs*, std::size_t) {
   return Status(Code::unsupported, "this build has no CUDA");

@@ -6,9 +6,11 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/gpu/gpu_harness.hpp"
@@ -163,7 +165,7 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
   const int n = GetParam();
   const auto N = static_cast<std::size_t>(n);
   std::mt19937 rng(17 + n);
-  for (const char* variant : {"unfused", "chunked:2", "chunked:3", "auto"}) {
+  for (const char* variant : {"unfused", "chunked:2", "chunked:3", "fused", "auto"}) {
     ScopedEnv env("WEFT_TP_OVERLAP", variant);
     auto comms = threadRanks(n);
     ASSERT_EQ(comms.size(), N);
@@ -208,11 +210,14 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
   }
 }
 
-TEST_P(GpuTp, ChunkedCallsReplayFromAGraph) {
+// Each variant that splits the call into steps between streams (chunks; the fused flags).
+class GpuTpGraphs : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+
+TEST_P(GpuTpGraphs, CallsReplayFromAGraph) {
   SKIP_WITHOUT_GPU();
-  const int n = GetParam();
+  const int n = std::get<0>(GetParam());
   const auto N = static_cast<std::size_t>(n);
-  ScopedEnv env("WEFT_TP_OVERLAP", "chunked:3");
+  ScopedEnv env("WEFT_TP_OVERLAP", std::get<1>(GetParam()));
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
   Streams streams(n);
@@ -236,6 +241,7 @@ TEST_P(GpuTp, ChunkedCallsReplayFromAGraph) {
                 weftSuccess)
           << weftGetLastError();
       EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+      EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
       cudaGraph_t graph = nullptr;
       EXPECT_EQ(cudaStreamBeginCapture(streams[r], cudaStreamCaptureModeThreadLocal), cudaSuccess);
       EXPECT_EQ(call(p, comms[R], streams[r], d[R].a, d[R].b, d[R].c,
@@ -246,7 +252,7 @@ TEST_P(GpuTp, ChunkedCallsReplayFromAGraph) {
       EXPECT_EQ(cudaGraphInstantiate(&graphs[R], graph, 0), cudaSuccess);
       (void)cudaGraphDestroy(graph);
     });
-    for (int replay = 0; replay < 2; ++replay) {
+    for (int replay = 0; replay < 3; ++replay) {
       p.fill(rng);
       std::vector<Bytes> c(N), gathered(N);
       onEveryRank(n, [&](int r) {
@@ -254,6 +260,7 @@ TEST_P(GpuTp, ChunkedCallsReplayFromAGraph) {
         d[R].upload(p, r, streams[r]);
         EXPECT_EQ(cudaGraphLaunch(graphs[R], streams[r]), cudaSuccess);
         EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+        EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
         c[R].resize(p.cRows() * p.cCols() * 2);
         EXPECT_EQ(cudaMemcpy(c[R].data(), d[R].c, c[R].size(), cudaMemcpyDeviceToHost),
                   cudaSuccess);
@@ -278,6 +285,14 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4), ranksName);
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values("unfused", "chunked:3", "fused")),
+                         [](const ::testing::TestParamInfo<std::tuple<int, const char*>>& p) {
+                           std::string v = std::get<1>(p.param);
+                           v.erase(std::remove(v.begin(), v.end(), ':'), v.end());
+                           return std::to_string(std::get<0>(p.param)) + "ranks_" + v;
+                         });
 
 // Bad calls: an error naming the problem, C untouched.
 TEST(GpuTpErrors, BadCallsAreRefusedAndChangeNothing) {

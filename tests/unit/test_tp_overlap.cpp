@@ -13,12 +13,13 @@ namespace weft {
 namespace {
 
 // Ranks sharing one device, with a GEMM rate of `tflops`.
-algo::Selector gpuSelector(int n, double tflops) {
+algo::Selector gpuSelector(int n, double tflops, bool peerMemory = false) {
   algo::TunerOptions o;
   o.constants.gemm.tflops = tflops;
   algo::KernelSet k;
   k.gpu = true;
   k.sameDevice = true;
+  k.peerMemory = peerMemory;
   return algo::Selector(algo::sameDeviceRankGraph(n), o, k);
 }
 
@@ -53,10 +54,38 @@ TEST(TpOverlap, UnfusedWhereTheCollectiveIsSmallChunksWhereItIsNot) {
   }
 }
 
+// The fused all-gather + GEMM: a candidate where the ranks map each other's memory, priced
+// between the GEMM alone and the sequential call; forced elsewhere it is unfused, saying why.
+TEST(TpOverlap, FusedWhereTheRanksMapEachOthersMemory) {
+  const auto ag = shape(algo::TpOp::allGatherGemm, 16384, 4);
+  auto base = gpuSelector(4, 700).planTp(ag);
+  ASSERT_TRUE(base.isOk());
+  const double tflops = base->gemmUs / base->commUs * 700;  // a GEMM as slow as the collective
+  auto slow = gpuSelector(4, tflops, true).planTp(ag);
+  ASSERT_TRUE(slow.isOk());
+  auto fused = gpuSelector(4, tflops, true).planTp(ag, algo::kTpFused);
+  ASSERT_TRUE(fused.isOk());
+  EXPECT_EQ(fused->name(), "fused");
+  EXPECT_LT(fused->estimateUs, fused->sequentialUs);
+  EXPECT_GE(fused->estimateUs, fused->gemmUs);
+  EXPECT_LE(slow->estimateUs, fused->estimateUs) << slow->reason;
+  EXPECT_NE(slow->reason.find("cheapest of 6"), std::string::npos) << slow->reason;
+  auto noPeers = gpuSelector(4, tflops, false).planTp(ag, algo::kTpFused);
+  ASSERT_TRUE(noPeers.isOk());
+  EXPECT_EQ(noPeers->name(), "unfused");
+  EXPECT_NE(noPeers->reason.find("map each other's memory"), std::string::npos) << noPeers->reason;
+  auto rs = gpuSelector(4, tflops, true)
+                .planTp(shape(algo::TpOp::gemmReduceScatter, 16384, 4), algo::kTpFused);
+  ASSERT_TRUE(rs.isOk());
+  EXPECT_EQ(rs->name(), "unfused");
+  EXPECT_NE(rs->reason.find("all-gather + GEMM only"), std::string::npos) << rs->reason;
+}
+
 TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   EXPECT_EQ(*algo::parseTpChunks("unfused"), 1);
   EXPECT_EQ(*algo::parseTpChunks("chunked:4"), 4);
-  for (const char* bad : {"chunked:0", "chunked:65", "chunked:", "chunked:2x", "fused", ""})
+  EXPECT_EQ(*algo::parseTpChunks("fused"), algo::kTpFused);
+  for (const char* bad : {"chunked:0", "chunked:65", "chunked:", "chunked:2x", "fuse", ""})
     EXPECT_FALSE(algo::parseTpChunks(bad).isOk()) << bad;
   auto c = algo::CostConstants::fromJson(
       R"({"gemm": {"tflops": 650, "half_gflop": 4, "launch_us": 6, "overlap_slowdown": 1.3}})",

@@ -1,0 +1,35 @@
+// Flags between the ranks of a fused tensor-parallel call, in GPU memory every rank maps (its
+// own, or a peer's through CUDA IPC), each a 64-bit word: one thread raises a flag to the call's
+// number, or waits until flags reach it, ordered on a stream like any kernel (capturable). The
+// call's number lives in device memory, counted up by each call, so a graph's replays count too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "weft/status.hpp"
+
+namespace weft::fused::tp {
+
+// *epoch += 1: the start of a call.
+Status countCall(std::uint64_t* epoch, void* stream);
+// *flag = *epoch.
+Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream);
+// Waits until each of `count` flags (the first at `first`, `strideBytes` apart; `skip` not
+// waited for, -1: none) holds at least *epoch + delta. Past `timeoutNs` the kernel traps: the
+// stream fails rather than hang on a dead peer.
+Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count, int skip,
+                  const std::uint64_t* epoch, std::int64_t delta, std::uint64_t timeoutNs,
+                  void* stream);
+
+// An empty kernel: what a collective enqueued next on `stream` follows. The runtime may launch a
+// collective's kernel as a programmatic dependent of the stream's previous kernel, early, its
+// blocks holding SMs until that kernel ends; behind a GEMM of the caller's, ranks sharing a GPU
+// could then hold every SM while one rank's GEMM waits for one.
+Status settle(void* stream);
+// Runs each kernel once on `words` (two of them, device memory) and waits: loaded before any of
+// them spins (with lazy loading a kernel's first launch could wait for another rank's spinning
+// one).
+Status loadFlagKernels(std::uint64_t* words, void* stream);
+
+}  // namespace weft::fused::tp
