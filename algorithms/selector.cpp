@@ -232,6 +232,7 @@ Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
   k.gpu = true;
   // The direct kernels map every rank's buffers (CUDA IPC): ranks of one host only.
   k.directRoundBytes = system.hosts() == 1 ? options.constants.kernels.gpuDirectRoundBytes : 0;
+  k.peerMemory = system.hosts() == 1;
   return Selector(RankGraph::fromSystem(system), std::move(options), k);
 }
 

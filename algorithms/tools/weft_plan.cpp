@@ -2,6 +2,7 @@
 //   weft-plan list
 //   weft-plan verify [--algo A] [--coll C] [--ranks 1-64,96] [--aggregation A] [--group G] ...
 //   weft-plan show --algo ring --coll allreduce --ranks 4 --rank 1
+//   weft-plan tp --topo hgx_h100.xml --op ag-gemm --m 1024,4096
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/tools/plan_tp.hpp"
 #include "algorithms/tools/plan_tune.hpp"
 #include "algorithms/verifier.hpp"
 #include "src/tools/cli.hpp"
@@ -338,9 +340,22 @@ int main(int argc, char** argv) {
                  "(exact, slower; not the 3 passes)")
       ->excludes(settle);
 
+  weft::algo::TpArgs tp;
+  auto* tpCmd = app.add_subcommand(
+      "tp",
+      "the pick for all-gather + GEMM or GEMM + reduce-scatter per row count, and each "
+      "variant's estimate (the runtime's Selector::planTp)");
+  tpCmd->add_option("--topo", tp.topo, "topology file")->required();
+  tpCmd->add_option("--nodes", tp.nodes, "hosts of that topology")->capture_default_str();
+  tpCmd->add_option("--op", tp.op, "ag-gemm or gemm-rs")->required();
+  tpCmd->add_option("--m", tp.m, "the GEMM's rows, a list")->capture_default_str();
+  tpCmd->add_option("--n", tp.n, "the GEMM's columns (0: 28672 for ag-gemm, 8192 for gemm-rs)");
+  tpCmd->add_option("--k", tp.k, "the GEMM's depth (0: 8192 for ag-gemm, 28672 for gemm-rs)");
+  tpCmd->add_option("--tuning", tp.tuningFile, "a tuning file's constants instead of the defaults");
   if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
 
   if (app.got_subcommand("tune")) return weft::algo::runTune(tune);
+  if (app.got_subcommand("tp")) return weft::algo::runTp(tp);
 
   if (app.got_subcommand("list")) {
     for (const Algorithm* a : algorithms()) {

@@ -1,0 +1,21 @@
+// weft-plan tp: the selector's pick for the tensor-parallel GEMMs with their collective on a
+// described machine, each variant's estimate beside it (the runtime's algo::Selector::planTp).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace weft::algo {
+
+struct TpArgs {
+  std::string topo;  // topology file
+  int nodes = 1;
+  std::string op;  // ag-gemm, gemm-rs
+  std::string m = "128,1024,4096,16384";
+  std::size_t n = 0, k = 0;  // 0: Llama-70B's MLP (as weft-perf's); ranks: every GPU
+  std::string tuningFile;
+};
+
+int runTp(const TpArgs& args);
+
+}  // namespace weft::algo
