@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/selector.hpp"
+#include "algorithms/tools/plan_tune.hpp"
 #include "src/tools/cli.hpp"
 #include "topology/system.hpp"
 
@@ -28,18 +29,10 @@ int runTp(const TpArgs& args) {
     }
     rows.push_back(v);
   }
-  auto options = TunerOptions::fromEnvironment();
+  auto options = tunerOptions(args.tuningFile);
   if (!options) {
     std::cerr << "weft-plan: " << options.status().toString() << "\n";
     return tools::kExitFailed;
-  }
-  if (!args.tuningFile.empty()) {
-    auto c = CostConstants::fromJsonFile(args.tuningFile);
-    if (!c) {
-      std::cerr << "weft-plan: " << c.status().toString() << "\n";
-      return tools::kExitFailed;
-    }
-    options->constants = *c;
   }
   auto host = topo::Topology::load(args.topo);
   if (!host) {

@@ -267,6 +267,16 @@ void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collect
 
 }  // namespace
 
+Result<TunerOptions> tunerOptions(const std::string& tuningFile) {
+  auto options = TunerOptions::fromEnvironment();
+  if (!options || tuningFile.empty()) return options;
+  auto c = CostConstants::fromJsonFile(tuningFile);
+  if (!c) return c.status();
+  options->constants = *c;
+  options->tuningFile = tuningFile;
+  return options;
+}
+
 int runTune(const TuneArgs& args) {
   const auto sizeParts = [&] {
     std::vector<std::string> p;
@@ -285,19 +295,10 @@ int runTune(const TuneArgs& args) {
   std::vector<std::size_t> sizes;
   for (std::size_t b = *lo; b <= *hi; b *= static_cast<std::size_t>(factor)) sizes.push_back(b);
 
-  auto options = TunerOptions::fromEnvironment();
+  auto options = tunerOptions(args.tuningFile);
   if (!options) {
     std::cerr << "weft-plan: " << options.status().toString() << "\n";
     return tools::kExitFailed;
-  }
-  if (!args.tuningFile.empty()) {
-    auto c = CostConstants::fromJsonFile(args.tuningFile);
-    if (!c) {
-      std::cerr << "weft-plan: " << c.status().toString() << "\n";
-      return tools::kExitFailed;
-    }
-    options->constants = *c;
-    options->tuningFile = args.tuningFile;
   }
   std::vector<topo::Topology> hosts;
   std::vector<std::string> hostNames;

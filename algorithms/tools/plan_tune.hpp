@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "algorithms/tuner.hpp"
+
 namespace weft::algo {
 
 struct TuneArgs {
@@ -21,5 +23,8 @@ struct TuneArgs {
 };
 
 int runTune(const TuneArgs& args);
+
+// The environment's tuner options, with `tuningFile`'s constants where one is named.
+Result<TunerOptions> tunerOptions(const std::string& tuningFile);
 
 }  // namespace weft::algo
