@@ -1,0 +1,119 @@
+// The tensor-parallel calls' C API where no GPU takes them (as on CI): shapes, types, buffers
+// and workspaces checked before anything runs, host buffers refused, the plan and the workspace
+// answered from the model alone, WEFT_TP_OVERLAP forcing the plan and a bad value failing init.
+// tests/gpu/test_gpu_tp.cpp runs the calls on a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/runtime/harness.hpp"
+#include "weft/weft.h"
+
+namespace weft::test {
+namespace {
+
+template <typename Body>
+void onTwoRanks(Body body) {
+  std::vector<weftComm_t> comms(2);
+  ASSERT_EQ(weftCommInitAll(comms.data(), 2), weftSuccess) << weftGetLastError();
+  onEveryRank(2, [&](int r) { body(comms[static_cast<std::size_t>(r)]); });
+  for (weftComm_t c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
+}
+
+void expectRefused(weftResult_t got, weftResult_t want, const char* needle) {
+  EXPECT_EQ(got, want) << needle;
+  EXPECT_NE(std::string(weftGetLastError()).find(needle), std::string::npos) << weftGetLastError();
+}
+
+TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
+  onTwoRanks([](weftComm_t comm) {
+    std::vector<std::uint16_t> a(64 * 64), b(64 * 64), c(64 * 64, 0x7fc0);
+    const std::vector<std::uint16_t> before = c;
+    expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 65, 64, 64,
+                                    weftBfloat16, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "m = 65");
+    expectRefused(weftGemmReduceScatter(a.data(), b.data(), c.data(), nullptr, 64, 64, 63,
+                                        weftBfloat16, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "k = 63");
+    expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                    weftFloat64, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "f64");
+    expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                    static_cast<weftDataType_t>(99), nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "invalid datatype");
+    expectRefused(weftGemmReduceScatter(a.data(), nullptr, c.data(), nullptr, 64, 64, 64,
+                                        weftBfloat16, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "NULL");
+    expectRefused(weftGemmReduceScatter(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                        weftBfloat16, c.data(), 16, comm, nullptr),
+                  weftInvalidArgument, "too small");
+    expectRefused(weftGemmReduceScatter(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                        weftBfloat16, nullptr, 16, comm, nullptr),
+                  weftInvalidArgument, "workspace is NULL");
+    // Host buffers: not what these calls take (with or without a GPU here).
+    const weftResult_t host = weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64,
+                                                64, 64, weftBfloat16, nullptr, 0, comm, nullptr);
+    EXPECT_NE(host, weftSuccess);
+    EXPECT_EQ(c, before);
+    ASSERT_EQ(weftGroupStart(), weftSuccess);
+    expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                    weftBfloat16, nullptr, 0, comm, nullptr),
+                  weftInvalidUsage, "group");
+    ASSERT_EQ(weftGroupEnd(), weftSuccess);
+  });
+}
+
+TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
+  onTwoRanks([](weftComm_t comm) {
+    char plan[32] = {};
+    ASSERT_EQ(weftTpPlan(comm, weftTpGemmReduceScatter, 4096, 8192, 28672, weftBfloat16, plan,
+                         sizeof plan),
+              weftSuccess)
+        << weftGetLastError();
+    const std::string p(plan);
+    EXPECT_TRUE(p == "unfused" || p == "fused" || p.rfind("chunked:", 0) == 0) << p;
+    std::size_t bytes = 0;
+    ASSERT_EQ(
+        weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftBfloat16, &bytes),
+        weftSuccess);
+    EXPECT_GE(bytes, std::size_t{4096} * 1024 * 2 + (std::size_t{32} << 20));
+    expectRefused(
+        weftTpPlan(comm, weftTpAllGatherGemm, 4095, 8192, 1024, weftBfloat16, plan, sizeof plan),
+        weftInvalidArgument, "does not divide");
+    expectRefused(
+        weftTpWorkspaceSize(comm, static_cast<weftTpOp_t>(7), 64, 64, 64, weftBfloat16, &bytes),
+        weftInvalidArgument, "invalid op");
+  });
+}
+
+TEST(TpApi, WeftTpOverlapForcesThePlanAndABadValueFailsInit) {
+  for (const char* forced : {"unfused", "chunked:4"}) {
+    setenv("WEFT_TP_OVERLAP", forced, 1);
+    onTwoRanks([&](weftComm_t comm) {
+      char plan[32] = {};
+      ASSERT_EQ(
+          weftTpPlan(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftBfloat16, plan, sizeof plan),
+          weftSuccess);
+      EXPECT_EQ(std::string(plan), forced);
+    });
+  }
+  // Fused runs all-gather + GEMM only: reduce-scatter stays unfused.
+  setenv("WEFT_TP_OVERLAP", "fused", 1);
+  onTwoRanks([](weftComm_t comm) {
+    char plan[32] = {};
+    ASSERT_EQ(weftTpPlan(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftBfloat16, plan,
+                         sizeof plan),
+              weftSuccess);
+    EXPECT_EQ(std::string(plan), "unfused");
+  });
+  setenv("WEFT_TP_OVERLAP", "chunked:0", 1);
+  std::vector<weftComm_t> comms(2);
+  EXPECT_EQ(weftCommInitAll(comms.data(), 2), weftInvalidArgument);
+  EXPECT_NE(std::string(weftGetLastError()).find("WEFT_TP_OVERLAP"), std::string::npos);
+  unsetenv("WEFT_TP_OVERLAP");
+}
+
+}  // namespace
+}  // namespace weft::test
