@@ -201,14 +201,9 @@ class Run {
       return cudaFailed("own block", e);
     if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
-    GemmShape g;
+    // The unchunked GEMM's shape, on one rank's block.
+    GemmShape g = chunkGemm(shape_, x_.type, 1, 0).shape;
     g.m = rows_;
-    g.n = colsL;
-    g.k = x_.k;
-    g.lda = x_.k;
-    g.ldb = colsL;
-    g.ldc = colsL;
-    g.type = x_.type;
     g.bias = x_.bias != nullptr;
     for (int step = 0; step < n; ++step) {
       const int j = (me + step) % n;
