@@ -58,17 +58,19 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   };
   auto whole = commPlan(rows);
   if (!whole) return whole.status();
+  // What moving the fused reduce-scatter's blocks costs: an all-gather of them.
+  auto blockCopies = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.valueBytes);
+  if (!blockCopies) return blockCopies.status();
   TpPlan best;
   best.gemmUs = gemmRowsUs(rows * n);
   best.commUs = whole->estimateUs;
   best.sequentialUs = best.gemmUs + best.commUs;
-  // The fused all-gather + GEMM runs where the ranks map each other's memory.
-  const bool fusable = ag && kernels_.peerMemory && n > 1;
+  // The fused variants run where the ranks map each other's memory.
+  const bool fusable = kernels_.peerMemory && n > 1;
   std::string note;
   std::vector<int> ks;  // chunks of at least a row of every rank's block, or kTpFused
   if (forcedChunks == kTpFused && !fusable) {
-    note = ag ? " (fused needs ranks on one host that map each other's memory)"
-              : " (fused runs all-gather + GEMM only)";
+    note = " (fused needs ranks on one host that map each other's memory)";
     ks.push_back(1);
   } else if (forcedChunks == kTpFused || forcedChunks > 0) {
     ks.push_back(forcedChunks == kTpFused ? kTpFused
@@ -83,13 +85,30 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
     double us = 0;
     Result<Plan> p = *whole;
     if (k == kTpFused) {
-      // This rank's block goes into its shared buffer, then its GEMM; block j's GEMM waits for
-      // its copy by the copy engine (j copies of a block in a row): no SM spent on moving.
-      const double copy = whole->estimateUs / static_cast<double>(n - 1);
+      // One block's copy by the copy engine: an all-gather's (n - 1) of them.
+      const double copy =
+          (ag ? whole->estimateUs : blockCopies->estimateUs) / static_cast<double>(n - 1);
       const double block = gemmRowsUs(rows);
-      us = copy + block;
-      for (std::size_t j = 1; j < n; ++j)
-        us = std::max(us, copy * static_cast<double>(j + 1)) + block;
+      if (ag) {
+        // This rank's block goes into its shared buffer, then its GEMM; block j's GEMM waits
+        // for its copy (j copies of a block in a row): no SM spent on moving.
+        us = copy + block;
+        for (std::size_t j = 1; j < n; ++j)
+          us = std::max(us, copy * static_cast<double>(j + 1)) + block;
+      } else {
+        // Each peer's block, GEMM then copy to its owner beside the next GEMM; this rank's
+        // block last; then the sum reads the n blocks and writes one (its device's memory
+        // shared by the ranks on it).
+        double gemms = 0, copies = 0;
+        for (std::size_t j = 1; j < n; ++j) {
+          gemms += block;
+          copies = std::max(copies, gemms) + copy;
+        }
+        const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.valueBytes);
+        const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
+        us = std::max(gemms + block, copies) + gc.launchUs +
+             bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+      }
     } else {
       const std::size_t r = s.chunkRows(k, 0);
       p = commPlan(r);

@@ -27,8 +27,10 @@ struct TpShape {
   std::size_t chunkRows(int chunks, int c) const;
 };
 
-// TpPlan::chunks of the fused all-gather + GEMM: each rank's block copied from its owner by the
-// copy engine as the GEMMs of the blocks before it run (own block first), no SM spent on moving.
+// TpPlan::chunks of the fused variants, ranks that map each other's memory: all-gather + GEMM
+// copies each rank's block from its owner by the copy engine as the GEMMs of the blocks before
+// it run (own block first); GEMM + reduce-scatter copies each finished partial block to its
+// owner as the next block's GEMM runs (own block last), then sums the n blocks. No SM moves data.
 inline constexpr int kTpFused = -1;
 
 struct TpPlan {

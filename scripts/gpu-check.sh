@@ -35,7 +35,7 @@ dir="${BUILD_DIR:-$WEFT_ROOT/build-gpu}"
 nvidia-smi -L | tee "$OUT/gpu.txt"
 # Only what this script runs (FULL=1: everything), from source; the NCCL interface and its tests
 # against the first nccl.h found (NCCL_HOME, the system's, the CUDA toolkit's; any of 2.19-2.28).
-targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft-topo weft-bench weft-perf weft-plan)
+targets=(--target weft_gpu_tests weft_gpu_runtime_tests weft_gpu_tp_tests weft-topo weft-bench weft-perf weft-plan)
 add_cuda_to_path
 t0=$SECONDS
 cmake -S "$WEFT_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_CUDA=ON \
@@ -94,9 +94,10 @@ run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # Ranks as threads of one process, a stream each: the matrix, every algorithm x protocol forced,
 # one-shot both ways, 256 MB, graphs, point-to-point, faults.
 # GpuThreadsOrdering: a communicator's calls on several streams, graphs among eager calls, two
-# host threads; GpuCheckPlans: WEFT_CHECK_PLANS; GpuCompressed: the fp8 collectives; GpuTp: the
-# tensor-parallel GEMMs with their collective.
-run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*:*GpuCompressed*:*GpuTp*}"
+# host threads; GpuCheckPlans: WEFT_CHECK_PLANS; GpuCompressed: the fp8 collectives.
+run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*:*GpuCompressed*}"
+# The tensor-parallel GEMMs with their collective, ranks as threads.
+if [[ -z "${ONLY:-}" ]]; then run gpu-tp 600 "$dir/tests/weft_gpu_tp_tests"; fi
 # The NCCL interface: its C API on host and GPU memory, its device API, its exports.
 if ((shim)); then
   run nccl-interface 300 bash -c "cd '$dir' && ctest -R '^nccl_shim' --output-on-failure"

@@ -20,11 +20,25 @@ __global__ void countKernel(std::uint64_t* epoch) {
   __threadfence_system();
 }
 
-__global__ void raiseKernel(std::uint64_t* flag, const std::uint64_t* epoch) {
+__global__ void raiseKernel(std::uint64_t* flag, const std::uint64_t* epoch, std::uint64_t scale,
+                            std::uint64_t plus) {
   // What the stream did before (the copies this flag announces) is complete: this kernel ran
   // after it; the fence orders the store after everything this device wrote.
   __threadfence_system();
-  *reinterpret_cast<volatile std::uint64_t*>(flag) = *epoch;
+  *reinterpret_cast<volatile std::uint64_t*>(flag) = *epoch * scale + plus;
+  __threadfence_system();
+}
+
+__global__ void awaitEachKernel(const FlagList flags, const std::uint64_t* epoch,
+                                std::uint64_t scale, std::uint64_t plus, std::uint64_t timeoutNs) {
+  const std::uint64_t want = *epoch * scale + plus, start = now();
+  for (int j = 0; j < flags.count; ++j) {
+    const auto* flag = reinterpret_cast<const volatile std::uint64_t*>(flags.at[j]);
+    while (*flag < want) {
+      if (now() - start > timeoutNs) __trap();
+      __nanosleep(200);
+    }
+  }
   __threadfence_system();
 }
 
@@ -64,9 +78,17 @@ Status countCall(std::uint64_t* epoch, void* stream) {
   return launched("call count");
 }
 
-Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream) {
-  raiseKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, epoch);
+Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream, std::uint64_t scale,
+                 std::uint64_t plus) {
+  raiseKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, epoch, scale, plus);
   return launched("flag");
+}
+
+Status awaitEach(const FlagList& flags, const std::uint64_t* epoch, std::uint64_t scale,
+                 std::uint64_t plus, std::uint64_t timeoutNs, void* stream) {
+  awaitEachKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flags, epoch, scale, plus,
+                                                                  timeoutNs);
+  return launched("wait");
 }
 
 Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count, int skip,
@@ -89,6 +111,9 @@ Status loadFlagKernels(std::uint64_t* words, void* stream) {
   if (Status s = countCall(words, stream); !s) return s;
   if (Status s = raiseFlag(words + 1, words, stream); !s) return s;
   if (Status s = awaitFlags(words + 1, 0, 1, -1, words, 0, 1000000000, stream); !s) return s;
+  FlagList one;
+  one.at[one.count++] = words + 1;
+  if (Status s = awaitEach(one, words, 1, 0, 1000000000, stream); !s) return s;
   if (cudaError_t e = cudaStreamSynchronize(st); e != cudaSuccess) return failed(e);
   return {};
 }

@@ -13,14 +13,25 @@ namespace weft::fused::tp {
 
 // *epoch += 1: the start of a call.
 Status countCall(std::uint64_t* epoch, void* stream);
-// *flag = *epoch.
-Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream);
+// *flag = *epoch · scale + plus (a call's steps: scale above the most steps, plus the step).
+Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream,
+                 std::uint64_t scale = 1, std::uint64_t plus = 0);
 // Waits until each of `count` flags (the first at `first`, `strideBytes` apart; `skip` not
 // waited for, -1: none) holds at least *epoch + delta. Past `timeoutNs` the kernel traps: the
 // stream fails rather than hang on a dead peer.
 Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count, int skip,
                   const std::uint64_t* epoch, std::int64_t delta, std::uint64_t timeoutNs,
                   void* stream);
+
+// Flags anywhere (each rank's own, in its buffer), waited for together.
+struct FlagList {
+  static constexpr int kMost = 128;
+  const std::uint64_t* at[kMost] = {};
+  int count = 0;
+};
+// Waits until every flag of `flags` holds at least *epoch · scale + plus; traps past `timeoutNs`.
+Status awaitEach(const FlagList& flags, const std::uint64_t* epoch, std::uint64_t scale,
+                 std::uint64_t plus, std::uint64_t timeoutNs, void* stream);
 
 // An empty kernel: what a collective enqueued next on `stream` follows. The runtime may launch a
 // collective's kernel as a programmatic dependent of the stream's previous kernel, early, its

@@ -1,6 +1,7 @@
 // runTp on the GPU: the chunks' collectives on a side stream of the communicator's, its GEMMs on
 // the caller's stream, each waiting for the other's through events (capturable: the side stream
-// forks from the caller's and joins it again).
+// forks from the caller's and joins it again). The fused variants move blocks with the copy
+// engine between buffers the ranks map, ordered by flags (flags.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "fused/tp/flags.hpp"
 #include "fused/tp/gemm.hpp"
 #include "fused/tp/overlap.hpp"
+#include "fused/tp/sum.hpp"
 
 namespace weft::fused::tp {
 namespace {
@@ -18,13 +20,16 @@ Status cudaFailed(const char* what, cudaError_t e) {
                 std::string("tensor-parallel ") + what + ": " + cudaGetErrorString(e));
 }
 
-// The fused all-gather's buffer, one a rank, every rank's mapped by every other: flags (the
-// call count, then "my block is in", then a "done copying it" a rank, 64 bytes apart), then the
-// gathered A.
-constexpr int kFusedMaxRanks = 128;
+// The fused calls' buffer, one a rank, every rank's mapped by every other: flags, 64 bytes
+// apart, then the data: the gathered A (all-gather), or every rank's partial block of this
+// rank's rows (reduce-scatter). The flags: the call count; "my block is in" (all-gather); one a
+// peer, raised by it into this buffer once it has copied this rank's block (all-gather) or its
+// partial block has landed here (reduce-scatter); "my stream is done with my buffer"; then the
+// gate's call count and its flag (Run::gate).
+constexpr int kFusedMaxRanks = FlagList::kMost;
 constexpr std::size_t kFlagStride = 64;
-constexpr std::size_t kFlagsBytes = 16384;  // (2 + kFusedMaxRanks) flags, rounded up
-static_assert((2 + kFusedMaxRanks) * kFlagStride <= kFlagsBytes);
+constexpr std::size_t kFlagsBytes = 16384;  // (5 + kFusedMaxRanks) flags, rounded up
+static_assert((5 + kFusedMaxRanks) * kFlagStride <= kFlagsBytes);
 
 struct Shared {
   std::byte* base = nullptr;
@@ -34,11 +39,12 @@ struct Shared {
     return reinterpret_cast<std::uint64_t*>(peers.at[static_cast<std::size_t>(rank)] +
                                             static_cast<std::size_t>(index) * kFlagStride);
   }
-  std::byte* gathered(int rank) const {
-    return peers.at[static_cast<std::size_t>(rank)] + kFlagsBytes;
-  }
+  std::byte* data(int rank) const { return peers.at[static_cast<std::size_t>(rank)] + kFlagsBytes; }
 };
-constexpr int kEpoch = 0, kReady = 1, kDone = 2;  // flag indices; done: kDone + the copier
+// Flag indices; kDone + the peer; kFree: every call's last, on the owner's stream.
+constexpr int kEpoch = 0, kReady = 1, kDone = 2, kFree = kDone + kFusedMaxRanks;
+constexpr int kGateCount = kFree + 1, kGate = kFree + 2;
+constexpr std::uint64_t kGateSteps = 128;  // more than a call's chunks
 
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
@@ -70,8 +76,9 @@ Result<bool> ensureShared(Communicator& comm, State& st, std::size_t bytes, cuda
     return cudaFailed("capture status", e);
   if (capture != cudaStreamCaptureStatusNone)
     return Status(Code::invalidUsage,
-                  "a fused all-gather + GEMM this large sets up its shared buffer first: make one "
-                  "call of the shape before capturing it");
+                  "a communicator's first tensor-parallel call (and a fused one larger than any "
+                  "before) sets up a buffer the ranks share: make one call of the shape before "
+                  "capturing it");
   // Nobody copies from the old buffer any more once every rank has synchronized and met in
   // the mapping below.
   for (cudaStream_t s : {stream, st.side}) {
@@ -112,6 +119,7 @@ Result<State*> stateOf(Communicator& comm) {
   s->memory.push_back(words);
   if (Status loaded = loadFlagKernels(static_cast<std::uint64_t*>(words), s->side); !loaded)
     return loaded;
+  if (Status loaded = loadSumKernels(); !loaded) return loaded;
   slot = s;
   return s.get();
 }
@@ -136,8 +144,11 @@ Status onDevice(const void* p, const char* role) {
 
 class Run {
  public:
-  Run(Communicator& comm, const TpCall& x, const algo::TpPlan& plan, State& st, std::byte* ws)
-      : comm_(comm),
+  Run(Communicator& comm, const TpCall& x, const algo::TpPlan& plan, State& st, std::byte* ws,
+      const Shared* gated, std::uint64_t timeoutNs)
+      : gated_(gated),
+        timeoutNs_(timeoutNs),
+        comm_(comm),
         x_(x),
         plan_(plan),
         st_(st),
@@ -147,7 +158,10 @@ class Run {
         shape_(x.shape(comm.size())),
         rows_(x.m / n_),
         es_(sizeOf(x.type)),
-        stream_(static_cast<cudaStream_t>(x.stream)) {}
+        stream_(static_cast<cudaStream_t>(x.stream)) {
+    for (int j = 0; gated_ != nullptr && j < comm.size(); ++j)
+      gates_.at[gates_.count++] = gated_->flag(j, kGate);
+  }
 
   Status allGatherGemm() {
     const std::size_t k = x_.k;
@@ -155,7 +169,8 @@ class Run {
     auto* c = static_cast<std::byte*>(x_.c);
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
-    if (Status s = settle(st_.side); !s) return s;  // not the caller's kernels
+    if (Status s = startGates(); !s) return s;
+    if (Status s = gate(0); !s) return s;  // the ranks' work before the call is done
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunkGemm(shape_, x_.type, plan_.chunks, i);
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
@@ -194,7 +209,7 @@ class Run {
             awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, -1, timeoutNs, stream_);
         !s)
       return s;
-    std::byte* mine = sh.gathered(me);
+    std::byte* mine = sh.data(me);
     if (cudaError_t e = cudaMemcpyAsync(mine + static_cast<std::size_t>(me) * block, x_.a, block,
                                         cudaMemcpyDeviceToDevice, stream_);
         e != cudaSuccess)
@@ -212,7 +227,7 @@ class Run {
       if (step > 0) {
         if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side); !s)
           return s;
-        if (cudaError_t e = cudaMemcpyAsync(mine + J * block, sh.gathered(j) + J * block, block,
+        if (cudaError_t e = cudaMemcpyAsync(mine + J * block, sh.data(j) + J * block, block,
                                             cudaMemcpyDeviceToDevice, st_.side);
             e != cudaSuccess)
           return cudaFailed("a peer's block", e);
@@ -226,12 +241,64 @@ class Run {
         return s;
     }
     if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
-    if (x_.gathered == nullptr) return {};
-    if (cudaError_t e =
-            cudaMemcpyAsync(x_.gathered, mine, n_ * block, cudaMemcpyDeviceToDevice, stream_);
-        e != cudaSuccess)
-      return cudaFailed("gathered A", e);
-    return {};
+    if (x_.gathered != nullptr) {
+      if (cudaError_t e =
+              cudaMemcpyAsync(x_.gathered, mine, n_ * block, cudaMemcpyDeviceToDevice, stream_);
+          e != cudaSuccess)
+        return cudaFailed("gathered A", e);
+    }
+    return raiseFlag(sh.flag(me, kFree), epoch, stream_);
+  }
+
+  // The GEMM of each rank's rows, the next peer's first and this rank's last: a peer's partial
+  // block copied into that peer's buffer by the copy engine on the side stream as the next
+  // block's GEMM runs, this rank's written into its own; then the sum of the n blocks here.
+  Status gemmReduceScatterFused(const Shared& sh, std::uint64_t timeoutNs) {
+    const int n = comm_.size(), me = comm_.rank();
+    const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * es_;  // A's columns
+    const auto* a = static_cast<const std::byte*>(x_.a);
+    std::uint64_t* epoch = sh.flag(me, kEpoch);
+    if (Status s = countCall(epoch, stream_); !s) return s;
+    // The peers are done with this rank's buffer (they copied from it, or into it).
+    if (Status s =
+            awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, -1, timeoutNs, stream_);
+        !s)
+      return s;
+    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    GemmShape g = chunkGemm(shape_, x_.type, 1, 0).shape;
+    g.m = rows_;
+    const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
+    g.bias = bias != nullptr;
+    for (int step = 1; step <= n; ++step) {
+      const int d = (me + step) % n;
+      const auto D = static_cast<std::size_t>(d);
+      std::byte* out = d == me ? sh.data(me) + D * block : staging_ + D * block;
+      if (Status s =
+              st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b, out, bias, gemmWs_, stream_);
+          !s)
+        return s;
+      if (d == me) break;
+      if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
+      // d is done with its buffer: its last call's sum read it, the peers' copies left it.
+      if (Status s =
+              awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs, st_.side);
+          !s)
+        return s;
+      if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side); !s)
+        return s;
+      if (cudaError_t e = cudaMemcpyAsync(sh.data(d) + static_cast<std::size_t>(me) * block, out,
+                                          block, cudaMemcpyDeviceToDevice, st_.side);
+          e != cudaSuccess)
+        return cudaFailed("a partial block", e);
+      if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, st_.side); !s) return s;
+    }
+    // Every peer's block has landed; this rank's copies are done (the staging is free again).
+    if (Status s = awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, 0, timeoutNs, stream_);
+        !s)
+      return s;
+    if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
+    if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.type, stream_); !s) return s;
+    return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
   Status gemmReduceScatter() {
@@ -239,6 +306,8 @@ class Run {
     auto* c = static_cast<std::byte*>(x_.c);
     // One rank adds the bias, so the sum holds it once.
     const void* bias = comm_.rank() == 0 ? x_.bias : nullptr;
+    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunkGemm(shape_, x_.type, plan_.chunks, i);
       std::byte* partial = staging_ + ch.cOffset * es_;
@@ -249,7 +318,7 @@ class Run {
           !s)
         return s;
       if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
-      if (Status s = settle(st_.side); !s) return s;  // not the GEMM
+      if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
       if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * es_, ch.rows * x_.cols,
                                          x_.type, RedOp::sum, st_.side);
           !s)
@@ -259,10 +328,31 @@ class Run {
   }
 
  private:
+  // Where ranks share a GPU, a collective's blocks spinning on a peer can hold every SM from the
+  // peer's GEMM they wait for (a GEMM's block needs a whole SM): step `step` of the call's
+  // collectives starts once every rank's stream has reached it, a one-thread kernel waiting.
+  // Elsewhere an empty kernel: the collective is no early (programmatic) dependent of a GEMM.
+  Status startGates() {
+    return gated_ == nullptr ? Status{}
+                             : countCall(gated_->flag(comm_.rank(), kGateCount), st_.side);
+  }
+  Status gate(int step) {
+    if (gated_ == nullptr) return settle(st_.side);
+    const std::uint64_t* count = gated_->flag(comm_.rank(), kGateCount);
+    const auto at = static_cast<std::uint64_t>(step);
+    if (Status s = raiseFlag(gated_->flag(comm_.rank(), kGate), count, st_.side, kGateSteps, at);
+        !s)
+      return s;
+    return awaitEach(gates_, count, kGateSteps, at, timeoutNs_, st_.side);
+  }
+
   // The SMs a GEMM targets (WEFT_TP_GEMM_SMS where a collective runs beside it; 0: all). An
   // all-gather's last GEMM and a reduce-scatter's first run alone.
   int overlapSms(bool overlaps) const { return overlaps ? comm_.config().tpGemmSms : 0; }
 
+  const Shared* gated_;
+  std::uint64_t timeoutNs_;
+  FlagList gates_;
   Communicator& comm_;
   const TpCall& x_;
   const algo::TpPlan& plan_;
@@ -301,23 +391,30 @@ Status runTp(Communicator& comm, const TpCall& x) {
   if (!st) return st.status();
   algo::TpPlan how = *plan;
   bool fused = how.chunks == algo::kTpFused;
-  if (fused) {
-    // Where the ranks cannot map the buffer (every rank alike), unfused.
-    auto mapped = comm.size() <= kFusedMaxRanks
-                      ? ensureShared(comm, **st, kFlagsBytes + x.m * x.k * sizeOf(x.type),
-                                     static_cast<cudaStream_t>(x.stream))
-                      : Result<bool>(false);
+  const Shared* gated = nullptr;
+  if (comm.size() > 1 && comm.size() <= kFusedMaxRanks) {
+    // The flags (and a fused call's data) every rank maps; where the ranks cannot map them
+    // (every rank alike), unfused and ungated.
+    const std::size_t data = x.m * (x.op == algo::TpOp::allGatherGemm ? x.k : x.cols);
+    auto mapped = ensureShared(comm, **st, kFlagsBytes + (fused ? data * sizeOf(x.type) : 0),
+                               static_cast<cudaStream_t>(x.stream));
     if (!mapped) return mapped.status();
-    fused = *mapped;
-    if (!fused) how.chunks = 1;
+    if (!fused && *mapped && (*st)->shared.peers.deviceShared) gated = &(*st)->shared;
+    fused = fused && *mapped;
+  } else {
+    fused = false;
   }
+  if (!fused && how.chunks == algo::kTpFused) how.chunks = 1;
   const auto timeoutNs =
       static_cast<std::uint64_t>(comm.config().timeout.count()) * std::uint64_t{1000000};
-  Run run(comm, x, how, **st, ws);
+  Run run(comm, x, how, **st, ws, gated, timeoutNs);
   // One operation of the communicator's order: a later call on any stream waits for its GEMMs
   // too, not just its collectives.
   return comm.gpuOperation(x.stream, [&] {
-    if (fused) return run.allGatherGemmFused((*st)->shared, timeoutNs);
+    if (fused)
+      return x.op == algo::TpOp::allGatherGemm
+                 ? run.allGatherGemmFused((*st)->shared, timeoutNs)
+                 : run.gemmReduceScatterFused((*st)->shared, timeoutNs);
     return x.op == algo::TpOp::allGatherGemm ? run.allGatherGemm() : run.gemmReduceScatter();
   });
 }

@@ -150,6 +150,7 @@ class Communicator {
   struct PeerMemory {
     std::vector<std::byte*> at;  // by rank
     std::shared_ptr<void> keep;
+    bool deviceShared = false;  // some GPU runs more than one rank (the same on every rank)
   };
   Result<PeerMemory> mapPeerMemory(void* base);
   // The plan of a tensor-parallel operation (algo::Selector::planTp on the GPU selector, or

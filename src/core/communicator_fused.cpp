@@ -54,6 +54,7 @@ Result<Communicator::PeerMemory> Communicator::mapPeerMemory(void* base) {
   PeerMemory m;
   m.at = gpu_->peerPointers(**peers);
   m.keep = *peers;
+  m.deviceShared = gpu_->someDeviceShared();
   return m;
 }
 

@@ -333,6 +333,10 @@ int CudaExecutor::threadsOnDevice() const {
   return ipc_->threadsOnThisDevice();
 }
 
+bool CudaExecutor::someDeviceShared() const {
+  return ipc_->someDeviceShared();
+}
+
 Status CudaExecutor::begin(void* stream) {
   return order_->begin(stream);
 }

@@ -108,6 +108,8 @@ class CudaExecutor {
   int device() const;
   // Ranks of this process (threads) on this executor's GPU, this one included.
   int threadsOnDevice() const;
+  // Some GPU runs more than one of the communicator's ranks (the same on every rank).
+  bool someDeviceShared() const;
   // The most bytes one message of the protocol carries.
   std::size_t messageBytes(algo::Protocol p) const {
     return p == algo::Protocol::ll ? options_.llPayload : options_.slotBytes;

@@ -39,6 +39,10 @@ int CudaExecutor::threadsOnDevice() const {
   return 0;
 }
 
+bool CudaExecutor::someDeviceShared() const {
+  return false;
+}
+
 std::string CudaExecutor::describe() const {
   return "no CUDA";
 }

@@ -336,6 +336,7 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
     for (std::size_t p = 0; p < N; ++p)
       sharing += std::strncmp(all[p].bus, all[q].bus, sizeof all[q].bus) == 0 ? 1 : 0;
     t->residentChannels_ = std::min(t->residentChannels_, all[q].residentBlocks / sharing);
+    t->someDeviceShared_ = t->someDeviceShared_ || sharing > 1;
   }
   if (t->residentChannels_ < 1) {
     return Status(Code::unsupported,

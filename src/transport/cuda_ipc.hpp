@@ -110,6 +110,8 @@ class CudaIpcTransport {
   bool allOnThisDevice() const { return allOnThisDevice_; }
   // Ranks of this process (threads) on this GPU, this one included.
   int threadsOnThisDevice() const { return threadsOnThisDevice_; }
+  // Some GPU runs more than one of the communicator's ranks (the same on every rank).
+  bool someDeviceShared() const { return someDeviceShared_; }
   std::byte* staging() const {
     return inboxes_[static_cast<std::size_t>(g_.rank)] + g_.stagingOffset();
   }
@@ -127,6 +129,7 @@ class CudaIpcTransport {
   int residentChannels_ = 1;
   bool allOnThisDevice_ = false;
   int threadsOnThisDevice_ = 1;
+  bool someDeviceShared_ = false;
 };
 
 }  // namespace weft::transport

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <tuple>
@@ -18,6 +19,11 @@
 
 namespace weft::test {
 namespace {
+
+// cuBLASLt loads its kernels lazily, and a kernel's loading waits for the kernels running in the
+// process, among them other ranks' waiting for this one: ranks as threads of one process on one
+// GPU load every module up front (before CUDA starts; weft-perf -t does the same).
+[[maybe_unused]] const int kEagerModules = setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 
 using Bytes = std::vector<std::byte>;
 
@@ -184,22 +190,26 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
         const std::string what = std::string(variant) + (allGather ? " AG+GEMM" : " GEMM+RS") +
                                  (bias ? " with bias" : "") + " at " + std::to_string(n);
         std::vector<Bytes> c(N), gathered(N);
+        // Buffers made before any rank calls and freed after every rank is done: cudaFree waits
+        // for the whole device, where other ranks' kernels wait for this rank's next launch.
+        std::vector<DeviceBuffers> d(N);
+        for (int r = 0; r < n; ++r) d[static_cast<std::size_t>(r)].allocate(p);
         onEveryRank(n, [&](int r) {
           const auto R = static_cast<std::size_t>(r);
-          DeviceBuffers d;
-          d.allocate(p);
-          d.upload(p, r, streams[r]);
-          EXPECT_EQ(call(p, comms[R], streams[r], d.a, d.b, d.c, allGather ? d.gathered : nullptr,
-                         d.bias),
+          d[R].upload(p, r, streams[r]);
+          EXPECT_EQ(call(p, comms[R], streams[r], d[R].a, d[R].b, d[R].c,
+                         allGather ? d[R].gathered : nullptr, d[R].bias),
                     weftSuccess)
               << what << ": " << weftGetLastError();
           EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
-          EXPECT_TRUE(comms[R].asyncError().isOk());
+          EXPECT_TRUE(comms[R].asyncError().isOk())
+              << what << ": " << comms[R].asyncError().toString();
           c[R].resize(p.cRows() * p.cCols() * 2);
-          EXPECT_EQ(cudaMemcpy(c[R].data(), d.c, c[R].size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          EXPECT_EQ(cudaMemcpy(c[R].data(), d[R].c, c[R].size(), cudaMemcpyDeviceToHost),
+                    cudaSuccess);
           if (allGather) {
             gathered[R].resize(p.m * p.k * 2);
-            EXPECT_EQ(cudaMemcpy(gathered[R].data(), d.gathered, gathered[R].size(),
+            EXPECT_EQ(cudaMemcpy(gathered[R].data(), d[R].gathered, gathered[R].size(),
                                  cudaMemcpyDeviceToHost),
                       cudaSuccess);
           }
@@ -284,7 +294,7 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
   return std::to_string(p.param) + "ranks";
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4), ranksName);
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4, 8), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values("unfused", "chunked:3", "fused")),

@@ -99,14 +99,15 @@ TEST(TpApi, WeftTpOverlapForcesThePlanAndABadValueFailsInit) {
       EXPECT_EQ(std::string(plan), forced);
     });
   }
-  // Fused runs all-gather + GEMM only: reduce-scatter stays unfused.
+  // Both operations have a fused variant for ranks of one host.
   setenv("WEFT_TP_OVERLAP", "fused", 1);
   onTwoRanks([](weftComm_t comm) {
-    char plan[32] = {};
-    ASSERT_EQ(weftTpPlan(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftBfloat16, plan,
-                         sizeof plan),
-              weftSuccess);
-    EXPECT_EQ(std::string(plan), "unfused");
+    for (weftTpOp_t op : {weftTpAllGatherGemm, weftTpGemmReduceScatter}) {
+      char plan[32] = {};
+      ASSERT_EQ(weftTpPlan(comm, op, 4096, 8192, 1024, weftBfloat16, plan, sizeof plan),
+                weftSuccess);
+      EXPECT_EQ(std::string(plan), "fused");
+    }
   });
   setenv("WEFT_TP_OVERLAP", "chunked:0", 1);
   std::vector<weftComm_t> comms(2);

@@ -54,8 +54,8 @@ TEST(TpOverlap, UnfusedWhereTheCollectiveIsSmallChunksWhereItIsNot) {
   }
 }
 
-// The fused all-gather + GEMM: a candidate where the ranks map each other's memory, priced
-// between the GEMM alone and the sequential call; forced elsewhere it is unfused, saying why.
+// The fused variants: candidates where the ranks map each other's memory, priced between the
+// GEMM alone and the sequential call; forced elsewhere they are unfused, saying why.
 TEST(TpOverlap, FusedWhereTheRanksMapEachOthersMemory) {
   const auto ag = shape(algo::TpOp::allGatherGemm, 16384, 4);
   auto base = gpuSelector(4, 700).planTp(ag);
@@ -74,11 +74,20 @@ TEST(TpOverlap, FusedWhereTheRanksMapEachOthersMemory) {
   ASSERT_TRUE(noPeers.isOk());
   EXPECT_EQ(noPeers->name(), "unfused");
   EXPECT_NE(noPeers->reason.find("map each other's memory"), std::string::npos) << noPeers->reason;
-  auto rs = gpuSelector(4, tflops, true)
-                .planTp(shape(algo::TpOp::gemmReduceScatter, 16384, 4), algo::kTpFused);
+  // GEMM + reduce-scatter: fused too, its sum past the last GEMM; a candidate of the same pick.
+  const auto rsShape = shape(algo::TpOp::gemmReduceScatter, 16384, 4);
+  auto rs = gpuSelector(4, tflops, true).planTp(rsShape, algo::kTpFused);
   ASSERT_TRUE(rs.isOk());
-  EXPECT_EQ(rs->name(), "unfused");
-  EXPECT_NE(rs->reason.find("all-gather + GEMM only"), std::string::npos) << rs->reason;
+  EXPECT_EQ(rs->name(), "fused");
+  EXPECT_LT(rs->estimateUs, rs->sequentialUs);
+  EXPECT_GT(rs->estimateUs, rs->gemmUs);
+  auto rsPick = gpuSelector(4, tflops, true).planTp(rsShape);
+  ASSERT_TRUE(rsPick.isOk());
+  EXPECT_LE(rsPick->estimateUs, rs->estimateUs);
+  EXPECT_NE(rsPick->reason.find("cheapest of 6"), std::string::npos) << rsPick->reason;
+  auto rsNoPeers = gpuSelector(4, tflops, false).planTp(rsShape, algo::kTpFused);
+  ASSERT_TRUE(rsNoPeers.isOk());
+  EXPECT_EQ(rsNoPeers->name(), "unfused");
 }
 
 TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {

@@ -1,0 +1,85 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "fused/tp/sum.hpp"
+
+namespace weft::fused::tp {
+namespace {
+
+// 16-byte vectors where the blocks allow them, then a scalar tail; f32 sums in block order.
+template <typename T>
+__global__ void sumKernel(T* out, const T* blocks, int count, std::size_t values, bool vectorized) {
+  constexpr int kPerVec = sizeof(uint4) / sizeof(T);
+  const std::size_t tid = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x;
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  const std::size_t nvec = vectorized ? values / kPerVec : 0;
+  for (std::size_t i = tid; i < nvec; i += stride) {
+    float acc[kPerVec] = {};
+    for (int b = 0; b < count; ++b) {
+      const uint4 v = reinterpret_cast<const uint4*>(blocks + b * values)[i];
+      const T* e = reinterpret_cast<const T*>(&v);
+#pragma unroll
+      for (int x = 0; x < kPerVec; ++x) acc[x] += static_cast<float>(e[x]);
+    }
+    uint4 o;
+    T* e = reinterpret_cast<T*>(&o);
+#pragma unroll
+    for (int x = 0; x < kPerVec; ++x) e[x] = static_cast<T>(acc[x]);
+    reinterpret_cast<uint4*>(out)[i] = o;
+  }
+  for (std::size_t i = nvec * kPerVec + tid; i < values; i += stride) {
+    float acc = 0;
+    for (int b = 0; b < count; ++b) acc += static_cast<float>(blocks[b * values + i]);
+    out[i] = static_cast<T>(acc);
+  }
+}
+
+template <typename T>
+Status launch(void* out, const void* blocks, int count, std::size_t values, cudaStream_t stream) {
+  constexpr std::size_t kPerVec = sizeof(uint4) / sizeof(T);
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  const bool vectorized = aligned(out) && aligned(blocks) && values % kPerVec == 0;
+  const std::size_t work = vectorized ? values / kPerVec : values;
+  constexpr unsigned kThreads = 256;
+  const auto grid =
+      static_cast<unsigned>(std::clamp<std::size_t>((work + kThreads - 1) / kThreads, 1, 2048));
+  sumKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(blocks),
+                                              count, values, vectorized);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return Status(Code::systemError, std::string("tensor-parallel sum: ") + cudaGetErrorString(e));
+  return {};
+}
+
+}  // namespace
+
+Status loadSumKernels() {
+  cudaFuncAttributes attr;
+  cudaError_t e = cudaFuncGetAttributes(&attr, sumKernel<__nv_bfloat16>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, sumKernel<__half>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, sumKernel<float>);
+  if (e == cudaSuccess) return {};
+  return Status(Code::systemError, std::string("tensor-parallel sum: ") + cudaGetErrorString(e));
+}
+
+Status sumBlocks(void* out, const void* blocks, int count, std::size_t values, DataType type,
+                 void* stream) {
+  auto* s = static_cast<cudaStream_t>(stream);
+  switch (type) {
+    case DataType::bf16:
+      return launch<__nv_bfloat16>(out, blocks, count, values, s);
+    case DataType::f16:
+      return launch<__half>(out, blocks, count, values, s);
+    case DataType::f32:
+      return launch<float>(out, blocks, count, values, s);
+    default:
+      return invalidArgument("tensor-parallel sum: " + std::string(name(type)) +
+                             " is not summed here");
+  }
+}
+
+}  // namespace weft::fused::tp
