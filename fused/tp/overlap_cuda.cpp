@@ -203,12 +203,7 @@ class Run {
     const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
-    if (Status s = countCall(epoch, stream_); !s) return s;
-    // The peers have copied this rank's block of the previous call.
-    if (Status s =
-            awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, -1, timeoutNs, stream_);
-        !s)
-      return s;
+    if (Status s = beginFused(sh, timeoutNs); !s) return s;
     std::byte* mine = sh.data(me);
     if (cudaError_t e = cudaMemcpyAsync(mine + static_cast<std::size_t>(me) * block, x_.a, block,
                                         cudaMemcpyDeviceToDevice, stream_);
@@ -258,12 +253,7 @@ class Run {
     const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * es_;  // A's columns
     const auto* a = static_cast<const std::byte*>(x_.a);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
-    if (Status s = countCall(epoch, stream_); !s) return s;
-    // The peers are done with this rank's buffer (they copied from it, or into it).
-    if (Status s =
-            awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, -1, timeoutNs, stream_);
-        !s)
-      return s;
+    if (Status s = beginFused(sh, timeoutNs); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
     GemmShape g = chunkGemm(shape_, x_.type, 1, 0).shape;
     g.m = rows_;
@@ -328,6 +318,16 @@ class Run {
   }
 
  private:
+  // A fused call's start: its number counted, and the peers done with this rank's buffer in the
+  // call before (they copied from it, or into it).
+  Status beginFused(const Shared& sh, std::uint64_t timeoutNs) {
+    const int me = comm_.rank();
+    std::uint64_t* epoch = sh.flag(me, kEpoch);
+    if (Status s = countCall(epoch, stream_); !s) return s;
+    return awaitFlags(sh.flag(me, kDone), kFlagStride, comm_.size(), me, epoch, -1, timeoutNs,
+                      stream_);
+  }
+
   // Where ranks share a GPU, a collective's blocks spinning on a peer can hold every SM from the
   // peer's GEMM they wait for (a GEMM's block needs a whole SM): step `step` of the call's
   // collectives starts once every rank's stream has reached it, a one-thread kernel waiting.
