@@ -58,9 +58,6 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   };
   auto whole = commPlan(rows);
   if (!whole) return whole.status();
-  // What moving the fused reduce-scatter's blocks costs: an all-gather of them.
-  auto blockCopies = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.valueBytes);
-  if (!blockCopies) return blockCopies.status();
   TpPlan best;
   best.gemmUs = gemmRowsUs(rows * n);
   best.commUs = whole->estimateUs;
@@ -85,9 +82,11 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
     double us = 0;
     Result<Plan> p = *whole;
     if (k == kTpFused) {
-      // One block's copy by the copy engine: an all-gather's (n - 1) of them.
-      const double copy =
-          (ag ? whole->estimateUs : blockCopies->estimateUs) / static_cast<double>(n - 1);
+      // One block's copy by the copy engine: an all-gather's (n - 1) of them (of A's blocks,
+      // or of the partial C's).
+      auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.valueBytes);
+      if (!moved) return moved.status();
+      const double copy = moved->estimateUs / static_cast<double>(n - 1);
       const double block = gemmRowsUs(rows);
       if (ag) {
         // This rank's block goes into its shared buffer, then its GEMM; block j's GEMM waits

@@ -390,21 +390,22 @@ Status runTp(Communicator& comm, const TpCall& x) {
   auto st = stateOf(comm);
   if (!st) return st.status();
   algo::TpPlan how = *plan;
-  bool fused = how.chunks == algo::kTpFused;
-  const Shared* gated = nullptr;
+  // The flags (and a fused call's data) every rank maps; where the ranks cannot map them (every
+  // rank alike), unfused and ungated.
+  bool mapped = false;
   if (comm.size() > 1 && comm.size() <= kFusedMaxRanks) {
-    // The flags (and a fused call's data) every rank maps; where the ranks cannot map them
-    // (every rank alike), unfused and ungated.
-    const std::size_t data = x.m * (x.op == algo::TpOp::allGatherGemm ? x.k : x.cols);
-    auto mapped = ensureShared(comm, **st, kFlagsBytes + (fused ? data * sizeOf(x.type) : 0),
-                               static_cast<cudaStream_t>(x.stream));
-    if (!mapped) return mapped.status();
-    if (!fused && *mapped && (*st)->shared.peers.deviceShared) gated = &(*st)->shared;
-    fused = fused && *mapped;
-  } else {
-    fused = false;
+    const std::size_t data = how.chunks != algo::kTpFused        ? 0
+                             : x.op == algo::TpOp::allGatherGemm ? x.m * x.k
+                                                                 : x.m * x.cols;
+    auto ok = ensureShared(comm, **st, kFlagsBytes + data * sizeOf(x.type),
+                           static_cast<cudaStream_t>(x.stream));
+    if (!ok) return ok.status();
+    mapped = *ok;
   }
-  if (!fused && how.chunks == algo::kTpFused) how.chunks = 1;
+  const bool fused = how.chunks == algo::kTpFused && mapped;
+  if (how.chunks == algo::kTpFused && !fused) how.chunks = 1;
+  const Shared* gated =
+      !fused && mapped && (*st)->shared.peers.deviceShared ? &(*st)->shared : nullptr;
   const auto timeoutNs =
       static_cast<std::uint64_t>(comm.config().timeout.count()) * std::uint64_t{1000000};
   Run run(comm, x, how, **st, ws, gated, timeoutNs);

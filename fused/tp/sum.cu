@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "fused/tp/sum.hpp"
+#include "src/device/arith.cuh"
 
 namespace weft::fused::tp {
 namespace {
@@ -39,6 +41,15 @@ __global__ void sumKernel(T* out, const T* blocks, int count, std::size_t values
   }
 }
 
+// The types the GEMMs produce (Gemms::supports).
+template <typename T>
+constexpr bool kSummed =
+    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>;
+
+Status failed(cudaError_t e) {
+  return Status(Code::systemError, std::string("tensor-parallel sum: ") + cudaGetErrorString(e));
+}
+
 template <typename T>
 Status launch(void* out, const void* blocks, int count, std::size_t values, cudaStream_t stream) {
   constexpr std::size_t kPerVec = sizeof(uint4) / sizeof(T);
@@ -50,36 +61,36 @@ Status launch(void* out, const void* blocks, int count, std::size_t values, cuda
       static_cast<unsigned>(std::clamp<std::size_t>((work + kThreads - 1) / kThreads, 1, 2048));
   sumKernel<T><<<grid, kThreads, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(blocks),
                                               count, values, vectorized);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return Status(Code::systemError, std::string("tensor-parallel sum: ") + cudaGetErrorString(e));
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return failed(e);
   return {};
 }
 
 }  // namespace
 
 Status loadSumKernels() {
-  cudaFuncAttributes attr;
-  cudaError_t e = cudaFuncGetAttributes(&attr, sumKernel<__nv_bfloat16>);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, sumKernel<__half>);
-  if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, sumKernel<float>);
-  if (e == cudaSuccess) return {};
-  return Status(Code::systemError, std::string("tensor-parallel sum: ") + cudaGetErrorString(e));
+  for (DataType type : {DataType::bf16, DataType::f16, DataType::f32}) {
+    const cudaError_t e = device::withType(type, [](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (kSummed<T>) {
+        cudaFuncAttributes attr;
+        return cudaFuncGetAttributes(&attr, sumKernel<T>);
+      }
+      return cudaSuccess;
+    });
+    if (e != cudaSuccess) return failed(e);
+  }
+  return {};
 }
 
 Status sumBlocks(void* out, const void* blocks, int count, std::size_t values, DataType type,
                  void* stream) {
-  auto* s = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case DataType::bf16:
-      return launch<__nv_bfloat16>(out, blocks, count, values, s);
-    case DataType::f16:
-      return launch<__half>(out, blocks, count, values, s);
-    case DataType::f32:
-      return launch<float>(out, blocks, count, values, s);
-    default:
-      return invalidArgument("tensor-parallel sum: " + std::string(name(type)) +
-                             " is not summed here");
-  }
+  return device::withType(type, [&](auto* tag) -> Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kSummed<T>)
+      return launch<T>(out, blocks, count, values, static_cast<cudaStream_t>(stream));
+    return invalidArgument("tensor-parallel sum: " + std::string(name(type)) +
+                           " is not summed here");
+  });
 }
 
 }  // namespace weft::fused::tp
