@@ -179,6 +179,7 @@ Status readCodecs(const json& j, const std::string& where, CodecConstants& c) {
 Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
   return readPositives(j, where,
                        {{"tflops", &g.tflops},
+                        {"fp8_tflops", &g.fp8Tflops},
                         {"half_gflop", &g.halfGflop},
                         {"launch_us", &g.launchUs},
                         {"overlap_slowdown", &g.overlapSlowdown}});
@@ -313,6 +314,7 @@ std::string CostConstants::toJson() const {
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};
   j["gemm"] = {{"tflops", gemm.tflops},
+               {"fp8_tflops", gemm.fp8Tflops},
                {"half_gflop", gemm.halfGflop},
                {"launch_us", gemm.launchUs},
                {"overlap_slowdown", gemm.overlapSlowdown}};

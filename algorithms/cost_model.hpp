@@ -90,11 +90,12 @@ struct CodecConstants {
 // rate at F = half. A tuning file's "gemm"; the defaults are the H200 machine's bf16 figures
 // (docs/perf.md, "Tensor-parallel overlap").
 struct GemmConstants {
-  double tflops = 700;            // tflops: one GPU's rate, shared by the ranks on it
-  double halfGflop = 8;           // half_gflop: the flops (in 1e9) at which it runs at half that
-  double launchUs = 4;            // launch_us: one GEMM's launch and tail
-  double overlapSlowdown = 1.4;   // overlap_slowdown: a GEMM and a collective that run together
-                                  // each take this much longer than alone
+  double tflops = 700;           // tflops: one GPU's rate, shared by the ranks on it
+  double fp8Tflops = 1400;       // fp8_tflops: the same for fp8 (e4m3) inputs
+  double halfGflop = 8;          // half_gflop: the flops (in 1e9) at which it runs at half that
+  double launchUs = 4;           // launch_us: one GEMM's launch and tail
+  double overlapSlowdown = 1.4;  // overlap_slowdown: a GEMM and a collective that run together
+                                 // each take this much longer than alone
 };
 
 struct CostConstants {

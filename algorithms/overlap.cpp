@@ -45,7 +45,8 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   const Collective coll = ag ? Collective::allGather : Collective::reduceScatter;
   const GemmConstants& gc = options_.constants.gemm;
   // The ranks on one device share its tensor cores.
-  const double rate = gc.tflops * 1e12 / (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
+  const double rate = (s.valueBytes == 1 ? gc.fp8Tflops : gc.tflops) * 1e12 /
+                      (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
   // A GEMM of `r` rows in all: all-gather's B has cols/n columns, reduce-scatter's A k/n.
   auto gemmRowsUs = [&](std::size_t r) {
     const double flops = 2.0 * static_cast<double>(r) * static_cast<double>(s.cols) *
@@ -54,7 +55,7 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   };
   // The collective of `r` rows of every rank: the whole message, as plan() counts it.
   auto commPlan = [&](std::size_t r) {
-    return plan(coll, r * n * (ag ? s.k : s.cols) * s.valueBytes);
+    return plan(coll, r * n * (ag ? s.k : s.cols) * s.commBytes());
   };
   auto whole = commPlan(rows);
   if (!whole) return whole.status();
@@ -63,11 +64,12 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   best.commUs = whole->estimateUs;
   best.sequentialUs = best.gemmUs + best.commUs;
   // The fused variants run where the ranks map each other's memory.
-  const bool fusable = kernels_.peerMemory && n > 1;
+  const bool fusable = kernels_.peerMemory && n > 1 && s.nranks <= kTpFusedMaxRanks;
   std::string note;
   std::vector<int> ks;  // chunks of at least a row of every rank's block, or kTpFused
   if (forcedChunks == kTpFused && !fusable) {
-    note = " (fused needs ranks on one host that map each other's memory)";
+    note = " (fused needs 2-" + std::to_string(kTpFusedMaxRanks) +
+           " ranks on one host that map each other's memory)";
     ks.push_back(1);
   } else if (forcedChunks == kTpFused || forcedChunks > 0) {
     ks.push_back(forcedChunks == kTpFused ? kTpFused
@@ -84,7 +86,7 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
     if (k == kTpFused) {
       // One block's copy by the copy engine: an all-gather's (n - 1) of them (of A's blocks,
       // or of the partial C's).
-      auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.valueBytes);
+      auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.cBytes());
       if (!moved) return moved.status();
       const double copy = moved->estimateUs / static_cast<double>(n - 1);
       const double block = gemmRowsUs(rows);
@@ -103,7 +105,7 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
           gemms += block;
           copies = std::max(copies, gemms) + copy;
         }
-        const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.valueBytes);
+        const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.cBytes());
         const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
         us = std::max(gemms + block, copies) + gc.launchUs +
              bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);

@@ -17,12 +17,17 @@ enum class TpOp : std::uint8_t {
 };
 std::string_view name(TpOp op);
 
-// The GEMM's whole shape (m × cols × k, as if on one rank), ranks and value size.
+// The GEMM's whole shape (m × cols × k, as if on one rank), ranks and value sizes: A's and B's
+// (1: fp8, multiplied at the fp8 rate), and C's (0: the same).
 struct TpShape {
   TpOp op = TpOp::allGatherGemm;
   std::size_t m = 0, cols = 0, k = 0;
   std::size_t valueBytes = 2;
   int nranks = 1;
+  std::size_t outBytes = 0;
+  std::size_t cBytes() const { return outBytes != 0 ? outBytes : valueBytes; }
+  // The bytes of the collective's values: A's rows (all-gather) or C's (reduce-scatter).
+  std::size_t commBytes() const { return op == TpOp::allGatherGemm ? valueBytes : cBytes(); }
   // Rows of one rank's block (m / nranks) in chunk c of `chunks`: the first take one more.
   std::size_t chunkRows(int chunks, int c) const;
 };
@@ -32,6 +37,8 @@ struct TpShape {
 // it run (own block first); GEMM + reduce-scatter copies each finished partial block to its
 // owner as the next block's GEMM runs (own block last), then sums the n blocks. No SM moves data.
 inline constexpr int kTpFused = -1;
+// The most ranks the fused variants serve (a flag a peer in each rank's buffer).
+inline constexpr int kTpFusedMaxRanks = 128;
 
 struct TpPlan {
   int chunks = 1;  // 1: unfused; kTpFused: fused

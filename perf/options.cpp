@@ -314,12 +314,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   if (o.tp != TpMode::none) {
     for (const ForcedAlgorithm& f : o.algos) {
       if (auto k = algo::parseTpChunks(f.algorithm); !k || !f.protocol.empty())
-        return fail("--algos " + f.label() + ": ag-gemm and gemm-rs take unfused or chunked:K");
+        return fail("--algos " + f.label() +
+                    ": ag-gemm and gemm-rs take unfused, chunked:K or fused");
     }
     for (DataType t : o.types) {
-      if (t != DataType::bf16 && t != DataType::f16 && t != DataType::f32)
+      if (t != DataType::bf16 && t != DataType::f16 && t != DataType::f32 && t != DataType::f8e4m3)
         return fail(std::string(tableName(t)) +
-                    ": ag-gemm and gemm-rs multiply bfloat16, half or float");
+                    ": ag-gemm and gemm-rs multiply bfloat16, half, float or e4m3 (into bfloat16)");
     }
     if (host) return fail("ag-gemm and gemm-rs run on GPU memory; drop --host");
     if (!o.compressText.empty() || !o.calibratePath.empty() || !o.compare.empty() ||

@@ -147,8 +147,16 @@ class TpBench {
     return control_.combine(*seconds / opt_.iters * 1e6, opt_.average);
   }
 
+  // C's type: A's, or bf16 for fp8 A and B (whose B is given transposed, scales 1).
+  static DataType outOf(DataType t) { return t == DataType::f8e4m3 ? DataType::bf16 : t; }
+
   Status tp(Comm& comm, DataType t, std::size_t m, void* c) {
     void* s = gpu_.stream();
+    if (t == DataType::f8e4m3) {
+      const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+      return ag_ ? comm.allGatherGemmFp8(a_, b_, c, m, cols(), depth(), fp8, s)
+                 : comm.gemmReduceScatterFp8(a_, b_, c, m, cols(), depth(), fp8, s);
+    }
     return ag_ ? comm.allGatherGemm(a_, b_, c, m, cols(), depth(), t, s)
                : comm.gemmReduceScatter(a_, b_, c, m, cols(), depth(), t, s);
   }
@@ -158,14 +166,17 @@ class TpBench {
     if (m % n != 0 || (ag_ ? cols() : depth()) % n != 0)
       return invalidArgument("m " + std::to_string(m) + " or " + (ag_ ? "n " : "k ") +
                              " does not divide among " + std::to_string(n) + " ranks");
-    const std::size_t es = sizeOf(t), rows = m / n;
+    const DataType ot = outOf(t);
+    const std::size_t es = sizeOf(t), cs = sizeOf(ot), rows = m / n;
     const std::size_t aRows = ag_ ? rows : m, aCols = ag_ ? depth() : depth() / n;
     const std::size_t bRows = aCols, bCols = ag_ ? cols() / n : cols();
     const std::size_t cRows = ag_ ? m : rows;
     // The collective alone: all-gather of A into `staging`; reduce-scatter of the GEMM's
     // partial C (`staging`) into C.
     const std::size_t stagingCount = ag_ ? m * depth() : m * cols();
-    if (Status s = buffers(es, aRows * aCols, bRows * bCols, cRows * bCols, stagingCount); !s)
+    if (Status s = buffers(aRows * aCols * es, bRows * bCols * es, cRows * bCols * cs,
+                           stagingCount * (ag_ ? es : cs));
+        !s)
       return s;
     std::vector<std::byte> host;
     fillRandom(host, t, aRows * aCols, 2 * static_cast<std::uint64_t>(rank_) + 1);
@@ -178,8 +189,9 @@ class TpBench {
                               cols(),
                               depth(),
                               es,
-                              nranks_};
-    const fused::tp::GemmShape g = fused::tp::chunkGemm(shape, t, 1, 0).shape;  // the whole GEMM
+                              nranks_,
+                              cs};
+    const fused::tp::GemmShape g = fused::tp::chunkGemm(shape, t, ot, 1, 0).shape;  // whole
     void* stream = gpu_.stream();
     auto timeGemm = [&] {
       return timeUs([&] {
@@ -189,7 +201,7 @@ class TpBench {
     };
     auto timeCollective = [&] {
       return timeUs([&] {
-        const auto type = static_cast<weftDataType_t>(t);
+        const auto type = static_cast<weftDataType_t>(ag_ ? t : ot);
         return ag_ ? checked(
                          weftAllGather(a_, staging_, rows * depth(), type, comm_.handle(), stream),
                          "weftAllGather")
@@ -230,9 +242,9 @@ class TpBench {
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
       auto us = timeUs([&]() -> Status {
         for (int i = 0; i < k; ++i) {
-          const fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, k, i);
+          const fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
           std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
-          std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * es;
+          std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
           if (Status st = gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream); !st)
             return st;
         }
@@ -252,14 +264,15 @@ class TpBench {
       if (Status s = tp(forced_[0], t, m, ref_); !s) return s;
       if (Status s = gpu_.synchronize(); !s) return s;
       const std::size_t count = cRows * bCols;
-      std::vector<std::byte> got(count * es), want(count * es);
+      std::vector<std::byte> got(count * cs), want(count * cs);
       if (Status s = gpu_.copyOut(got.data(), c_, got.size()); !s) return s;
       if (Status s = gpu_.copyOut(want.data(), ref_, want.size()); !s) return s;
       double largest = 0, worst = 0;
       for (std::size_t i = 0; i < count; ++i)
-        largest = std::max(largest, std::fabs(loadElement(want.data(), i, t)));
+        largest = std::max(largest, std::fabs(loadElement(want.data(), i, ot)));
       for (std::size_t i = 0; i < count; ++i) {
-        const double d = std::fabs(loadElement(got.data(), i, t) - loadElement(want.data(), i, t));
+        const double d =
+            std::fabs(loadElement(got.data(), i, ot) - loadElement(want.data(), i, ot));
         worst = std::max(worst, std::isnan(d) ? INFINITY : d);
         // Beyond a few bf16 roundings of the largest value: not the same product.
         if (!(d <= 0.02 * largest)) ++wrong;
@@ -294,8 +307,8 @@ class TpBench {
     return {};
   }
 
-  // Device buffers for a row, grown as the rows do (freed with the GpuRank).
-  Status buffers(std::size_t es, std::size_t a, std::size_t b, std::size_t c, std::size_t staging) {
+  // Device buffers for a row, in bytes, grown as the rows do (freed with the GpuRank).
+  Status buffers(std::size_t a, std::size_t b, std::size_t c, std::size_t staging) {
     auto grow = [&](std::byte*& p, std::size_t& have, std::size_t bytes) -> Status {
       if (bytes <= have) return {};
       auto fresh = gpu_.allocate(bytes);
@@ -304,11 +317,11 @@ class TpBench {
       have = bytes;
       return {};
     };
-    if (Status s = grow(a_, aBytes_, a * es); !s) return s;
-    if (Status s = grow(b_, bBytes_, b * es); !s) return s;
-    if (Status s = grow(c_, cBytes_, c * es); !s) return s;
-    if (Status s = grow(ref_, refBytes_, c * es); !s) return s;
-    if (Status s = grow(staging_, stagingBytes_, staging * es); !s) return s;
+    if (Status s = grow(a_, aBytes_, a); !s) return s;
+    if (Status s = grow(b_, bBytes_, b); !s) return s;
+    if (Status s = grow(c_, cBytes_, c); !s) return s;
+    if (Status s = grow(ref_, refBytes_, c); !s) return s;
+    if (Status s = grow(staging_, stagingBytes_, staging); !s) return s;
     return grow(gemmWs_, gemmWsBytes_, fused::tp::Gemms::kWorkspaceBytes);
   }
 

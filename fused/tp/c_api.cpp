@@ -16,6 +16,17 @@ weftResult_t checkType(const char* what, weftDataType_t type) {
   return weftSuccess;
 }
 
+// The fp8 calls' own: e4m3 A and B, the scales and C's type given.
+weftResult_t checkFp8(const char* what, weftDataType_t type, const weftTpFp8* fp8) {
+  if (fp8 == nullptr) return invalid(std::string(what) + ": fp8 is NULL");
+  if (type != weftFloat8e4m3)
+    return invalid(std::string(what) + ": A and B must be weftFloat8e4m3 (got " +
+                   (validType(type) ? std::string(weft::name(static_cast<weft::DataType>(type)))
+                                    : std::to_string(static_cast<int>(type))) +
+                   "; the calls without Fp8 multiply the others)");
+  return checkType(what, fp8->output);
+}
+
 weftResult_t checkOp(const char* what, weftTpOp_t op) {
   if (static_cast<int>(op) < 0 || op >= weftNumTpOps)
     return invalid(std::string(what) + ": invalid op " + std::to_string(static_cast<int>(op)));
@@ -30,10 +41,15 @@ weftResult_t runTp(const char* what, weftComm_t comm, const weft::fused::tp::TpC
                   [&](weft::Communicator& c) { return weft::fused::tp::runTp(c, call); });
 }
 
+// C's type for calls of A's `type` without fp8's own: the same; fp8's: 2 bytes, as bf16.
+weftDataType_t outOf(weftDataType_t type) {
+  return type == weftFloat8e4m3 ? weftBfloat16 : type;
+}
+
 weft::fused::tp::TpCall callOf(weft::algo::TpOp op, const void* a, const void* b, void* c,
                                void* gathered, const void* bias, size_t m, size_t n, size_t k,
                                weftDataType_t type, void* workspace, size_t workspaceBytes,
-                               void* stream) {
+                               void* stream, weftDataType_t out) {
   weft::fused::tp::TpCall x;
   x.op = op;
   x.a = a;
@@ -45,6 +61,7 @@ weft::fused::tp::TpCall callOf(weft::algo::TpOp op, const void* a, const void* b
   x.cols = n;
   x.k = k;
   x.type = static_cast<weft::DataType>(type);
+  x.out = static_cast<weft::DataType>(out);
   x.workspace = workspace;
   x.workspaceBytes = workspaceBytes;
   x.stream = stream;
@@ -59,7 +76,8 @@ weft::algo::TpShape shapeOf(weftTpOp_t op, size_t m, size_t n, size_t k, weftDat
           n,
           k,
           weft::sizeOf(static_cast<weft::DataType>(type)),
-          nranks};
+          nranks,
+          weft::sizeOf(static_cast<weft::DataType>(outOf(type)))};
 }
 
 }  // namespace
@@ -71,8 +89,21 @@ weftResult_t weftAllGatherGemm(const void* aShard, const void* b, void* c, void*
                                weftDataType_t datatype, void* workspace, size_t workspaceBytes,
                                weftComm_t comm, void* stream) {
   const auto call = callOf(weft::algo::TpOp::allGatherGemm, aShard, b, c, aGathered, bias, m, n, k,
-                           datatype, workspace, workspaceBytes, stream);
+                           datatype, workspace, workspaceBytes, stream, datatype);
   return runTp("weftAllGatherGemm", comm, call, datatype);
+}
+
+weftResult_t weftAllGatherGemmFp8(const void* aShard, const void* bT, void* c, void* aGathered,
+                                  const void* bias, size_t m, size_t n, size_t k,
+                                  weftDataType_t datatype, const weftTpFp8* fp8, void* workspace,
+                                  size_t workspaceBytes, weftComm_t comm, void* stream) {
+  const char* what = "weftAllGatherGemmFp8";
+  if (weftResult_t r = checkFp8(what, datatype, fp8); r != weftSuccess) return r;
+  if (weftResult_t r = checkType(what, fp8->output); r != weftSuccess) return r;
+  auto call = callOf(weft::algo::TpOp::allGatherGemm, aShard, bT, c, aGathered, bias, m, n, k,
+                     datatype, workspace, workspaceBytes, stream, fp8->output);
+  call.scales = {fp8->aScale, fp8->bScale};
+  return runTp(what, comm, call, datatype);
 }
 
 weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* c, const void* bias,
@@ -80,8 +111,21 @@ weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* c, const 
                                    void* workspace, size_t workspaceBytes, weftComm_t comm,
                                    void* stream) {
   const auto call = callOf(weft::algo::TpOp::gemmReduceScatter, a, b, c, nullptr, bias, m, n, k,
-                           datatype, workspace, workspaceBytes, stream);
+                           datatype, workspace, workspaceBytes, stream, datatype);
   return runTp("weftGemmReduceScatter", comm, call, datatype);
+}
+
+weftResult_t weftGemmReduceScatterFp8(const void* a, const void* bT, void* c, const void* bias,
+                                      size_t m, size_t n, size_t k, weftDataType_t datatype,
+                                      const weftTpFp8* fp8, void* workspace, size_t workspaceBytes,
+                                      weftComm_t comm, void* stream) {
+  const char* what = "weftGemmReduceScatterFp8";
+  if (weftResult_t r = checkFp8(what, datatype, fp8); r != weftSuccess) return r;
+  if (weftResult_t r = checkType(what, fp8->output); r != weftSuccess) return r;
+  auto call = callOf(weft::algo::TpOp::gemmReduceScatter, a, bT, c, nullptr, bias, m, n, k,
+                     datatype, workspace, workspaceBytes, stream, fp8->output);
+  call.scales = {fp8->aScale, fp8->bScale};
+  return runTp(what, comm, call, datatype);
 }
 
 weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,
@@ -107,7 +151,7 @@ weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size
   return withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
     // The shape is what is checked: any buffers do.
     const auto probe = callOf(shapeOf(op, m, n, k, datatype, c.size()).op, buf, buf, buf, nullptr,
-                              nullptr, m, n, k, datatype, nullptr, 0, nullptr);
+                              nullptr, m, n, k, datatype, nullptr, 0, nullptr, outOf(datatype));
     if (weft::Status s = weft::fused::tp::checkTp(probe, c.size()); !s) return s;
     auto plan = c.tpPlanFor(probe.shape(c.size()));
     if (!plan) return plan.status();

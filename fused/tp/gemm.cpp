@@ -61,6 +61,8 @@ cudaDataType_t cudaType(DataType t) {
       return CUDA_R_16BF;
     case DataType::f16:
       return CUDA_R_16F;
+    case DataType::f8e4m3:
+      return CUDA_R_8F_E4M3;
     default:
       return CUDA_R_32F;
   }
@@ -74,7 +76,8 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
 }  // namespace
 
 // A shape's descriptors: the row-major C = A·B is cuBLASLt's column-major Cᵀ = Bᵀ·Aᵀ, so its
-// first operand is B (n × k, leading dimension ldb), its second A (k × m, lda), D is n × m.
+// first operand is B (n × k, leading dimension ldb; a given Bᵀ is k × n, transposed), its second
+// A (k × m, lda), D is n × m.
 struct Gemms::Cached {
   const Lt* lt = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
@@ -95,23 +98,32 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
                                                 const GemmShape& s) {
   auto d = std::make_shared<Gemms::Cached>();
   d->lt = &lt;
-  const cudaDataType_t t = cudaType(s.type);
+  const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
   // f32 accumulation and scalars whatever the values' type.
   cublasStatus_t e = lt.cublasLtMatmulDescCreate(&d->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   if (e != CUBLAS_STATUS_SUCCESS) return ltError(lt, "descriptor", e);
   if (s.bias) {
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const auto biasType = static_cast<std::int32_t>(out);
     lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                       sizeof(epilogue));
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
+                                      sizeof(biasType));
+  }
+  if (s.bTransposed) {
+    const cublasOperation_t transposed = CUBLAS_OP_T;
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed,
+                                      sizeof(transposed));
   }
   if (s.smCount > 0) {
     const std::int32_t sms = s.smCount;
     lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
                                       sizeof(sms));
   }
-  auto layout = [&](cublasLtMatrixLayout_t& l, std::size_t rows, std::size_t cols, std::size_t ld,
-                    std::size_t stride) -> cublasStatus_t {
-    cublasStatus_t r = lt.cublasLtMatrixLayoutCreate(&l, t, rows, cols, static_cast<int64_t>(ld));
+  auto layout = [&](cublasLtMatrixLayout_t& l, cudaDataType_t type, std::size_t rows,
+                    std::size_t cols, std::size_t ld, std::size_t stride) -> cublasStatus_t {
+    cublasStatus_t r =
+        lt.cublasLtMatrixLayoutCreate(&l, type, rows, cols, static_cast<int64_t>(ld));
     if (r != CUBLAS_STATUS_SUCCESS || s.batches == 1) return r;
     const std::int32_t count = s.batches;
     const auto offset = static_cast<std::int64_t>(stride);
@@ -121,9 +133,10 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
     return lt.cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                                &offset, sizeof(offset));
   };
-  if ((e = layout(d->b, s.n, s.k, s.ldb, 0)) != CUBLAS_STATUS_SUCCESS ||
-      (e = layout(d->a, s.k, s.m, s.lda, s.strideA)) != CUBLAS_STATUS_SUCCESS ||
-      (e = layout(d->c, s.n, s.m, s.ldc, s.strideC)) != CUBLAS_STATUS_SUCCESS)
+  const std::size_t bRows = s.bTransposed ? s.k : s.n, bCols = s.bTransposed ? s.n : s.k;
+  if ((e = layout(d->b, t, bRows, bCols, s.ldb, 0)) != CUBLAS_STATUS_SUCCESS ||
+      (e = layout(d->a, t, s.k, s.m, s.lda, s.strideA)) != CUBLAS_STATUS_SUCCESS ||
+      (e = layout(d->c, out, s.n, s.m, s.ldc, s.strideC)) != CUBLAS_STATUS_SUCCESS)
     return ltError(lt, "layout", e);
   cublasLtMatmulPreference_t pref = nullptr;
   if ((e = lt.cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
@@ -147,10 +160,6 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
 
 }  // namespace
 
-bool Gemms::supports(DataType type) {
-  return type == DataType::bf16 || type == DataType::f16 || type == DataType::f32;
-}
-
 Result<std::unique_ptr<Gemms>> Gemms::create() {
   auto lt = loadLt();
   if (!lt) return lt.status();
@@ -168,7 +177,7 @@ Gemms::~Gemms() {
 }
 
 Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, const void* bias,
-                  void* workspace, void* stream) {
+                  void* workspace, void* stream, GemmScales scales) {
   if (s.m == 0 || s.n == 0) return {};
   auto lt = loadLt();
   if (!lt) return lt.status();
@@ -183,6 +192,12 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
   if (s.bias) {
     (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                           sizeof(bias));
+  }
+  if (s.type == DataType::f8e4m3) {  // cuBLASLt's A is this B
+    (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales.b,
+                                          sizeof(scales.b));
+    (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales.a,
+                                          sizeof(scales.a));
   }
   const float one = 1.0f, zero = 0.0f;
   const cublasStatus_t e =

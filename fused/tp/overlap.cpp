@@ -1,5 +1,6 @@
 #include "fused/tp/overlap.hpp"
 
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -24,7 +25,7 @@ std::optional<std::size_t> product(std::size_t a, std::size_t b, std::size_t c) 
 
 }  // namespace
 
-ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, int chunks, int i) {
+ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, DataType out, int chunks, int i) {
   const auto n = static_cast<std::size_t>(s.nranks);
   const std::size_t block = s.m / n;
   ChunkGemm c;
@@ -32,6 +33,8 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, int chunks, int i) {
   c.rows = s.chunkRows(chunks, i);
   GemmShape& g = c.shape;
   g.type = type;
+  g.out = out;
+  g.bTransposed = type == DataType::f8e4m3;
   std::size_t ldc = 0, strideA = 0, strideC = 0;
   if (s.op == algo::TpOp::allGatherGemm) {
     // A: the chunk's staged rows, rank by rank; C: rank j's rows at j·block + start.
@@ -53,7 +56,7 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, int chunks, int i) {
     strideC = c.rows * s.cols;
   }
   g.lda = g.k;
-  g.ldb = g.n;
+  g.ldb = g.bTransposed ? g.k : g.n;
   g.ldc = ldc;
   if (c.rows == block) {
     g.m = s.m;
@@ -68,7 +71,8 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, int chunks, int i) {
 
 Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
   // cuBLASLt's, then the staging of every rank's rows: the gathered A, or the GEMM's partial C.
-  const auto staging = product(s.m, s.op == algo::TpOp::allGatherGemm ? s.k : s.cols, s.valueBytes);
+  const auto staging =
+      product(s.m, s.op == algo::TpOp::allGatherGemm ? s.k : s.cols, s.commBytes());
   if (!staging || *staging > std::numeric_limits<std::size_t>::max() / 2)
     return invalidArgument("a " + std::to_string(s.m) + "x" + std::to_string(s.cols) + "x" +
                            std::to_string(s.k) + " GEMM is too large to stage");
@@ -78,9 +82,11 @@ Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
 Status checkTp(const TpCall& x, int nranks) {
   const std::string what(x.op == algo::TpOp::allGatherGemm ? "weftAllGatherGemm"
                                                            : "weftGemmReduceScatter");
-  if (x.type != DataType::bf16 && x.type != DataType::f16 && x.type != DataType::f32)
-    return invalidArgument(what + ": " + std::string(name(x.type)) +
-                           " is not multiplied here (bf16, f16 and f32 are)");
+  if (!Gemms::supports(x.type, x.out))
+    return invalidArgument(what + ": " + std::string(name(x.type)) + " into " +
+                           std::string(name(x.out)) +
+                           " is not multiplied here (bf16, f16 and f32 into their own type are, "
+                           "and f8e4m3 into bf16 or f16)");
   if (x.m == 0 || x.cols == 0 || x.k == 0)
     return invalidArgument(what + ": m, n and k must be positive (got " + std::to_string(x.m) +
                            ", " + std::to_string(x.cols) + ", " + std::to_string(x.k) + ")");
@@ -96,6 +102,17 @@ Status checkTp(const TpCall& x, int nranks) {
                     : divides(x.k, "k", "A's columns and B's rows, split");
       !s)
     return s;
+  if (x.type != DataType::f8e4m3 && (x.scales.a != nullptr || x.scales.b != nullptr))
+    return invalidArgument(what + ": scales apply to fp8 operands only");
+  // cuBLASLt refuses scales that are not 16-byte aligned ("not supported", at the GEMM).
+  for (const float* scale : {x.scales.a, x.scales.b}) {
+    if (reinterpret_cast<std::uintptr_t>(scale) % 16 != 0)
+      return invalidArgument(what + ": an fp8 scale's address must be a multiple of 16 bytes");
+  }
+  // fp8 operands are read along k, whose rows cuBLASLt wants 16-byte aligned.
+  if (x.type == DataType::f8e4m3 && (ag ? x.k : x.k / n) % 16 != 0)
+    return invalidArgument(what + ": fp8 needs each rank's k (" +
+                           std::to_string(ag ? x.k : x.k / n) + ") to be a multiple of 16");
   if (x.a == nullptr || x.b == nullptr || x.c == nullptr)
     return invalidArgument(what + ": A, B and C must not be NULL");
   if (x.gathered != nullptr && !ag)

@@ -25,12 +25,16 @@ struct TpCall {
   void* gathered = nullptr;    // all-gather: where the gathered A goes as well (optional)
   const void* bias = nullptr;  // cols/n (all-gather) or cols (RS) values added to every row
   std::size_t m = 0, cols = 0, k = 0;  // the whole GEMM's shape
-  DataType type = DataType::bf16;
-  void* workspace = nullptr;  // null: the communicator's
+  DataType type = DataType::bf16;      // A's and B's
+  DataType out = DataType::bf16;       // C's and the bias's: type's, or bf16/f16 for f8e4m3
+  GemmScales scales;                   // f8e4m3's (B given as Bᵀ then: gemm.hpp)
+  void* workspace = nullptr;           // null: the communicator's
   std::size_t workspaceBytes = 0;
   void* stream = nullptr;
 
-  algo::TpShape shape(int nranks) const { return {op, m, cols, k, sizeOf(type), nranks}; }
+  algo::TpShape shape(int nranks) const {
+    return {op, m, cols, k, sizeOf(type), nranks, sizeOf(out)};
+  }
 };
 
 // Chunk i of `chunks` of a call's GEMM: its shape (a batch of one GEMM per rank's block where
@@ -42,7 +46,8 @@ struct ChunkGemm {
   std::size_t aOffset = 0, cOffset = 0;
   std::size_t start = 0, rows = 0;
 };
-ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, int chunks, int i);
+// A's and B's type `type`, C's `out` (fp8 A and B: B given as Bᵀ).
+ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int chunks, int i);
 
 // The workspace a call of this shape needs, whatever it picks.
 Result<std::size_t> workspaceBytes(const algo::TpShape& shape);

@@ -26,7 +26,8 @@ Status cudaFailed(const char* what, cudaError_t e) {
 // peer, raised by it into this buffer once it has copied this rank's block (all-gather) or its
 // partial block has landed here (reduce-scatter); "my stream is done with my buffer"; then the
 // gate's call count and its flag (Run::gate).
-constexpr int kFusedMaxRanks = FlagList::kMost;
+constexpr int kFusedMaxRanks = algo::kTpFusedMaxRanks;
+static_assert(kFusedMaxRanks <= FlagList::kMost);
 constexpr std::size_t kFlagStride = 64;
 constexpr std::size_t kFlagsBytes = 16384;  // (5 + kFusedMaxRanks) flags, rounded up
 static_assert((5 + kFusedMaxRanks) * kFlagStride <= kFlagsBytes);
@@ -158,6 +159,7 @@ class Run {
         shape_(x.shape(comm.size())),
         rows_(x.m / n_),
         es_(sizeOf(x.type)),
+        cs_(sizeOf(x.out)),
         stream_(static_cast<cudaStream_t>(x.stream)) {
     for (int j = 0; gated_ != nullptr && j < comm.size(); ++j)
       gates_.at[gates_.count++] = gated_->flag(j, kGate);
@@ -172,7 +174,7 @@ class Run {
     if (Status s = startGates(); !s) return s;
     if (Status s = gate(0); !s) return s;  // the ranks' work before the call is done
     for (int i = 0; i < plan_.chunks; ++i) {
-      ChunkGemm ch = chunkGemm(shape_, x_.type, plan_.chunks, i);
+      ChunkGemm ch = chunkGemm(shape_, x_.type, x_.out, plan_.chunks, i);
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
@@ -188,8 +190,8 @@ class Run {
       if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
       ch.shape.bias = x_.bias != nullptr;
       ch.shape.smCount = overlapSms(i + 1 < plan_.chunks);
-      if (Status s =
-              st_.gemms->run(ch.shape, g, x_.b, c + ch.cOffset * es_, x_.bias, gemmWs_, stream_);
+      if (Status s = st_.gemms->run(ch.shape, g, x_.b, c + ch.cOffset * cs_, x_.bias, gemmWs_,
+                                    stream_, x_.scales);
           !s)
         return s;
     }
@@ -212,7 +214,7 @@ class Run {
     if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
     // The unchunked GEMM's shape, on one rank's block.
-    GemmShape g = chunkGemm(shape_, x_.type, 1, 0).shape;
+    GemmShape g = chunkGemm(shape_, x_.type, x_.out, 1, 0).shape;
     g.m = rows_;
     g.bias = x_.bias != nullptr;
     for (int step = 0; step < n; ++step) {
@@ -230,8 +232,8 @@ class Run {
         if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side); !s) return s;
         a = mine + J * block;
       }
-      if (Status s =
-              st_.gemms->run(g, a, x_.b, c + J * rows_ * colsL * es_, x_.bias, gemmWs_, stream_);
+      if (Status s = st_.gemms->run(g, a, x_.b, c + J * rows_ * colsL * cs_, x_.bias, gemmWs_,
+                                    stream_, x_.scales);
           !s)
         return s;
     }
@@ -250,12 +252,12 @@ class Run {
   // block's GEMM runs, this rank's written into its own; then the sum of the n blocks here.
   Status gemmReduceScatterFused(const Shared& sh, std::uint64_t timeoutNs) {
     const int n = comm_.size(), me = comm_.rank();
-    const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * es_;  // A's columns
+    const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * cs_;  // A's columns
     const auto* a = static_cast<const std::byte*>(x_.a);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
-    GemmShape g = chunkGemm(shape_, x_.type, 1, 0).shape;
+    GemmShape g = chunkGemm(shape_, x_.type, x_.out, 1, 0).shape;
     g.m = rows_;
     const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
     g.bias = bias != nullptr;
@@ -263,8 +265,8 @@ class Run {
       const int d = (me + step) % n;
       const auto D = static_cast<std::size_t>(d);
       std::byte* out = d == me ? sh.data(me) + D * block : staging_ + D * block;
-      if (Status s =
-              st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b, out, bias, gemmWs_, stream_);
+      if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
+                                    stream_, x_.scales);
           !s)
         return s;
       if (d == me) break;
@@ -287,7 +289,7 @@ class Run {
         !s)
       return s;
     if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
-    if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.type, stream_); !s) return s;
+    if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.out, stream_); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
@@ -299,18 +301,18 @@ class Run {
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
-      ChunkGemm ch = chunkGemm(shape_, x_.type, plan_.chunks, i);
-      std::byte* partial = staging_ + ch.cOffset * es_;
+      ChunkGemm ch = chunkGemm(shape_, x_.type, x_.out, plan_.chunks, i);
+      std::byte* partial = staging_ + ch.cOffset * cs_;
       ch.shape.bias = bias != nullptr;
       ch.shape.smCount = overlapSms(i > 0);
-      if (Status s =
-              st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_, stream_);
+      if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
+                                    stream_, x_.scales);
           !s)
         return s;
       if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
-      if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * es_, ch.rows * x_.cols,
-                                         x_.type, RedOp::sum, st_.side);
+      if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * cs_, ch.rows * x_.cols,
+                                         x_.out, RedOp::sum, st_.side);
           !s)
         return s;
     }
@@ -361,7 +363,7 @@ class Run {
   std::byte* staging_;
   std::size_t n_;
   algo::TpShape shape_;
-  std::size_t rows_, es_;
+  std::size_t rows_, es_, cs_;  // A's value size, C's
   cudaStream_t stream_;
 };
 
@@ -374,6 +376,8 @@ Status runTp(Communicator& comm, const TpCall& x) {
                          {x.c, "C"},
                          {x.gathered, "the gathered A"},
                          {x.bias, "the bias"},
+                         {x.scales.a, "A's scale"},
+                         {x.scales.b, "B's scale"},
                          {x.workspace, "the workspace"}}) {
     if (Status s = onDevice(p, role); !s) return s;
   }
@@ -389,21 +393,25 @@ Status runTp(Communicator& comm, const TpCall& x) {
   }
   auto st = stateOf(comm);
   if (!st) return st.status();
-  algo::TpPlan how = *plan;
+  const algo::TpPlan& how = *plan;
   // The flags (and a fused call's data) every rank maps; where the ranks cannot map them (every
-  // rank alike), unfused and ungated.
+  // rank alike), ungated.
   bool mapped = false;
   if (comm.size() > 1 && comm.size() <= kFusedMaxRanks) {
     const std::size_t data = how.chunks != algo::kTpFused        ? 0
                              : x.op == algo::TpOp::allGatherGemm ? x.m * x.k
                                                                  : x.m * x.cols;
-    auto ok = ensureShared(comm, **st, kFlagsBytes + data * sizeOf(x.type),
+    auto ok = ensureShared(comm, **st, kFlagsBytes + data * x.shape(comm.size()).commBytes(),
                            static_cast<cudaStream_t>(x.stream));
     if (!ok) return ok.status();
     mapped = *ok;
   }
-  const bool fused = how.chunks == algo::kTpFused && mapped;
-  if (how.chunks == algo::kTpFused && !fused) how.chunks = 1;
+  // The selector plans fused only where the ranks map each other's memory (one host).
+  const bool fused = how.chunks == algo::kTpFused;
+  if (fused && !mapped)
+    return Status(Code::internalError,
+                  "tensor-parallel call: planned fused, but the ranks cannot map each other's "
+                  "buffers");
   const Shared* gated =
       !fused && mapped && (*st)->shared.peers.deviceShared ? &(*st)->shared : nullptr;
   const auto timeoutNs =

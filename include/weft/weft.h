@@ -269,6 +269,28 @@ WEFT_API weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* 
                                             size_t m, size_t n, size_t k, weftDataType_t datatype,
                                             void* workspace, size_t workspaceBytes, weftComm_t comm,
                                             void* stream);
+/* The fp8 forms: A and B of `datatype` weftFloat8e4m3, B given transposed (row-major B^T,
+ * [n/s, k] for all-gather and [n, k/s] for reduce-scatter: fp8 tensor cores read both operands
+ * along k); C and the bias of fp8->output (weftBfloat16 or weftFloat16), C = aScale * bScale *
+ * (A * B) (+ bias). The scales: one float each in device memory at a 16-byte aligned address,
+ * NULL for 1; all-gather's aScale the same on every rank. A rank's k (k, or k/s for reduce-scatter)
+ * must be a multiple of 16. weftTpWorkspaceSize and weftTpPlan take weftFloat8e4m3 for these calls.
+ */
+typedef struct {
+  weftDataType_t output;
+  const float* aScale;
+  const float* bScale;
+} weftTpFp8;
+WEFT_API weftResult_t weftAllGatherGemmFp8(const void* aShard, const void* bT, void* c,
+                                           void* aGathered, const void* bias, size_t m, size_t n,
+                                           size_t k, weftDataType_t datatype, const weftTpFp8* fp8,
+                                           void* workspace, size_t workspaceBytes, weftComm_t comm,
+                                           void* stream);
+WEFT_API weftResult_t weftGemmReduceScatterFp8(const void* a, const void* bT, void* c,
+                                               const void* bias, size_t m, size_t n, size_t k,
+                                               weftDataType_t datatype, const weftTpFp8* fp8,
+                                               void* workspace, size_t workspaceBytes,
+                                               weftComm_t comm, void* stream);
 /* The workspace such a call needs (the same whatever the selector picks). */
 WEFT_API weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_t n,
                                           size_t k, weftDataType_t datatype, size_t* bytes);

@@ -215,6 +215,21 @@ class Comm {
     return detail::status(
         weftGemmReduceScatter(a, b, c, bias, m, n, k, detail::c(t), ws.data, ws.bytes, h_, stream));
   }
+  // The fp8 forms (weft.h, weftAllGatherGemmFp8): B given transposed, C of fp8.output.
+  Status allGatherGemmFp8(const void* aShard, const void* bT, void* c, std::size_t m, std::size_t n,
+                          std::size_t k, const weftTpFp8& fp8, void* stream,
+                          void* aGathered = nullptr, const void* bias = nullptr,
+                          TpWorkspace ws = {}) {
+    return detail::status(weftAllGatherGemmFp8(aShard, bT, c, aGathered, bias, m, n, k,
+                                               weftFloat8e4m3, &fp8, ws.data, ws.bytes, h_,
+                                               stream));
+  }
+  Status gemmReduceScatterFp8(const void* a, const void* bT, void* c, std::size_t m, std::size_t n,
+                              std::size_t k, const weftTpFp8& fp8, void* stream,
+                              const void* bias = nullptr, TpWorkspace ws = {}) {
+    return detail::status(weftGemmReduceScatterFp8(a, bT, c, bias, m, n, k, weftFloat8e4m3, &fp8,
+                                                   ws.data, ws.bytes, h_, stream));
+  }
   Result<std::size_t> tpWorkspaceSize(weftTpOp_t op, std::size_t m, std::size_t n, std::size_t k,
                                       DataType t) {
     std::size_t bytes = 0;

@@ -27,16 +27,16 @@ namespace {
 
 using Bytes = std::vector<std::byte>;
 
-// Values in [-1, 1] as bf16 (exactly what the GEMM multiplies).
-Bytes randomBf16(std::size_t count, std::mt19937& rng) {
+// Values in [-1, 1] as `type` (exactly what the GEMM multiplies).
+Bytes randomValues(std::size_t count, std::mt19937& rng, DataType type = DataType::bf16) {
   std::uniform_real_distribution<float> u(-1, 1);
-  Bytes out(count * 2);
-  for (std::size_t i = 0; i < count; ++i) store(out, i, DataType::bf16, u(rng));
+  Bytes out(count * sizeOf(type));
+  for (std::size_t i = 0; i < count; ++i) store(out, i, type, u(rng));
   return out;
 }
 
-double at(const Bytes& b, std::size_t i) {
-  return load(b, i, DataType::bf16);
+double at(const Bytes& b, std::size_t i, DataType type = DataType::bf16) {
+  return load(b, i, type);
 }
 
 // The shape and one call's buffers on every rank.
@@ -45,7 +45,12 @@ struct Problem {
   std::size_t m = 0, cols = 0, k = 0;
   int n = 1;
   bool bias = false;
+  // A's and B's type; C and the bias are bf16. fp8: B given transposed, C scaled.
+  DataType type = DataType::bf16;
+  float aScale = 0.5f, bScale = 3.0f;
   std::vector<Bytes> a, b, biases;  // each rank's A and B, as the call takes them
+  bool fp8() const { return type == DataType::f8e4m3; }
+  std::size_t es() const { return sizeOf(type); }
   // Rows and columns of each rank's A, B and C.
   std::size_t aRows() const { return allGather ? m / n : m; }
   std::size_t aCols() const { return allGather ? k : k / n; }
@@ -53,13 +58,18 @@ struct Problem {
   std::size_t bCols() const { return allGather ? cols / n : cols; }
   std::size_t cRows() const { return allGather ? m : m / n; }
   std::size_t cCols() const { return bCols(); }
+  // Rank q's B[x][j] (stored as Bᵀ for fp8), times the scales.
+  double bAt(std::size_t q, std::size_t x, std::size_t j) const {
+    if (!fp8()) return at(b[q], x * bCols() + j);
+    return at(b[q], j * bRows() + x, type) * aScale * bScale;
+  }
 
   void fill(std::mt19937& rng) {
     a.clear(), b.clear(), biases.clear();
     for (int r = 0; r < n; ++r) {
-      a.push_back(randomBf16(aRows() * aCols(), rng));
-      b.push_back(randomBf16(bRows() * bCols(), rng));
-      biases.push_back(randomBf16(bCols(), rng));
+      a.push_back(randomValues(aRows() * aCols(), rng, type));
+      b.push_back(randomValues(bRows() * bCols(), rng, type));
+      biases.push_back(randomValues(bCols(), rng));
     }
   }
 
@@ -74,7 +84,7 @@ struct Problem {
         if (allGather) {  // row i of the gathered A is row i % rows of rank i / rows
           const std::size_t rows = m / n, src = i / rows, row = i % rows;
           for (std::size_t x = 0; x < k; ++x) {
-            const double t = at(a[src], row * k + x) * at(b[R], x * cCols() + j);
+            const double t = at(a[src], row * k + x, type) * bAt(R, x, j);
             sum += t, mag += std::fabs(t);
           }
           if (bias) sum += at(biases[0], j), mag += std::fabs(at(biases[0], j));
@@ -83,7 +93,7 @@ struct Problem {
           for (int q = 0; q < n; ++q) {
             const auto Q = static_cast<std::size_t>(q);
             for (std::size_t x = 0; x < aCols(); ++x) {
-              const double t = at(a[Q], row * aCols() + x) * at(b[Q], x * cols + j);
+              const double t = at(a[Q], row * aCols() + x, type) * bAt(Q, x, j);
               sum += t, mag += std::fabs(t);
             }
           }
@@ -97,9 +107,18 @@ struct Problem {
 };
 
 // Rank r's call on device buffers (bias: rank 0's, on every rank, for all-gather; reduce-scatter
-// adds it once).
+// adds it once; fp8's scales: A's at `scales`, B's 16 bytes on, as cuBLASLt aligns them).
 weftResult_t call(const Problem& p, Comm& comm, cudaStream_t stream, void* a, void* b, void* c,
-                  void* gathered, void* bias, void* ws = nullptr, std::size_t wsBytes = 0) {
+                  void* gathered, void* bias, const float* scales = nullptr, void* ws = nullptr,
+                  std::size_t wsBytes = 0) {
+  if (p.fp8()) {
+    const weftTpFp8 fp8{weftBfloat16, scales, scales + 4};
+    if (p.allGather)
+      return weftAllGatherGemmFp8(a, b, c, gathered, p.bias ? bias : nullptr, p.m, p.cols, p.k,
+                                  weftFloat8e4m3, &fp8, ws, wsBytes, comm.handle(), stream);
+    return weftGemmReduceScatterFp8(a, b, c, p.bias ? bias : nullptr, p.m, p.cols, p.k,
+                                    weftFloat8e4m3, &fp8, ws, wsBytes, comm.handle(), stream);
+  }
   if (p.allGather)
     return weftAllGatherGemm(a, b, c, gathered, p.bias ? bias : nullptr, p.m, p.cols, p.k,
                              weftBfloat16, ws, wsBytes, comm.handle(), stream);
@@ -109,12 +128,14 @@ weftResult_t call(const Problem& p, Comm& comm, cudaStream_t stream, void* a, vo
 
 struct DeviceBuffers {
   std::byte *a = nullptr, *b = nullptr, *c = nullptr, *gathered = nullptr, *bias = nullptr;
+  float* scales = nullptr;
   void allocate(const Problem& p) {
-    EXPECT_EQ(cudaMalloc(&a, p.aRows() * p.aCols() * 2), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&b, p.bRows() * p.bCols() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&a, p.aRows() * p.aCols() * p.es()), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&b, p.bRows() * p.bCols() * p.es()), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&c, p.cRows() * p.cCols() * 2), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&gathered, p.m * p.k * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&gathered, p.m * p.k * p.es()), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&bias, p.cCols() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&scales, 8 * sizeof(float)), cudaSuccess);
   }
   void upload(const Problem& p, int r, cudaStream_t s) {
     const auto R = static_cast<std::size_t>(r);
@@ -125,12 +146,16 @@ struct DeviceBuffers {
     EXPECT_EQ(
         cudaMemcpyAsync(bias, p.biases[0].data(), p.biases[0].size(), cudaMemcpyHostToDevice, s),
         cudaSuccess);
+    const float both[8] = {p.aScale, 0, 0, 0, p.bScale};
+    EXPECT_EQ(cudaMemcpyAsync(scales, both, sizeof both, cudaMemcpyHostToDevice, s), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);  // `both` leaves scope
     // Poisoned outputs: NaN bf16.
     EXPECT_EQ(cudaMemsetAsync(c, 0xFF, p.cRows() * p.cCols() * 2, s), cudaSuccess);
-    EXPECT_EQ(cudaMemsetAsync(gathered, 0xFF, p.m * p.k * 2, s), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(gathered, 0xFF, p.m * p.k * p.es(), s), cudaSuccess);
   }
   ~DeviceBuffers() {
     for (std::byte* x : {a, b, c, gathered, bias}) (void)cudaFree(x);
+    (void)cudaFree(scales);
   }
 };
 
@@ -157,38 +182,52 @@ void expectClose(const Problem& p, int r, const Bytes& c, const Bytes& gathered,
     const std::size_t rows = p.m / p.n;
     for (int q = 0; q < p.n; ++q) {
       const auto Q = static_cast<std::size_t>(q);
-      const Bytes part(gathered.begin() + static_cast<std::ptrdiff_t>(Q * rows * p.k * 2),
-                       gathered.begin() + static_cast<std::ptrdiff_t>((Q + 1) * rows * p.k * 2));
+      const std::size_t bytes = rows * p.k * p.es();
+      const Bytes part(gathered.begin() + static_cast<std::ptrdiff_t>(Q * bytes),
+                       gathered.begin() + static_cast<std::ptrdiff_t>((Q + 1) * bytes));
       ASSERT_EQ(part, p.a[Q]) << what << " rank " << r << ": the gathered A's block " << q;
     }
   }
 }
 
-class GpuTp : public ::testing::TestWithParam<int> {};
-
-TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
-  SKIP_WITHOUT_GPU();
-  const int n = GetParam();
+// Every variant forced in turn (and the pick), both operations, with and without bias, at n
+// ranks; the plan each call reports is the variant forced.
+void everyVariant(int n, DataType type, const std::vector<const char*>& variants) {
   const auto N = static_cast<std::size_t>(n);
   std::mt19937 rng(17 + n);
-  for (const char* variant : {"unfused", "chunked:2", "chunked:3", "fused", "auto"}) {
+  const bool fp8 = type == DataType::f8e4m3;
+  for (const char* variant : variants) {
     ScopedEnv env("WEFT_TP_OVERLAP", variant);
     auto comms = threadRanks(n);
     ASSERT_EQ(comms.size(), N);
     Streams streams(n);
     for (bool allGather : {true, false}) {
       for (bool bias : {false, true}) {
-        // Nothing a multiple of 128; 37 rows a rank, so 2 and 3 chunks cut unevenly.
+        // Nothing a multiple of 128; 37 rows a rank, so 2 and 3 chunks cut unevenly; fp8's k a
+        // rank a multiple of 16.
         Problem p;
         p.allGather = allGather;
         p.n = n;
         p.m = 37 * N;
         p.cols = allGather ? 40 * N : 72;
-        p.k = allGather ? 136 : 48 * N;
+        p.k = allGather ? (fp8 ? 144 : 136) : 48 * N;
         p.bias = bias;
+        p.type = type;
         p.fill(rng);
         const std::string what = std::string(variant) + (allGather ? " AG+GEMM" : " GEMM+RS") +
-                                 (bias ? " with bias" : "") + " at " + std::to_string(n);
+                                 (bias ? " with bias" : "") + " " + std::string(name(type)) +
+                                 " at " + std::to_string(n);
+        if (std::string(variant) != "auto") {
+          char plan[32] = "";
+          EXPECT_EQ(weftTpPlan(comms[0].handle(),
+                               allGather ? weftTpAllGatherGemm : weftTpGemmReduceScatter, p.m,
+                               p.cols, p.k, static_cast<weftDataType_t>(type), plan, sizeof plan),
+                    weftSuccess)
+              << weftGetLastError();
+          // One rank maps no peer: fused forced runs unfused there.
+          const bool fusedAlone = n == 1 && std::string(variant) == "fused";
+          EXPECT_STREQ(plan, fusedAlone ? "unfused" : variant) << what;
+        }
         std::vector<Bytes> c(N), gathered(N);
         // Buffers made before any rank calls and freed after every rank is done: cudaFree waits
         // for the whole device, where other ranks' kernels wait for this rank's next launch.
@@ -198,7 +237,7 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
           const auto R = static_cast<std::size_t>(r);
           d[R].upload(p, r, streams[r]);
           EXPECT_EQ(call(p, comms[R], streams[r], d[R].a, d[R].b, d[R].c,
-                         allGather ? d[R].gathered : nullptr, d[R].bias),
+                         allGather ? d[R].gathered : nullptr, d[R].bias, d[R].scales),
                     weftSuccess)
               << what << ": " << weftGetLastError();
           EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
@@ -208,7 +247,7 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
           EXPECT_EQ(cudaMemcpy(c[R].data(), d[R].c, c[R].size(), cudaMemcpyDeviceToHost),
                     cudaSuccess);
           if (allGather) {
-            gathered[R].resize(p.m * p.k * 2);
+            gathered[R].resize(p.m * p.k * p.es());
             EXPECT_EQ(cudaMemcpy(gathered[R].data(), d[R].gathered, gathered[R].size(),
                                  cudaMemcpyDeviceToHost),
                       cudaSuccess);
@@ -218,6 +257,21 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
       }
     }
   }
+}
+
+class GpuTp : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
+  SKIP_WITHOUT_GPU();
+  everyVariant(GetParam(), DataType::bf16, {"unfused", "chunked:2", "chunked:3", "fused", "auto"});
+}
+
+// e4m3 A and B (B transposed), scaled, into bf16: the GEMMs cuBLASLt runs on fp8 tensor cores.
+class GpuTpFp8 : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuTpFp8, EveryVariantMatchesADoubleGemm) {
+  SKIP_WITHOUT_GPU();
+  everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:3", "fused"});
 }
 
 // Each variant that splits the call into steps between streams (chunks; the fused flags).
@@ -295,6 +349,7 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4, 8), ranksName);
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8, ::testing::Values(1, 2, 4), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values("unfused", "chunked:3", "fused")),
@@ -342,6 +397,28 @@ TEST(GpuTpErrors, BadCallsAreRefusedAndChangeNothing) {
     expectRefused(weftAllGatherGemm(nullptr, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftBfloat16,
                                     nullptr, 0, comm.handle(), s),
                   "NULL");
+    // fp8: e4m3 only, into bf16 or f16, through the Fp8 calls; k a rank a multiple of 16.
+    expectRefused(weftAllGatherGemm(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
+                                    nullptr, 0, comm.handle(), s),
+                  "f8e4m3 into f8e4m3");
+    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+    expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 64, weftFloat8e5m2, &fp8,
+                                           nullptr, 0, comm.handle(), s),
+                  "must be weftFloat8e4m3");
+    expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 48, weftFloat8e4m3, &fp8,
+                                           nullptr, 0, comm.handle(), s),
+                  "multiple of 16");
+    const weftTpFp8 unaligned{weftBfloat16, d.scales, d.scales + 1};
+    expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 64, weftFloat8e4m3,
+                                           &unaligned, nullptr, 0, comm.handle(), s),
+                  "multiple of 16 bytes");
+    const weftTpFp8 toFp8{weftFloat8e4m3, nullptr, nullptr};
+    expectRefused(weftAllGatherGemmFp8(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
+                                       &toFp8, nullptr, 0, comm.handle(), s),
+                  "into f8e4m3");
+    expectRefused(weftAllGatherGemmFp8(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
+                                       nullptr, nullptr, 0, comm.handle(), s),
+                  "fp8 is NULL");
     std::size_t need = 0;
     EXPECT_EQ(
         weftTpWorkspaceSize(comm.handle(), weftTpAllGatherGemm, 64, 64, 64, weftBfloat16, &need),

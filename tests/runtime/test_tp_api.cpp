@@ -52,6 +52,29 @@ TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
     expectRefused(weftGemmReduceScatter(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                         weftBfloat16, nullptr, 16, comm, nullptr),
                   weftInvalidArgument, "workspace is NULL");
+    // fp8: e4m3 A and B into bf16 or f16 through the Fp8 calls, k a rank a multiple of 16.
+    expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                    weftFloat8e4m3, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "f8e4m3 into f8e4m3");
+    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+    expectRefused(weftAllGatherGemmFp8(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                       weftFloat8e5m2, &fp8, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "must be weftFloat8e4m3");
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 48,
+                                           weftFloat8e4m3, &fp8, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "multiple of 16");
+    alignas(16) float scales[8] = {};
+    const weftTpFp8 unaligned{weftBfloat16, scales, scales + 1};
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, &unaligned, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "multiple of 16 bytes");
+    const weftTpFp8 intoFp8{weftFloat8e4m3, nullptr, nullptr};
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, &intoFp8, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "into f8e4m3");
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, nullptr, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "fp8 is NULL");
     // Host buffers: not what these calls take (with or without a GPU here).
     const weftResult_t host = weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64,
                                                 64, 64, weftBfloat16, nullptr, 0, comm, nullptr);
@@ -79,6 +102,24 @@ TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
         weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftBfloat16, &bytes),
         weftSuccess);
     EXPECT_GE(bytes, std::size_t{4096} * 1024 * 2 + (std::size_t{32} << 20));
+    // fp8 calls stage A's fp8 values (all-gather) or C's bf16 ones (reduce-scatter).
+    std::size_t fp8Bytes = 0;
+    ASSERT_EQ(
+        weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftFloat8e4m3, &fp8Bytes),
+        weftSuccess);
+    EXPECT_EQ(bytes - fp8Bytes, std::size_t{4096} * 1024);
+    std::size_t rsBf16 = 0, rsFp8 = 0;
+    ASSERT_EQ(
+        weftTpWorkspaceSize(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftBfloat16, &rsBf16),
+        weftSuccess);
+    ASSERT_EQ(weftTpWorkspaceSize(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftFloat8e4m3,
+                                  &rsFp8),
+              weftSuccess);
+    EXPECT_EQ(rsBf16, rsFp8);
+    ASSERT_EQ(weftTpPlan(comm, weftTpGemmReduceScatter, 4096, 8192, 28672, weftFloat8e4m3, plan,
+                         sizeof plan),
+              weftSuccess)
+        << weftGetLastError();
     expectRefused(
         weftTpPlan(comm, weftTpAllGatherGemm, 4095, 8192, 1024, weftBfloat16, plan, sizeof plan),
         weftInvalidArgument, "does not divide");

@@ -90,6 +90,38 @@ TEST(TpOverlap, FusedWhereTheRanksMapEachOthersMemory) {
   EXPECT_EQ(rsNoPeers->name(), "unfused");
 }
 
+// fp8 A and B: the GEMM at the fp8 rate, all-gather moving A's single bytes, reduce-scatter
+// still C's two; the chunks' GEMMs read B transposed.
+TEST(TpOverlap, Fp8GemmsArePricedAtTheirRateAndBytes) {
+  algo::TunerOptions o;
+  o.constants.gemm.tflops = 700;
+  o.constants.gemm.fp8Tflops = 1400;
+  algo::KernelSet k;
+  k.gpu = true;
+  k.sameDevice = true;
+  const algo::Selector sel(algo::sameDeviceRankGraph(4), o, k);
+  for (algo::TpOp op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
+    const algo::TpShape bf16 = shape(op, 16384, 4);
+    algo::TpShape fp8 = bf16;
+    fp8.valueBytes = 1;
+    fp8.outBytes = 2;
+    auto b = sel.planTp(bf16), f = sel.planTp(fp8);
+    ASSERT_TRUE(b.isOk() && f.isOk());
+    const double launch = o.constants.gemm.launchUs;
+    EXPECT_LT(f->gemmUs - launch, 0.51 * (b->gemmUs - launch)) << f->reason;
+    if (op == algo::TpOp::allGatherGemm) {
+      EXPECT_LT(f->commUs, 0.75 * b->commUs);
+    } else {
+      EXPECT_DOUBLE_EQ(f->commUs, b->commUs);
+    }
+    const fused::tp::ChunkGemm c =
+        fused::tp::chunkGemm(fp8, DataType::f8e4m3, DataType::bf16, 2, 1);
+    EXPECT_TRUE(c.shape.bTransposed);
+    EXPECT_EQ(c.shape.ldb, c.shape.k);
+    EXPECT_EQ(c.shape.out, DataType::bf16);
+  }
+}
+
 TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   EXPECT_EQ(*algo::parseTpChunks("unfused"), 1);
   EXPECT_EQ(*algo::parseTpChunks("chunked:4"), 4);
@@ -97,7 +129,8 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   for (const char* bad : {"chunked:0", "chunked:65", "chunked:", "chunked:2x", "fuse", ""})
     EXPECT_FALSE(algo::parseTpChunks(bad).isOk()) << bad;
   auto c = algo::CostConstants::fromJson(
-      R"({"gemm": {"tflops": 650, "half_gflop": 4, "launch_us": 6, "overlap_slowdown": 1.3}})",
+      R"({"gemm": {"tflops": 650, "fp8_tflops": 1200, "half_gflop": 4, "launch_us": 6,
+                   "overlap_slowdown": 1.3}})",
       "test");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->gemm.tflops, 650);
@@ -105,6 +138,7 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   ASSERT_TRUE(again.isOk());
   EXPECT_EQ(again->gemm.overlapSlowdown, 1.3);
   EXPECT_EQ(again->gemm.halfGflop, 4);
+  EXPECT_EQ(again->gemm.fp8Tflops, 1200);
   auto bad = algo::CostConstants::fromJson(R"({"gemm": {"tflop": 1}})", "bad");
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("gemm.tflop"), std::string::npos);
@@ -119,7 +153,8 @@ TEST(TpOverlap, ChunkGemmsCoverEveryRowOnce) {
     for (int chunks : {1, 2, 3, 5}) {
       std::size_t rows = 0;
       for (int i = 0; i < chunks; ++i) {
-        const fused::tp::ChunkGemm c = fused::tp::chunkGemm(s, DataType::bf16, chunks, i);
+        const fused::tp::ChunkGemm c =
+            fused::tp::chunkGemm(s, DataType::bf16, DataType::bf16, chunks, i);
         EXPECT_EQ(c.start, rows);
         rows += c.rows;
         if (chunks == 1) {
