@@ -175,4 +175,26 @@ Result<ModelFit> fitModel(const CostConstants& start, const RankGraph& g, LinkCl
   return m;
 }
 
+Result<GemmFit> fitGemmRate(const std::vector<std::pair<double, double>>& flopsUs,
+                            double launchUs) {
+  // Weighted least squares of t = a + b·F with weights 1/t²: relative errors alike.
+  double sw = 0, sf = 0, st = 0, sff = 0, sft = 0;
+  for (const auto& [f, t] : flopsUs) {
+    if (!(t > 0) || !(f > 0)) return invalidArgument("a GEMM timed at no time or no flops");
+    const double w = 1 / (t * t);
+    sw += w, sf += w * f, st += w * t, sff += w * f * f, sft += w * f * t;
+  }
+  const double det = sw * sff - sf * sf;
+  if (flopsUs.size() < 2 || !(det > 0))
+    return invalidArgument("a GEMM rate needs GEMMs of at least two sizes");
+  const double b = (sw * sft - sf * st) / det, a = (st - b * sf) / sw;
+  if (!(b > 0)) return invalidArgument("larger GEMMs did not take longer: no rate to fit");
+  GemmFit fit;
+  fit.tflops = 1e-6 / b;  // flops per µs, in TFLOP/s
+  fit.halfGflop = std::max(1e-3, (a - launchUs) / b * 1e-9);
+  for (const auto& fu : flopsUs)
+    fit.modelUs.push_back(launchUs + (fu.first + fit.halfGflop * 1e9) * b);
+  return fit;
+}
+
 }  // namespace weft::algo

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
@@ -73,5 +74,14 @@ struct ModelFit {
 Result<ModelFit> fitModel(const CostConstants& start, const RankGraph& g, LinkClass cls,
                           const std::array<std::vector<TimedCall>, 2>& small,
                           const std::vector<TimedCall>& large, double least);
+
+// A GEMM rate fitted to GEMMs timed alone on a device: their flops and µs. GemmConstants' model
+// t = launch + (flops + half) / rate is a line in the flops; the fit minimizes the relative
+// errors. `launchUs` stays; the intercept beyond it is the half (floored at 1e-3 GFLOP).
+struct GemmFit {
+  double tflops = 0, halfGflop = 0;
+  std::vector<double> modelUs;  // each GEMM's time by the fitted constants
+};
+Result<GemmFit> fitGemmRate(const std::vector<std::pair<double, double>>& flopsUs, double launchUs);
 
 }  // namespace weft::algo

@@ -3,7 +3,9 @@
 // (algorithms/calibration_fit.hpp), then writes them as a tuning file.
 #include <array>
 #include <cstdio>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/calibration_fit.hpp"
@@ -11,6 +13,10 @@
 #include "perf/calibrate_common.hpp"
 #include "perf/collective.hpp"
 #include "src/core/communicator.hpp"
+
+#ifdef WEFT_PERF_HAVE_CUDA
+#include "fused/tp/gemm.hpp"
+#endif
 
 namespace weft::perf {
 namespace {
@@ -34,10 +40,22 @@ constexpr int kGpuSmallCalls = 200;           // a batch's calls
 constexpr int kGpuLargeCalls = 3;
 constexpr int kGpuBatches = 7;  // timed, after one untimed
 
+// --gpu: GEMMs rank 0 times alone on its device (the tensor-parallel calls' cuBLASLt GEMMs,
+// gemm.tflops and gemm.fp8_tflops): m × kGemmSide × kGemmSide for each m, bf16 and e4m3.
+constexpr std::size_t kGemmSide = 8192;
+constexpr std::size_t kGemmRows[] = {256, 1024, 4096, 16384};
+
+// One type's GEMMs: flops and µs each.
+struct GemmTimes {
+  DataType type = DataType::bf16;
+  std::vector<std::pair<double, double>> flopsUs;
+};
+
 // --gpu: the timed calls, as the fit takes them, and where they ran.
 struct GpuMeasured {
   std::array<std::vector<algo::TimedCall>, 2> small;  // by protocol
   std::vector<algo::TimedCall> large;                 // the bulk protocol
+  std::vector<GemmTimes> gemms;                       // rank 0's; none without CUDA
   std::string device;                                 // rank 0's GPU's name
   int gpus = 1;                                       // distinct GPUs under the ranks
 };
@@ -47,7 +65,8 @@ struct GpuDerived {
   algo::CostConstants before, after;
   std::array<algo::LatencyFit, 2> latency;
   algo::BandwidthFit bandwidth;
-  int rounds = 0;  // of the latencies' and the scale's fits in turn
+  int rounds = 0;                    // of the latencies' and the scale's fits in turn
+  std::vector<algo::GemmFit> gemms;  // as GpuMeasured::gemms
   // Every call's estimate before and after: small by protocol, then large.
   std::array<std::vector<double>, 2> smallBefore, smallAfter;
   std::vector<double> largeBefore, largeAfter;
@@ -75,7 +94,67 @@ Result<GpuDerived> deriveGpu(const GpuMeasured& m, const Communicator::GpuModel&
   if (!before || !after) return !before ? before.status() : after.status();
   d.largeBefore = *before;
   d.largeAfter = *after;
+  for (const GemmTimes& g : m.gemms) {
+    auto rate = algo::fitGemmRate(g.flopsUs, d.before.gemm.launchUs);
+    if (!rate)
+      return Status(rate.status().code(), "--calibrate --gpu: " + std::string(name(g.type)) +
+                                              " GEMMs: " + rate.status().message());
+    // The half from bf16's fit; fp8 keeps it, its rate its own.
+    if (g.type == DataType::f8e4m3) {
+      d.after.gemm.fp8Tflops = rate->tflops;
+    } else {
+      d.after.gemm.tflops = rate->tflops;
+      d.after.gemm.halfGflop = rate->halfGflop;
+    }
+    d.gemms.push_back(*rate);
+  }
   return d;
+}
+
+// Rank 0's GEMMs alone on its device: the median of batches of each shape.
+Result<std::vector<GemmTimes>> timeGemms(GpuRank& gpu) {
+#ifdef WEFT_PERF_HAVE_CUDA
+  auto gemms = fused::tp::Gemms::create();
+  if (!gemms) return gemms.status();
+  const std::size_t most = kGemmRows[std::size(kGemmRows) - 1];
+  auto a = gpu.allocate(most * kGemmSide * 2);
+  auto b = gpu.allocate(kGemmSide * kGemmSide * 2);
+  auto c = gpu.allocate(most * kGemmSide * 2);
+  auto ws = gpu.allocate(fused::tp::Gemms::kWorkspaceBytes);
+  for (auto* r : {&a, &b, &c, &ws})
+    if (!*r) return r->status();
+  std::vector<GemmTimes> out;
+  for (DataType t : {DataType::bf16, DataType::f8e4m3}) {
+    GemmTimes g;
+    g.type = t;
+    for (std::size_t m : kGemmRows) {
+      fused::tp::GemmShape s;
+      s.m = m, s.n = kGemmSide, s.k = kGemmSide;
+      s.lda = s.ldb = s.ldc = kGemmSide;
+      s.type = t;
+      s.out = DataType::bf16;
+      s.bTransposed = t == DataType::f8e4m3;
+      std::vector<double> batches;
+      for (int batch = -1; batch < kGpuBatches; ++batch) {  // one untimed batch first
+        if (Status st = gpu.recordStart(); !st) return st;
+        for (int i = 0; i < kGpuLargeCalls; ++i) {
+          if (Status st = (*gemms)->run(s, *a, *b, *c, nullptr, *ws, gpu.stream()); !st) return st;
+        }
+        if (Status st = gpu.recordStop(); !st) return st;
+        if (Status st = gpu.synchronize(); !st) return st;
+        auto seconds = gpu.elapsedSeconds();
+        if (!seconds) return seconds.status();
+        if (batch >= 0) batches.push_back(*seconds * 1e6 / kGpuLargeCalls);
+      }
+      g.flopsUs.emplace_back(2.0 * static_cast<double>(m * kGemmSide * kGemmSide), median(batches));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+#else
+  (void)gpu;
+  return std::vector<GemmTimes>{};
+#endif
 }
 
 std::string callName(const algo::TimedCall& call) {
@@ -135,6 +214,18 @@ std::string gpuTuningFile(const GpuMeasured& m, const GpuDerived& d, int nranks,
       "This file's base latencies apply to calls on host buffers too where WEFT_TUNING_FILE "
       "names it; its nvlink keys only to the GPU tuner (host memory is priced as pcie).",
   };
+  for (std::size_t i = 0; i < m.gemms.size(); ++i) {
+    std::string times;
+    for (const auto& [flops, us] : m.gemms[i].flopsUs)
+      times += (times.empty() ? "" : ", ") + digits(flops / 1e9) + " GFLOP " + digits(us) + " us";
+    const bool fp8 = m.gemms[i].type == DataType::f8e4m3;
+    comment.push_back(std::string(fp8 ? "gemm.fp8_tflops" : "gemm.tflops and gemm.half_gflop") +
+                      ": the line launch_us + (flops + half) / rate fitted (relative least "
+                      "squares, launch_us kept) to rank 0's cuBLASLt GEMMs alone on its device, " +
+                      std::string(name(m.gemms[i].type)) + " into bf16, m x " +
+                      std::to_string(kGemmSide) + " x " + std::to_string(kGemmSide) + ": " + times +
+                      ".");
+  }
   std::ostringstream j;
   j << fileHead(comment, nranks,
                 ", \"gpus\": " + std::to_string(m.gpus) + ", \"device\": " + jsonString(m.device) +
@@ -143,7 +234,12 @@ std::string gpuTuningFile(const GpuMeasured& m, const GpuDerived& d, int nranks,
     << "}, \"simple\": {\"nvlink\": " << digits(c.hopLatency[kSimple][kNvlink]) << "}},\n"
     << "  \"bandwidth_scale\": {\"nvlink\": " << digits(c.bandwidthScale[kNvlink]) << "},\n"
     << "  \"base_latency_us\": {\"ll\": " << digits(c.baseLatency[kLl])
-    << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "}\n}\n";
+    << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "}";
+  if (!m.gemms.empty())
+    j << ",\n  \"gemm\": {\"tflops\": " << digits(c.gemm.tflops)
+      << ", \"fp8_tflops\": " << digits(c.gemm.fp8Tflops)
+      << ", \"half_gflop\": " << digits(c.gemm.halfGflop) << "}";
+  j << "\n}\n";
   return j.str();
 }
 
@@ -183,6 +279,20 @@ void printGpuCalibration(const GpuMeasured& m, const GpuDerived& d, int nranks,
   }
   key("bandwidth_scale.nvlink", d.before.bandwidthScale[kNvlink], d.after.bandwidthScale[kNvlink],
       "geometric mean of the large calls' scales");
+  for (std::size_t i = 0; i < m.gemms.size(); ++i) {
+    const bool fp8 = m.gemms[i].type == DataType::f8e4m3;
+    for (std::size_t r = 0; r < m.gemms[i].flopsUs.size(); ++r)
+      std::printf("#   GEMM %-6s %5zu x %zu x %zu %9s us, the fit %9s us\n",
+                  std::string(name(m.gemms[i].type)).c_str(), kGemmRows[r], kGemmSide, kGemmSide,
+                  fixed(m.gemms[i].flopsUs[r].second, 1).c_str(),
+                  fixed(d.gemms[i].modelUs[r], 1).c_str());
+    if (fp8) {
+      key("gemm.fp8_tflops", d.before.gemm.fp8Tflops, d.after.gemm.fp8Tflops, "the GEMMs' line");
+    } else {
+      key("gemm.tflops", d.before.gemm.tflops, d.after.gemm.tflops, "the GEMMs' line");
+      key("gemm.half_gflop", d.before.gemm.halfGflop, d.after.gemm.halfGflop, "its intercept");
+    }
+  }
 }
 
 }  // namespace
@@ -264,6 +374,19 @@ Status Calibration::runGpu(bool& quietFailure) {
       model = *got;
     }
   }
+
+  // Rank 0's GEMMs with the others' kernels done (they wait at the barrier after).
+  if (Status s = control_.barrier(); !s) return s;
+  // Without cuBLASLt the file keeps the GEMM constants it had, and says why here.
+  if (rank_ == 0) {
+    auto gemms = timeGemms(*gpu_);
+    if (gemms) {
+      m.gemms = std::move(*gemms);
+    } else {
+      std::printf("# --calibrate --gpu: no GEMM rate (%s)\n", gemms.status().toString().c_str());
+    }
+  }
+  if (Status s = control_.barrier(); !s) return s;
 
   return publish(quietFailure, [&]() -> Result<std::string> {
     // What the GPU tuner's graph takes of the run (the host transport's summary is not it).

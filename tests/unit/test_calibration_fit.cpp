@@ -138,5 +138,28 @@ TEST(CalibrationFit, TimesBelowTheModelsFloorAreHeldThere) {
   EXPECT_NE(bw.status().message().find("time larger calls"), std::string::npos);
 }
 
+// GEMMs timed on the model's own line give its rate and half back; bad timings are refused.
+TEST(CalibrationFit, TheGemmRateAndHalfComeBackFromTheirLine) {
+  const double launch = 5, tflops = 700, half = 8;
+  std::vector<std::pair<double, double>> timed;
+  for (double f : {2e9, 3e10, 5e11, 4e12})
+    timed.emplace_back(f, launch + (f + half * 1e9) / (tflops * 1e12) * 1e6);
+  auto fit = fitGemmRate(timed, launch);
+  ASSERT_TRUE(fit.isOk()) << fit.status().toString();
+  EXPECT_NEAR(fit->tflops, tflops, 1e-6 * tflops);
+  EXPECT_NEAR(fit->halfGflop, half, 1e-6 * half);
+  ASSERT_EQ(fit->modelUs.size(), timed.size());
+  for (std::size_t i = 0; i < timed.size(); ++i)
+    EXPECT_NEAR(fit->modelUs[i], timed[i].second, 1e-6 * timed[i].second);
+  // Faster than the launch alone: the half floors, the rate still fits the slope.
+  auto quick = fitGemmRate({{1e12, 1e12 / 7e14 * 1e6}, {2e12, 2e12 / 7e14 * 1e6}}, launch);
+  ASSERT_TRUE(quick.isOk());
+  EXPECT_NEAR(quick->tflops, 700, 1e-6);
+  EXPECT_EQ(quick->halfGflop, 1e-3);
+  EXPECT_FALSE(fitGemmRate({{1e12, 100}}, launch).isOk());
+  EXPECT_FALSE(fitGemmRate({{1e12, 100}, {2e12, 90}}, launch).isOk());
+  EXPECT_FALSE(fitGemmRate({{1e12, 0}, {2e12, 90}}, launch).isOk());
+}
+
 }  // namespace
 }  // namespace weft::algo
