@@ -33,7 +33,7 @@ LinkClass linkClassOf(topo::PathClass c);
 
 // Where the runtime's kernels beat every schedule on the machine class they were measured on:
 // the ranges in which the selector (algorithms/selector.hpp) offers each, a tuning file's
-// "kernels" section. The defaults are the H200 machine's (docs/perf.md, "The direct kernels in
+// "kernels" section. The defaults are the H200 machine's (docs/perf-gpu.md, "The direct kernels in
 // rounds" and "The direct path through the stages"); the names are the JSON keys.
 struct KernelConstants {
   // gpu_direct_rounds: the direct GPU kernels take calls of up to this many rounds of their
@@ -77,8 +77,8 @@ struct GraphConstants {
 };
 
 // How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written
-// per second. A tuning file's "codecs"; the defaults are the H200 machine's (docs/perf.md, "FP8
-// codecs against the device's copy" and "Compressed collectives").
+// per second. A tuning file's "codecs"; the defaults are the H200 machine's (docs/perf-fused.md,
+// "FP8 codecs against the device's copy" and "Compressed collectives").
 struct CodecConstants {
   double hostGBs = 1.0;         // host_gbs: one rank's codec on host memory (its encode)
   double deviceGBs = 2800;      // device_gbs: one GPU's, shared by the ranks on it
@@ -88,7 +88,7 @@ struct CodecConstants {
 // How fast a GPU multiplies matrices (fused/tp's cuBLASLt GEMMs), for pricing the tensor-parallel
 // operations: a GEMM of F flops takes launch + (F + half) / rate, so it runs at half its large
 // rate at F = half. A tuning file's "gemm"; the defaults are the H200 machine's bf16 figures
-// (docs/perf.md, "Tensor-parallel overlap").
+// (docs/perf-fused.md, "Tensor-parallel overlap").
 struct GemmConstants {
   double tflops = 700;           // tflops: one GPU's rate, shared by the ranks on it
   double fp8Tflops = 1400;       // fp8_tflops: the same for fp8 (e4m3) inputs

@@ -294,7 +294,7 @@ RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape, const GraphC
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
   // device's copy bandwidth (4.2 TB/s on the H200), plus its chains of flags (NVLink-class hops,
   // through L2), and two-shot's all-peers waits 12 us per peer past one in every pass. Figures:
-  // docs/perf.md, "where 8 ranks' time went".
+  // docs/perf-gpu.md, "where 8 ranks' time went".
   const double perRank = 2000.0 / std::max(1, nranks);
   RankGraph g = uniformRankGraph(nranks, topo::PathClass::nvl, perRank, perRank / 4);
   g.deviceCopyGBs = c.deviceCopyGBs;

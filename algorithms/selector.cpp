@@ -22,7 +22,7 @@ namespace {
 
 // GPU ranks of one host: the double binary tree, halving-doubling and the hierarchical
 // all-to-all ran slower than ring and pairwise wherever measured there (one H200: up to 2.1x;
-// two H200s: ring and pairwise the fastest of every forced algorithm; docs/perf.md, "where 8
+// two H200s: ring and pairwise the fastest of every forced algorithm; docs/perf-gpu.md, "where 8
 // ranks' time went" and "the GPU tuner calibrated"), so only WEFT_ALGO picks them. Across
 // hosts, the model's (and the simulator's) choice stands.
 TunerOptions withMeasured(TunerOptions o, const RankGraph& g, const KernelSet& k) {
@@ -109,8 +109,8 @@ Result<Plan> Selector::planGpu(Collective coll, std::size_t bytes) const {
   }
   // Past the direct kernels, one-shot and two-shot would run as schedules through the FIFOs,
   // every peer's message at once: the block collectives' one-shot was never measured there, and
-  // the all-reduces lost to ring wherever they were (one H200, two H200s; docs/perf.md, "the GPU
-  // tuner calibrated"). The next cheapest runs instead unless WEFT_ALGO asks for them.
+  // the all-reduces lost to ring wherever they were (one H200, two H200s; docs/perf-gpu.md, "the
+  // GPU tuner calibrated"). The next cheapest runs instead unless WEFT_ALGO asks for them.
   const bool allPairs = plan->algorithm == "oneshot" || plan->algorithm == "twoshot";
   const bool pastDirect = coll != Collective::allReduce
                               ? plan->algorithm == "oneshot"
@@ -220,10 +220,9 @@ Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const 
   p.algorithm = "compressed";
   p.codec = codec.name;
   p.estimateUs = us;
-  p.reason = codec.name + " over " + how + ", " +
-             std::to_string(static_cast<int>(us)) + " us against " +
-             std::to_string(static_cast<int>(plain->estimateUs)) + " us uncompressed" +
-             (always ? " (compression asked for always)" : "");
+  p.reason = codec.name + " over " + how + ", " + std::to_string(static_cast<int>(us)) +
+             " us against " + std::to_string(static_cast<int>(plain->estimateUs)) +
+             " us uncompressed" + (always ? " (compression asked for always)" : "");
   return p;
 }
 

@@ -220,7 +220,7 @@ struct Layout {
   }
 };
 
-// Segment s is blockIdx.y: no division of a thread's index (docs/perf.md, "FP8 codecs against
+// Segment s is blockIdx.y: no division of a thread's index (docs/perf-fused.md, "FP8 codecs against
 // the device's copy").
 template <typename T, bool E4m3, int Block, bool E8m0>
 __global__ void encodeKernel(const T* in, Layout l, std::uint8_t* out, bool aligned) {

@@ -80,6 +80,18 @@ weft::algo::TpShape shapeOf(weftTpOp_t op, size_t m, size_t n, size_t k, weftDat
           weft::sizeOf(static_cast<weft::DataType>(outOf(type)))};
 }
 
+// The fp8 calls: checked, then run with C of fp8->output and the scales.
+weftResult_t runFp8(const char* what, weft::algo::TpOp op, const void* a, const void* bT, void* c,
+                    void* gathered, const void* bias, size_t m, size_t n, size_t k,
+                    weftDataType_t datatype, const weftTpFp8* fp8, void* workspace,
+                    size_t workspaceBytes, weftComm_t comm, void* stream) {
+  if (weftResult_t r = checkFp8(what, datatype, fp8); r != weftSuccess) return r;
+  auto call = callOf(op, a, bT, c, gathered, bias, m, n, k, datatype, workspace, workspaceBytes,
+                     stream, fp8->output);
+  call.scales = {fp8->aScale, fp8->bScale};
+  return runTp(what, comm, call, datatype);
+}
+
 }  // namespace
 
 extern "C" {
@@ -97,13 +109,8 @@ weftResult_t weftAllGatherGemmFp8(const void* aShard, const void* bT, void* c, v
                                   const void* bias, size_t m, size_t n, size_t k,
                                   weftDataType_t datatype, const weftTpFp8* fp8, void* workspace,
                                   size_t workspaceBytes, weftComm_t comm, void* stream) {
-  const char* what = "weftAllGatherGemmFp8";
-  if (weftResult_t r = checkFp8(what, datatype, fp8); r != weftSuccess) return r;
-  if (weftResult_t r = checkType(what, fp8->output); r != weftSuccess) return r;
-  auto call = callOf(weft::algo::TpOp::allGatherGemm, aShard, bT, c, aGathered, bias, m, n, k,
-                     datatype, workspace, workspaceBytes, stream, fp8->output);
-  call.scales = {fp8->aScale, fp8->bScale};
-  return runTp(what, comm, call, datatype);
+  return runFp8("weftAllGatherGemmFp8", weft::algo::TpOp::allGatherGemm, aShard, bT, c, aGathered,
+                bias, m, n, k, datatype, fp8, workspace, workspaceBytes, comm, stream);
 }
 
 weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* c, const void* bias,
@@ -119,13 +126,8 @@ weftResult_t weftGemmReduceScatterFp8(const void* a, const void* bT, void* c, co
                                       size_t m, size_t n, size_t k, weftDataType_t datatype,
                                       const weftTpFp8* fp8, void* workspace, size_t workspaceBytes,
                                       weftComm_t comm, void* stream) {
-  const char* what = "weftGemmReduceScatterFp8";
-  if (weftResult_t r = checkFp8(what, datatype, fp8); r != weftSuccess) return r;
-  if (weftResult_t r = checkType(what, fp8->output); r != weftSuccess) return r;
-  auto call = callOf(weft::algo::TpOp::gemmReduceScatter, a, bT, c, nullptr, bias, m, n, k,
-                     datatype, workspace, workspaceBytes, stream, fp8->output);
-  call.scales = {fp8->aScale, fp8->bScale};
-  return runTp(what, comm, call, datatype);
+  return runFp8("weftGemmReduceScatterFp8", weft::algo::TpOp::gemmReduceScatter, a, bT, c, nullptr,
+                bias, m, n, k, datatype, fp8, workspace, workspaceBytes, comm, stream);
 }
 
 weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,

@@ -106,8 +106,8 @@ Status Communicator::ensureGpu() {
   // from streams of one CUDA context. Beyond CUDA_DEVICE_MAX_CONNECTIONS streams (8 unless set)
   // streams share hardware queues, where a rank's kernel queued behind a peer's next call
   // (which waits for that peer's current kernel, which waits for this rank) could never start
-  // (docs/perf.md, "MPS and hardware queues"). 32 queues, set before CUDA starts, give each of up
-  // to 32 streams its own.
+  // (docs/perf-gpu.md, "MPS and hardware queues"). 32 queues, set before CUDA starts, give each of
+  // up to 32 streams its own.
   static std::atomic<bool> warned{false};
   if (gpu_->threadsOnDevice() > 1 && config_.cudaMaxConnections < 32 && !warned.exchange(true)) {
     WEFT_WARN(log::kInit,
@@ -128,7 +128,7 @@ bool Communicator::readsRegisteredInPlace(bool twoShot, std::size_t bytes) const
 }
 
 bool Communicator::writesRegisteredOutputs() const {
-  // Faster from 16 MB, level below (docs/perf.md, "registered outputs"): unless turned off.
+  // Faster from 16 MB, level below (docs/perf-gpu.md, "registered outputs"): unless turned off.
   return config_.gpuRegistered != 0;
 }
 

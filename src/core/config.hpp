@@ -76,7 +76,7 @@ struct Config {
   // input; its share for each peer, for reduce-scatter and all-to-all) hold at most this many
   // bytes pushes them to the peers as ll lines (data and flag in one 8-byte word: no fence, no
   // flag round trip) instead of copying them into its slab (exec::GpuOptions::llDirectBytes):
-  // about twice as fast to 256 KiB (docs/perf.md, "ll on many blocks and for every one-shot").
+  // about twice as fast to 256 KiB (docs/perf-gpu.md, "ll on many blocks and for every one-shot").
   std::size_t gpuLlDirectBytes = 256 * 1024;
   // WEFT_GPU_LL_BLOCK_BYTES (512-262144): the least an ll one-shot block takes of a piece
   // (exec::GpuOptions::llBlockBytes).

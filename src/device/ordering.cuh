@@ -127,14 +127,15 @@ __device__ inline void fail(const LaunchArgs& a, int code, int channel, int peer
 }
 
 // Vectors each thread keeps in flight per operand in the element-wise loop: 8 x 16 bytes x 512
-// threads = 64 KiB per SM; 8 beat 4 by 6-7 % at 128 MB (docs/perf.md, "eight vectors in
+// threads = 64 KiB per SM; 8 beat 4 by 6-7 % at 128 MB (docs/perf-gpu.md, "eight vectors in
 // flight"). An A/B switch: scripts/gpu-ab.sh B_FLAGS=-DWEFT_GPU_UNROLL=4.
 #ifndef WEFT_GPU_UNROLL
 #define WEFT_GPU_UNROLL 8
 #endif
 
 // Two switches for the bulk protocol's post, both off by default since each cost 4-8 % at 128 MB
-// (docs/perf.md, "the bulk post, and which switches lost"); =1 restores the old code for an A/B:
+// (docs/perf-gpu.md, "the bulk post, and which switches lost"); =1 restores the old code for an
+// A/B:
 //  - WEFT_GPU_POST_FENCE=1: a fence before thread 0's release stores. Without it, the release
 //    after the block barrier is cumulative in the PTX memory model, so the block's data writes
 //    (and its reads of the slots it frees) are ordered before it all the same.

@@ -63,18 +63,18 @@ struct GpuOptions {
   // to kDirectLlRanks ranks) push ll lines into the peers' ll inboxes (device::launchDirectLl).
   std::size_t llDirectBytes = 256 * 1024;
   // An ll call gives each block at least this many bytes of a piece: smaller shares spread small
-  // calls over more blocks, which measured faster down to 1 KiB (docs/perf.md, "ll on many
+  // calls over more blocks, which measured faster down to 1 KiB (docs/perf-gpu.md, "ll on many
   // blocks").
   std::size_t llBlockBytes = 1024;
   // ... and spreads over at most this many blocks (up to CudaIpcGeometry::kDirectLlBlocks, and
   // those all ranks' kernels on a device can keep resident): 128 beat 32 from 64 KB on two H200s
-  // (docs/perf.md, "The ll one-shot on up to 128 blocks").
+  // (docs/perf-gpu.md, "The ll one-shot on up to 128 blocks").
   int llBlocks = 128;
   // Programmatic dependent launch of the ll one-shot kernels (sm_90): each launches as a
   // programmatic dependent of the stream's previous kernel, waits for that kernel's completion
   // (griddepcontrol.wait) before it touches memory, and lets the stream's next kernel be
   // scheduled once its peers' lines have all arrived; so only the next call's launch overlaps
-  // this one's tail (0.2-0.4 us a call; docs/perf.md, "the ll kernels as programmatic
+  // this one's tail (0.2-0.4 us a call; docs/perf-gpu.md, "the ll kernels as programmatic
   // dependents"). Not earlier: a waiting kernel could hold SMs a peer sharing the GPU needs.
   bool dependentLaunch = true;
   // Graphs ordered against eager calls too (WEFT_GRAPH_MIXING; src/exec/launch_order.hpp).

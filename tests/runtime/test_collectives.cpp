@@ -533,7 +533,7 @@ TEST(Arguments, GpuPlansKeepTheLowLatencyProtocolForSmallCalls) {
 // What the GPU tuner picks for an all-reduce of ranks sharing one GPU (no GPU needed to plan):
 // the direct kernels (one-shot to 128 KiB, and at any size to 4 ranks; two-shot beyond on 8), in
 // rounds of their slabs up to a limit by rank count (4 on 2 ranks, 16 on 4, 64 on 8); past it,
-// the fastest measured on the H200 (docs/perf.md, 2026-11-30): ring (two-shot through
+// the fastest measured on the H200 (docs/perf-gpu.md, 2026-11-30): ring (two-shot through
 // the FIFOs 4-20 % slower once ring's forwarding steps read each message once; the double
 // binary tree, which the model priced ahead at 8 MB, 1.1-2.1x slower). Before a device is set
 // up the plans take 4 MiB rounds.
@@ -582,7 +582,7 @@ TEST(Arguments, GpuAllReducePlansFollowTheDirectKernelAndMemoryTraffic) {
 }
 
 // The GPU tuning files weft-perf --calibrate --gpu wrote on the machines perf/tuning/ names:
-// with one, the GPU tuner makes the picks whose regret docs/perf.md records (the calibration's
+// with one, the GPU tuner makes the picks whose regret docs/perf-gpu.md records (the calibration's
 // "after" column, sizes as weft-perf's: an all-reduce's buffer, the others' larger buffer).
 TEST(Arguments, GpuTuningFilesKeepTheirMeasuredPicks) {
   struct Case {
