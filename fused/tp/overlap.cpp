@@ -104,10 +104,23 @@ Status checkTp(const TpCall& x, int nranks) {
     return s;
   if (x.type != DataType::f8e4m3 && (x.scales.a != nullptr || x.scales.b != nullptr))
     return invalidArgument(what + ": scales apply to fp8 operands only");
-  // cuBLASLt refuses scales that are not 16-byte aligned ("not supported", at the GEMM).
-  for (const float* scale : {x.scales.a, x.scales.b}) {
-    if (reinterpret_cast<std::uintptr_t>(scale) % 16 != 0)
-      return invalidArgument(what + ": an fp8 scale's address must be a multiple of 16 bytes");
+  // cuBLASLt's fp8 GEMMs refuse operands, outputs and scales that are not 16-byte aligned, and
+  // rows of C that are not ("not supported", at the GEMM: a rank failing mid-call would strand
+  // its peers). C's rows of 8 values keep every block's and chunk's C aligned too.
+  if (x.type == DataType::f8e4m3) {
+    for (const void* p :
+         {static_cast<const void*>(x.a), x.b, static_cast<const void*>(x.c),
+          static_cast<const void*>(x.gathered), x.bias, static_cast<const void*>(x.scales.a),
+          static_cast<const void*>(x.scales.b)}) {
+      if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+        return invalidArgument(what +
+                               ": fp8 calls need A, B, C, the gathered A, the bias and the scales "
+                               "at addresses that are multiples of 16 bytes");
+    }
+    const std::size_t cRow = ag ? x.cols / n : x.cols;
+    if (cRow % 8 != 0)
+      return invalidArgument(what + ": fp8 needs C's rows (" + std::to_string(cRow) +
+                             " values) to be a multiple of 8");
   }
   // fp8 operands are read along k, whose rows cuBLASLt wants 16-byte aligned.
   if (x.type == DataType::f8e4m3 && (ag ? x.k : x.k / n) % 16 != 0)

@@ -272,9 +272,10 @@ WEFT_API weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* 
 /* The fp8 forms: A and B of `datatype` weftFloat8e4m3, B given transposed (row-major B^T,
  * [n/s, k] for all-gather and [n, k/s] for reduce-scatter: fp8 tensor cores read both operands
  * along k); C and the bias of fp8->output (weftBfloat16 or weftFloat16), C = aScale * bScale *
- * (A * B) (+ bias). The scales: one float each in device memory at a 16-byte aligned address,
- * NULL for 1; all-gather's aScale the same on every rank. A rank's k (k, or k/s for reduce-scatter)
- * must be a multiple of 16. weftTpWorkspaceSize and weftTpPlan take weftFloat8e4m3 for these calls.
+ * (A * B) (+ bias). The scales: one float each in device memory, NULL for 1; all-gather's aScale
+ * the same on every rank. cuBLASLt's fp8 rules: A, B, C, aGathered, the bias and the scales at
+ * 16-byte aligned addresses, a rank's k (k, or k/s for reduce-scatter) a multiple of 16, C's rows
+ * (n/s or n values) a multiple of 8. weftTpWorkspaceSize and weftTpPlan take weftFloat8e4m3 for these calls.
  */
 typedef struct {
   weftDataType_t output;

@@ -411,7 +411,7 @@ TEST(GpuTpErrors, BadCallsAreRefusedAndChangeNothing) {
     const weftTpFp8 unaligned{weftBfloat16, d.scales, d.scales + 1};
     expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 64, weftFloat8e4m3,
                                            &unaligned, nullptr, 0, comm.handle(), s),
-                  "multiple of 16 bytes");
+                  "multiples of 16 bytes");
     const weftTpFp8 toFp8{weftFloat8e4m3, nullptr, nullptr};
     expectRefused(weftAllGatherGemmFp8(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
                                        &toFp8, nullptr, 0, comm.handle(), s),

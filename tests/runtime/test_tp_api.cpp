@@ -67,7 +67,13 @@ TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
     const weftTpFp8 unaligned{weftBfloat16, scales, scales + 1};
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                            weftFloat8e4m3, &unaligned, nullptr, 0, comm, nullptr),
-                  weftInvalidArgument, "multiple of 16 bytes");
+                  weftInvalidArgument, "multiples of 16 bytes");
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 60, 64,
+                                           weftFloat8e4m3, &fp8, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "multiple of 8");
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data() + 1, nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, &fp8, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "multiples of 16 bytes");
     const weftTpFp8 intoFp8{weftFloat8e4m3, nullptr, nullptr};
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                            weftFloat8e4m3, &intoFp8, nullptr, 0, comm, nullptr),
