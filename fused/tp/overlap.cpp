@@ -121,11 +121,12 @@ Status checkTp(const TpCall& x, int nranks) {
     if (cRow % 8 != 0)
       return invalidArgument(what + ": fp8 needs C's rows (" + std::to_string(cRow) +
                              " values) to be a multiple of 8");
+    // The operands are read along k, whose rows must be 16-byte aligned too.
+    const std::size_t depth = ag ? x.k : x.k / n;
+    if (depth % 16 != 0)
+      return invalidArgument(what + ": fp8 needs each rank's k (" + std::to_string(depth) +
+                             ") to be a multiple of 16");
   }
-  // fp8 operands are read along k, whose rows cuBLASLt wants 16-byte aligned.
-  if (x.type == DataType::f8e4m3 && (ag ? x.k : x.k / n) % 16 != 0)
-    return invalidArgument(what + ": fp8 needs each rank's k (" +
-                           std::to_string(ag ? x.k : x.k / n) + ") to be a multiple of 16");
   if (x.a == nullptr || x.b == nullptr || x.c == nullptr)
     return invalidArgument(what + ": A, B and C must not be NULL");
   if (x.gathered != nullptr && !ag)
