@@ -13,9 +13,13 @@ std::string_view name(TpOp op) {
 }
 
 std::size_t TpShape::chunkRows(int chunks, int c) const {
-  const std::size_t rows = m / static_cast<std::size_t>(std::max(1, nranks));
+  const std::size_t grains = mostChunks();
   const auto parts = static_cast<std::size_t>(chunks), i = static_cast<std::size_t>(c);
-  return rows / parts + (i < rows % parts ? 1 : 0);
+  return (grains / parts + (i < grains % parts ? 1 : 0)) * std::max<std::size_t>(rowGrain, 1);
+}
+
+std::size_t TpShape::mostChunks() const {
+  return m / static_cast<std::size_t>(std::max(1, nranks)) / std::max<std::size_t>(rowGrain, 1);
 }
 
 std::string TpPlan::name() const {
@@ -72,12 +76,13 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
            " ranks on one host that map each other's memory)";
     ks.push_back(1);
   } else if (forcedChunks == kTpFused || forcedChunks > 0) {
-    ks.push_back(forcedChunks == kTpFused ? kTpFused
-                                          : static_cast<int>(std::clamp<std::size_t>(
-                                                forcedChunks, 1, std::max<std::size_t>(rows, 1))));
+    ks.push_back(forcedChunks == kTpFused
+                     ? kTpFused
+                     : static_cast<int>(std::clamp<std::size_t>(
+                           forcedChunks, 1, std::max<std::size_t>(s.mostChunks(), 1))));
   } else {
     for (int k : {1, 2, 4, 8, 16})
-      if (k == 1 || static_cast<std::size_t>(k) <= rows) ks.push_back(k);
+      if (k == 1 || static_cast<std::size_t>(k) <= s.mostChunks()) ks.push_back(k);
     if (fusable) ks.push_back(kTpFused);
   }
   for (int k : ks) {

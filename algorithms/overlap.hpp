@@ -25,11 +25,15 @@ struct TpShape {
   std::size_t valueBytes = 2;
   int nranks = 1;
   std::size_t outBytes = 0;
+  // Rows a GEMM takes in multiples of (block-scaled fp8: 4); a rank's rows are a multiple.
+  std::size_t rowGrain = 1;
   std::size_t cBytes() const { return outBytes != 0 ? outBytes : valueBytes; }
   // The bytes of the collective's values: A's rows (all-gather) or C's (reduce-scatter).
   std::size_t commBytes() const { return op == TpOp::allGatherGemm ? valueBytes : cBytes(); }
-  // Rows of one rank's block (m / nranks) in chunk c of `chunks`: the first take one more.
+  // Rows of one rank's block (m / nranks) in chunk c of `chunks`, whole grains: the first take
+  // one more; the most chunks that cut it (a grain each).
   std::size_t chunkRows(int chunks, int c) const;
+  std::size_t mostChunks() const;
 };
 
 // TpPlan::chunks of the fused variants, ranks that map each other's memory: all-gather + GEMM

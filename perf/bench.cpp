@@ -188,7 +188,7 @@ Status RankBench::preamble() {
   std::string summary = comm_->summary();
   // "rank 3 of 4, host memory, ..." -> "host memory, ..."
   if (auto comma = summary.find(", "); comma != std::string::npos) summary.erase(0, comma + 2);
-  char line[256];
+  char line[512];  // past the 255-byte host name and the rest
   if (gpu_) {
     // As nccl-tests names a rank's GPU: its index, PCI bus and name.
     std::snprintf(line, sizeof line, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s",

@@ -129,6 +129,10 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--m", gemmM, "ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
   app.add_option("--n", o.gemmN, "ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
   app.add_option("--k", o.gemmK, "ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
+  std::string fp8Scales;
+  app.add_option("--fp8-scales", fp8Scales,
+                 "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
+                 "(one per 128 values of A's rows and per 128x128 tile of B)");
   app.add_option("-b,--minbytes", minBytes, "smallest size (K, M, G suffixes)")
       ->capture_default_str();
   app.add_option("-e,--maxbytes", maxBytes, "largest size")->capture_default_str();
@@ -220,9 +224,12 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     o.tp = ag ? TpMode::allGatherGemm : TpMode::gemmReduceScatter;
     collective = ag ? "allgather" : "reducescatter";
     type = type == "float" ? "bfloat16" : type;  // the GEMMs' usual type unless -d says
-  } else if (!gemmM.empty() || o.gemmN != 0 || o.gemmK != 0) {
-    return fail("--m, --n and --k shape ag-gemm and gemm-rs only");
+  } else if (!gemmM.empty() || o.gemmN != 0 || o.gemmK != 0 || !fp8Scales.empty()) {
+    return fail("--m, --n, --k and --fp8-scales shape ag-gemm and gemm-rs only");
   }
+  if (!fp8Scales.empty() && fp8Scales != "tensor" && fp8Scales != "block")
+    return fail("--fp8-scales " + fp8Scales + ": tensor or block");
+  o.fp8Blocks = fp8Scales == "block";
   if (!gemmM.empty()) {
     o.gemmM.clear();
     std::stringstream rows(gemmM);

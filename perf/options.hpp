@@ -38,6 +38,7 @@ struct Options {
   TpMode tp = TpMode::none;
   std::vector<std::size_t> gemmM{128, 1024, 4096, 16384};
   std::size_t gemmN = 0, gemmK = 0;
+  bool fp8Blocks = false;  // -d e4m3 with --fp8-scales block: DeepSeek-V3's 128-value blocks
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;

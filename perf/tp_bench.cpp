@@ -147,13 +147,15 @@ class TpBench {
     return control_.combine(*seconds / opt_.iters * 1e6, opt_.average);
   }
 
-  // C's type: A's, or bf16 for fp8 A and B (whose B is given transposed, scales 1).
+  // C's type: A's, or bf16 for fp8 A and B (whose B is given transposed, scales 1, per tensor
+  // or per block).
   static DataType outOf(DataType t) { return t == DataType::f8e4m3 ? DataType::bf16 : t; }
 
   Status tp(Comm& comm, DataType t, std::size_t m, void* c) {
     void* s = gpu_.stream();
     if (t == DataType::f8e4m3) {
-      const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+      const weftTpFp8 fp8{weftBfloat16, blocks_ ? ones_ : nullptr, blocks_ ? ones_ : nullptr,
+                          blocks_ ? weftTpFp8Block128 : weftTpFp8PerTensor, nullptr};
       return ag_ ? comm.allGatherGemmFp8(a_, b_, c, m, cols(), depth(), fp8, s)
                  : comm.gemmReduceScatterFp8(a_, b_, c, m, cols(), depth(), fp8, s);
     }
@@ -178,6 +180,13 @@ class TpBench {
                            stagingCount * (ag_ ? es : cs));
         !s)
       return s;
+    // Block scales (all 1): A's rows' and Bᵀ's tiles', or a GEMM's repacked A scales, batches
+    // padded (fused::tp::Gemms::blockScaleFloats).
+    blocks_ = t == DataType::f8e4m3 && opt_.fp8Blocks;
+    if (blocks_) {
+      const std::size_t kb = (aCols + 127) / 128;
+      if (Status s = scaleOnes((m + 4 * n) * (kb + 1) + (bCols / 128 + 1) * (kb + 4)); !s) return s;
+    }
     std::vector<std::byte> host;
     fillRandom(host, t, aRows * aCols, 2 * static_cast<std::uint64_t>(rank_) + 1);
     if (Status s = gpu_.copyIn(a_, host.data(), host.size()); !s) return s;
@@ -190,13 +199,19 @@ class TpBench {
                               depth(),
                               es,
                               nranks_,
-                              cs};
-    const fused::tp::GemmShape g = fused::tp::chunkGemm(shape, t, ot, 1, 0).shape;  // whole
+                              cs,
+                              blocks_ ? std::size_t{4} : 1};
+    fused::tp::GemmShape g = fused::tp::chunkGemm(shape, t, ot, 1, 0).shape;  // whole
+    g.blockScales = blocks_;
+    auto scales = [&](const fused::tp::GemmShape& gemm) {
+      if (!blocks_) return fused::tp::GemmScales{};
+      return fused::tp::GemmScales{ones_, ones_, fused::tp::Gemms::blockScaleFloats(gemm.m, aCols)};
+    };
     void* stream = gpu_.stream();
     auto timeGemm = [&] {
       return timeUs([&] {
         return gemms_->run(g, ag_ ? staging_ : a_, b_, ag_ ? c_ : staging_, nullptr, gemmWs_,
-                           stream);
+                           stream, scales(g));
       });
     };
     auto timeCollective = [&] {
@@ -242,10 +257,13 @@ class TpBench {
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
       auto us = timeUs([&]() -> Status {
         for (int i = 0; i < k; ++i) {
-          const fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
+          fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
+          ch.shape.blockScales = blocks_;
           std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
           std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
-          if (Status st = gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream); !st)
+          if (Status st =
+                  gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream, scales(ch.shape));
+              !st)
             return st;
         }
         return {};
@@ -287,9 +305,9 @@ class TpBench {
     }
     if (rank_ == 0) {
       const double overlap = (*sequential - *pick) / std::min(*gemm, *coll);
+      const std::string type = std::string(tableName(t)) + (blocks_ ? "/128" : "");
       std::printf("  %8zu %7zu %7zu %9s %10.1f %10.1f %11.1f %10.1f %10s %8.2f", m, cols(), depth(),
-                  std::string(tableName(t)).c_str(), *gemm, *coll, *sequential, *pick, plan,
-                  overlap);
+                  type.c_str(), *gemm, *coll, *sequential, *pick, plan, overlap);
       for (double us : variants) std::printf(" %10.1f", us);
       for (double us : chunkGemms) {
         if (us < 0) {
@@ -325,6 +343,18 @@ class TpBench {
     return grow(gemmWs_, gemmWsBytes_, fused::tp::Gemms::kWorkspaceBytes);
   }
 
+  // At least `count` floats of 1 at ones_.
+  Status scaleOnes(std::size_t count) {
+    if (count <= onesCount_) return {};
+    auto fresh = gpu_.allocate(count * sizeof(float));
+    if (!fresh) return fresh.status();
+    const std::vector<float> one(count, 1.0f);
+    if (Status s = gpu_.copyIn(*fresh, one.data(), count * sizeof(float)); !s) return s;
+    ones_ = reinterpret_cast<float*>(*fresh);
+    onesCount_ = count;
+    return {};
+  }
+
   ProcessContext& ctx_;
   const Options& opt_;
   int rank_, thread_, nranks_;
@@ -338,6 +368,9 @@ class TpBench {
             *gemmWs_ = nullptr;
   std::size_t aBytes_ = 0, bBytes_ = 0, cBytes_ = 0, refBytes_ = 0, stagingBytes_ = 0,
               gemmWsBytes_ = 0;
+  bool blocks_ = false;  // this row's fp8 scales per block
+  float* ones_ = nullptr;
+  std::size_t onesCount_ = 0;
 };
 
 }  // namespace

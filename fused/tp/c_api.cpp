@@ -24,6 +24,9 @@ weftResult_t checkFp8(const char* what, weftDataType_t type, const weftTpFp8* fp
                    (validType(type) ? std::string(weft::name(static_cast<weft::DataType>(type)))
                                     : std::to_string(static_cast<int>(type))) +
                    "; the calls without Fp8 multiply the others)");
+  if (fp8->scaling != weftTpFp8PerTensor && fp8->scaling != weftTpFp8Block128)
+    return invalid(std::string(what) + ": invalid fp8 scaling " +
+                   std::to_string(static_cast<int>(fp8->scaling)));
   return checkType(what, fp8->output);
 }
 
@@ -89,6 +92,8 @@ weftResult_t runFp8(const char* what, weft::algo::TpOp op, const void* a, const 
   auto call = callOf(op, a, bT, c, gathered, bias, m, n, k, datatype, workspace, workspaceBytes,
                      stream, fp8->output);
   call.scales = {fp8->aScale, fp8->bScale};
+  call.blockScales = fp8->scaling == weftTpFp8Block128;
+  call.gatheredScales = fp8->aScaleGathered;
   return runTp(what, comm, call, datatype);
 }
 

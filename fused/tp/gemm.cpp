@@ -115,6 +115,14 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
     lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transposed,
                                       sizeof(transposed));
   }
+  if (s.blockScales) {  // cuBLASLt's A is this Bᵀ (128 × 128 tiles), its B this A (1 × 128)
+    const std::int32_t tiles = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const std::int32_t rows = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &tiles,
+                                      sizeof(tiles));
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &rows,
+                                      sizeof(rows));
+  }
   if (s.smCount > 0) {
     const std::int32_t sms = s.smCount;
     lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms,
@@ -179,6 +187,22 @@ Gemms::~Gemms() {
 Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, const void* bias,
                   void* workspace, void* stream, GemmScales scales) {
   if (s.m == 0 || s.n == 0) return {};
+  if (s.blockScales && s.batches > 1) {  // block scales have no batch stride: one GEMM each
+    GemmShape one = s;
+    one.batches = 1;
+    one.strideA = one.strideC = 0;
+    for (int i = 0; i < s.batches; ++i) {
+      const auto I = static_cast<std::size_t>(i);
+      GemmScales at = scales;
+      at.a = scales.a + I * scales.aBatchFloats;
+      if (Status r = run(one, static_cast<const std::byte*>(a) + I * s.strideA * sizeOf(s.type), b,
+                         static_cast<std::byte*>(c) + I * s.strideC * sizeOf(s.out), bias,
+                         workspace, stream, at);
+          !r)
+        return r;
+    }
+    return {};
+  }
   auto lt = loadLt();
   if (!lt) return lt.status();
   const auto handle = static_cast<cublasLtHandle_t>(handle_);

@@ -19,7 +19,8 @@ namespace weft::fused::tp {
 // k × n (rows ldb apart; or given as Bᵀ, n × k), C[b] is m × n at c + b·strideC (rows ldc
 // apart); strides and leading dimensions in values. bias: n values (or null), added to every row.
 // fp8 (e4m3) A and B: C = scaleA · scaleB · (A · B) (+ bias) in bf16 or f16, B given as Bᵀ (the
-// tensor cores read both fp8 operands along k).
+// tensor cores read both fp8 operands along k); the scales one a tensor, or (blockScales) one
+// per 128 values along k of each row of A and one per 128 × 128 tile of Bᵀ (GemmScales).
 struct GemmShape {
   std::size_t m = 0, n = 0, k = 0;
   std::size_t lda = 0, ldb = 0, ldc = 0;
@@ -29,18 +30,23 @@ struct GemmShape {
   DataType out = DataType::bf16;   // of C and bias: A's, or bf16 or f16 for f8e4m3
   bool bTransposed = false;        // B given as Bᵀ
   bool bias = false;
-  int smCount = 0;  // the SMs cuBLASLt plans for (others run beside it); 0: the device's
+  bool blockScales = false;  // fp8's scales per block
+  int smCount = 0;           // the SMs cuBLASLt plans for (others run beside it); 0: the device's
   auto key() const {
     return std::make_tuple(m, n, k, lda, ldb, ldc, batches, strideA, strideC,
                            static_cast<int>(type), static_cast<int>(out), bTransposed, bias,
-                           smCount);
+                           blockScales, smCount);
   }
 };
 
-// Device pointers to one f32 each (null: 1), fp8 GEMMs' dequantization scales.
+// fp8 GEMMs' dequantization scales in device memory: one f32 each (null: 1), or with
+// GemmShape::blockScales cuBLASLt's layouts: A's [ceil(k/128)][scaleLd(m)] (rows fastest; batch
+// b's aBatchFloats on), Bᵀ's [ceil(n/128)][tileScaleLd(ceil(k/128))]. The GEMM's m a multiple
+// of 4 (cuBLASLt finds no algorithm else); both 16-byte aligned.
 struct GemmScales {
   const float* a = nullptr;
   const float* b = nullptr;
+  std::size_t aBatchFloats = 0;
 };
 
 // One rank's cuBLASLt handle on its device, and the algorithm its heuristic gave each shape.
@@ -60,6 +66,13 @@ class Gemms {
              void* workspace, void* stream, GemmScales scales = {});
 
   // Which (A and B, C) types run: bf16, f16, f32 alike; f8e4m3 into bf16 or f16.
+  // The block-scaled A scales' leading dimension, and the floats they take (16-byte aligned).
+  static std::size_t scaleLd(std::size_t rows) { return rows; }
+  static std::size_t tileScaleLd(std::size_t kBlocks) { return (kBlocks + 3) / 4 * 4; }
+  static std::size_t blockScaleFloats(std::size_t rows, std::size_t k) {
+    return ((k + 127) / 128 * scaleLd(rows) + 3) / 4 * 4;
+  }
+
   static bool supports(DataType type, DataType out) {
     if (type == DataType::f8e4m3) return out == DataType::bf16 || out == DataType::f16;
     return type == out &&

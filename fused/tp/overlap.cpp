@@ -69,14 +69,46 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, DataType out, int chu
   return c;
 }
 
-Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
-  // cuBLASLt's, then the staging of every rank's rows: the gathered A, or the GEMM's partial C.
+std::size_t scaleBlocks(const algo::TpShape& s) {
+  const std::size_t depth =
+      s.op == algo::TpOp::allGatherGemm ? s.k : s.k / static_cast<std::size_t>(s.nranks);
+  return (depth + 127) / 128;
+}
+
+std::size_t tileRows(const algo::TpShape& s) {
+  const std::size_t rows =
+      s.op == algo::TpOp::allGatherGemm ? s.cols / static_cast<std::size_t>(s.nranks) : s.cols;
+  return (rows + 127) / 128;
+}
+
+Result<TpWorkspace> workspaceLayout(const algo::TpShape& s) {
+  const auto n = static_cast<std::size_t>(s.nranks);
   const auto staging =
       product(s.m, s.op == algo::TpOp::allGatherGemm ? s.k : s.cols, s.commBytes());
-  if (!staging || *staging > std::numeric_limits<std::size_t>::max() / 2)
+  // fp8's block scales: every rank's rows' (gathered), then repacked as batches of rows, each
+  // padded to 16 bytes (Gemms::blockScaleFloats).
+  const std::size_t blocks = s.valueBytes == 1 ? scaleBlocks(s) : 0;
+  const auto gathered = product(s.m, blocks, sizeof(float));
+  const auto packed = product(s.m + 4 * n, blocks + 1, sizeof(float));
+  const auto tiles = product(tileRows(s), Gemms::tileScaleLd(blocks), sizeof(float));
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 8;
+  if (!staging || !gathered || !packed || !tiles || *staging > most || *gathered > most ||
+      *packed > most || *tiles > most)
     return invalidArgument("a " + std::to_string(s.m) + "x" + std::to_string(s.cols) + "x" +
                            std::to_string(s.k) + " GEMM is too large to stage");
-  return kGemmWorkspaceBytes + aligned(*staging);
+  TpWorkspace w;
+  w.staging = kGemmWorkspaceBytes;
+  w.gatheredScales = w.staging + aligned(*staging);
+  w.packedScales = w.gatheredScales + (blocks == 0 ? 0 : aligned(*gathered));
+  w.tileScales = w.packedScales + (blocks == 0 ? 0 : aligned(*packed));
+  w.total = w.tileScales + (blocks == 0 ? 0 : aligned(*tiles));
+  return w;
+}
+
+Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
+  auto w = workspaceLayout(s);
+  if (!w) return w.status();
+  return w->total;
 }
 
 Status checkTp(const TpCall& x, int nranks) {
@@ -102,8 +134,18 @@ Status checkTp(const TpCall& x, int nranks) {
                     : divides(x.k, "k", "A's columns and B's rows, split");
       !s)
     return s;
-  if (x.type != DataType::f8e4m3 && (x.scales.a != nullptr || x.scales.b != nullptr))
+  if (x.type != DataType::f8e4m3 &&
+      (x.scales.a != nullptr || x.scales.b != nullptr || x.blockScales))
     return invalidArgument(what + ": scales apply to fp8 operands only");
+  if (x.blockScales && (x.scales.a == nullptr || x.scales.b == nullptr))
+    return invalidArgument(what + ": block-scaled fp8 needs A's and B's scales (NULL given)");
+  if (x.blockScales && (x.m / n) % 4 != 0)
+    return invalidArgument(
+        what + ": block-scaled fp8 needs each rank's rows (m/s = " + std::to_string(x.m / n) +
+        ") to be a multiple of 4 (cuBLASLt runs no such GEMM otherwise)");
+  if (x.gatheredScales != nullptr && (!ag || !x.blockScales))
+    return invalidArgument(what +
+                           ": only a block-scaled all-gather + GEMM returns the gathered scales");
   // cuBLASLt's fp8 GEMMs refuse operands, outputs and scales that are not 16-byte aligned, and
   // rows of C that are not ("not supported", at the GEMM: a rank failing mid-call would strand
   // its peers). C's rows of 8 values keep every block's and chunk's C aligned too.
@@ -111,11 +153,12 @@ Status checkTp(const TpCall& x, int nranks) {
     for (const void* p :
          {static_cast<const void*>(x.a), x.b, static_cast<const void*>(x.c),
           static_cast<const void*>(x.gathered), x.bias, static_cast<const void*>(x.scales.a),
-          static_cast<const void*>(x.scales.b)}) {
+          static_cast<const void*>(x.scales.b), static_cast<const void*>(x.gatheredScales)}) {
       if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-        return invalidArgument(what +
-                               ": fp8 calls need A, B, C, the gathered A, the bias and the scales "
-                               "at addresses that are multiples of 16 bytes");
+        return invalidArgument(
+            what +
+            ": fp8 calls need A, B, C, the gathered A, the bias and the scales "
+            "(and the gathered scales) at addresses that are multiples of 16 bytes");
     }
     const std::size_t cRow = ag ? x.cols / n : x.cols;
     if (cRow % 8 != 0)

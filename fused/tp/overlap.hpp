@@ -28,12 +28,16 @@ struct TpCall {
   DataType type = DataType::bf16;      // A's and B's
   DataType out = DataType::bf16;       // C's and the bias's: type's, or bf16/f16 for f8e4m3
   GemmScales scales;                   // f8e4m3's (B given as Bᵀ then: gemm.hpp)
-  void* workspace = nullptr;           // null: the communicator's
+  // f8e4m3's scales per block: scales.a row-major, one f32 per 128 values along k of each of
+  // this rank's rows of A; scales.b one per 128 × 128 tile of this rank's Bᵀ, row-major.
+  bool blockScales = false;
+  float* gatheredScales = nullptr;  // all-gather, block scales: the gathered A's (optional)
+  void* workspace = nullptr;        // null: the communicator's
   std::size_t workspaceBytes = 0;
   void* stream = nullptr;
 
   algo::TpShape shape(int nranks) const {
-    return {op, m, cols, k, sizeOf(type), nranks, sizeOf(out)};
+    return {op, m, cols, k, sizeOf(type), nranks, sizeOf(out), blockScales ? std::size_t{4} : 1};
   }
 };
 
@@ -49,8 +53,17 @@ struct ChunkGemm {
 // A's and B's type `type`, C's `out` (fp8 A and B: B given as Bᵀ).
 ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int chunks, int i);
 
-// The workspace a call of this shape needs, whatever it picks.
+// The workspace a call of this shape needs, whatever it picks: cuBLASLt's, the staging of every
+// rank's rows (the gathered A, or the GEMM's partial C), and for fp8 the gathered block scales
+// and their repacking for cuBLASLt (gemm.hpp); byte offsets.
+struct TpWorkspace {
+  std::size_t staging = 0, gatheredScales = 0, packedScales = 0, tileScales = 0, total = 0;
+};
+Result<TpWorkspace> workspaceLayout(const algo::TpShape& shape);
 Result<std::size_t> workspaceBytes(const algo::TpShape& shape);
+// The 128-value blocks along k of a rank's rows of A; of 128 rows of its Bᵀ.
+std::size_t scaleBlocks(const algo::TpShape& shape);
+std::size_t tileRows(const algo::TpShape& shape);
 // Shapes that divide among the ranks, a type cuBLASLt multiplies, buffers given, a workspace
 // large enough: what a call checks before it changes anything.
 Status checkTp(const TpCall& call, int nranks);

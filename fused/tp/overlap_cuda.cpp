@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include "fused/tp/flags.hpp"
 #include "fused/tp/gemm.hpp"
 #include "fused/tp/overlap.hpp"
+#include "fused/tp/scales.hpp"
 #include "fused/tp/sum.hpp"
 
 namespace weft::fused::tp {
@@ -121,6 +123,7 @@ Result<State*> stateOf(Communicator& comm) {
   if (Status loaded = loadFlagKernels(static_cast<std::uint64_t*>(words), s->side); !loaded)
     return loaded;
   if (Status loaded = loadSumKernels(); !loaded) return loaded;
+  if (Status loaded = loadScaleKernels(); !loaded) return loaded;
   slot = s;
   return s.get();
 }
@@ -146,7 +149,7 @@ Status onDevice(const void* p, const char* role) {
 class Run {
  public:
   Run(Communicator& comm, const TpCall& x, const algo::TpPlan& plan, State& st, std::byte* ws,
-      const Shared* gated, std::uint64_t timeoutNs)
+      const TpWorkspace& layout, const Shared* gated, std::uint64_t timeoutNs)
       : gated_(gated),
         timeoutNs_(timeoutNs),
         comm_(comm),
@@ -154,10 +157,14 @@ class Run {
         plan_(plan),
         st_(st),
         gemmWs_(ws),
-        staging_(ws + Gemms::kWorkspaceBytes),
+        staging_(ws + layout.staging),
+        gatheredScales_(reinterpret_cast<float*>(ws + layout.gatheredScales)),
+        packedScales_(reinterpret_cast<float*>(ws + layout.packedScales)),
+        tileScales_(reinterpret_cast<float*>(ws + layout.tileScales)),
         n_(static_cast<std::size_t>(comm.size())),
         shape_(x.shape(comm.size())),
         rows_(x.m / n_),
+        blocks_(scaleBlocks(shape_)),
         es_(sizeOf(x.type)),
         cs_(sizeOf(x.out)),
         stream_(static_cast<cudaStream_t>(x.stream)) {
@@ -174,7 +181,7 @@ class Run {
     if (Status s = startGates(); !s) return s;
     if (Status s = gate(0); !s) return s;  // the ranks' work before the call is done
     for (int i = 0; i < plan_.chunks; ++i) {
-      ChunkGemm ch = chunkGemm(shape_, x_.type, x_.out, plan_.chunks, i);
+      ChunkGemm ch = chunk(plan_.chunks, i);
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
@@ -187,15 +194,44 @@ class Run {
             e != cudaSuccess)
           return cudaFailed("gathered A", e);
       }
+      // Block-scaled: the rows' scales likewise.
+      const float* scales = gatheredScales_ + ch.start * n_ * blocks_;
+      if (x_.blockScales) {
+        if (Status s = gatherScales(ch); !s) return s;
+        if (plan_.chunks == 1 && x_.gatheredScales != nullptr) scales = x_.gatheredScales;
+      }
       if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
       ch.shape.bias = x_.bias != nullptr;
       ch.shape.smCount = overlapSms(i + 1 < plan_.chunks);
+      auto sc = scalesFor(ch, scales, ch.rows * blocks_);
+      if (!sc) return sc.status();
       if (Status s = st_.gemms->run(ch.shape, g, x_.b, c + ch.cOffset * cs_, x_.bias, gemmWs_,
-                                    stream_, x_.scales);
+                                    stream_, *sc);
           !s)
         return s;
     }
     return follow(stream_, st_.side, st_.join);
+  }
+
+  // A chunk's rows' block scales, every rank's, rank by rank on the side stream (unchunked,
+  // straight into the gathered scales where asked for), and into the gathered scales.
+  Status gatherScales(const ChunkGemm& ch) {
+    const std::size_t width = ch.rows * blocks_;
+    float* staged = gatheredScales_ + ch.start * n_ * blocks_;
+    float* out = x_.gatheredScales;
+    float* to = plan_.chunks == 1 && out != nullptr ? out : staged;
+    if (Status s =
+            comm_.allGather(x_.scales.a + ch.start * blocks_, to, width, DataType::f32, st_.side);
+        !s)
+      return s;
+    if (out == nullptr || to == out) return {};
+    const std::size_t bytes = width * sizeof(float);
+    if (cudaError_t e =
+            cudaMemcpy2DAsync(out + ch.start * blocks_, rows_ * blocks_ * sizeof(float), staged,
+                              bytes, bytes, n_, cudaMemcpyDeviceToDevice, st_.side);
+        e != cudaSuccess)
+      return cudaFailed("gathered scales", e);
+    return {};
   }
 
   // Own block into the shared buffer, then its GEMM; each peer's block copied from the peer's
@@ -207,14 +243,24 @@ class Run {
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     std::byte* mine = sh.data(me);
-    if (cudaError_t e = cudaMemcpyAsync(mine + static_cast<std::size_t>(me) * block, x_.a, block,
-                                        cudaMemcpyDeviceToDevice, stream_);
-        e != cudaSuccess)
-      return cudaFailed("own block", e);
+    // Block-scaled: every rank's blocks' scales after the blocks, likewise.
+    const std::size_t scaleBlock = x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0;
+    auto scalesOf = [&](std::byte* data, std::size_t j) {
+      return data + n_ * block + j * scaleBlock;
+    };
+    const auto Me = static_cast<std::size_t>(me);
+    for (auto [to, from, bytes] :
+         {std::tuple{mine + Me * block, x_.a, block},
+          std::tuple{scalesOf(mine, Me), static_cast<const void*>(x_.scales.a), scaleBlock}}) {
+      if (bytes == 0) continue;
+      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
+          e != cudaSuccess)
+        return cudaFailed("own block", e);
+    }
     if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
     // The unchunked GEMM's shape, on one rank's block.
-    GemmShape g = chunkGemm(shape_, x_.type, x_.out, 1, 0).shape;
+    GemmShape g = chunk(1, 0).shape;
     g.m = rows_;
     g.bias = x_.bias != nullptr;
     for (int step = 0; step < n; ++step) {
@@ -224,23 +270,31 @@ class Run {
       if (step > 0) {
         if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side); !s)
           return s;
-        if (cudaError_t e = cudaMemcpyAsync(mine + J * block, sh.data(j) + J * block, block,
-                                            cudaMemcpyDeviceToDevice, st_.side);
-            e != cudaSuccess)
-          return cudaFailed("a peer's block", e);
+        for (auto [to, from, bytes] :
+             {std::tuple{mine + J * block, sh.data(j) + J * block, block},
+              std::tuple{scalesOf(mine, J), scalesOf(sh.data(j), J), scaleBlock}}) {
+          if (bytes == 0) continue;
+          if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side);
+              e != cudaSuccess)
+            return cudaFailed("a peer's block", e);
+        }
         if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
         if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side); !s) return s;
         a = mine + J * block;
       }
+      auto sc = scalesFor(reinterpret_cast<const float*>(scalesOf(mine, J)), 0, rows_, 1);
+      if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a, x_.b, c + J * rows_ * colsL * cs_, x_.bias, gemmWs_,
-                                    stream_, x_.scales);
+                                    stream_, *sc);
           !s)
         return s;
     }
     if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
-    if (x_.gathered != nullptr) {
-      if (cudaError_t e =
-              cudaMemcpyAsync(x_.gathered, mine, n_ * block, cudaMemcpyDeviceToDevice, stream_);
+    for (auto [to, from, bytes] :
+         {std::tuple{x_.gathered, mine, n_ * block},
+          std::tuple{static_cast<void*>(x_.gatheredScales), scalesOf(mine, 0), n_ * scaleBlock}}) {
+      if (to == nullptr || bytes == 0) continue;
+      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
           e != cudaSuccess)
         return cudaFailed("gathered A", e);
     }
@@ -257,7 +311,7 @@ class Run {
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
-    GemmShape g = chunkGemm(shape_, x_.type, x_.out, 1, 0).shape;
+    GemmShape g = chunk(1, 0).shape;
     g.m = rows_;
     const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
     g.bias = bias != nullptr;
@@ -265,8 +319,10 @@ class Run {
       const int d = (me + step) % n;
       const auto D = static_cast<std::size_t>(d);
       std::byte* out = d == me ? sh.data(me) + D * block : staging_ + D * block;
+      auto sc = scalesFor(x_.scales.a + D * rows_ * blocks_, 0, rows_, 1);
+      if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
-                                    stream_, x_.scales);
+                                    stream_, *sc);
           !s)
         return s;
       if (d == me) break;
@@ -301,12 +357,15 @@ class Run {
     if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
-      ChunkGemm ch = chunkGemm(shape_, x_.type, x_.out, plan_.chunks, i);
+      ChunkGemm ch = chunk(plan_.chunks, i);
       std::byte* partial = staging_ + ch.cOffset * cs_;
       ch.shape.bias = bias != nullptr;
       ch.shape.smCount = overlapSms(i > 0);
+      // A's rows of the chunk in each rank's block, blocks a rank's rows apart.
+      auto sc = scalesFor(ch, x_.scales.a + ch.start * blocks_, rows_ * blocks_);
+      if (!sc) return sc.status();
       if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
-                                    stream_, x_.scales);
+                                    stream_, *sc);
           !s)
         return s;
       if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
@@ -320,6 +379,45 @@ class Run {
   }
 
  private:
+  // Chunk i's GEMM (chunkGemm), block-scaled where the call is.
+  ChunkGemm chunk(int chunks, int i) const {
+    ChunkGemm c = chunkGemm(shape_, x_.type, x_.out, chunks, i);
+    c.shape.blockScales = x_.blockScales;
+    return c;
+  }
+
+  // The scales of a GEMM of `batches` batches of `rows` rows, A's scales of batch b from
+  // src + b · srcBatch (the caller's layout): repacked for cuBLASLt on the caller's stream
+  // (which runs the GEMMs in turn, so one repacked copy at a time). Per-tensor: as given.
+  Result<GemmScales> scalesFor(const float* src, std::size_t srcBatch, std::size_t rows,
+                               int batches) {
+    if (!x_.blockScales) return x_.scales;
+    const std::size_t depth = x_.op == algo::TpOp::allGatherGemm ? x_.k : x_.k / n_;
+    const std::size_t each = Gemms::blockScaleFloats(rows, depth);
+    const ScaleRepack r{src,  srcBatch, packedScales_,        each,
+                        rows, blocks_,  Gemms::scaleLd(rows), batches};
+    if (Status s = repackScales(r, stream_); !s) return s;
+    return GemmScales{packedScales_, tileScales_, each};
+  }
+
+ public:
+  // Block-scaled: Bᵀ's tile scales into cuBLASLt's layout, on the caller's stream before any
+  // GEMM (they serve the whole call).
+  Status prepare() {
+    if (!x_.blockScales) return {};
+    const ScaleRepack r{
+        x_.scales.b, 0,    tileScales_, 0, tileRows(shape_), blocks_, Gemms::tileScaleLd(blocks_),
+        1,           false};
+    return repackScales(r, stream_);
+  }
+
+ private:
+  // A chunk's GEMM's: `src` where its first batch's rows start, batches srcBatch apart.
+  Result<GemmScales> scalesFor(const ChunkGemm& ch, const float* src, std::size_t srcBatch) {
+    const bool whole = ch.shape.batches == 1;
+    return scalesFor(src, srcBatch, whole ? ch.shape.m : ch.rows, ch.shape.batches);
+  }
+
   // A fused call's start: its number counted, and the peers done with this rank's buffer in the
   // call before (they copied from it, or into it).
   Status beginFused(const Shared& sh, std::uint64_t timeoutNs) {
@@ -361,9 +459,13 @@ class Run {
   State& st_;
   std::byte* gemmWs_;
   std::byte* staging_;
+  float* gatheredScales_;
+  float* packedScales_;
+  float* tileScales_;
   std::size_t n_;
   algo::TpShape shape_;
-  std::size_t rows_, es_, cs_;  // A's value size, C's
+  std::size_t rows_, blocks_;  // a rank's block of rows; A's scales a row (block-scaled fp8)
+  std::size_t es_, cs_;        // A's value size, C's
   cudaStream_t stream_;
 };
 
@@ -378,16 +480,17 @@ Status runTp(Communicator& comm, const TpCall& x) {
                          {x.bias, "the bias"},
                          {x.scales.a, "A's scale"},
                          {x.scales.b, "B's scale"},
+                         {x.gatheredScales, "the gathered scales"},
                          {x.workspace, "the workspace"}}) {
     if (Status s = onDevice(p, role); !s) return s;
   }
   auto plan = comm.tpPlanFor(x.shape(comm.size()));
   if (!plan) return plan.status();
   std::byte* ws = static_cast<std::byte*>(x.workspace);
+  auto layout = workspaceLayout(x.shape(comm.size()));
+  if (!layout) return layout.status();
   if (ws == nullptr) {
-    auto need = workspaceBytes(x.shape(comm.size()));
-    if (!need) return need.status();
-    auto own = comm.workspace(*need, true);
+    auto own = comm.workspace(layout->total, true);
     if (!own) return own.status();
     ws = *own;
   }
@@ -398,11 +501,15 @@ Status runTp(Communicator& comm, const TpCall& x) {
   // rank alike), ungated.
   bool mapped = false;
   if (comm.size() > 1 && comm.size() <= kFusedMaxRanks) {
-    const std::size_t data = how.chunks != algo::kTpFused        ? 0
-                             : x.op == algo::TpOp::allGatherGemm ? x.m * x.k
-                                                                 : x.m * x.cols;
-    auto ok = ensureShared(comm, **st, kFlagsBytes + data * x.shape(comm.size()).commBytes(),
-                           static_cast<cudaStream_t>(x.stream));
+    const algo::TpShape shape = x.shape(comm.size());
+    // all-gather's block scales after the blocks.
+    const std::size_t data =
+        how.chunks != algo::kTpFused ? 0
+        : x.op == algo::TpOp::allGatherGemm
+            ? x.m * x.k * shape.commBytes() +
+                  (x.blockScales ? x.m * scaleBlocks(shape) * sizeof(float) : 0)
+            : x.m * x.cols * shape.commBytes();
+    auto ok = ensureShared(comm, **st, kFlagsBytes + data, static_cast<cudaStream_t>(x.stream));
     if (!ok) return ok.status();
     mapped = *ok;
   }
@@ -416,10 +523,11 @@ Status runTp(Communicator& comm, const TpCall& x) {
       !fused && mapped && (*st)->shared.peers.deviceShared ? &(*st)->shared : nullptr;
   const auto timeoutNs =
       static_cast<std::uint64_t>(comm.config().timeout.count()) * std::uint64_t{1000000};
-  Run run(comm, x, how, **st, ws, gated, timeoutNs);
+  Run run(comm, x, how, **st, ws, *layout, gated, timeoutNs);
   // One operation of the communicator's order: a later call on any stream waits for its GEMMs
   // too, not just its collectives.
   return comm.gpuOperation(x.stream, [&] {
+    if (Status s = run.prepare(); !s) return s;
     if (fused)
       return x.op == algo::TpOp::allGatherGemm
                  ? run.allGatherGemmFused((*st)->shared, timeoutNs)

@@ -271,16 +271,30 @@ WEFT_API weftResult_t weftGemmReduceScatter(const void* a, const void* b, void* 
                                             void* stream);
 /* The fp8 forms: A and B of `datatype` weftFloat8e4m3, B given transposed (row-major B^T,
  * [n/s, k] for all-gather and [n, k/s] for reduce-scatter: fp8 tensor cores read both operands
- * along k); C and the bias of fp8->output (weftBfloat16 or weftFloat16), C = aScale * bScale *
- * (A * B) (+ bias). The scales: one float each in device memory, NULL for 1; all-gather's aScale
- * the same on every rank. cuBLASLt's fp8 rules: A, B, C, aGathered, the bias and the scales at
- * 16-byte aligned addresses, a rank's k (k, or k/s for reduce-scatter) a multiple of 16, C's rows
- * (n/s or n values) a multiple of 8. weftTpWorkspaceSize and weftTpPlan take weftFloat8e4m3 for these calls.
- */
+ * along k); C and the bias of fp8->output (weftBfloat16 or weftFloat16), C = (A * B) scaled,
+ * (+ bias). `scaling`:
+ *   weftTpFp8PerTensor: aScale and bScale one float each in device memory, NULL for 1;
+ *     all-gather's aScale the same on every rank.
+ *   weftTpFp8Block128 (DeepSeek-V3's): aScale one float per 128 values along k of each row of
+ *     this rank's A, row-major [rows, ceil(kr / 128)]; bScale one per 128 x 128 tile of this
+ *     rank's B^T, row-major [ceil(nr / 128), ceil(kr / 128)]; rows, kr, nr = m/s, k, n/s for
+ *     all-gather and m, k/s, n for reduce-scatter. All-gather gathers the scales with A, and
+ *     puts them in aScaleGathered ([m, ceil(k / 128)]) where that is not NULL.
+ * cuBLASLt's fp8 rules: A, B, C, aGathered, the bias and the scales at 16-byte aligned
+ * addresses, a rank's k (k, or k/s for reduce-scatter) a multiple of 16, C's rows (n/s or n
+ * values) a multiple of 8. weftTpWorkspaceSize and weftTpPlan take weftFloat8e4m3 for these calls.
+ * An initializer that stops after bScale means per-tensor scales. */
+typedef enum {
+  weftTpFp8PerTensor = 0,
+  weftTpFp8Block128 = 1,
+  weftTpFp8ScalingForceInt = 0x7fffffff
+} weftTpFp8Scaling_t;
 typedef struct {
   weftDataType_t output;
   const float* aScale;
   const float* bScale;
+  weftTpFp8Scaling_t scaling;
+  float* aScaleGathered;
 } weftTpFp8;
 WEFT_API weftResult_t weftAllGatherGemmFp8(const void* aShard, const void* bT, void* c,
                                            void* aGathered, const void* bias, size_t m, size_t n,

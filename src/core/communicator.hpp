@@ -274,7 +274,8 @@ class Communicator {
   std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
   // fused/'s state by name, and the tensor-parallel plans; after gpu_: destroyed first.
   std::map<std::string, std::shared_ptr<void>, std::less<>> fusedStates_;
-  std::map<std::tuple<int, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, int>,
+  std::map<std::tuple<int, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,
+                      std::size_t, int>,
            algo::TpPlan>
       tpPlans_;
   // The direct path: whether it may run (every rank on this host through shared memory; the

@@ -60,8 +60,9 @@ Result<Communicator::PeerMemory> Communicator::mapPeerMemory(void* base) {
 
 Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
   if (Status s = checkUsable("plan"); !s) return s;
-  const auto key = std::make_tuple(static_cast<int>(shape.op), shape.m, shape.cols, shape.k,
-                                   shape.valueBytes, shape.cBytes(), config_.tpChunks);
+  const auto key =
+      std::make_tuple(static_cast<int>(shape.op), shape.m, shape.cols, shape.k, shape.valueBytes,
+                      shape.cBytes(), shape.rowGrain, config_.tpChunks);
   if (auto it = tpPlans_.find(key); it != tpPlans_.end()) return it->second;
   // The collective of the whole block, to make the GPU selector on the device's channels.
   const std::size_t rows = shape.m / static_cast<std::size_t>(size());

@@ -45,11 +45,16 @@ struct Problem {
   std::size_t m = 0, cols = 0, k = 0;
   int n = 1;
   bool bias = false;
-  // A's and B's type; C and the bias are bf16. fp8: B given transposed, C scaled.
+  // A's and B's type; C and the bias are bf16. fp8: B given transposed, C scaled per tensor, or
+  // per block (A's 128 values along k of a row, Bᵀ's 128 × 128 tiles; each rank's, row-major).
   DataType type = DataType::bf16;
   float aScale = 0.5f, bScale = 3.0f;
+  bool blocks = false;
   std::vector<Bytes> a, b, biases;  // each rank's A and B, as the call takes them
+  std::vector<std::vector<float>> aScales, bScales;
   bool fp8() const { return type == DataType::f8e4m3; }
+  std::size_t kBlocks() const { return (aCols() + 127) / 128; }
+  std::size_t tileRows() const { return (bCols() + 127) / 128; }
   std::size_t es() const { return sizeOf(type); }
   // Rows and columns of each rank's A, B and C.
   std::size_t aRows() const { return allGather ? m / n : m; }
@@ -58,18 +63,36 @@ struct Problem {
   std::size_t bCols() const { return allGather ? cols / n : cols; }
   std::size_t cRows() const { return allGather ? m : m / n; }
   std::size_t cCols() const { return bCols(); }
-  // Rank q's B[x][j] (stored as Bᵀ for fp8), times the scales.
+  // Rank q's A[row][x], times its block's scale.
+  double aAt(std::size_t q, std::size_t row, std::size_t x) const {
+    const double v = at(a[q], row * aCols() + x, type);
+    return blocks ? v * aScales[q][row * kBlocks() + x / 128] : v;
+  }
+  // Rank q's B[x][j] (stored as Bᵀ for fp8), times the scales (per tensor: both here).
   double bAt(std::size_t q, std::size_t x, std::size_t j) const {
     if (!fp8()) return at(b[q], x * bCols() + j);
-    return at(b[q], j * bRows() + x, type) * aScale * bScale;
+    const double v = at(b[q], j * bRows() + x, type);
+    return blocks ? v * bScales[q][j / 128 * kBlocks() + x / 128] : v * aScale * bScale;
   }
 
   void fill(std::mt19937& rng) {
-    a.clear(), b.clear(), biases.clear();
+    a.clear(), b.clear(), biases.clear(), aScales.clear(), bScales.clear();
+    // Block scales from 1/8 to 6, no two blocks alike.
+    std::uniform_real_distribution<float> mantissa(1, 1.5f);
+    std::uniform_int_distribution<int> exponent(-3, 2);
+    auto scales = [&](std::size_t count) {
+      std::vector<float> s(count);
+      for (float& x : s) x = std::ldexp(mantissa(rng), exponent(rng));
+      return s;
+    };
     for (int r = 0; r < n; ++r) {
       a.push_back(randomValues(aRows() * aCols(), rng, type));
       b.push_back(randomValues(bRows() * bCols(), rng, type));
       biases.push_back(randomValues(bCols(), rng));
+      if (blocks) {
+        aScales.push_back(scales(aRows() * kBlocks()));
+        bScales.push_back(scales(tileRows() * kBlocks()));
+      }
     }
   }
 
@@ -84,7 +107,7 @@ struct Problem {
         if (allGather) {  // row i of the gathered A is row i % rows of rank i / rows
           const std::size_t rows = m / n, src = i / rows, row = i % rows;
           for (std::size_t x = 0; x < k; ++x) {
-            const double t = at(a[src], row * k + x, type) * bAt(R, x, j);
+            const double t = aAt(src, row, x) * bAt(R, x, j);
             sum += t, mag += std::fabs(t);
           }
           if (bias) sum += at(biases[0], j), mag += std::fabs(at(biases[0], j));
@@ -93,7 +116,7 @@ struct Problem {
           for (int q = 0; q < n; ++q) {
             const auto Q = static_cast<std::size_t>(q);
             for (std::size_t x = 0; x < aCols(); ++x) {
-              const double t = at(a[Q], row * aCols() + x, type) * bAt(Q, x, j);
+              const double t = aAt(Q, row, x) * bAt(Q, x, j);
               sum += t, mag += std::fabs(t);
             }
           }
@@ -106,13 +129,22 @@ struct Problem {
   }
 };
 
+// fp8's scales on the device: A's and B's (per tensor or per block), and where a block-scaled
+// all-gather puts the gathered A's.
+struct DeviceScales {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  float* gathered = nullptr;
+};
+
 // Rank r's call on device buffers (bias: rank 0's, on every rank, for all-gather; reduce-scatter
-// adds it once; fp8's scales: A's at `scales`, B's 16 bytes on, as cuBLASLt aligns them).
+// adds it once).
 weftResult_t call(const Problem& p, Comm& comm, cudaStream_t stream, void* a, void* b, void* c,
-                  void* gathered, void* bias, const float* scales = nullptr, void* ws = nullptr,
+                  void* gathered, void* bias, DeviceScales scales = {}, void* ws = nullptr,
                   std::size_t wsBytes = 0) {
   if (p.fp8()) {
-    const weftTpFp8 fp8{weftBfloat16, scales, scales + 4};
+    const weftTpFp8 fp8{weftBfloat16, scales.a, scales.b,
+                        p.blocks ? weftTpFp8Block128 : weftTpFp8PerTensor, scales.gathered};
     if (p.allGather)
       return weftAllGatherGemmFp8(a, b, c, gathered, p.bias ? bias : nullptr, p.m, p.cols, p.k,
                                   weftFloat8e4m3, &fp8, ws, wsBytes, comm.handle(), stream);
@@ -128,8 +160,18 @@ weftResult_t call(const Problem& p, Comm& comm, cudaStream_t stream, void* a, vo
 
 struct DeviceBuffers {
   std::byte *a = nullptr, *b = nullptr, *c = nullptr, *gathered = nullptr, *bias = nullptr;
-  float* scales = nullptr;
+  float* scales = nullptr;  // per tensor: A's, B's 16 bytes on (cuBLASLt aligns them)
+  float *blockA = nullptr, *blockB = nullptr, *gatheredScales = nullptr;
+  DeviceScales fp8(const Problem& p, bool gather) const {
+    if (!p.blocks) return {scales, scales + 4, nullptr};
+    return {blockA, blockB, gather ? gatheredScales : nullptr};
+  }
   void allocate(const Problem& p) {
+    if (p.blocks) {
+      EXPECT_EQ(cudaMalloc(&blockA, p.aRows() * p.kBlocks() * sizeof(float)), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&blockB, p.tileRows() * p.kBlocks() * sizeof(float)), cudaSuccess);
+      EXPECT_EQ(cudaMalloc(&gatheredScales, p.m * p.kBlocks() * sizeof(float)), cudaSuccess);
+    }
     EXPECT_EQ(cudaMalloc(&a, p.aRows() * p.aCols() * p.es()), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&b, p.bRows() * p.bCols() * p.es()), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&c, p.cRows() * p.cCols() * 2), cudaSuccess);
@@ -148,6 +190,16 @@ struct DeviceBuffers {
         cudaSuccess);
     const float both[8] = {p.aScale, 0, 0, 0, p.bScale};
     EXPECT_EQ(cudaMemcpyAsync(scales, both, sizeof both, cudaMemcpyHostToDevice, s), cudaSuccess);
+    if (p.blocks) {
+      EXPECT_EQ(cudaMemcpyAsync(blockA, p.aScales[R].data(), p.aScales[R].size() * sizeof(float),
+                                cudaMemcpyHostToDevice, s),
+                cudaSuccess);
+      EXPECT_EQ(cudaMemcpyAsync(blockB, p.bScales[R].data(), p.bScales[R].size() * sizeof(float),
+                                cudaMemcpyHostToDevice, s),
+                cudaSuccess);
+      EXPECT_EQ(cudaMemsetAsync(gatheredScales, 0xFF, p.m * p.kBlocks() * sizeof(float), s),
+                cudaSuccess);
+    }
     EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);  // `both` leaves scope
     // Poisoned outputs: NaN bf16.
     EXPECT_EQ(cudaMemsetAsync(c, 0xFF, p.cRows() * p.cCols() * 2, s), cudaSuccess);
@@ -155,7 +207,7 @@ struct DeviceBuffers {
   }
   ~DeviceBuffers() {
     for (std::byte* x : {a, b, c, gathered, bias}) (void)cudaFree(x);
-    (void)cudaFree(scales);
+    for (float* x : {scales, blockA, blockB, gatheredScales}) (void)cudaFree(x);
   }
 };
 
@@ -163,7 +215,7 @@ struct DeviceBuffers {
 // takes, relative to the sum of the terms' magnitudes (one for C; for reduce-scatter, one for
 // each rank's partial and one for each sum).
 void expectClose(const Problem& p, int r, const Bytes& c, const Bytes& gathered,
-                 const std::string& what) {
+                 const std::string& what, const std::vector<float>& gatheredScales = {}) {
   std::vector<double> ref, mag;
   p.reference(r, ref, mag);
   const double unit = std::ldexp(1.0, -8);
@@ -188,11 +240,17 @@ void expectClose(const Problem& p, int r, const Bytes& c, const Bytes& gathered,
       ASSERT_EQ(part, p.a[Q]) << what << " rank " << r << ": the gathered A's block " << q;
     }
   }
+  if (p.allGather && p.blocks) {
+    std::vector<float> want;
+    for (const auto& s : p.aScales) want.insert(want.end(), s.begin(), s.end());
+    EXPECT_EQ(gatheredScales, want) << what << " rank " << r << ": the gathered scales";
+  }
 }
 
 // Every variant forced in turn (and the pick), both operations, with and without bias, at n
 // ranks; the plan each call reports is the variant forced.
-void everyVariant(int n, DataType type, const std::vector<const char*>& variants) {
+void everyVariant(int n, DataType type, const std::vector<const char*>& variants,
+                  bool blocks = false) {
   const auto N = static_cast<std::size_t>(n);
   std::mt19937 rng(17 + n);
   const bool fp8 = type == DataType::f8e4m3;
@@ -204,19 +262,21 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
     for (bool allGather : {true, false}) {
       for (bool bias : {false, true}) {
         // Nothing a multiple of 128; 37 rows a rank, so 2 and 3 chunks cut unevenly; fp8's k a
-        // rank a multiple of 16.
+        // rank a multiple of 16. Block-scaled: 36 rows a rank (GEMMs of 4 rows at a time; 2
+        // chunks cut unevenly), k of 2 blocks, the second partial, Bᵀ of 2 tile rows.
         Problem p;
         p.allGather = allGather;
         p.n = n;
-        p.m = 37 * N;
-        p.cols = allGather ? 40 * N : 72;
-        p.k = allGather ? (fp8 ? 144 : 136) : 48 * N;
+        p.m = (blocks ? 36 : 37) * N;
+        p.cols = blocks ? (allGather ? 136 * N : 200) : allGather ? 40 * N : 72;
+        p.k = allGather ? (fp8 ? 144 : 136) : (blocks ? 144 : 48) * N;
         p.bias = bias;
         p.type = type;
+        p.blocks = blocks;
         p.fill(rng);
         const std::string what = std::string(variant) + (allGather ? " AG+GEMM" : " GEMM+RS") +
                                  (bias ? " with bias" : "") + " " + std::string(name(type)) +
-                                 " at " + std::to_string(n);
+                                 (blocks ? " block-scaled" : "") + " at " + std::to_string(n);
         if (std::string(variant) != "auto") {
           char plan[32] = "";
           EXPECT_EQ(weftTpPlan(comms[0].handle(),
@@ -229,6 +289,7 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
           EXPECT_STREQ(plan, fusedAlone ? "unfused" : variant) << what;
         }
         std::vector<Bytes> c(N), gathered(N);
+        std::vector<std::vector<float>> scales(N);
         // Buffers made before any rank calls and freed after every rank is done: cudaFree waits
         // for the whole device, where other ranks' kernels wait for this rank's next launch.
         std::vector<DeviceBuffers> d(N);
@@ -237,7 +298,7 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
           const auto R = static_cast<std::size_t>(r);
           d[R].upload(p, r, streams[r]);
           EXPECT_EQ(call(p, comms[R], streams[r], d[R].a, d[R].b, d[R].c,
-                         allGather ? d[R].gathered : nullptr, d[R].bias, d[R].scales),
+                         allGather ? d[R].gathered : nullptr, d[R].bias, d[R].fp8(p, allGather)),
                     weftSuccess)
               << what << ": " << weftGetLastError();
           EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
@@ -252,8 +313,14 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
                                  cudaMemcpyDeviceToHost),
                       cudaSuccess);
           }
+          if (allGather && blocks) {
+            scales[R].resize(p.m * p.kBlocks());
+            EXPECT_EQ(cudaMemcpy(scales[R].data(), d[R].gatheredScales,
+                                 scales[R].size() * sizeof(float), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+          }
         });
-        for (int r = 0; r < n; ++r) expectClose(p, r, c[r], gathered[r], what);
+        for (int r = 0; r < n; ++r) expectClose(p, r, c[r], gathered[r], what, scales[r]);
       }
     }
   }
@@ -272,6 +339,15 @@ class GpuTpFp8 : public ::testing::TestWithParam<int> {};
 TEST_P(GpuTpFp8, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
   everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:3", "fused"});
+}
+
+// The same with DeepSeek-V3's block scales (weftTpFp8Block128): A's rows' 128-value blocks and
+// Bᵀ's 128 × 128 tiles, gathered with A and repacked for cuBLASLt.
+class GpuTpFp8Blocks : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuTpFp8Blocks, EveryVariantMatchesADoubleGemm) {
+  SKIP_WITHOUT_GPU();
+  everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:2", "chunked:3", "fused"}, true);
 }
 
 // Each variant that splits the call into steps between streams (chunks; the fused flags).
@@ -350,6 +426,7 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4, 8), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8, ::testing::Values(1, 2, 4), ranksName);
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8Blocks, ::testing::Values(1, 2, 3, 4), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values("unfused", "chunked:3", "fused")),
@@ -401,18 +478,18 @@ TEST(GpuTpErrors, BadCallsAreRefusedAndChangeNothing) {
     expectRefused(weftAllGatherGemm(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
                                     nullptr, 0, comm.handle(), s),
                   "f8e4m3 into f8e4m3");
-    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr, weftTpFp8PerTensor, nullptr};
     expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 64, weftFloat8e5m2, &fp8,
                                            nullptr, 0, comm.handle(), s),
                   "must be weftFloat8e4m3");
     expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 48, weftFloat8e4m3, &fp8,
                                            nullptr, 0, comm.handle(), s),
                   "multiple of 16");
-    const weftTpFp8 unaligned{weftBfloat16, d.scales, d.scales + 1};
+    const weftTpFp8 unaligned{weftBfloat16, d.scales, d.scales + 1, weftTpFp8PerTensor, nullptr};
     expectRefused(weftGemmReduceScatterFp8(d.a, d.b, d.c, nullptr, 64, 64, 64, weftFloat8e4m3,
                                            &unaligned, nullptr, 0, comm.handle(), s),
                   "multiples of 16 bytes");
-    const weftTpFp8 toFp8{weftFloat8e4m3, nullptr, nullptr};
+    const weftTpFp8 toFp8{weftFloat8e4m3, nullptr, nullptr, weftTpFp8PerTensor, nullptr};
     expectRefused(weftAllGatherGemmFp8(d.a, d.b, d.c, nullptr, nullptr, 64, 64, 64, weftFloat8e4m3,
                                        &toFp8, nullptr, 0, comm.handle(), s),
                   "into f8e4m3");

@@ -56,7 +56,7 @@ TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
     expectRefused(weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
                                     weftFloat8e4m3, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "f8e4m3 into f8e4m3");
-    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr};
+    const weftTpFp8 fp8{weftBfloat16, nullptr, nullptr, weftTpFp8PerTensor, nullptr};
     expectRefused(weftAllGatherGemmFp8(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
                                        weftFloat8e5m2, &fp8, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "must be weftFloat8e4m3");
@@ -64,7 +64,7 @@ TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
                                            weftFloat8e4m3, &fp8, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "multiple of 16");
     alignas(16) float scales[8] = {};
-    const weftTpFp8 unaligned{weftBfloat16, scales, scales + 1};
+    const weftTpFp8 unaligned{weftBfloat16, scales, scales + 1, weftTpFp8PerTensor, nullptr};
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                            weftFloat8e4m3, &unaligned, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "multiples of 16 bytes");
@@ -74,13 +74,30 @@ TEST(TpApi, BadCallsAreRefusedAndChangeNothing) {
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data() + 1, nullptr, 64, 64, 64,
                                            weftFloat8e4m3, &fp8, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "multiples of 16 bytes");
-    const weftTpFp8 intoFp8{weftFloat8e4m3, nullptr, nullptr};
+    const weftTpFp8 intoFp8{weftFloat8e4m3, nullptr, nullptr, weftTpFp8PerTensor, nullptr};
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                            weftFloat8e4m3, &intoFp8, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "into f8e4m3");
     expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
                                            weftFloat8e4m3, nullptr, nullptr, 0, comm, nullptr),
                   weftInvalidArgument, "fp8 is NULL");
+    // Block scales: both given, a rank's rows a multiple of 4, the gathered scales all-gather's.
+    const weftTpFp8 noScales{weftBfloat16, nullptr, scales, weftTpFp8Block128, nullptr};
+    expectRefused(weftAllGatherGemmFp8(a.data(), b.data(), c.data(), nullptr, nullptr, 64, 64, 64,
+                                       weftFloat8e4m3, &noScales, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "needs A's and B's scales");
+    const weftTpFp8 blocks{weftBfloat16, scales, scales + 4, weftTpFp8Block128, scales};
+    expectRefused(weftAllGatherGemmFp8(a.data(), b.data(), c.data(), nullptr, nullptr, 60, 64, 64,
+                                       weftFloat8e4m3, &blocks, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "multiple of 4");
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, &blocks, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "gathered scales");
+    const weftTpFp8 badScaling{weftBfloat16, scales, scales + 4, static_cast<weftTpFp8Scaling_t>(7),
+                               nullptr};
+    expectRefused(weftGemmReduceScatterFp8(a.data(), b.data(), c.data(), nullptr, 64, 64, 64,
+                                           weftFloat8e4m3, &badScaling, nullptr, 0, comm, nullptr),
+                  weftInvalidArgument, "invalid fp8 scaling");
     // Host buffers: not what these calls take (with or without a GPU here).
     const weftResult_t host = weftAllGatherGemm(a.data(), b.data(), c.data(), nullptr, nullptr, 64,
                                                 64, 64, weftBfloat16, nullptr, 0, comm, nullptr);
@@ -108,12 +125,18 @@ TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
         weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftBfloat16, &bytes),
         weftSuccess);
     EXPECT_GE(bytes, std::size_t{4096} * 1024 * 2 + (std::size_t{32} << 20));
-    // fp8 calls stage A's fp8 values (all-gather) or C's bf16 ones (reduce-scatter).
+    // fp8 calls stage A's fp8 values (all-gather) or C's bf16 ones (reduce-scatter), and keep
+    // room for block scales: two floats (gathered, repacked) a 128-value block of A's rows, and
+    // a little more.
+    auto expectScaleRoom = [](std::size_t room, std::size_t blocks) {
+      EXPECT_GE(room, 2 * 4096 * blocks * sizeof(float));
+      EXPECT_LE(room, 3 * 4096 * (blocks + 1) * sizeof(float));
+    };
     std::size_t fp8Bytes = 0;
     ASSERT_EQ(
         weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftFloat8e4m3, &fp8Bytes),
         weftSuccess);
-    EXPECT_EQ(bytes - fp8Bytes, std::size_t{4096} * 1024);
+    expectScaleRoom(fp8Bytes + std::size_t{4096} * 1024 - bytes, 1024 / 128);
     std::size_t rsBf16 = 0, rsFp8 = 0;
     ASSERT_EQ(
         weftTpWorkspaceSize(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftBfloat16, &rsBf16),
@@ -121,7 +144,7 @@ TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
     ASSERT_EQ(weftTpWorkspaceSize(comm, weftTpGemmReduceScatter, 4096, 8192, 1024, weftFloat8e4m3,
                                   &rsFp8),
               weftSuccess);
-    EXPECT_EQ(rsBf16, rsFp8);
+    expectScaleRoom(rsFp8 - rsBf16, 1024 / 2 / 128);
     ASSERT_EQ(weftTpPlan(comm, weftTpGemmReduceScatter, 4096, 8192, 28672, weftFloat8e4m3, plan,
                          sizeof plan),
               weftSuccess)

@@ -173,6 +173,28 @@ TEST(TpOverlap, ChunkGemmsCoverEveryRowOnce) {
   }
 }
 
+// Block-scaled fp8 GEMMs take rows 4 at a time: chunks cut a rank's rows in whole grains, and
+// no more chunks than grains are planned.
+TEST(TpOverlap, BlockScaledChunksTakeWholeGrainsOfRows) {
+  algo::TpShape s{algo::TpOp::gemmReduceScatter, 2 * 36, 64, 256, 1, 2, 2, 4};
+  EXPECT_EQ(s.mostChunks(), 9u);
+  std::vector<std::size_t> rows;
+  for (int i = 0; i < 2; ++i) rows.push_back(s.chunkRows(2, i));
+  EXPECT_EQ(rows, (std::vector<std::size_t>{20, 16}));
+  for (int chunks : {3, 4, 9}) {
+    std::size_t sum = 0;
+    for (int i = 0; i < chunks; ++i) {
+      EXPECT_EQ(s.chunkRows(chunks, i) % 4, 0u);
+      sum += s.chunkRows(chunks, i);
+    }
+    EXPECT_EQ(sum, 36u);
+  }
+  s.m = 2 * 8;  // two grains a rank: forced to 16 chunks, two
+  auto plan = gpuSelector(2, 700).planTp(s, 16);
+  ASSERT_TRUE(plan.isOk()) << plan.status().toString();
+  EXPECT_EQ(plan->chunks, 2) << plan->reason;
+}
+
 TEST(TpOverlap, WorkspaceAndShapesAreChecked) {
   fused::tp::TpCall x;
   int dummy = 0;
