@@ -95,7 +95,7 @@ struct Gemms::Cached {
 namespace {
 
 Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t handle,
-                                                const GemmShape& s) {
+                                                const GemmShape& s, const GemmScales& scales) {
   auto d = std::make_shared<Gemms::Cached>();
   d->lt = &lt;
   const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
@@ -122,6 +122,12 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
                                       sizeof(tiles));
     lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &rows,
                                       sizeof(rows));
+    // Its heuristic refuses block scales without their pointers (an "unsupported value"): the
+    // first call's, set again by every call.
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales.b,
+                                      sizeof(scales.b));
+    lt.cublasLtMatmulDescSetAttribute(d->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales.a,
+                                      sizeof(scales.a));
   }
   if (s.smCount > 0) {
     const std::int32_t sms = s.smCount;
@@ -208,7 +214,7 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   auto it = cache_.find(s.key());
   if (it == cache_.end()) {
-    auto d = describe(**lt, handle, s);
+    auto d = describe(**lt, handle, s, scales);
     if (!d) return d.status();
     it = cache_.emplace(s.key(), *d).first;
   }
