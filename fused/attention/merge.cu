@@ -1,0 +1,71 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "fused/attention/merge.hpp"
+#include "src/device/arith.cuh"
+
+namespace weft::fused::attention {
+namespace {
+
+constexpr unsigned kThreads = 256;  // a warp a row
+
+template <typename T>
+__global__ void mergeKernel(float* out, float* lse, const T* block, const float* blockLse,
+                            MergeShape s) {
+  const std::size_t rows = s.tokens * s.heads;
+  const unsigned lane = threadIdx.x % 32;
+  const std::size_t warps = std::size_t{gridDim.x} * (blockDim.x / 32);
+  for (std::size_t row = (blockIdx.x * std::size_t{blockDim.x} + threadIdx.x) / 32; row < rows;
+       row += warps) {
+    const std::size_t t = row / s.heads, h = row % s.heads, at = h * s.tokens + t;
+    const float l = lse[at], b = blockLse[at];
+    if (b == -INFINITY) continue;  // the block attended no key for this row
+    float wa = 0, wb = 1, merged = b;
+    if (l != -INFINITY) {
+      const float m = fmaxf(l, b);
+      merged = m + log1pf(expf(fminf(l, b) - m));
+      wa = expf(l - merged);
+      wb = expf(b - merged);
+    }
+    float* o = out + row * s.dim;
+    const T* ob = block + row * s.dim;
+    for (std::size_t d = lane; d < s.dim; d += 32)
+      o[d] = (wa == 0 ? 0.0f : wa * o[d]) + wb * static_cast<float>(ob[d]);
+    __syncwarp();  // every lane has read lse[at]
+    if (lane == 0) lse[at] = merged;
+  }
+}
+
+template <typename T>
+constexpr bool kMerged =
+    std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>;
+
+}  // namespace
+
+Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* blockLse,
+                     DataType type, const MergeShape& shape, void* stream) {
+  const std::size_t rows = shape.tokens * shape.heads;
+  if (rows == 0 || shape.dim == 0) return {};
+  return device::withType(type, [&](auto* tag) -> Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kMerged<T>) {
+      const auto grid = static_cast<unsigned>(
+          std::clamp<std::size_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 1, 65535));
+      mergeKernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          out, lse, static_cast<const T*>(blockOut), blockLse, shape);
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+        return Status(Code::systemError, std::string("attention merge: ") + cudaGetErrorString(e));
+      return {};
+    }
+    return invalidArgument("attention merge: " + std::string(name(type)) +
+                           " outputs are not merged (bf16, f16 and f32 are)");
+  });
+}
+
+}  // namespace weft::fused::attention
