@@ -1,7 +1,7 @@
 // The tensor-parallel operations (fused/tp) as the selector prices them: an all-gather of the
 // rows of A before a GEMM, or a reduce-scatter of a GEMM's rows after it, run one after the
 // other (unfused) or cut into k chunks of every rank's rows, chunk c's collective overlapping
-// chunk c-1's (or c+1's) GEMM. docs/algorithms.md, "Tensor-parallel overlap".
+// chunk c-1's (or c+1's) GEMM. docs/algorithms-fused.md, "Tensor-parallel overlap".
 #pragma once
 
 #include <cstddef>

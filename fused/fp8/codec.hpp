@@ -1,5 +1,5 @@
 // Block-scaled fp8 codecs: bf16, f16 or f32 values as fp8 elements (E4M3 or E5M2, the OCP 8-bit
-// formats) plus one scale per block. Two schemes (docs/algorithms.md, "FP8 codecs"):
+// formats) plus one scale per block. Two schemes (docs/algorithms-fused.md, "FP8 codecs"):
 //   e8m0 scales, blocks of 32 (MX-style, OCP Microscaling v1.0): a power of two per block;
 //   f32 scales, blocks of 128 (DeepSeek-V3 style): the block's largest magnitude over the
 //   element's largest finite value.

@@ -6,7 +6,7 @@
 // rows: chunk c's all-gather (on a side stream) overlaps chunk c-1's GEMM (on the caller's), or
 // chunk c's reduce-scatter overlaps chunk c+1's GEMM. The selector prices both
 // (algo::Selector::planTp); the GEMMs are cuBLASLt's (gemm.hpp), the collectives the
-// communicator's own. docs/algorithms.md, "Tensor-parallel overlap".
+// communicator's own. docs/algorithms-fused.md, "Tensor-parallel overlap".
 #pragma once
 
 #include <cstddef>

@@ -193,8 +193,8 @@ WEFT_API weftResult_t weftGroupEnd(void);
 
 /* ---- compressed collectives ------------------------------------------------------------- *
  * All-reduce, reduce-scatter and all-gather whose values cross between ranks as fp8 with one
- * scale per block (docs/algorithms.md, "Compressed collectives"): bf16, f16 or f32 values; sum
- * and avg; every sum taken in f32, each value quantized at most twice (its input, then its
+ * scale per block (docs/algorithms-fused.md, "Compressed collectives"): bf16, f16 or f32 values;
+ * sum and avg; every sum taken in f32, each value quantized at most twice (its input, then its
  * sum), every rank getting the same bits. The error bound is in docs/api.md. A compressed call
  * changes results, so nothing compresses unless asked: per call, or by the communicator's
  * default (weftCommSetCompression, WEFT_COMPRESS). */
@@ -245,7 +245,7 @@ WEFT_API weftResult_t weftCommPlanEx(weftComm_t comm, weftCollective_t coll, siz
                                      const weftCompression* compression, char* buf, size_t len);
 
 /* ---- tensor-parallel GEMMs with their collective ---------------------------------------- *
- * On GPU memory, enqueued on `stream`, capturable in a CUDA graph (docs/algorithms.md,
+ * On GPU memory, enqueued on `stream`, capturable in a CUDA graph (docs/algorithms-fused.md,
  * "Tensor-parallel overlap"). Row-major bf16, f16 or f32 matrices, f32 accumulation (cuBLASLt,
  * loaded at the first call); m, n, k are the whole GEMM's, with s ranks:
  *   weftAllGatherGemm:     C [m, n/s] = allgather(A [m/s, k]) * B [k, n/s] (+ bias [n/s]);
