@@ -155,26 +155,6 @@ Status launch(const LocalAttention& a, cudaStream_t stream) {
 
 }  // namespace
 
-Status checkLocal(const LocalAttention& a) {
-  if (a.type != DataType::bf16 && a.type != DataType::f16)
-    return invalidArgument("attention: " + std::string(name(a.type)) +
-                           " is not attended (bf16 and f16 are)");
-  if (a.dim != 64 && a.dim != 128)
-    return invalidArgument("attention: head dim " + std::to_string(a.dim) +
-                           " has no kernel (64 and 128 do)");
-  if (a.heads < 1 || a.kvHeads < 1 || a.heads % a.kvHeads != 0 || a.heads > 65535)
-    return invalidArgument("attention: " + std::to_string(a.heads) +
-                           " query heads do not group over " + std::to_string(a.kvHeads) +
-                           " K/V heads");
-  if (a.sequences < 0 || a.sequences > 65535)
-    return invalidArgument("attention: " + std::to_string(a.sequences) + " sequences");
-  if (a.sequences > 0 && (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr ||
-                          a.lse == nullptr || a.cuSeqlensQ == nullptr || a.cuSeqlensK == nullptr))
-    return invalidArgument(
-        "attention: q, k, v, out, lse and the sequence offsets must not be NULL");
-  return {};
-}
-
 Status attendOnDevice(const LocalAttention& a, void* stream) {
   if (Status s = checkLocal(a); !s) return s;
   if (a.sequences == 0 || a.maxSeqlenQ == 0) return {};

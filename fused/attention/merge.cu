@@ -42,11 +42,61 @@ __global__ void mergeKernel(float* out, float* lse, const T* block, const float*
   }
 }
 
+__global__ void resetKernel(float* out, std::size_t values, float* lse, std::size_t rows) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < values;
+       i += stride) {
+    out[i] = 0;
+    if (i < rows) lse[i] = -INFINITY;
+  }
+}
+
+template <typename T>
+__global__ void finishKernel(T* out, const float* partials, std::size_t values) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < values; i += stride)
+    out[i] = static_cast<T>(partials[i]);
+}
+
+unsigned gridOf(std::size_t work) {
+  return static_cast<unsigned>(std::clamp<std::size_t>((work + kThreads - 1) / kThreads, 1, 4096));
+}
+
+Status launched(const char* what) {
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return Status(Code::systemError, std::string(what) + ": " + cudaGetErrorString(e));
+  return {};
+}
+
 template <typename T>
 constexpr bool kMerged =
     std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>;
 
 }  // namespace
+
+Status resetPartials(float* out, float* lse, const MergeShape& shape, void* stream) {
+  const std::size_t rows = shape.tokens * shape.heads, values = rows * shape.dim;
+  if (values == 0) return {};
+  resetKernel<<<gridOf(values), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(out, values, lse,
+                                                                                  rows);
+  return launched("attention partials");
+}
+
+Status finishPartials(void* out, const float* partials, DataType type, const MergeShape& shape,
+                      void* stream) {
+  const std::size_t values = shape.tokens * shape.heads * shape.dim;
+  if (values == 0) return {};
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (type == DataType::bf16) {
+    finishKernel<<<gridOf(values), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(out), partials,
+                                                     values);
+  } else if (type == DataType::f16) {
+    finishKernel<<<gridOf(values), kThreads, 0, s>>>(static_cast<__half*>(out), partials, values);
+  } else {
+    return invalidArgument("attention: " + std::string(name(type)) + " outputs are not written");
+  }
+  return launched("attention output");
+}
 
 Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* blockLse,
                      DataType type, const MergeShape& shape, void* stream) {

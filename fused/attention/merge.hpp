@@ -17,6 +17,12 @@ struct MergeShape {
   std::size_t tokens = 0, heads = 0, dim = 0;
 };
 
+// Partial results of no key yet: out 0, lse −inf (rows: tokens · heads).
+Status resetPartials(float* out, float* lse, const MergeShape& shape, void* stream);
+// out of `type` (bf16 or f16) from the f32 partials.
+Status finishPartials(void* out, const float* partials, DataType type, const MergeShape& shape,
+                      void* stream);
+
 // out (f32) and lse take in blockOut (bf16, f16 or f32) and blockLse, on `stream`.
 Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* blockLse,
                      DataType type, const MergeShape& shape, void* stream);

@@ -1,6 +1,7 @@
 // Context-parallel attention's layout and ring schedule, without a GPU: zigzag (load-balanced)
 // sharding of each sequence among the ranks, and which part of its queries each rank attends to
-// which part of the K/V block it holds at each ring step (docs/algorithms-fused.md, "Ring attention").
+// which part of the K/V block it holds at each ring step (docs/algorithms-fused.md, "Ring
+// attention").
 #pragma once
 
 #include <array>

@@ -4,6 +4,7 @@
 #define WEFT_WEFT_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "weft/types.h"
 
@@ -312,6 +313,44 @@ WEFT_API weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t
 /* How such a call would run ("chunked:4", "unfused"), the same on every rank. */
 WEFT_API weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size_t k,
                                  weftDataType_t datatype, char* buf, size_t len);
+
+/* ---- context-parallel (ring) attention ---------------------------------------------------- *
+ * Each rank holds its zigzag shard of every sequence (weftZigzagLocal): of a sequence of L
+ * tokens cut into 2s chunks, chunk r and chunk 2s - 1 - r, L a multiple of 2s. Packed sequences
+ * (flash-attention's varlen layout) on GPU memory: q [tokens, heads, headDim], k and v [tokens,
+ * kvHeads, headDim] of `datatype` (bf16 or f16), headDim 64 or 128, heads a multiple of kvHeads;
+ * cuSeqlens: sequences + 1 offsets into this rank's tokens (device memory); out [tokens, heads,
+ * headDim] and lse [heads, tokens] (f32, natural log). The K/V blocks travel around the ring
+ * while each rank attends its queries to the block it holds (docs/algorithms-fused.md, "Ring
+ * attention"). softmaxScale 0 means 1/sqrt(headDim). Forward only, for now. */
+typedef struct {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* out;
+  float* lse;
+  const int32_t* cuSeqlens;
+  int sequences;
+  size_t tokens;
+  size_t maxSeqlen; /* the longest sequence's tokens on this rank */
+  int heads;
+  int kvHeads;
+  int headDim;
+  weftDataType_t datatype;
+  int causal;
+  float softmaxScale;
+} weftAttention;
+/* `workspace`: weftRingAttentionWorkspaceSize bytes of device memory, or NULL (and 0) for the
+ * communicator's own. */
+WEFT_API weftResult_t weftRingAttention(const weftAttention* attention, void* workspace,
+                                        size_t workspaceBytes, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftRingAttentionWorkspaceSize(const weftAttention* attention,
+                                                     weftComm_t comm, size_t* bytes);
+/* Rank `rank` of `nranks`'s share of packed sequences (host memory): its offsets localCuSeqlens
+ * (sequences + 1) and, where positions is not NULL, each local token's position in its sequence
+ * (what RoPE needs). A sequence whose length 2 * nranks does not divide is weftInvalidArgument. */
+WEFT_API weftResult_t weftZigzagLocal(const int32_t* cuSeqlens, int sequences, int nranks, int rank,
+                                      int32_t* localCuSeqlens, int32_t* positions);
 
 #ifdef __cplusplus
 }

@@ -237,6 +237,16 @@ class Comm {
       return s;
     return bytes;
   }
+  // Ring attention's forward pass (weft.h, weftRingAttention) on this rank's zigzag share.
+  Status ringAttention(const weftAttention& attention, void* stream, TpWorkspace ws = {}) {
+    return detail::status(weftRingAttention(&attention, ws.data, ws.bytes, h_, stream));
+  }
+  Result<std::size_t> ringAttentionWorkspaceSize(const weftAttention& attention) {
+    std::size_t bytes = 0;
+    if (Status s = detail::status(weftRingAttentionWorkspaceSize(&attention, h_, &bytes)); !s)
+      return s;
+    return bytes;
+  }
 
   // Typed forms: the DataType follows from T.
   template <typename T>

@@ -1,0 +1,67 @@
+#include "fused/attention/ring.hpp"
+
+#include <limits>
+#include <string>
+
+namespace weft::fused::attention {
+namespace {
+
+constexpr std::size_t kAlign = 256;
+
+std::size_t aligned(std::size_t bytes) {
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+}  // namespace
+
+Status checkLocal(const LocalAttention& a) {
+  if (a.type != DataType::bf16 && a.type != DataType::f16)
+    return invalidArgument("attention: " + std::string(name(a.type)) +
+                           " is not attended (bf16 and f16 are)");
+  if (a.dim != 64 && a.dim != 128)
+    return invalidArgument("attention: head dim " + std::to_string(a.dim) +
+                           " has no kernel (64 and 128 do)");
+  if (a.heads < 1 || a.kvHeads < 1 || a.heads % a.kvHeads != 0 || a.heads > 65535)
+    return invalidArgument("attention: " + std::to_string(a.heads) +
+                           " query heads do not group over " + std::to_string(a.kvHeads) +
+                           " K/V heads");
+  if (a.sequences < 0 || a.sequences > 65535)
+    return invalidArgument("attention: " + std::to_string(a.sequences) + " sequences");
+  if (a.sequences > 0 && (a.q == nullptr || a.k == nullptr || a.v == nullptr || a.out == nullptr ||
+                          a.lse == nullptr || a.cuSeqlensQ == nullptr || a.cuSeqlensK == nullptr))
+    return invalidArgument(
+        "attention: q, k, v, out, lse and the sequence offsets must not be NULL");
+  return {};
+}
+
+Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
+  const auto dim = static_cast<std::size_t>(a.dim);
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 16;
+  if (a.tokensQ > most / (dim * 256))
+    return invalidArgument("ring attention: " + std::to_string(a.tokensQ) + " tokens are too many");
+  const std::size_t kv = 2 * a.tokensQ * static_cast<std::size_t>(a.kvHeads) * dim * sizeOf(a.type);
+  const std::size_t out = a.tokensQ * static_cast<std::size_t>(a.heads) * dim * sizeof(float);
+  RingWorkspace w;
+  w.block = aligned(kv);
+  w.partials = 2 * w.block;
+  w.total = w.partials + aligned(out);
+  return w;
+}
+
+Status checkRing(const RingCall& x) {
+  if (Status s = checkLocal(x.local); !s) return s;
+  if (x.local.cuSeqlensK != x.local.cuSeqlensQ)
+    return invalidArgument("ring attention: queries and keys share the sequences' offsets");
+  auto w = ringWorkspace(x.local);
+  if (!w) return w.status();
+  if (x.workspace == nullptr && x.workspaceBytes != 0)
+    return invalidArgument("ring attention: workspace is NULL but workspaceBytes is " +
+                           std::to_string(x.workspaceBytes));
+  if (x.workspace != nullptr && x.workspaceBytes < w->total)
+    return invalidArgument("ring attention: a workspace of " + std::to_string(x.workspaceBytes) +
+                           " bytes is too small: this call needs " + std::to_string(w->total) +
+                           " (weftRingAttentionWorkspaceSize)");
+  return {};
+}
+
+}  // namespace weft::fused::attention

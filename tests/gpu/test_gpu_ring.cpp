@@ -1,0 +1,193 @@
+// Ring attention (weftRingAttention), ranks as threads sharing the GPU: every rank's zigzag shard
+// of packed sequences, attended around the ring, against attention in double over the whole
+// sequences; causal and not, grouped K/V heads, ragged and empty sequences; bad calls refused.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_harness.hpp"
+#include "weft/weft.hpp"
+
+namespace weft::test {
+namespace {
+
+std::uint16_t toBf16(float x) {
+  return static_cast<__nv_bfloat16_raw>(__float2bfloat16(x)).x;
+}
+float fromBf16(std::uint16_t b) {
+  __nv_bfloat16_raw r;
+  r.x = b;
+  return __bfloat162float(__nv_bfloat16(r));
+}
+
+struct Global {
+  std::vector<std::int32_t> cu;  // the whole sequences'
+  int heads = 4, kvHeads = 2, dim = 128;
+  std::vector<std::uint16_t> q, k, v;  // [tokens, heads or kvHeads, dim], bf16
+  std::size_t tokens() const { return static_cast<std::size_t>(cu.back()); }
+
+  // Token t (global) head h's output and lse over its sequence.
+  void reference(std::size_t t, int h, bool causal, std::vector<double>& out, double& lse) const {
+    std::size_t s = 0;
+    while (static_cast<std::size_t>(cu[s + 1]) <= t) ++s;
+    const auto D = static_cast<std::size_t>(dim);
+    const int g = h / (heads / kvHeads);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    std::vector<double> w;
+    const std::size_t end = causal ? t + 1 : static_cast<std::size_t>(cu[s + 1]);
+    double most = -INFINITY;
+    for (std::size_t j = static_cast<std::size_t>(cu[s]); j < end; ++j) {
+      double dot = 0;
+      for (std::size_t c = 0; c < D; ++c)
+        dot += static_cast<double>(fromBf16(q[(t * heads + h) * D + c])) *
+               fromBf16(k[(j * kvHeads + g) * D + c]);
+      w.push_back(dot * scale);
+      most = std::max(most, w.back());
+    }
+    out.assign(D, 0);
+    double sum = 0;
+    for (std::size_t x = 0; x < w.size(); ++x) {
+      const double e = std::exp(w[x] - most);
+      sum += e;
+      const std::size_t j = static_cast<std::size_t>(cu[s]) + x;
+      for (std::size_t c = 0; c < D; ++c) out[c] += e * fromBf16(v[(j * kvHeads + g) * D + c]);
+    }
+    for (double& o : out) o /= sum;
+    lse = most + std::log(sum);
+  }
+};
+
+class GpuRingAttention : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  const int n = GetParam();
+  const auto N = static_cast<std::size_t>(n);
+  auto comms = threadRanks(n);
+  ASSERT_EQ(comms.size(), N);
+  Streams streams(n);
+  std::mt19937 rng(40 + n);
+  std::normal_distribution<float> normal(0, 1);
+  Global g;
+  const auto chunkTokens = [&](int c) { return static_cast<std::int32_t>(2 * n * c); };
+  g.cu = {0, chunkTokens(5), chunkTokens(5), chunkTokens(6),
+          chunkTokens(22)};  // 10n, none, 2n, 32n
+  for (auto* x : {&g.q, &g.k, &g.v}) {
+    x->resize(g.tokens() * static_cast<std::size_t>((x == &g.q ? g.heads : g.kvHeads) * g.dim));
+    for (auto& b : *x) b = toBf16(normal(rng));
+  }
+  const int sequences = static_cast<int>(g.cu.size()) - 1;
+  for (bool causal : {false, true}) {
+    std::vector<std::vector<std::uint16_t>> outs(N);
+    std::vector<std::vector<float>> lses(N);
+    std::vector<std::vector<std::int32_t>> positions(N);
+    std::size_t local = 0;
+    onEveryRank(n, [&](int r) {
+      const auto R = static_cast<std::size_t>(r);
+      std::vector<std::int32_t> cu(g.cu.size());
+      positions[R].resize(g.tokens());
+      ASSERT_EQ(weftZigzagLocal(g.cu.data(), sequences, n, r, cu.data(), positions[R].data()),
+                weftSuccess)
+          << weftGetLastError();
+      const auto tokens = static_cast<std::size_t>(cu.back());
+      positions[R].resize(tokens);
+      if (r == 0) local = tokens;
+      // This rank's tokens: each global token at its sequence's start plus its position.
+      auto shard = [&](const std::vector<std::uint16_t>& all, int heads) {
+        const auto row = static_cast<std::size_t>(heads * g.dim);
+        std::vector<std::uint16_t> mine(tokens * row);
+        for (int s = 0; s < sequences; ++s)
+          for (std::int32_t i = cu[s]; i < cu[s + 1]; ++i) {
+            const auto from = static_cast<std::size_t>(g.cu[s] + positions[R][i]) * row;
+            std::copy(
+                all.begin() + static_cast<std::ptrdiff_t>(from),
+                all.begin() + static_cast<std::ptrdiff_t>(from + row),
+                mine.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row));
+          }
+        return mine;
+      };
+      const auto q = shard(g.q, g.heads), k = shard(g.k, g.kvHeads), v = shard(g.v, g.kvHeads);
+      void *dq, *dk, *dv, *dout, *dcu;
+      float* dlse;
+      const std::size_t outBytes = tokens * static_cast<std::size_t>(g.heads * g.dim) * 2;
+      ASSERT_EQ(cudaMalloc(&dq, q.size() * 2 + 16), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dk, k.size() * 2 + 16), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dv, v.size() * 2 + 16), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dout, outBytes + 16), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dlse, tokens * static_cast<std::size_t>(g.heads) * 4 + 16),
+                cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dcu, cu.size() * 4), cudaSuccess);
+      cudaMemcpy(dq, q.data(), q.size() * 2, cudaMemcpyHostToDevice);
+      cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice);
+      cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice);
+      cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice);
+      cudaMemset(dout, 0xFF, outBytes);  // poisoned
+      std::size_t maxSeqlen = 0;
+      for (int s = 0; s < sequences; ++s)
+        maxSeqlen = std::max<std::size_t>(maxSeqlen, static_cast<std::size_t>(cu[s + 1] - cu[s]));
+      const weftAttention a{dq,           dk,
+                            dv,           dout,
+                            dlse,         static_cast<const std::int32_t*>(dcu),
+                            sequences,    tokens,
+                            maxSeqlen,    g.heads,
+                            g.kvHeads,    g.dim,
+                            weftBfloat16, causal ? 1 : 0,
+                            0.0f};
+      EXPECT_EQ(weftRingAttention(&a, nullptr, 0, comms[R].handle(), streams[r]), weftSuccess)
+          << weftGetLastError();
+      EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+      EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
+      outs[R].resize(outBytes / 2);
+      lses[R].resize(tokens * static_cast<std::size_t>(g.heads));
+      cudaMemcpy(outs[R].data(), dout, outBytes, cudaMemcpyDeviceToHost);
+      cudaMemcpy(lses[R].data(), dlse, lses[R].size() * 4, cudaMemcpyDeviceToHost);
+      for (void* p : {dq, dk, dv, dout, static_cast<void*>(dlse), dcu}) (void)cudaFree(p);
+    });
+    // Every rank's every token against the whole sequence's attention.
+    int bad = 0;
+    std::vector<double> want;
+    double wantLse = 0;
+    const auto D = static_cast<std::size_t>(g.dim);
+    for (std::size_t r = 0; r < N; ++r) {
+      std::vector<std::int32_t> cu(g.cu.size());
+      ASSERT_EQ(weftZigzagLocal(g.cu.data(), sequences, n, static_cast<int>(r), cu.data(), nullptr),
+                weftSuccess);
+      for (int s = 0; s < sequences; ++s) {
+        for (std::int32_t i = cu[s]; i < cu[s + 1]; ++i) {
+          const auto t = static_cast<std::size_t>(g.cu[s] + positions[r][i]);
+          const auto li = static_cast<std::size_t>(i);
+          for (int h = 0; h < g.heads; ++h) {
+            g.reference(t, h, causal, want, wantLse);
+            const float gotLse = lses[r][static_cast<std::size_t>(h) * local + li];
+            if (!(std::fabs(gotLse - wantLse) <= 1e-4 * (1 + std::fabs(wantLse))) && bad++ < 3)
+              ADD_FAILURE() << n << " ranks, rank " << r << " token " << t << " head " << h
+                            << ": lse " << gotLse << ", expected " << wantLse;
+            for (std::size_t c = 0; c < D; ++c) {
+              const double got =
+                  fromBf16(outs[r][(li * g.heads + static_cast<std::size_t>(h)) * D + c]);
+              if (!(std::fabs(got - want[c]) <= 8e-3 * (1 + std::fabs(want[c]))) && bad++ < 3)
+                ADD_FAILURE() << n << " ranks, rank " << r << " token " << t << " head " << h
+                              << " [" << c << "]: " << got << ", expected " << want[c]
+                              << (causal ? " (causal)" : "");
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0) << (causal ? "causal" : "full") << " at " << n << " ranks";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttention, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+}  // namespace
+}  // namespace weft::test
