@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/schedule.hpp"
+#include "perf/attention_bench.hpp"
 #include "perf/calibrate.hpp"
 #include "perf/collective.hpp"
 #include "perf/control.hpp"
@@ -578,6 +579,8 @@ Status RankBench::run() {
   }
   if (opt_.tp != TpMode::none)
     return runTpBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
+  if (opt_.attention)
+    return runAttentionBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
   if (Status s = joinForced(); !s) return s;
   if (Status s = registerBuffers(); !s) return s;
   if (report_) report_->printHeader();

@@ -72,9 +72,10 @@ Status resolveMemory(Options& o) {
   if (!o.calibratePath.empty() && o.memory != Memory::gpu)
     hostOnly = "--calibrate measures the host constants on host memory (--gpu: the GPU tuner's)";
   if (o.compare == "mpi") hostOnly = "--compare mpi times MPI on host memory";
-  const bool tp = o.tp != TpMode::none;
+  const bool tp = o.tp != TpMode::none || o.attention;
   const bool needsGpu = o.memory == Memory::gpu || o.graphLaunches > 0 || o.compare == "nccl" || tp;
   const char* asked = o.memory == Memory::gpu ? "--gpu"
+                      : o.attention           ? "attention"
                       : tp                    ? "ag-gemm and gemm-rs"
                       : o.graphLaunches > 0   ? "-G"
                       : o.compare == "nccl"   ? "--compare nccl"
@@ -89,8 +90,9 @@ Status resolveMemory(Options& o) {
   if (probeGpus(why) > 0) {
     o.memory = Memory::gpu;
   } else if (needsGpu) {
-    return {Code::unsupported, std::string(asked) + (tp ? " need" : " needs") + " a GPU, but " +
-                                   why + (tp ? "" : ": run on host memory (--host)")};
+    return {Code::unsupported, std::string(asked) + (o.tp != TpMode::none ? " need" : " needs") +
+                                   " a GPU, but " + why +
+                                   (tp ? "" : ": run on host memory (--host)")};
   } else {
     o.memory = Memory::host;
   }

@@ -129,6 +129,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--m", gemmM, "ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
   app.add_option("--n", o.gemmN, "ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
   app.add_option("--k", o.gemmK, "ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
+  std::string seqs;
+  app.add_option("--seq", seqs, "attention: a sequence's tokens, a list (4096,16384)");
+  app.add_option("--heads", o.attentionHeads, "attention: query heads (32)");
+  app.add_option("--kv-heads", o.attentionKvHeads, "attention: K/V heads (8)");
+  app.add_option("--dim", o.attentionDim, "attention: head dim, 64 or 128 (128)");
+  int causal = 1;
+  app.add_option("--causal", causal, "attention: 1 for the causal mask (1), 0 for none");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
@@ -219,6 +226,25 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     exitCode = tools::kExitUsage;
     return std::nullopt;
   };
+  if (collective == "attention") {
+    o.attention = true;
+    collective = "allgather";
+    type = "bfloat16";
+  } else if (!seqs.empty()) {
+    return fail("--seq shapes attention only");
+  }
+  if (causal != 0 && causal != 1) return fail("--causal: 0 or 1");
+  o.attentionCausal = causal == 1;
+  if (!seqs.empty()) {
+    o.attentionSeq.clear();
+    std::stringstream list(seqs);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v == 0) return fail("--seq: bad length '" + item + "'");
+      o.attentionSeq.push_back(static_cast<std::size_t>(v));
+    }
+  }
   if (collective == "ag-gemm" || collective == "gemm-rs") {
     const bool ag = collective == "ag-gemm";
     o.tp = ag ? TpMode::allGatherGemm : TpMode::gemmReduceScatter;

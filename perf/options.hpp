@@ -39,6 +39,11 @@ struct Options {
   std::vector<std::size_t> gemmM{128, 1024, 4096, 16384};
   std::size_t gemmN = 0, gemmK = 0;
   bool fp8Blocks = false;  // -d e4m3 with --fp8-scales block: DeepSeek-V3's 128-value blocks
+  // weft-perf attention (perf/attention_bench.hpp): one sequence of each --seq length.
+  bool attention = false;
+  std::vector<std::size_t> attentionSeq{4096, 16384};
+  int attentionHeads = 32, attentionKvHeads = 8, attentionDim = 128;
+  bool attentionCausal = true;
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;
