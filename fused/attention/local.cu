@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fused/attention/local.hpp"
+#include "fused/attention/lse.cuh"
 
 namespace weft::fused::attention {
 namespace {
@@ -121,21 +122,14 @@ __global__ void __launch_bounds__(kWarps * 32) attendKernel(LocalAttention a) {
     }
     if (lse == -INFINITY) continue;  // nothing to merge in
     float* out = static_cast<float*>(a.out);
-    const float old = a.lse[at];
-    float keep = 0, take = 1, merged = lse;
-    if (old != -INFINITY) {
-      const float hi = fmaxf(old, lse);
-      merged = hi + log1pf(expf(fminf(old, lse) - hi));
-      keep = expf(old - merged);
-      take = expf(lse - merged);
-    }
+    const LseMerge w = mergeLse(a.lse[at], lse);
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {
       float* y = out + o + lane + 32 * c;
-      *y = (keep == 0 ? 0.0f : keep * *y) + take * acc[r][c] / l[r];
+      *y = (w.keep == 0 ? 0.0f : w.keep * *y) + w.take * acc[r][c] / l[r];
     }
     __syncwarp();  // every lane has read lse[at]
-    if (lane == 0) a.lse[at] = merged;
+    if (lane == 0) a.lse[at] = w.merged;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <type_traits>
 
+#include "fused/attention/lse.cuh"
 #include "fused/attention/merge.hpp"
 #include "src/device/arith.cuh"
 
@@ -26,19 +27,13 @@ __global__ void mergeKernel(float* out, float* lse, const T* block, const float*
     const std::size_t t = row / s.heads, h = row % s.heads, at = h * s.tokens + t;
     const float l = lse[at], b = blockLse[at];
     if (b == -INFINITY) continue;  // the block attended no key for this row
-    float wa = 0, wb = 1, merged = b;
-    if (l != -INFINITY) {
-      const float m = fmaxf(l, b);
-      merged = m + log1pf(expf(fminf(l, b) - m));
-      wa = expf(l - merged);
-      wb = expf(b - merged);
-    }
+    const LseMerge w = mergeLse(l, b);
     float* o = out + row * s.dim;
     const T* ob = block + row * s.dim;
     for (std::size_t d = lane; d < s.dim; d += 32)
-      o[d] = (wa == 0 ? 0.0f : wa * o[d]) + wb * static_cast<float>(ob[d]);
+      o[d] = (w.keep == 0 ? 0.0f : w.keep * o[d]) + w.take * static_cast<float>(ob[d]);
     __syncwarp();  // every lane has read lse[at]
-    if (lane == 0) lse[at] = merged;
+    if (lane == 0) lse[at] = w.merged;
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "fused/attention/merge.hpp"
 #include "fused/attention/ring.hpp"
+#include "fused/cuda_steps.hpp"
 
 namespace weft::fused::attention {
 namespace {
@@ -43,24 +44,6 @@ Result<State*> stateOf(Communicator& comm) {
   return s.get();
 }
 
-// `after` waits for what `before` has enqueued so far.
-Status follow(cudaStream_t after, cudaStream_t before, cudaEvent_t e) {
-  if (cudaError_t r = cudaEventRecord(e, before); r != cudaSuccess) return cudaFailed("record", r);
-  if (cudaError_t r = cudaStreamWaitEvent(after, e, 0); r != cudaSuccess)
-    return cudaFailed("wait", r);
-  return {};
-}
-
-Status onDevice(const void* p, const char* role) {
-  cudaPointerAttributes a{};
-  if (p == nullptr) return {};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.devicePointer == nullptr) {
-    cudaGetLastError();
-    return invalidArgument(std::string("ring attention: ") + role + " is not GPU memory");
-  }
-  return {};
-}
-
 }  // namespace
 
 Status runRing(Communicator& comm, const RingCall& x) {
@@ -73,16 +56,13 @@ Status runRing(Communicator& comm, const RingCall& x) {
                          {a.lse, "lse"},
                          {a.cuSeqlensQ, "cuSeqlens"},
                          {x.workspace, "the workspace"}}) {
-    if (Status s = onDevice(p, role); !s) return s;
+    if (Status s = onDevice(p, "ring attention", role); !s) return s;
   }
   auto layout = ringWorkspace(a);
   if (!layout) return layout.status();
-  auto* ws = static_cast<std::byte*>(x.workspace);
-  if (ws == nullptr) {
-    auto own = comm.workspace(layout->total, true);
-    if (!own) return own.status();
-    ws = *own;
-  }
+  auto workspace = workspaceOr(comm, x.workspace, layout->total);
+  if (!workspace) return workspace.status();
+  std::byte* ws = *workspace;
   auto st = stateOf(comm);
   if (!st) return st.status();
   State& state = **st;

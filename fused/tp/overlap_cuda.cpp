@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "fused/cuda_steps.hpp"
 #include "fused/tp/flags.hpp"
 #include "fused/tp/gemm.hpp"
 #include "fused/tp/overlap.hpp"
@@ -126,24 +127,6 @@ Result<State*> stateOf(Communicator& comm) {
   if (Status loaded = loadScaleKernels(); !loaded) return loaded;
   slot = s;
   return s.get();
-}
-
-// `after` waits for what `before` has enqueued so far.
-Status follow(cudaStream_t after, cudaStream_t before, cudaEvent_t e) {
-  if (cudaError_t r = cudaEventRecord(e, before); r != cudaSuccess) return cudaFailed("record", r);
-  if (cudaError_t r = cudaStreamWaitEvent(after, e, 0); r != cudaSuccess)
-    return cudaFailed("wait", r);
-  return {};
-}
-
-Status onDevice(const void* p, const char* role) {
-  cudaPointerAttributes a{};
-  if (p == nullptr) return {};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.devicePointer == nullptr) {
-    cudaGetLastError();
-    return invalidArgument(std::string("tensor-parallel call: ") + role + " is not GPU memory");
-  }
-  return {};
 }
 
 class Run {
@@ -482,18 +465,15 @@ Status runTp(Communicator& comm, const TpCall& x) {
                          {x.scales.b, "B's scale"},
                          {x.gatheredScales, "the gathered scales"},
                          {x.workspace, "the workspace"}}) {
-    if (Status s = onDevice(p, role); !s) return s;
+    if (Status s = onDevice(p, "tensor-parallel call", role); !s) return s;
   }
   auto plan = comm.tpPlanFor(x.shape(comm.size()));
   if (!plan) return plan.status();
-  std::byte* ws = static_cast<std::byte*>(x.workspace);
   auto layout = workspaceLayout(x.shape(comm.size()));
   if (!layout) return layout.status();
-  if (ws == nullptr) {
-    auto own = comm.workspace(layout->total, true);
-    if (!own) return own.status();
-    ws = *own;
-  }
+  auto workspace = workspaceOr(comm, x.workspace, layout->total);
+  if (!workspace) return workspace.status();
+  std::byte* ws = *workspace;
   auto st = stateOf(comm);
   if (!st) return st.status();
   const algo::TpPlan& how = *plan;

@@ -1,0 +1,40 @@
+// What the fused operations' GPU runs share: a stream waiting for another's work so far, the
+// check that a caller's pointer is GPU memory, and the workspace a call runs in.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "src/core/communicator.hpp"
+#include "weft/status.hpp"
+
+namespace weft::fused {
+
+// `after` waits for what `before` has enqueued so far (through `e`).
+inline Status follow(cudaStream_t after, cudaStream_t before, cudaEvent_t e) {
+  cudaError_t r = cudaEventRecord(e, before);
+  if (r == cudaSuccess) r = cudaStreamWaitEvent(after, e, 0);
+  if (r != cudaSuccess)
+    return Status(Code::systemError, std::string("ordering streams: ") + cudaGetErrorString(r));
+  return {};
+}
+
+// Null, or memory the GPU reaches; else invalid, "<who>: <role> is not GPU memory".
+inline Status onDevice(const void* p, const char* who, const char* role) {
+  cudaPointerAttributes a{};
+  if (p == nullptr) return {};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.devicePointer == nullptr) {
+    (void)cudaGetLastError();
+    return invalidArgument(std::string(who) + ": " + role + " is not GPU memory");
+  }
+  return {};
+}
+
+// The caller's workspace (`given`), or `bytes` of the communicator's.
+inline Result<std::byte*> workspaceOr(Communicator& comm, void* given, std::size_t bytes) {
+  if (given != nullptr) return static_cast<std::byte*>(given);
+  return comm.workspace(bytes, true);
+}
+
+}  // namespace weft::fused
