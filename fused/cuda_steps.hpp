@@ -31,6 +31,35 @@ inline Status onDevice(const void* p, const char* who, const char* role) {
   return {};
 }
 
+// A communicator's side stream for a fused operation, and the events that fork it from the
+// caller's stream, order the two between steps and join them again.
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, chunk = nullptr, join = nullptr;
+  SideStream() = default;
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  Status create() {
+    cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    for (cudaEvent_t* ev : {&fork, &chunk, &join})
+      if (e == cudaSuccess) e = cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+      return Status(Code::systemError, std::string("side stream: ") + cudaGetErrorString(e));
+    return {};
+  }
+  // Waits for the stream's work, then frees it (again: nothing).
+  void destroy() {
+    if (stream != nullptr) (void)cudaStreamSynchronize(stream);
+    for (cudaEvent_t* ev : {&fork, &chunk, &join}) {
+      if (*ev != nullptr) (void)cudaEventDestroy(*ev);
+      *ev = nullptr;
+    }
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+    stream = nullptr;
+  }
+  ~SideStream() { destroy(); }
+};
+
 // The caller's workspace (`given`), or `bytes` of the communicator's.
 inline Result<std::byte*> workspaceOr(Communicator& comm, void* given, std::size_t bytes) {
   if (given != nullptr) return static_cast<std::byte*>(given);

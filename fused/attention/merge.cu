@@ -81,16 +81,15 @@ Status finishPartials(void* out, const float* partials, DataType type, const Mer
                       void* stream) {
   const std::size_t values = shape.tokens * shape.heads * shape.dim;
   if (values == 0) return {};
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (type == DataType::bf16) {
-    finishKernel<<<gridOf(values), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(out), partials,
-                                                     values);
-  } else if (type == DataType::f16) {
-    finishKernel<<<gridOf(values), kThreads, 0, s>>>(static_cast<__half*>(out), partials, values);
-  } else {
+  return device::withType(type, [&](auto* tag) -> Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kMerged<T> && !std::is_same_v<T, float>) {
+      finishKernel<<<gridOf(values), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<T*>(out), partials, values);
+      return launched("attention output");
+    }
     return invalidArgument("attention: " + std::string(name(type)) + " outputs are not written");
-  }
-  return launched("attention output");
+  });
 }
 
 Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* blockLse,
@@ -104,9 +103,7 @@ Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* 
           std::clamp<std::size_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 1, 65535));
       mergeKernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           out, lse, static_cast<const T*>(blockOut), blockLse, shape);
-      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-        return Status(Code::systemError, std::string("attention merge: ") + cudaGetErrorString(e));
-      return {};
+      return launched("attention merge");
     }
     return invalidArgument("attention merge: " + std::string(name(type)) +
                            " outputs are not merged (bf16, f16 and f32 are)");

@@ -14,6 +14,7 @@ std::size_t aligned(std::size_t bytes) {
 
 }  // namespace
 
+// local.hpp's, here because local.cu builds only with CUDA and CI checks calls without it.
 Status checkLocal(const LocalAttention& a) {
   if (a.type != DataType::bf16 && a.type != DataType::f16)
     return invalidArgument("attention: " + std::string(name(a.type)) +

@@ -18,28 +18,12 @@ Status cudaFailed(const char* what, cudaError_t e) {
                 std::string("ring attention: ") + what + ": " + cudaGetErrorString(e));
 }
 
-// A communicator's side stream and events for its ring calls.
-struct State {
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-  ~State() {
-    if (side != nullptr) cudaStreamSynchronize(side);
-    for (cudaEvent_t e : {fork, join})
-      if (e != nullptr) cudaEventDestroy(e);
-    if (side != nullptr) cudaStreamDestroy(side);
-  }
-};
-
-Result<State*> stateOf(Communicator& comm) {
+// A communicator's side stream for its ring calls.
+Result<SideStream*> sideOf(Communicator& comm) {
   std::shared_ptr<void>& slot = comm.fusedState("ring-attention");
-  if (slot) return static_cast<State*>(slot.get());
-  auto s = std::make_shared<State>();
-  if (cudaError_t e = cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking); e != cudaSuccess)
-    return cudaFailed("side stream", e);
-  for (cudaEvent_t* e : {&s->fork, &s->join}) {
-    if (cudaError_t r = cudaEventCreateWithFlags(e, cudaEventDisableTiming); r != cudaSuccess)
-      return cudaFailed("event", r);
-  }
+  if (slot) return static_cast<SideStream*>(slot.get());
+  auto s = std::make_shared<SideStream>();
+  if (Status made = s->create(); !made) return made;
   slot = s;
   return s.get();
 }
@@ -63,9 +47,9 @@ Status runRing(Communicator& comm, const RingCall& x) {
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
-  auto st = stateOf(comm);
-  if (!st) return st.status();
-  State& state = **st;
+  auto side = sideOf(comm);
+  if (!side) return side.status();
+  SideStream& state = **side;
   const auto stream = static_cast<cudaStream_t>(x.stream);
   const int n = comm.size(), me = comm.rank();
   const std::size_t half = a.tokensQ * static_cast<std::size_t>(a.kvHeads * a.dim) * sizeOf(a.type);
@@ -86,9 +70,10 @@ Status runRing(Communicator& comm, const RingCall& x) {
       std::byte* next = blocks[(step + 1) % 2];
       if (step + 1 < n) {
         // The next block's buffer was last read by the previous step's attention.
-        if (Status s = follow(state.side, stream, state.fork); !s) return s;
-        std::vector<Communicator::P2pOp> ops{{true, (me + 1) % n, held, 2 * half, state.side},
-                                             {false, (me + n - 1) % n, next, 2 * half, state.side}};
+        if (Status s = follow(state.stream, stream, state.fork); !s) return s;
+        std::vector<Communicator::P2pOp> ops{
+            {true, (me + 1) % n, held, 2 * half, state.stream},
+            {false, (me + n - 1) % n, next, 2 * half, state.stream}};
         if (Status s = comm.exchange(std::move(ops)); !s) return s;
       }
       LocalAttention part = a;
@@ -100,7 +85,7 @@ Status runRing(Communicator& comm, const RingCall& x) {
       part.merge = true;
       if (Status s = attendOnDevice(part, stream); !s) return s;
       if (step + 1 < n) {
-        if (Status s = follow(stream, state.side, state.join); !s) return s;
+        if (Status s = follow(stream, state.stream, state.join); !s) return s;
       }
     }
     return finishPartials(a.out, partials, a.type, shape, stream);

@@ -52,8 +52,7 @@ constexpr std::uint64_t kGateSteps = 128;  // more than a call's chunks
 
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork = nullptr, chunk = nullptr, join = nullptr;
+  SideStream side;
   std::unique_ptr<Gemms> gemms;
   Shared shared;
   // Freed only with the communicator: cudaFree waits for the whole device, where another rank's
@@ -61,10 +60,7 @@ struct State {
   std::vector<void*> memory;
   std::vector<std::shared_ptr<void>> mappings;
   ~State() {
-    if (side != nullptr) cudaStreamSynchronize(side);
-    for (cudaEvent_t e : {fork, chunk, join})
-      if (e != nullptr) cudaEventDestroy(e);
-    if (side != nullptr) cudaStreamDestroy(side);
+    side.destroy();  // before the memory its work may use
     shared.peers.keep.reset();
     mappings.clear();
     for (void* p : memory) cudaFree(p);
@@ -85,7 +81,7 @@ Result<bool> ensureShared(Communicator& comm, State& st, std::size_t bytes, cuda
                   "capturing it");
   // Nobody copies from the old buffer any more once every rank has synchronized and met in
   // the mapping below.
-  for (cudaStream_t s : {stream, st.side}) {
+  for (cudaStream_t s : {stream, st.side.stream}) {
     if (cudaError_t e = cudaStreamSynchronize(s); e != cudaSuccess) return cudaFailed("sync", e);
   }
   const std::size_t size = std::max(bytes, 2 * st.shared.bytes);
@@ -93,8 +89,8 @@ Result<bool> ensureShared(Communicator& comm, State& st, std::size_t bytes, cuda
   if (cudaError_t e = cudaMalloc(&fresh, size); e != cudaSuccess)
     return cudaFailed("allocating the shared buffer", e);
   st.memory.push_back(fresh);
-  cudaError_t e = cudaMemsetAsync(fresh, 0, kFlagsBytes, st.side);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st.side);
+  cudaError_t e = cudaMemsetAsync(fresh, 0, kFlagsBytes, st.side.stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st.side.stream);
   if (e != cudaSuccess) return cudaFailed("clearing the flags", e);
   auto peers = comm.mapPeerMemory(fresh);
   if (!peers) return peers.status();
@@ -108,12 +104,7 @@ Result<State*> stateOf(Communicator& comm) {
   std::shared_ptr<void>& slot = comm.fusedState("tp");
   if (slot) return static_cast<State*>(slot.get());
   auto s = std::make_shared<State>();
-  if (cudaError_t e = cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking); e != cudaSuccess)
-    return cudaFailed("side stream", e);
-  for (cudaEvent_t* e : {&s->fork, &s->chunk, &s->join}) {
-    if (cudaError_t r = cudaEventCreateWithFlags(e, cudaEventDisableTiming); r != cudaSuccess)
-      return cudaFailed("event", r);
-  }
+  if (Status made = s->side.create(); !made) return made;
   auto gemms = Gemms::create();
   if (!gemms) return gemms.status();
   s->gemms = std::move(*gemms);
@@ -121,7 +112,7 @@ Result<State*> stateOf(Communicator& comm) {
   if (cudaError_t e = cudaMalloc(&words, 2 * sizeof(std::uint64_t)); e != cudaSuccess)
     return cudaFailed("flag words", e);
   s->memory.push_back(words);
-  if (Status loaded = loadFlagKernels(static_cast<std::uint64_t*>(words), s->side); !loaded)
+  if (Status loaded = loadFlagKernels(static_cast<std::uint64_t*>(words), s->side.stream); !loaded)
     return loaded;
   if (Status loaded = loadSumKernels(); !loaded) return loaded;
   if (Status loaded = loadScaleKernels(); !loaded) return loaded;
@@ -160,7 +151,7 @@ class Run {
     const auto* a = static_cast<const std::byte*>(x_.a);
     auto* c = static_cast<std::byte*>(x_.c);
     auto* gathered = static_cast<std::byte*>(x_.gathered);
-    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
     if (Status s = gate(0); !s) return s;  // the ranks' work before the call is done
     for (int i = 0; i < plan_.chunks; ++i) {
@@ -168,12 +159,15 @@ class Run {
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
-      if (Status s = comm_.allGather(a + ch.start * k * es_, g, ch.rows * k, x_.type, st_.side); !s)
+      if (Status s =
+              comm_.allGather(a + ch.start * k * es_, g, ch.rows * k, x_.type, st_.side.stream);
+          !s)
         return s;
       if (gathered != nullptr && g != gathered) {
         const std::size_t piece = ch.rows * k * es_;
-        if (cudaError_t e = cudaMemcpy2DAsync(gathered + ch.start * k * es_, rows_ * k * es_, g,
-                                              piece, piece, n_, cudaMemcpyDeviceToDevice, st_.side);
+        if (cudaError_t e =
+                cudaMemcpy2DAsync(gathered + ch.start * k * es_, rows_ * k * es_, g, piece, piece,
+                                  n_, cudaMemcpyDeviceToDevice, st_.side.stream);
             e != cudaSuccess)
           return cudaFailed("gathered A", e);
       }
@@ -183,7 +177,7 @@ class Run {
         if (Status s = gatherScales(ch); !s) return s;
         if (plan_.chunks == 1 && x_.gatheredScales != nullptr) scales = x_.gatheredScales;
       }
-      if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
+      if (Status s = follow(stream_, st_.side.stream, st_.side.chunk); !s) return s;
       ch.shape.bias = x_.bias != nullptr;
       ch.shape.smCount = overlapSms(i + 1 < plan_.chunks);
       auto sc = scalesFor(ch, scales, ch.rows * blocks_);
@@ -193,7 +187,7 @@ class Run {
           !s)
         return s;
     }
-    return follow(stream_, st_.side, st_.join);
+    return follow(stream_, st_.side.stream, st_.side.join);
   }
 
   // A chunk's rows' block scales, every rank's, rank by rank on the side stream (unchunked,
@@ -203,15 +197,15 @@ class Run {
     float* staged = gatheredScales_ + ch.start * n_ * blocks_;
     float* out = x_.gatheredScales;
     float* to = plan_.chunks == 1 && out != nullptr ? out : staged;
-    if (Status s =
-            comm_.allGather(x_.scales.a + ch.start * blocks_, to, width, DataType::f32, st_.side);
+    if (Status s = comm_.allGather(x_.scales.a + ch.start * blocks_, to, width, DataType::f32,
+                                   st_.side.stream);
         !s)
       return s;
     if (out == nullptr || to == out) return {};
     const std::size_t bytes = width * sizeof(float);
     if (cudaError_t e =
             cudaMemcpy2DAsync(out + ch.start * blocks_, rows_ * blocks_ * sizeof(float), staged,
-                              bytes, bytes, n_, cudaMemcpyDeviceToDevice, st_.side);
+                              bytes, bytes, n_, cudaMemcpyDeviceToDevice, st_.side.stream);
         e != cudaSuccess)
       return cudaFailed("gathered scales", e);
     return {};
@@ -241,7 +235,7 @@ class Run {
         return cudaFailed("own block", e);
     }
     if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
-    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     // The unchunked GEMM's shape, on one rank's block.
     GemmShape g = chunk(1, 0).shape;
     g.m = rows_;
@@ -251,18 +245,21 @@ class Run {
       const auto J = static_cast<std::size_t>(j);
       const void* a = x_.a;
       if (step > 0) {
-        if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side); !s)
+        if (Status s =
+                awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side.stream);
+            !s)
           return s;
         for (auto [to, from, bytes] :
              {std::tuple{mine + J * block, sh.data(j) + J * block, block},
               std::tuple{scalesOf(mine, J), scalesOf(sh.data(j), J), scaleBlock}}) {
           if (bytes == 0) continue;
-          if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side);
+          if (cudaError_t e =
+                  cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
               e != cudaSuccess)
             return cudaFailed("a peer's block", e);
         }
-        if (Status s = follow(stream_, st_.side, st_.chunk); !s) return s;
-        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side); !s) return s;
+        if (Status s = follow(stream_, st_.side.stream, st_.side.chunk); !s) return s;
+        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side.stream); !s) return s;
         a = mine + J * block;
       }
       auto sc = scalesFor(reinterpret_cast<const float*>(scalesOf(mine, J)), 0, rows_, 1);
@@ -272,7 +269,7 @@ class Run {
           !s)
         return s;
     }
-    if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
+    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     for (auto [to, from, bytes] :
          {std::tuple{x_.gathered, mine, n_ * block},
           std::tuple{static_cast<void*>(x_.gatheredScales), scalesOf(mine, 0), n_ * scaleBlock}}) {
@@ -293,7 +290,7 @@ class Run {
     const auto* a = static_cast<const std::byte*>(x_.a);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
-    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     GemmShape g = chunk(1, 0).shape;
     g.m = rows_;
     const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
@@ -309,25 +306,26 @@ class Run {
           !s)
         return s;
       if (d == me) break;
-      if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
+      if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       // d is done with its buffer: its last call's sum read it, the peers' copies left it.
-      if (Status s =
-              awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs, st_.side);
+      if (Status s = awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs,
+                                st_.side.stream);
           !s)
         return s;
-      if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side); !s)
+      if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side.stream);
+          !s)
         return s;
       if (cudaError_t e = cudaMemcpyAsync(sh.data(d) + static_cast<std::size_t>(me) * block, out,
-                                          block, cudaMemcpyDeviceToDevice, st_.side);
+                                          block, cudaMemcpyDeviceToDevice, st_.side.stream);
           e != cudaSuccess)
         return cudaFailed("a partial block", e);
-      if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, st_.side); !s) return s;
+      if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, st_.side.stream); !s) return s;
     }
     // Every peer's block has landed; this rank's copies are done (the staging is free again).
     if (Status s = awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, 0, timeoutNs, stream_);
         !s)
       return s;
-    if (Status s = follow(stream_, st_.side, st_.join); !s) return s;
+    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.out, stream_); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
@@ -337,7 +335,7 @@ class Run {
     auto* c = static_cast<std::byte*>(x_.c);
     // One rank adds the bias, so the sum holds it once.
     const void* bias = comm_.rank() == 0 ? x_.bias : nullptr;
-    if (Status s = follow(st_.side, stream_, st_.fork); !s) return s;
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunk(plan_.chunks, i);
@@ -351,14 +349,14 @@ class Run {
                                     stream_, *sc);
           !s)
         return s;
-      if (Status s = follow(st_.side, stream_, st_.chunk); !s) return s;
+      if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
       if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * cs_, ch.rows * x_.cols,
-                                         x_.out, RedOp::sum, st_.side);
+                                         x_.out, RedOp::sum, st_.side.stream);
           !s)
         return s;
     }
-    return follow(stream_, st_.side, st_.join);
+    return follow(stream_, st_.side.stream, st_.side.join);
   }
 
  private:
@@ -417,16 +415,17 @@ class Run {
   // Elsewhere an empty kernel: the collective is no early (programmatic) dependent of a GEMM.
   Status startGates() {
     return gated_ == nullptr ? Status{}
-                             : countCall(gated_->flag(comm_.rank(), kGateCount), st_.side);
+                             : countCall(gated_->flag(comm_.rank(), kGateCount), st_.side.stream);
   }
   Status gate(int step) {
-    if (gated_ == nullptr) return settle(st_.side);
+    if (gated_ == nullptr) return settle(st_.side.stream);
     const std::uint64_t* count = gated_->flag(comm_.rank(), kGateCount);
     const auto at = static_cast<std::uint64_t>(step);
-    if (Status s = raiseFlag(gated_->flag(comm_.rank(), kGate), count, st_.side, kGateSteps, at);
+    if (Status s =
+            raiseFlag(gated_->flag(comm_.rank(), kGate), count, st_.side.stream, kGateSteps, at);
         !s)
       return s;
-    return awaitEach(gates_, count, kGateSteps, at, timeoutNs_, st_.side);
+    return awaitEach(gates_, count, kGateSteps, at, timeoutNs_, st_.side.stream);
   }
 
   // The SMs a GEMM targets (WEFT_TP_GEMM_SMS where a collective runs beside it; 0: all). An
