@@ -136,6 +136,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--dim", o.attentionDim, "attention: head dim, 64 or 128 (128)");
   int causal = 1;
   app.add_option("--causal", causal, "attention: 1 for the causal mask (1), 0 for none");
+  std::string pass = "forward";
+  app.add_option("--pass", pass, "attention: forward (the default) or backward");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
@@ -235,6 +237,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   }
   if (causal != 0 && causal != 1) return fail("--causal: 0 or 1");
   o.attentionCausal = causal == 1;
+  if (pass != "forward" && pass != "backward") return fail("--pass: forward or backward");
+  o.attentionBackward = pass == "backward";
   if (!seqs.empty()) {
     o.attentionSeq.clear();
     std::stringstream list(seqs);

@@ -44,6 +44,7 @@ struct Options {
   std::vector<std::size_t> attentionSeq{4096, 16384};
   int attentionHeads = 32, attentionKvHeads = 8, attentionDim = 128;
   bool attentionCausal = true;
+  bool attentionBackward = false;  // --pass backward
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;

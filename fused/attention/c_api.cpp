@@ -65,6 +65,36 @@ weftResult_t weftRingAttentionWorkspaceSize(const weftAttention* attention, weft
   });
 }
 
+weftResult_t weftRingAttentionBackward(const weftAttention* attention,
+                                       const weftAttentionGrads* grads, void* workspace,
+                                       size_t workspaceBytes, weftComm_t comm, void* stream) {
+  const char* what = "weftRingAttentionBackward";
+  weft::fused::attention::RingCall x;
+  if (weftResult_t r = ringCallOf(what, attention, x); r != weftSuccess) return r;
+  if (grads == nullptr) return invalid(std::string(what) + ": grads is NULL");
+  x.workspace = workspace, x.workspaceBytes = workspaceBytes, x.stream = stream;
+  const weft::fused::attention::RingGrads g{grads->dOut, grads->dq, grads->dk, grads->dv};
+  if (gGroupDepth > 0) return fail(weftInvalidUsage, std::string(what) + ": not inside a group");
+  return withComm(comm, what, [&](weft::Communicator& c) {
+    return weft::fused::attention::runRingBackward(c, x, g);
+  });
+}
+
+weftResult_t weftRingAttentionBackwardWorkspaceSize(const weftAttention* attention, weftComm_t comm,
+                                                    size_t* bytes) {
+  const char* what = "weftRingAttentionBackwardWorkspaceSize";
+  weft::fused::attention::RingCall x;
+  if (weftResult_t r = ringCallOf(what, attention, x); r != weftSuccess) return r;
+  if (bytes == nullptr) return invalid(std::string(what) + ": bytes is NULL");
+  return withComm(comm, what, [&](weft::Communicator&) -> weft::Status {
+    if (weft::Status s = weft::fused::attention::checkLocal(x.local); !s) return s;
+    auto w = weft::fused::attention::ringBackwardWorkspace(x.local);
+    if (!w) return w.status();
+    *bytes = w->total;
+    return {};
+  });
+}
+
 weftResult_t weftZigzagLocal(const int32_t* cuSeqlens, int sequences, int nranks, int rank,
                              int32_t* localCuSeqlens, int32_t* positions) {
   if (cuSeqlens == nullptr || localCuSeqlens == nullptr)

@@ -1,7 +1,7 @@
 // weft's own attention kernel on one rank's tokens, packed (varlen) sequences, for the ring's
 // steps: queries of one part of each sequence against keys of one part of each, under the causal
 // mask or none, with the log-sum-exp, writing the result or merging it into f32 partial results
-// (merge.hpp's rule). Correct everywhere; not yet fast (CUDA cores, f32).
+// (merge.hpp's rule). On the tensor cores (local.cu).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,6 @@
 #include "fused/attention/ring.hpp"
 
+#include <cstdint>
 #include <limits>
 #include <string>
 
@@ -32,6 +33,11 @@ Status checkLocal(const LocalAttention& a) {
                           a.lse == nullptr || a.cuSeqlensQ == nullptr || a.cuSeqlensK == nullptr))
     return invalidArgument(
         "attention: q, k, v, out, lse and the sequence offsets must not be NULL");
+  // The kernel moves 16-byte pieces of q, k and v, and writes out in pairs.
+  for (const void* p : {a.q, a.k, a.v, static_cast<const void*>(a.out)}) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      return invalidArgument("attention: q, k, v and out must be 16-byte aligned");
+  }
   return {};
 }
 
@@ -62,6 +68,47 @@ Status checkRing(const RingCall& x) {
     return invalidArgument("ring attention: a workspace of " + std::to_string(x.workspaceBytes) +
                            " bytes is too small: this call needs " + std::to_string(w->total) +
                            " (weftRingAttentionWorkspaceSize)");
+  return {};
+}
+
+Result<RingBackwardWorkspace> ringBackwardWorkspace(const LocalAttention& a) {
+  auto forward = ringWorkspace(a);  // checks the token count
+  if (!forward) return forward.status();
+  const auto dim = static_cast<std::size_t>(a.dim);
+  const std::size_t kv = a.tokensQ * static_cast<std::size_t>(a.kvHeads) * dim;
+  RingBackwardWorkspace w;
+  w.dq = aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * sizeof(float));
+  w.blocks = w.dq + aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * dim * sizeof(float));
+  w.grads = aligned(2 * kv * sizeOf(a.type));
+  w.block = w.grads + aligned(2 * kv * sizeof(float));
+  w.total = w.blocks + 2 * w.block;
+  return w;
+}
+
+Status checkRingBackward(const RingCall& x, const RingGrads& g) {
+  RingCall forward = x;
+  forward.workspace = nullptr, forward.workspaceBytes = 0;  // checked below, for this pass
+  if (Status s = checkRing(forward); !s) return s;
+  if (x.local.sequences > 0 &&
+      (g.dOut == nullptr || g.dq == nullptr || g.dk == nullptr || g.dv == nullptr))
+    return invalidArgument("ring attention backward: dOut, dq, dk and dv must not be NULL");
+  for (const void* p : {g.dOut, static_cast<const void*>(g.dq), static_cast<const void*>(g.dk),
+                        static_cast<const void*>(g.dv)}) {
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      return invalidArgument(
+          "ring attention backward: dOut, dq, dk and dv must be 16-byte aligned");
+  }
+  auto w = ringBackwardWorkspace(x.local);
+  if (!w) return w.status();
+  if (x.workspace == nullptr && x.workspaceBytes != 0)
+    return invalidArgument("ring attention backward: workspace is NULL but workspaceBytes is " +
+                           std::to_string(x.workspaceBytes));
+  if (x.workspace != nullptr && x.workspaceBytes < w->total)
+    return invalidArgument("ring attention backward: a workspace of " +
+                           std::to_string(x.workspaceBytes) +
+                           " bytes is too small: this call "
+                           "needs " +
+                           std::to_string(w->total) + " (weftRingAttentionBackwardWorkspaceSize)");
   return {};
 }
 

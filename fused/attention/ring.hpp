@@ -1,6 +1,7 @@
-// Ring attention's forward pass on a communicator (weft.h's weftRingAttention): each rank's
-// zigzag shard of packed sequences attends the K/V block it holds while the next block moves
-// around the ring (the communicator's send/recv, on a side stream), merging by log-sum-exp in f32.
+// Ring attention on a communicator (weft.h's weftRingAttention and weftRingAttentionBackward):
+// each rank's zigzag shard of packed sequences attends the K/V block it holds while the next
+// block moves around the ring (the communicator's send/recv, on a side stream), merging by
+// log-sum-exp in f32; backward, the blocks go around again with their gradients.
 #pragma once
 
 #include <cstddef>
@@ -26,5 +27,24 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a);
 // What a call checks before it changes anything.
 Status checkRing(const RingCall& x);
 Status runRing(Communicator& comm, const RingCall& x);
+
+// The backward pass: from the forward's call (its out and lse now inputs) and the loss's
+// gradient by out, the gradients of q, k and v (of the call's type, q's and k's shapes). Each
+// rank keeps its queries' dq; a K/V block travels around the ring again with its dk and dv in
+// f32, each rank adding its queries' share, and comes home after n steps.
+struct RingGrads {
+  const void* dOut = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+// Byte offsets: delta (rowsum(dOut ∘ out)), dq in f32, then two travelling blocks, each k, v
+// (of type) and dk, dv (f32; `grads` bytes into the block).
+struct RingBackwardWorkspace {
+  std::size_t dq = 0, blocks = 0, block = 0, grads = 0, total = 0;
+};
+Result<RingBackwardWorkspace> ringBackwardWorkspace(const LocalAttention& a);
+Status checkRingBackward(const RingCall& x, const RingGrads& g);
+Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g);
 
 }  // namespace weft::fused::attention

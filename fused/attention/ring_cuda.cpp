@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "fused/attention/backward.hpp"
 #include "fused/attention/merge.hpp"
 #include "fused/attention/ring.hpp"
 #include "fused/cuda_steps.hpp"
@@ -16,6 +17,14 @@ namespace {
 Status cudaFailed(const char* what, cudaError_t e) {
   return Status(Code::systemError,
                 std::string("ring attention: ") + what + ": " + cudaGetErrorString(e));
+}
+
+Status copyOnDevice(void* to, const void* from, std::size_t bytes, cudaStream_t stream,
+                    const char* what) {
+  if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream);
+      e != cudaSuccess)
+    return cudaFailed(what, e);
+  return {};
 }
 
 // A communicator's side stream for its ring calls.
@@ -61,9 +70,7 @@ Status runRing(Communicator& comm, const RingCall& x) {
     if (a.tokensQ == 0) return {};
     if (Status s = resetPartials(partials, a.lse, shape, stream); !s) return s;
     for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
-      if (cudaError_t e = cudaMemcpyAsync(to, from, half, cudaMemcpyDeviceToDevice, stream);
-          e != cudaSuccess)
-        return cudaFailed("the own block", e);
+      if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
     }
     for (int step = 0; step < n; ++step) {
       std::byte* held = blocks[step % 2];
@@ -89,6 +96,97 @@ Status runRing(Communicator& comm, const RingCall& x) {
       }
     }
     return finishPartials(a.out, partials, a.type, shape, stream);
+  });
+}
+
+// Backward, step s: rank me holds block me − s with its dk, dv so far. Its k, v go on to the
+// next rank (on the side stream) while this rank adds its queries' share of the gradients; then
+// the gradients go on too, and the next step waits for both. After n steps every block's
+// gradients are home.
+Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g) {
+  if (Status s = checkRingBackward(x, g); !s) return s;
+  const LocalAttention& a = x.local;
+  for (auto [p, role] : {std::pair<const void*, const char*>{a.q, "q"},
+                         {a.k, "k"},
+                         {a.v, "v"},
+                         {a.out, "out"},
+                         {a.lse, "lse"},
+                         {a.cuSeqlensQ, "cuSeqlens"},
+                         {g.dOut, "dOut"},
+                         {g.dq, "dq"},
+                         {g.dk, "dk"},
+                         {g.dv, "dv"},
+                         {x.workspace, "the workspace"}}) {
+    if (Status s = onDevice(p, "ring attention backward", role); !s) return s;
+  }
+  auto layout = ringBackwardWorkspace(a);
+  if (!layout) return layout.status();
+  auto workspace = workspaceOr(comm, x.workspace, layout->total);
+  if (!workspace) return workspace.status();
+  std::byte* ws = *workspace;
+  auto side = sideOf(comm);
+  if (!side) return side.status();
+  SideStream& state = **side;
+  const auto stream = static_cast<cudaStream_t>(x.stream);
+  const int n = comm.size(), me = comm.rank();
+  const std::size_t kv = a.tokensQ * static_cast<std::size_t>(a.kvHeads * a.dim);
+  const std::size_t half = kv * sizeOf(a.type), gradHalf = kv * sizeof(float);
+  auto* delta = reinterpret_cast<float*>(ws);
+  auto* dq = reinterpret_cast<float*>(ws + layout->dq);
+  std::byte* blocks[2] = {ws + layout->blocks, ws + layout->blocks + layout->block};
+  const MergeShape qShape{a.tokensQ, static_cast<std::size_t>(a.heads),
+                          static_cast<std::size_t>(a.dim)};
+  const MergeShape kvShape{a.tokensQ, static_cast<std::size_t>(a.kvHeads),
+                           static_cast<std::size_t>(a.dim)};
+  return comm.gpuOperation(x.stream, [&]() -> Status {
+    if (a.tokensQ == 0) return {};
+    if (Status s = computeDelta(a.out, g.dOut, a.type, a.tokensQ, a.heads, a.dim, delta, stream);
+        !s)
+      return s;
+    for (auto [p, bytes] :
+         {std::pair{static_cast<void*>(dq), a.tokensQ * qShape.heads * qShape.dim * sizeof(float)},
+          std::pair{static_cast<void*>(blocks[0] + layout->grads), 2 * gradHalf}}) {
+      if (cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream); e != cudaSuccess)
+        return cudaFailed("zeroing the gradients", e);
+    }
+    for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
+      if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
+    }
+    auto pass = [&](std::byte* from, std::byte* to, std::size_t bytes) -> Status {
+      if (Status s = follow(state.stream, stream, state.fork); !s) return s;
+      std::vector<Communicator::P2pOp> ops{{true, (me + 1) % n, from, bytes, state.stream},
+                                           {false, (me + n - 1) % n, to, bytes, state.stream}};
+      return comm.exchange(std::move(ops));
+    };
+    for (int step = 0; step < n; ++step) {
+      std::byte* held = blocks[step % 2];
+      std::byte* next = blocks[(step + 1) % 2];
+      if (step + 1 < n) {  // k and v on while this step runs
+        if (Status s = pass(held, next, 2 * half); !s) return s;
+      }
+      LocalBackward b;
+      b.q = a.q, b.k = held, b.v = held + half;
+      b.cuSeqlensQ = b.cuSeqlensK = a.cuSeqlensQ;
+      b.sequences = a.sequences;
+      b.tokensQ = b.tokensK = a.tokensQ;
+      b.maxSeqlenQ = b.maxSeqlenK = a.maxSeqlenQ;
+      b.heads = a.heads, b.kvHeads = a.kvHeads, b.dim = a.dim;
+      b.type = a.type, b.scale = a.scale;
+      b.piece = ringStep(me, step, n, x.causal);
+      b.dOut = g.dOut, b.lse = a.lse, b.delta = delta;
+      b.dq = dq;
+      b.dk = reinterpret_cast<float*>(held + layout->grads);
+      b.dv = b.dk + kv;
+      if (Status s = attendBackwardOnDevice(b, stream); !s) return s;
+      if (n > 1) {  // the gradients on, once this step has added to them
+        if (Status s = pass(held + layout->grads, next + layout->grads, 2 * gradHalf); !s) return s;
+        if (Status s = follow(stream, state.stream, state.join); !s) return s;
+      }
+    }
+    const auto* grads = reinterpret_cast<const float*>(blocks[n == 1 ? 0 : n % 2] + layout->grads);
+    if (Status s = finishPartials(g.dq, dq, a.type, qShape, stream); !s) return s;
+    if (Status s = finishPartials(g.dk, grads, a.type, kvShape, stream); !s) return s;
+    return finishPartials(g.dv, grads + kv, a.type, kvShape, stream);
   });
 }
 

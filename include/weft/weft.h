@@ -322,7 +322,7 @@ WEFT_API weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_
  * cuSeqlens: sequences + 1 offsets into this rank's tokens (device memory); out [tokens, heads,
  * headDim] and lse [heads, tokens] (f32, natural log). The K/V blocks travel around the ring
  * while each rank attends its queries to the block it holds (docs/algorithms-fused.md, "Ring
- * attention"). softmaxScale 0 means 1/sqrt(headDim). Forward only, for now. */
+ * attention"). softmaxScale 0 means 1/sqrt(headDim). */
 typedef struct {
   const void* q;
   const void* k;
@@ -346,6 +346,22 @@ WEFT_API weftResult_t weftRingAttention(const weftAttention* attention, void* wo
                                         size_t workspaceBytes, weftComm_t comm, void* stream);
 WEFT_API weftResult_t weftRingAttentionWorkspaceSize(const weftAttention* attention,
                                                      weftComm_t comm, size_t* bytes);
+/* The backward pass, from the forward's call (its out and lse, as the forward wrote them) and
+ * the loss's gradient by out: the gradients of q, k and v (of `datatype`, q's and k's shapes,
+ * device memory, 16-byte aligned). The K/V blocks go around the ring again with their
+ * gradients, in f32, and come home; dq stays on its rank. */
+typedef struct {
+  const void* dOut;
+  void* dq;
+  void* dk;
+  void* dv;
+} weftAttentionGrads;
+WEFT_API weftResult_t weftRingAttentionBackward(const weftAttention* attention,
+                                                const weftAttentionGrads* grads, void* workspace,
+                                                size_t workspaceBytes, weftComm_t comm,
+                                                void* stream);
+WEFT_API weftResult_t weftRingAttentionBackwardWorkspaceSize(const weftAttention* attention,
+                                                             weftComm_t comm, size_t* bytes);
 /* Rank `rank` of `nranks`'s share of packed sequences (host memory): its offsets localCuSeqlens
  * (sequences + 1) and, where positions is not NULL, each local token's position in its sequence
  * (what RoPE needs). A sequence whose length 2 * nranks does not divide is weftInvalidArgument. */

@@ -247,6 +247,19 @@ class Comm {
       return s;
     return bytes;
   }
+  // Its backward pass (weftRingAttentionBackward).
+  Status ringAttentionBackward(const weftAttention& attention, const weftAttentionGrads& grads,
+                               void* stream, TpWorkspace ws = {}) {
+    return detail::status(
+        weftRingAttentionBackward(&attention, &grads, ws.data, ws.bytes, h_, stream));
+  }
+  Result<std::size_t> ringAttentionBackwardWorkspaceSize(const weftAttention& attention) {
+    std::size_t bytes = 0;
+    if (Status s = detail::status(weftRingAttentionBackwardWorkspaceSize(&attention, h_, &bytes));
+        !s)
+      return s;
+    return bytes;
+  }
 
   // Typed forms: the DataType follows from T.
   template <typename T>

@@ -12,56 +12,11 @@
 #include <vector>
 
 #include "tests/gpu/gpu_harness.hpp"
+#include "tests/gpu/ring_reference.hpp"
 #include "weft/weft.hpp"
 
 namespace weft::test {
 namespace {
-
-std::uint16_t toBf16(float x) {
-  return static_cast<__nv_bfloat16_raw>(__float2bfloat16(x)).x;
-}
-float fromBf16(std::uint16_t b) {
-  __nv_bfloat16_raw r;
-  r.x = b;
-  return __bfloat162float(__nv_bfloat16(r));
-}
-
-struct Global {
-  std::vector<std::int32_t> cu;  // the whole sequences'
-  int heads = 4, kvHeads = 2, dim = 128;
-  std::vector<std::uint16_t> q, k, v;  // [tokens, heads or kvHeads, dim], bf16
-  std::size_t tokens() const { return static_cast<std::size_t>(cu.back()); }
-
-  // Token t (global) head h's output and lse over its sequence.
-  void reference(std::size_t t, int h, bool causal, std::vector<double>& out, double& lse) const {
-    std::size_t s = 0;
-    while (static_cast<std::size_t>(cu[s + 1]) <= t) ++s;
-    const auto D = static_cast<std::size_t>(dim);
-    const int g = h / (heads / kvHeads);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
-    std::vector<double> w;
-    const std::size_t end = causal ? t + 1 : static_cast<std::size_t>(cu[s + 1]);
-    double most = -INFINITY;
-    for (std::size_t j = static_cast<std::size_t>(cu[s]); j < end; ++j) {
-      double dot = 0;
-      for (std::size_t c = 0; c < D; ++c)
-        dot += static_cast<double>(fromBf16(q[(t * heads + h) * D + c])) *
-               fromBf16(k[(j * kvHeads + g) * D + c]);
-      w.push_back(dot * scale);
-      most = std::max(most, w.back());
-    }
-    out.assign(D, 0);
-    double sum = 0;
-    for (std::size_t x = 0; x < w.size(); ++x) {
-      const double e = std::exp(w[x] - most);
-      sum += e;
-      const std::size_t j = static_cast<std::size_t>(cu[s]) + x;
-      for (std::size_t c = 0; c < D; ++c) out[c] += e * fromBf16(v[(j * kvHeads + g) * D + c]);
-    }
-    for (double& o : out) o /= sum;
-    lse = most + std::log(sum);
-  }
-};
 
 class GpuRingAttention : public ::testing::TestWithParam<int> {};
 
@@ -98,21 +53,10 @@ TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
       const auto tokens = static_cast<std::size_t>(cu.back());
       positions[R].resize(tokens);
       if (r == 0) local = tokens;
-      // This rank's tokens: each global token at its sequence's start plus its position.
-      auto shard = [&](const std::vector<std::uint16_t>& all, int heads) {
-        const auto row = static_cast<std::size_t>(heads * g.dim);
-        std::vector<std::uint16_t> mine(tokens * row);
-        for (int s = 0; s < sequences; ++s)
-          for (std::int32_t i = cu[s]; i < cu[s + 1]; ++i) {
-            const auto from = static_cast<std::size_t>(g.cu[s] + positions[R][i]) * row;
-            std::copy(
-                all.begin() + static_cast<std::ptrdiff_t>(from),
-                all.begin() + static_cast<std::ptrdiff_t>(from + row),
-                mine.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(i) * row));
-          }
-        return mine;
-      };
-      const auto q = shard(g.q, g.heads), k = shard(g.k, g.kvHeads), v = shard(g.v, g.kvHeads);
+      const auto row = static_cast<std::size_t>(g.dim);
+      const auto q = shardOf(g.q, row * g.heads, g.cu, cu, positions[R]);
+      const auto k = shardOf(g.k, row * g.kvHeads, g.cu, cu, positions[R]);
+      const auto v = shardOf(g.v, row * g.kvHeads, g.cu, cu, positions[R]);
       void *dq, *dk, *dv, *dout, *dcu;
       float* dlse;
       const std::size_t outBytes = tokens * static_cast<std::size_t>(g.heads * g.dim) * 2;

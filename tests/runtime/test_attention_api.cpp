@@ -46,6 +46,9 @@ TEST(AttentionApi, BadCallsAreRefusedAndChangeNothing) {
     bad.softmaxScale = -1;
     expectRefused(weftRingAttention(&bad, nullptr, 0, comm, nullptr), "softmaxScale");
     bad = a;
+    bad.k = q.data() + 1;
+    expectRefused(weftRingAttention(&bad, nullptr, 0, comm, nullptr), "16-byte aligned");
+    bad = a;
     bad.q = nullptr;
     expectRefused(weftRingAttention(&bad, nullptr, 0, comm, nullptr), "NULL");
     std::size_t need = 0;
@@ -60,6 +63,33 @@ TEST(AttentionApi, BadCallsAreRefusedAndChangeNothing) {
     ASSERT_EQ(weftGroupStart(), weftSuccess);
     EXPECT_EQ(weftRingAttention(&a, nullptr, 0, comm, nullptr), weftInvalidUsage);
     ASSERT_EQ(weftGroupEnd(), weftSuccess);
+    // The backward pass: the forward's checks, then its own.
+    std::vector<std::uint16_t> dq(q.size()), dkv(kv.size()), dOut(q.size());
+    const weftAttentionGrads grads{dOut.data(), dq.data(), dkv.data(), dkv.data()};
+    expectRefused(weftRingAttentionBackward(&a, nullptr, nullptr, 0, comm, nullptr),
+                  "grads is NULL");
+    bad = a;
+    bad.headDim = 96;
+    expectRefused(weftRingAttentionBackward(&bad, &grads, nullptr, 0, comm, nullptr),
+                  "head dim 96");
+    weftAttentionGrads badGrads = grads;
+    badGrads.dk = nullptr;
+    expectRefused(weftRingAttentionBackward(&a, &badGrads, nullptr, 0, comm, nullptr),
+                  "must not be NULL");
+    badGrads = grads;
+    badGrads.dq = reinterpret_cast<std::byte*>(dq.data()) + 2;
+    expectRefused(weftRingAttentionBackward(&a, &badGrads, nullptr, 0, comm, nullptr),
+                  "16-byte aligned");
+    std::size_t backwardNeed = 0;
+    ASSERT_EQ(weftRingAttentionBackwardWorkspaceSize(&a, comm, &backwardNeed), weftSuccess)
+        << weftGetLastError();
+    // dq in f32 and two blocks of k, v with their f32 gradients.
+    EXPECT_GE(backwardNeed, q.size() * 4 + 2 * (2 * kv.size() * 2 + 2 * kv.size() * 4));
+    expectRefused(
+        weftRingAttentionBackward(&a, &grads, out.data(), backwardNeed - 1, comm, nullptr),
+        "too small");
+    EXPECT_NE(weftRingAttentionBackward(&a, &grads, nullptr, 0, comm, nullptr), weftSuccess);
+    EXPECT_EQ(out, before);
   });
   for (weftComm_t c : comms) EXPECT_EQ(weftCommDestroy(c), weftSuccess);
 }

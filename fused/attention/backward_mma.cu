@@ -1,0 +1,324 @@
+// The backward pass on the tensor cores (mma.cuh's pieces, the forward's scheme): two kernels,
+// each recomputing the probabilities P = 2^(scale·log2e·q·k − lse·log2e) and dP = dO·vᵀ from
+// the final log-sum-exp and delta, so neither needs atomics and each keeps its sums in registers:
+//   dq: a block of 64 query rows (16 a warp, q and dO fragments in registers), key tiles of 64
+//       through shared memory: dS = P ∘ (dP − delta), dq += scale · dS·k.
+//   dk, dv: a block of 64 keys of one K/V head (16 a warp), the group's query heads' tiles of 64
+//       through shared memory: dv += Pᵀ·dO, dk += scale · (Pᵀ ∘ (dPᵀ − delta))·q.
+// P and dP are computed twice (7 GEMM-sized products against FlashAttention-2's 5 with atomics).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "fused/attention/backward.hpp"
+#include "fused/attention/mma.cuh"
+
+namespace weft::fused::attention {
+namespace {
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kRows = 16 * kWarps;
+// The other side's tile: 64 rows, 32 at head dim 128 (which spills registers at 64).
+template <int D>
+constexpr int kCols = D == 128 ? 32 : 64;
+
+// The warp's 16 rows' A fragments of a swizzled tile, for dims 16s..16s+15.
+template <int D>
+__device__ __forceinline__ void aFragment(std::uint32_t (&f)[4], const void* tile, int warp,
+                                          int lane, int s) {
+  const int mi = lane / 8, r = warp * 16 + (mi & 1) * 8 + lane % 8;
+  ldmatrix4(f, static_cast<const std::uint16_t*>(tile) + swizzled<D>(r, 2 * s + mi / 2));
+}
+// c[n] += a · xᵀ for the tile's 64 rows (as columns of 8): x [row][d], dims 16s..16s+15.
+template <typename T, int D>
+__device__ __forceinline__ void timesRowsT(float (&c)[kCols<D> / 8][4], const std::uint32_t (&a)[4],
+                                           const T* x, int lane, int s) {
+#pragma unroll
+  for (int np = 0; np < kCols<D> / 16; ++np) {
+    const int mi = lane / 8, row = 16 * np + (mi / 2) * 8 + lane % 8;
+    std::uint32_t b[4];
+    ldmatrix4(b, x + swizzled<D>(row, 2 * s + (mi & 1)));
+    mma<T>(c[2 * np], a, b[0], b[1]);
+    mma<T>(c[2 * np + 1], a, b[2], b[3]);
+  }
+}
+// o[d] += p · x with p the accumulators c (rows of the warp × the tile's 64 rows): x [row][d].
+template <typename T, int D>
+__device__ __forceinline__ void timesRows(float (&o)[D / 8][4], const float (&c)[kCols<D> / 8][4],
+                                          const T* x, int lane) {
+#pragma unroll
+  for (int st = 0; st < kCols<D> / 16; ++st) {
+    const std::uint32_t p[4] = {
+        pack<T>(c[2 * st][0], c[2 * st][1]), pack<T>(c[2 * st][2], c[2 * st][3]),
+        pack<T>(c[2 * st + 1][0], c[2 * st + 1][1]), pack<T>(c[2 * st + 1][2], c[2 * st + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      const int mi = lane / 8, row = 16 * st + (mi & 1) * 8 + lane % 8;
+      std::uint32_t b[4];
+      ldmatrix4T(b, x + swizzled<D>(row, 2 * dp + mi / 2));
+      mma<T>(o[2 * dp], p, b[0], b[1]);
+      mma<T>(o[2 * dp + 1], p, b[2], b[3]);
+    }
+  }
+}
+
+// A row's log-sum-exp in base 2 for the exponent (−inf, no key: +inf, so that P is 0).
+__device__ __forceinline__ float lse2(float lse) {
+  return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
+  constexpr int kDimTiles = D / 8, kSteps = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* qs = reinterpret_cast<T*>(smem);
+  T* dos = qs + kRows * D;
+  T* ks = dos + kRows * D;        // two tiles of keys
+  T* vs = ks + 2 * kCols<D> * D;  // and of values
+  const int seq = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.y);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
+  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
+  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
+  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
+  const int tiles = (qLen + kRows - 1) / kRows;
+  if (static_cast<int>(blockIdx.x) >= tiles) return;
+  const int tile =
+      b.piece.causal ? tiles - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int r0 = tile * kRows, rows = min(kRows, qLen - r0);
+  const int keyEnd = b.piece.causal ? min(kLen, r0 + rows) : kLen;
+  const int keyTiles = (max(keyEnd, 0) + kCols<D> - 1) / kCols<D>;
+  if (keyTiles == 0) return;  // no key: nothing to add
+  const int kvHead = head / (b.heads / b.kvHeads);
+  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
+  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
+  const std::size_t firstQ = static_cast<std::size_t>(bq + qp.lo + r0);
+  const std::size_t at = (firstQ * b.heads + static_cast<std::size_t>(head)) * D;
+  const std::size_t kvAt = (static_cast<std::size_t>(bk + kp.lo) * b.kvHeads + kvHead) * D;
+  const T* k = static_cast<const T*>(b.k) + kvAt;
+  const T* v = static_cast<const T*>(b.v) + kvAt;
+
+  loadTile<D, kThreads>(qs, static_cast<const T*>(b.q) + at, ldq, kRows, rows);
+  loadTile<D, kThreads>(dos, static_cast<const T*>(b.dOut) + at, ldq, kRows, rows);
+  loadTile<D, kThreads>(ks, k, ldk, kCols<D>, min(kCols<D>, keyEnd));
+  loadTile<D, kThreads>(vs, v, ldk, kCols<D>, min(kCols<D>, keyEnd));
+  awaitLoads<2>();
+  __syncthreads();
+  std::uint32_t qf[kSteps][4], df[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    aFragment<D>(qf[s], qs, warp, lane, s);
+    aFragment<D>(df[s], dos, warp, lane, s);
+  }
+  const int rowOf[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};  // within the part
+  float l2[2], dl[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool in = rowOf[h] < qLen;
+    const std::size_t row = static_cast<std::size_t>(head) * b.tokensQ +
+                            static_cast<std::size_t>(bq + qp.lo + rowOf[h]);
+    l2[h] = in ? lse2(b.lse[row]) : INFINITY;
+    dl[h] = in ? b.delta[row] : 0.0f;
+  }
+  const float scale2 = b.scale * kLog2e;
+  float dq[kDimTiles][4] = {};
+
+  for (int kt = 0; kt < keyTiles; ++kt) {
+    const int buf = kt % 2;
+    if (kt + 1 < keyTiles) {
+      const int next = (kt + 1) * kCols<D>;
+      loadTile<D, kThreads>(ks + (1 - buf) * kCols<D> * D, k + static_cast<std::size_t>(next) * ldk,
+                            ldk, kCols<D>, min(kCols<D>, keyEnd - next));
+      loadTile<D, kThreads>(vs + (1 - buf) * kCols<D> * D, v + static_cast<std::size_t>(next) * ldk,
+                            ldk, kCols<D>, min(kCols<D>, keyEnd - next));
+      awaitLoads<2>();
+    } else {
+      awaitLoads<0>();
+    }
+    __syncthreads();
+    const T* kb = ks + buf * kCols<D> * D;
+    const T* vb = vs + buf * kCols<D> * D;
+    float s[kCols<D> / 8][4] = {}, dp[kCols<D> / 8][4] = {};
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      timesRowsT<T, D>(s, qf[st], kb, lane, st);
+      timesRowsT<T, D>(dp, df[st], vb, lane, st);
+    }
+    const int base = kt * kCols<D>;
+    const bool edge = base + kCols<D> > keyEnd || (b.piece.causal && base + kCols<D> - 1 > r0);
+#pragma unroll
+    for (int n = 0; n < kCols<D> / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = base + 8 * n + 2 * t + (e & 1), row = rowOf[e / 2];
+        const bool out = edge && (key >= keyEnd || (b.piece.causal && key > row));
+        const float p = out ? 0.0f : exp2f(s[n][e] * scale2 - l2[e / 2]);
+        s[n][e] = p * (dp[n][e] - dl[e / 2]);  // dS
+      }
+    }
+    timesRows<T, D>(dq, s, kb, lane);
+    __syncthreads();  // every warp is done with this tile's buffers
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rowOf[h] >= qLen) continue;
+    float* out = b.dq + at + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldq + 2 * t;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      float2* y = reinterpret_cast<float2*>(out + 8 * d);
+      const float2 was = *y;
+      *y = make_float2(was.x + b.scale * dq[d][2 * h], was.y + b.scale * dq[d][2 * h + 1]);
+    }
+  }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
+  constexpr int kDimTiles = D / 8, kSteps = D / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* ks = reinterpret_cast<T*>(smem);
+  T* vs = ks + kRows * D;
+  T* qs = vs + kRows * D;                                        // two tiles of queries
+  T* dos = qs + 2 * kCols<D> * D;                                // and of their dO
+  auto* l2s = reinterpret_cast<float*>(dos + 2 * kCols<D> * D);  // two tiles' lse (base 2)
+  float* dls = l2s + 2 * kCols<D>;                               // and delta
+  const int seq = static_cast<int>(blockIdx.z), kvHead = static_cast<int>(blockIdx.y);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
+  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
+  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
+  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
+  const int c0 = static_cast<int>(blockIdx.x) * kRows;  // the block's first key, in the part
+  if (c0 >= kLen) return;
+  const int keys = min(kRows, kLen - c0);
+  // Under the mask a key is seen by the queries from its own index on.
+  const int qStart = b.piece.causal ? c0 : 0;
+  const int qTiles = qLen > qStart ? (qLen - qStart + kCols<D> - 1) / kCols<D> : 0;
+  const int group = b.heads / b.kvHeads;
+  const int work = group * qTiles;  // (head, query tile) pairs
+  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
+  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
+  const std::size_t kvAt =
+      (static_cast<std::size_t>(bk + kp.lo + c0) * b.kvHeads + static_cast<std::size_t>(kvHead)) *
+      D;
+  const int keyOf[2] = {c0 + warp * 16 + g, c0 + warp * 16 + g + 8};
+  if (work == 0) return;
+
+  // Work item i's queries: head, first query (in the part), its rows' q and dO, lse and delta.
+  auto load = [&](int i, int buf) {
+    const int head = kvHead * group + i / qTiles, first = qStart + (i % qTiles) * kCols<D>;
+    const int valid = min(kCols<D>, qLen - first);
+    const std::size_t token = static_cast<std::size_t>(bq + qp.lo + first);
+    const std::size_t at = (token * b.heads + static_cast<std::size_t>(head)) * D;
+    loadTile<D, kThreads>(qs + buf * kCols<D> * D, static_cast<const T*>(b.q) + at, ldq, kCols<D>,
+                          valid);
+    loadTile<D, kThreads>(dos + buf * kCols<D> * D, static_cast<const T*>(b.dOut) + at, ldq,
+                          kCols<D>, valid);
+    for (int x = static_cast<int>(threadIdx.x); x < kCols<D>; x += kThreads) {
+      const std::size_t row =
+          static_cast<std::size_t>(head) * b.tokensQ + token + static_cast<std::size_t>(x);
+      l2s[buf * kCols<D> + x] = x < valid ? lse2(b.lse[row]) : INFINITY;
+      dls[buf * kCols<D> + x] = x < valid ? b.delta[row] : 0.0f;
+    }
+  };
+  loadTile<D, kThreads>(ks, static_cast<const T*>(b.k) + kvAt, ldk, kRows, keys);
+  loadTile<D, kThreads>(vs, static_cast<const T*>(b.v) + kvAt, ldk, kRows, keys);
+  load(0, 0);
+  const float scale2 = b.scale * kLog2e;
+  float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
+
+  for (int i = 0; i < work; ++i) {
+    const int buf = i % 2;
+    if (i + 1 < work) {
+      load(i + 1, 1 - buf);
+      awaitLoads<2>();
+    } else {
+      awaitLoads<0>();
+    }
+    __syncthreads();
+    const T* qb = qs + buf * kCols<D> * D;
+    const T* db = dos + buf * kCols<D> * D;
+    const float* l2 = l2s + buf * kCols<D>;
+    const float* dl = dls + buf * kCols<D>;
+    float s[kCols<D> / 8][4] = {}, dp[kCols<D> / 8][4] = {};  // Sᵀ and dPᵀ: keys × queries
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      std::uint32_t a[4];
+      aFragment<D>(a, ks, warp, lane, st);
+      timesRowsT<T, D>(s, a, qb, lane, st);
+      aFragment<D>(a, vs, warp, lane, st);
+      timesRowsT<T, D>(dp, a, db, lane, st);
+    }
+    const int first = qStart + (i % qTiles) * kCols<D>;
+    const bool edge =
+        first + kCols<D> > qLen || keys < kRows || (b.piece.causal && first < c0 + kRows - 1);
+#pragma unroll
+    for (int n = 0; n < kCols<D> / 8; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * n + 2 * t + (e & 1), query = first + col, key = keyOf[e / 2];
+        const bool out = edge && (query >= qLen || key >= kLen || (b.piece.causal && key > query));
+        const float p = out ? 0.0f : exp2f(s[n][e] * scale2 - l2[col]);
+        s[n][e] = p;                          // Pᵀ
+        dp[n][e] = p * (dp[n][e] - dl[col]);  // dSᵀ
+      }
+    }
+    timesRows<T, D>(dv, s, db, lane);
+    timesRows<T, D>(dk, dp, qb, lane);
+    __syncthreads();  // every warp is done with this tile's buffers
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (keyOf[h] >= kLen) continue;
+    const std::size_t row = kvAt + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldk + 2 * t;
+#pragma unroll
+    for (int d = 0; d < kDimTiles; ++d) {
+      float2* y = reinterpret_cast<float2*>(b.dk + row + 8 * d);
+      float2 was = *y;
+      *y = make_float2(was.x + b.scale * dk[d][2 * h], was.y + b.scale * dk[d][2 * h + 1]);
+      y = reinterpret_cast<float2*>(b.dv + row + 8 * d);
+      was = *y;
+      *y = make_float2(was.x + dv[d][2 * h], was.y + dv[d][2 * h + 1]);
+    }
+  }
+}
+
+template <typename K>
+Status withShared(K kernel, int bytes) {
+  if (cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      e != cudaSuccess)
+    return Status(Code::systemError, std::string("attention backward: ") + cudaGetErrorString(e));
+  return {};
+}
+
+template <typename T, int D>
+Status launch(const LocalBackward& b, cudaStream_t stream) {
+  constexpr int kDq = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T));
+  constexpr int kDkdv = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T)) +
+                        4 * kCols<D> * static_cast<int>(sizeof(float));
+  if (Status s = withShared(dqKernel<T, D>, kDq); !s) return s;
+  if (Status s = withShared(dkdvKernel<T, D>, kDkdv); !s) return s;
+  const auto seqs = static_cast<unsigned>(b.sequences);
+  dqKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenQ + kRows - 1) / kRows),
+                        static_cast<unsigned>(b.heads), seqs),
+                   kThreads, kDq, stream>>>(b);
+  dkdvKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenK + kRows - 1) / kRows),
+                          static_cast<unsigned>(b.kvHeads), seqs),
+                     kThreads, kDkdv, stream>>>(b);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return Status(Code::systemError, std::string("attention backward: ") + cudaGetErrorString(e));
+  return {};
+}
+
+}  // namespace
+
+Status attendBackwardMma(const LocalBackward& b, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (b.type == DataType::bf16)
+    return b.dim == 64 ? launch<__nv_bfloat16, 64>(b, s) : launch<__nv_bfloat16, 128>(b, s);
+  return b.dim == 64 ? launch<__half, 64>(b, s) : launch<__half, 128>(b, s);
+}
+
+}  // namespace weft::fused::attention

@@ -1,0 +1,108 @@
+// The tensor-core attention kernels' pieces (local.cu, backward_mma.cu): a part's span of a
+// sequence, shared-memory tiles of D-value rows in 16-byte chunks XOR-swizzled by row (ldmatrix's
+// eight rows fall in distinct banks), cp.async loads, ldmatrix, mma.sync m16n8k16 with f32
+// accumulators, and the quad reductions of its accumulator layout.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "fused/attention/ring_plan.hpp"
+
+namespace weft::fused::attention {
+
+constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+
+struct Span {
+  int lo, hi;  // within the sequence
+};
+
+__device__ inline Span partOf(Part p, int length) {
+  const int half = length / 2;
+  if (p == Part::first) return {0, half};
+  if (p == Part::second) return {half, length};
+  return {0, length};
+}
+
+// A tile of `rows` rows of D values in shared memory: element offset of row r's chunk c.
+template <int D>
+__device__ __forceinline__ int swizzled(int r, int c) {
+  return (r * (D / 8) + (c ^ (r & 7))) * 8;
+}
+
+__device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// `rows` rows of D values from g (rows ld values apart) into s; rows from `valid` on zeroed.
+template <int D, int Threads, typename T>
+__device__ __forceinline__ void loadTile(T* s, const T* g, std::size_t ld, int rows, int valid) {
+  constexpr int kChunks = D / 8;
+  for (int x = static_cast<int>(threadIdx.x); x < rows * kChunks; x += Threads) {
+    const int r = x / kChunks, c = x % kChunks;
+    const bool in = r < valid;
+    const T* src = in ? g + static_cast<std::size_t>(r) * ld + c * 8 : g;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     sharedAddress(s + swizzled<D>(r, c))),
+                 "l"(src), "r"(in ? 16 : 0));
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void awaitLoads() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix4(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sharedAddress(p)));
+}
+__device__ __forceinline__ void ldmatrix4T(std::uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(sharedAddress(p)));
+}
+
+// c += a · b on a 16 × 8 × 16 tile.
+template <typename T>
+__device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                    std::uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
+  T two[2] = {static_cast<T>(lo), static_cast<T>(hi)};
+  std::uint32_t r;
+  memcpy(&r, two, sizeof r);
+  return r;
+}
+
+__device__ __forceinline__ float quadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace weft::fused::attention
