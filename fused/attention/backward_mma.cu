@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
       for (int e = 0; e < 4; ++e) {
         const int key = base + 8 * n + 2 * t + (e & 1), row = rowOf[e / 2];
         const bool out = edge && (key >= keyEnd || (b.piece.causal && key > row));
-        const float p = out ? 0.0f : exp2f(s[n][e] * scale2 - l2[e / 2]);
+        const float p = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[e / 2]));
         s[n][e] = p * (dp[n][e] - dl[e / 2]);  // dS
       }
     }
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * n + 2 * t + (e & 1), query = first + col, key = keyOf[e / 2];
         const bool out = edge && (query >= qLen || key >= kLen || (b.piece.causal && key > query));
-        const float p = out ? 0.0f : exp2f(s[n][e] * scale2 - l2[col]);
+        const float p = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[col]));
         s[n][e] = p;                          // Pᵀ
         dp[n][e] = p * (dp[n][e] - dl[col]);  // dSᵀ
       }

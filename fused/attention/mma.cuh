@@ -96,6 +96,13 @@ __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
   return r;
 }
 
+// 2^x by the special-function unit (denormal results flushed to 0, as softmax does not mind).
+__device__ __forceinline__ float exp2Fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ float quadMax(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
