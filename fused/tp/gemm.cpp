@@ -182,7 +182,43 @@ Result<std::unique_ptr<Gemms>> Gemms::create() {
   if (cublasStatus_t e = (*lt)->cublasLtCreate(&h); e != CUBLAS_STATUS_SUCCESS)
     return ltError(**lt, "handle", e);
   g->handle_ = h;
+  if (Status s = g->prime(); !s) return s;
   return g;
+}
+
+// cuBLASLt's first matmul in a process sets itself up with calls that wait for the whole device,
+// where another rank's kernel may be waiting for this one's next (ranks as threads sharing a GPU):
+// a small GEMM of each kind, run to completion while no such kernel can be running (a
+// communicator's first tensor-parallel call, before its ranks meet to map their buffers).
+Status Gemms::prime() {
+  constexpr std::size_t kSide = 64;
+  void* memory = nullptr;
+  cudaStream_t stream = nullptr;
+  const std::size_t matrix = kSide * kSide * sizeof(float);
+  cudaError_t e = cudaMalloc(&memory, kWorkspaceBytes + 3 * matrix);
+  if (e == cudaSuccess) e = cudaMemset(memory, 0, kWorkspaceBytes + 3 * matrix);
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  Status s;
+  if (e == cudaSuccess) {
+    auto* m = static_cast<std::byte*>(memory);
+    for (DataType type : {DataType::bf16, DataType::f8e4m3}) {
+      GemmShape g;
+      g.m = g.n = g.k = g.lda = g.ldb = g.ldc = kSide;
+      g.type = type;
+      g.out = DataType::bf16;
+      g.bTransposed = type == DataType::f8e4m3;
+      // fp8 is Hopper's and later: where it has no algorithm, there is nothing to set up.
+      Status r = run(g, m + kWorkspaceBytes, m + kWorkspaceBytes + matrix,
+                     m + kWorkspaceBytes + 2 * matrix, nullptr, m, stream);
+      if (!r && type == DataType::bf16) s = r;
+    }
+    e = cudaStreamSynchronize(stream);
+  }
+  if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  if (memory != nullptr) (void)cudaFree(memory);
+  if (e != cudaSuccess)
+    return Status(Code::systemError, std::string("priming cuBLASLt: ") + cudaGetErrorString(e));
+  return s;
 }
 
 Gemms::~Gemms() {

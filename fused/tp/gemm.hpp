@@ -83,6 +83,7 @@ class Gemms {
 
  private:
   Gemms() = default;
+  Status prime();
   void* handle_ = nullptr;
   std::map<decltype(GemmShape{}.key()), std::shared_ptr<Cached>> cache_;
 };

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -53,6 +54,8 @@ constexpr std::uint64_t kGateSteps = 128;  // more than a call's chunks
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
   SideStream side;
+  std::set<std::tuple<int, std::size_t, std::size_t, std::size_t, int, int, bool, bool, int>>
+      primed;  // the calls whose GEMMs ran once (Run::primeGemms)
   std::unique_ptr<Gemms> gemms;
   Shared shared;
   // Freed only with the communicator: cudaFree waits for the whole device, where another rank's
@@ -159,11 +162,12 @@ class Run {
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
-      if (Status s =
-              comm_.allGather(a + ch.start * k * es_, g, ch.rows * k, x_.type, st_.side.stream);
+      if (Status s = dry_ ? Status{}
+                          : comm_.allGather(a + ch.start * k * es_, g, ch.rows * k, x_.type,
+                                            st_.side.stream);
           !s)
         return s;
-      if (gathered != nullptr && g != gathered) {
+      if (gathered != nullptr && g != gathered && !dry_) {
         const std::size_t piece = ch.rows * k * es_;
         if (cudaError_t e =
                 cudaMemcpy2DAsync(gathered + ch.start * k * es_, rows_ * k * es_, g, piece, piece,
@@ -173,7 +177,7 @@ class Run {
       }
       // Block-scaled: the rows' scales likewise.
       const float* scales = gatheredScales_ + ch.start * n_ * blocks_;
-      if (x_.blockScales) {
+      if (x_.blockScales && !dry_) {
         if (Status s = gatherScales(ch); !s) return s;
         if (plan_.chunks == 1 && x_.gatheredScales != nullptr) scales = x_.gatheredScales;
       }
@@ -351,7 +355,9 @@ class Run {
         return s;
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
-      if (Status s = comm_.reduceScatter(partial, c + ch.start * x_.cols * cs_, ch.rows * x_.cols,
+      if (Status s =
+              dry_ ? Status{}
+                   : comm_.reduceScatter(partial, c + ch.start * x_.cols * cs_, ch.rows * x_.cols,
                                          x_.out, RedOp::sum, st_.side.stream);
           !s)
         return s;
@@ -360,6 +366,27 @@ class Run {
   }
 
  private:
+  // The fused calls' GEMMs' shapes once, on this rank's own rows.
+  Status fusedGemmsOnce() {
+    const std::size_t me = static_cast<std::size_t>(comm_.rank());
+    GemmShape g = chunk(1, 0).shape;
+    g.m = rows_;
+    if (x_.op == algo::TpOp::allGatherGemm) {
+      g.bias = x_.bias != nullptr;
+      auto sc = scalesFor(x_.scales.a, 0, rows_, 1);
+      if (!sc) return sc.status();
+      return st_.gemms->run(g, x_.a, x_.b,
+                            static_cast<std::byte*>(x_.c) + me * rows_ * (x_.cols / n_) * cs_,
+                            x_.bias, gemmWs_, stream_, *sc);
+    }
+    const void* bias = me == 0 ? x_.bias : nullptr;
+    g.bias = bias != nullptr;
+    auto sc = scalesFor(x_.scales.a + me * rows_ * blocks_, 0, rows_, 1);
+    if (!sc) return sc.status();
+    return st_.gemms->run(g, static_cast<const std::byte*>(x_.a) + me * rows_ * (x_.k / n_) * es_,
+                          x_.b, staging_, bias, gemmWs_, stream_, *sc);
+  }
+
   // Chunk i's GEMM (chunkGemm), block-scaled where the call is.
   ChunkGemm chunk(int chunks, int i) const {
     ChunkGemm c = chunkGemm(shape_, x_.type, x_.out, chunks, i);
@@ -382,6 +409,22 @@ class Run {
   }
 
  public:
+  // A call's GEMMs alone, without its collectives, flags or copies (their results are
+  // overwritten by the call): cuBLASLt loads a kernel at its first launch, and loading waits for
+  // the kernels running on the device, among them a peer's waiting for this rank. runTp runs it
+  // at a call's first shape, then synchronizes and meets the peers before the call itself.
+  Status primeGemms(bool fused) {
+    dry_ = true;
+    Status s = prepare();
+    if (s) {
+      s = fused                                ? fusedGemmsOnce()
+          : x_.op == algo::TpOp::allGatherGemm ? allGatherGemm()
+                                               : gemmReduceScatter();
+    }
+    dry_ = false;
+    return s;
+  }
+
   // Block-scaled: Bᵀ's tile scales into cuBLASLt's layout, on the caller's stream before any
   // GEMM (they serve the whole call).
   Status prepare() {
@@ -414,10 +457,12 @@ class Run {
   // collectives starts once every rank's stream has reached it, a one-thread kernel waiting.
   // Elsewhere an empty kernel: the collective is no early (programmatic) dependent of a GEMM.
   Status startGates() {
-    return gated_ == nullptr ? Status{}
-                             : countCall(gated_->flag(comm_.rank(), kGateCount), st_.side.stream);
+    return gated_ == nullptr || dry_
+               ? Status{}
+               : countCall(gated_->flag(comm_.rank(), kGateCount), st_.side.stream);
   }
   Status gate(int step) {
+    if (dry_) return {};
     if (gated_ == nullptr) return settle(st_.side.stream);
     const std::uint64_t* count = gated_->flag(comm_.rank(), kGateCount);
     const auto at = static_cast<std::uint64_t>(step);
@@ -433,6 +478,7 @@ class Run {
   int overlapSms(bool overlaps) const { return overlaps ? comm_.config().tpGemmSms : 0; }
 
   const Shared* gated_;
+  bool dry_ = false;  // primeGemms: the GEMMs alone
   std::uint64_t timeoutNs_;
   FlagList gates_;
   Communicator& comm_;
@@ -503,6 +549,24 @@ Status runTp(Communicator& comm, const TpCall& x) {
   const auto timeoutNs =
       static_cast<std::uint64_t>(comm.config().timeout.count()) * std::uint64_t{1000000};
   Run run(comm, x, how, **st, ws, *layout, gated, timeoutNs);
+  // Where ranks wait for each other on the device, a call's first shape runs its GEMMs first,
+  // then every rank meets the others (outside a capture; within one, a call of the shape must
+  // have run before, as for the shared buffer).
+  const auto key =
+      std::make_tuple(static_cast<int>(x.op), x.m, x.cols, x.k, static_cast<int>(x.type),
+                      static_cast<int>(x.out), x.bias != nullptr, x.blockScales, how.chunks);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(static_cast<cudaStream_t>(x.stream), &capture);
+      e != cudaSuccess)
+    return cudaFailed("capture status", e);
+  if (mapped && capture == cudaStreamCaptureStatusNone && !(*st)->primed.contains(key)) {
+    if (Status s = run.primeGemms(fused); !s) return s;
+    if (cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(x.stream));
+        e != cudaSuccess)
+      return cudaFailed("sync", e);
+    if (Status s = comm.barrier(); !s) return s;
+    (*st)->primed.insert(key);
+  }
   // One operation of the communicator's order: a later call on any stream waits for its GEMMs
   // too, not just its collectives.
   return comm.gpuOperation(x.stream, [&] {
