@@ -182,7 +182,9 @@ Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
                         {"fp8_tflops", &g.fp8Tflops},
                         {"half_gflop", &g.halfGflop},
                         {"launch_us", &g.launchUs},
-                        {"overlap_slowdown", &g.overlapSlowdown}});
+                        {"overlap_slowdown", &g.overlapSlowdown},
+                        {"attention_tflops", &g.attentionTflops},
+                        {"attention_backward_tflops", &g.attentionBackwardTflops}});
 }
 
 json kernelsJson(const KernelConstants& k) {
@@ -317,7 +319,9 @@ std::string CostConstants::toJson() const {
                {"fp8_tflops", gemm.fp8Tflops},
                {"half_gflop", gemm.halfGflop},
                {"launch_us", gemm.launchUs},
-               {"overlap_slowdown", gemm.overlapSlowdown}};
+               {"overlap_slowdown", gemm.overlapSlowdown},
+               {"attention_tflops", gemm.attentionTflops},
+               {"attention_backward_tflops", gemm.attentionBackwardTflops}};
   return j.dump(2);
 }
 

@@ -96,6 +96,10 @@ struct GemmConstants {
   double launchUs = 4;           // launch_us: one GEMM's launch and tail
   double overlapSlowdown = 1.4;  // overlap_slowdown: a GEMM and a collective that run together
                                  // each take this much longer than alone
+  // attention_tflops, attention_backward_tflops: weft's attention kernels' rates on one GPU
+  // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
+  double attentionTflops = 250;
+  double attentionBackwardTflops = 165;
 };
 
 struct CostConstants {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "algorithms/attention_plan.hpp"
 #include "algorithms/overlap.hpp"
 #include "algorithms/tuner.hpp"
 #include "topology/system.hpp"
@@ -74,6 +75,9 @@ class Selector {
   // the constants' GEMM rate and this selector's plans of the collective; `forcedChunks` > 0
   // (1: unfused) or kTpFused prices just that variant.
   Result<TpPlan> planTp(const TpShape& shape, int forcedChunks = 0) const;
+  // Context-parallel attention (attention_plan.hpp): ring or Ulysses, the cheaper unless forced.
+  Result<AttentionPlan> planAttention(const AttentionShape& shape,
+                                      std::optional<CpAlgo> forced = std::nullopt) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

@@ -1,8 +1,11 @@
 #include "fused/attention/ring.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
+
+#include "fused/attention/ulysses.hpp"
 
 namespace weft::fused::attention {
 namespace {
@@ -41,6 +44,26 @@ Status checkLocal(const LocalAttention& a) {
   return {};
 }
 
+UlyssesWorkspace ulyssesWorkspace(const LocalAttention& a) {
+  const auto dim = static_cast<std::size_t>(a.dim), es = sizeOf(a.type);
+  const auto heads = static_cast<std::size_t>(a.heads), kv = static_cast<std::size_t>(a.kvHeads);
+  const std::size_t in = aligned(a.tokensQ * (heads + 2 * kv) * dim * es);
+  const std::size_t out = aligned(a.tokensQ * heads * dim * es);
+  const std::size_t lse = aligned(a.tokensQ * heads * sizeof(float));
+  UlyssesWorkspace w;
+  w.recvIn = w.sendIn + in;
+  w.whole = w.recvIn + in;
+  w.wholeOut = w.whole + in;
+  w.wholeLse = w.wholeOut + out;
+  w.sendOut = w.wholeLse + lse;
+  w.recvOut = w.sendOut + out;
+  w.sendLse = w.recvOut + out;
+  w.recvLse = w.sendLse + lse;
+  w.cu = w.recvLse + lse;
+  w.total = w.cu + aligned((static_cast<std::size_t>(std::max(a.sequences, 0)) + 1) * 4);
+  return w;
+}
+
 Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   const auto dim = static_cast<std::size_t>(a.dim);
   constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 16;
@@ -51,7 +74,8 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   RingWorkspace w;
   w.block = aligned(kv);
   w.partials = 2 * w.block;
-  w.total = w.partials + aligned(out);
+  // Either way the selector may pick: room for Ulysses's buffers too.
+  w.total = std::max(w.partials + aligned(out), ulyssesWorkspace(a).total);
   return w;
 }
 

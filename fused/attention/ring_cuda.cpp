@@ -9,6 +9,7 @@
 #include "fused/attention/backward.hpp"
 #include "fused/attention/merge.hpp"
 #include "fused/attention/ring.hpp"
+#include "fused/attention/ulysses.hpp"
 #include "fused/cuda_steps.hpp"
 
 namespace weft::fused::attention {
@@ -25,6 +26,16 @@ Status copyOnDevice(void* to, const void* from, std::size_t bytes, cudaStream_t 
       e != cudaSuccess)
     return cudaFailed(what, e);
   return {};
+}
+
+// What the selector prices.
+algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool backward) {
+  const LocalAttention& a = x.local;
+  algo::AttentionShape s;
+  s.tokens = a.tokensQ, s.heads = a.heads, s.kvHeads = a.kvHeads, s.dim = a.dim;
+  s.valueBytes = sizeOf(a.type), s.causal = x.causal, s.backward = backward;
+  s.nranks = comm.size();
+  return s;
 }
 
 // A communicator's side stream for its ring calls.
@@ -56,6 +67,12 @@ Status runRing(Communicator& comm, const RingCall& x) {
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
+  // Ring or Ulysses: the selector's pick.
+  auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
+  if (!plan) return plan.status();
+  if (plan->algo == algo::CpAlgo::ulysses)
+    return comm.gpuOperation(
+        x.stream, [&]() -> Status { return a.tokensQ == 0 ? Status{} : runUlysses(comm, x, ws); });
   auto side = sideOf(comm);
   if (!side) return side.status();
   SideStream& state = **side;
@@ -124,6 +141,8 @@ Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
+  // The ring (the selector's only candidate backward; asked, so that WEFT_DEBUG says so).
+  if (auto plan = comm.attentionPlanFor(shapeOf(comm, x, true)); !plan) return plan.status();
   auto side = sideOf(comm);
   if (!side) return side.status();
   SideStream& state = **side;

@@ -156,6 +156,9 @@ class Communicator {
   // The plan of a tensor-parallel operation (algo::Selector::planTp on the GPU selector, or
   // WEFT_TP_OVERLAP's chunks), made once per shape; rank 0 logs it under TUNING.
   Result<algo::TpPlan> tpPlanFor(const algo::TpShape& shape);
+  // Context-parallel attention's: ring or Ulysses (WEFT_CP_ATTENTION forces one); logged at
+  // INFO on rank 0 the first time a shape is planned.
+  Result<algo::AttentionPlan> attentionPlanFor(const algo::AttentionShape& shape);
   // Runs `launches` (kernels on `stream`, and this communicator's own calls) as one operation of
   // the communicator's order on the GPU (CudaExecutor::begin and end around it).
   Status gpuOperation(void* stream, const std::function<Status()>& launches);
@@ -278,6 +281,8 @@ class Communicator {
                       std::size_t, int>,
            algo::TpPlan>
       tpPlans_;
+  std::map<std::tuple<std::size_t, int, int, int, std::size_t, bool, bool>, algo::AttentionPlan>
+      attentionPlans_;
   // The direct path: whether it may run (every rank on this host through shared memory; the
   // same on every rank), the ranks' control pages, stages and this rank's threads, and what its
   // calls carry from one to the next.

@@ -82,6 +82,28 @@ Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
   return plan;
 }
 
+Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::AttentionShape& shape) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  const auto key = std::make_tuple(shape.tokens, shape.heads, shape.kvHeads, shape.dim,
+                                   shape.valueBytes, shape.causal, shape.backward);
+  if (auto it = attentionPlans_.find(key); it != attentionPlans_.end()) return it->second;
+  // A K/V block's hop, to make the GPU selector on the device's channels.
+  if (auto p = gpuPlanFor(Collective::allGather,
+                          std::max<std::size_t>(shape.tokens, 1) * 2 *
+                              static_cast<std::size_t>(shape.kvHeads * shape.dim) *
+                              shape.valueBytes * static_cast<std::size_t>(size()));
+      !p)
+    return p.status();
+  auto plan = gpuSelector_->planAttention(shape, config_.cpAttention);
+  if (!plan) return plan;
+  if (config_.cpAttention) plan->reason += " by WEFT_CP_ATTENTION";
+  if (gpu_) attentionPlans_.emplace(key, *plan);
+  if (rank_ == 0)
+    WEFT_INFO(log::kTuning, "context-parallel attention%s, %zu tokens a rank, %d heads: %s",
+              shape.backward ? " backward" : "", shape.tokens, shape.heads, plan->reason.c_str());
+  return plan;
+}
+
 Status Communicator::gpuOperation(void* stream, const std::function<Status()>& launches) {
   if (Status s = ensureGpu(); !s) return s;
   if (Status s = gpu_->begin(stream); !s) return fail(s);

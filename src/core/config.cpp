@@ -306,6 +306,20 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_CP_ATTENTION", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
+     "`ring` or `ulysses`: how context-parallel attention runs (`weftRingAttention`) instead of "
+     "the selector's pick; ulysses where the ranks divide the heads",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v == "auto") {
+         c.cpAttention.reset();
+         return ok();
+       }
+       auto a = algo::parseCpAlgo(v);
+       if (!a) return invalidArgument(n + ": " + a.status().message());
+       c.cpAttention = *a;
+       return ok();
+     }},
+
     {"WEFT_TP_GEMM_SMS", nullptr, Kind::number, 0, 1024, "0", true, Audience::tuning,
      "the SMs a chunked tensor-parallel GEMM plans for while a collective runs beside it "
      "(cuBLASLt's SM count target), leaving the others to the collective; 0: all",

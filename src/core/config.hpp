@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/attention_plan.hpp"
 #include "algorithms/tuner.hpp"
 #include "weft/status.hpp"
 #include "weft/weft.h"
@@ -42,6 +43,8 @@ struct Config {
   // WEFT_TP_OVERLAP: the chunks the tensor-parallel operations run in (1: unfused;
   // algo::kTpFused: fused); 0: the selector's pick (algo::Selector::planTp).
   int tpChunks = 0;
+  // WEFT_CP_ATTENTION: ring or Ulysses for context-parallel attention; none: the selector's.
+  std::optional<algo::CpAlgo> cpAttention;
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;

@@ -1,6 +1,7 @@
 // Ring attention (weftRingAttention), ranks as threads sharing the GPU: every rank's zigzag shard
 // of packed sequences, attended around the ring, against attention in double over the whole
-// sequences; causal and not, grouped K/V heads, ragged and empty sequences; bad calls refused.
+// sequences; causal and not, grouped K/V heads, ragged and empty sequences; by the ring and by
+// Ulysses.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,11 +19,8 @@
 namespace weft::test {
 namespace {
 
-class GpuRingAttention : public ::testing::TestWithParam<int> {};
-
-TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
-  SKIP_WITHOUT_GPU();
-  const int n = GetParam();
+// n ranks' calls (of `heads` and `kvHeads`) against attention over the whole sequences.
+void expectWholeAttention(int n, int heads, int kvHeads) {
   const auto N = static_cast<std::size_t>(n);
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
@@ -30,6 +28,7 @@ TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
   std::mt19937 rng(40 + n);
   std::normal_distribution<float> normal(0, 1);
   Global g;
+  g.heads = heads, g.kvHeads = kvHeads;
   const auto chunkTokens = [&](int c) { return static_cast<std::int32_t>(2 * n * c); };
   g.cu = {0, chunkTokens(5), chunkTokens(5), chunkTokens(6),
           chunkTokens(22)};  // 10n, none, 2n, 32n
@@ -127,6 +126,28 @@ TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
     EXPECT_EQ(bad, 0) << (causal ? "causal" : "full") << " at " << n << " ranks";
   }
 }
+
+class GpuRingAttention : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  expectWholeAttention(GetParam(), 4, 2);
+}
+
+// Ulysses forced (WEFT_CP_ATTENTION, read as the communicators start): the same results.
+class GpuUlyssesAttention : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuUlyssesAttention, MatchesAttentionOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ulysses", 1), 0);
+  expectWholeAttention(GetParam(), 2 * GetParam(), GetParam());
+  unsetenv("WEFT_CP_ATTENTION");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuUlyssesAttention, ::testing::Values(2, 4),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttention, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& p) {

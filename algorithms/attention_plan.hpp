@@ -1,0 +1,43 @@
+// Context-parallel attention (fused/attention) as the selector prices it: ring attention (K/V
+// blocks around the ring, each step's transfer under the step's attention) or Ulysses (all-to-all
+// from sequence to head sharding, attention of the whole sequences on a rank's heads, and back).
+// docs/algorithms-fused.md, "Ring attention" and "Ulysses".
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "algorithms/tuner.hpp"
+
+namespace weft::algo {
+
+// One rank's share: `tokens` of every sequence (zigzag, the same on every rank), heads and K/V
+// heads of `dim` values of `valueBytes`.
+struct AttentionShape {
+  std::size_t tokens = 0;
+  int heads = 1, kvHeads = 1, dim = 128;
+  std::size_t valueBytes = 2;
+  bool causal = false;
+  bool backward = false;
+  int nranks = 1;
+  // The attention's multiply-adds of one rank, as FLOPs (4 per query-key pair and dim; the
+  // causal mask's half; backward 2.5 times).
+  double rankFlops() const;
+  // Ulysses gives each rank heads / n of both kinds.
+  bool headsSplit() const { return heads % nranks == 0 && kvHeads % nranks == 0; }
+};
+
+enum class CpAlgo : std::uint8_t { ring, ulysses };
+std::string_view name(CpAlgo a);
+// "ring", "ulysses"; an error names them.
+Result<CpAlgo> parseCpAlgo(std::string_view text);
+
+struct AttentionPlan {
+  CpAlgo algo = CpAlgo::ring;
+  double estimateUs = 0;
+  double ringUs = 0, ulyssesUs = 0;  // ulyssesUs 0: not a candidate
+  double attentionUs = 0;            // the kernels alone
+  std::string reason;
+};
+
+}  // namespace weft::algo

@@ -1,0 +1,188 @@
+// runUlysses: the rows of this rank's tokens packed by destination (rank d takes heads
+// [d·h, (d + 1)·h) of q and [d·g, (d + 1)·g) of k and v, h = heads / n, g = kvHeads / n), one
+// all-to-all, the received rows put at their tokens' places in the whole sequences, the
+// attention of the whole sequences on this rank's heads, then out and the log-sum-exp packed by
+// the tokens' owners and all-to-all'd back. Every copy moves 16-byte pieces.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "fused/attention/ulysses.hpp"
+
+namespace weft::fused::attention {
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+struct Layout {
+  int n, rank;             // the ranks, this one
+  int sequences;           // cu: sequences + 1 offsets into a rank's tokens
+  const std::int32_t* cu;  // a rank's (every rank's the same lengths)
+  std::size_t tokens;      // a rank's
+  int h, g;                // heads and K/V heads of a shard
+  std::size_t pieces;      // 16-byte pieces of a head's row
+};
+
+// The place in the whole sequences of rank r's local token i: its sequence's share is chunk r
+// then chunk 2n − 1 − r of the sequence (ring_plan.hpp's zigzag).
+__device__ std::size_t globalOf(const Layout& l, int r, std::size_t i) {
+  int lo = 0, hi = l.sequences;  // the sequence s with cu[s] <= i < cu[s + 1]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (static_cast<std::size_t>(l.cu[mid]) <= i) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const auto begin = static_cast<std::size_t>(l.cu[lo]);
+  const std::size_t half = (static_cast<std::size_t>(l.cu[lo + 1]) - begin) / 2, j = i - begin;
+  const auto n = static_cast<std::size_t>(l.n), R = static_cast<std::size_t>(r);
+  const std::size_t pos = j < half ? R * half + j : (2 * n - 1 - R) * half + (j - half);
+  return n * begin + pos;
+}
+
+// In: send[d][i][row] for rows q (h), k (g), v (g) of rank d's heads, from q, k, v [i][head].
+__global__ void packIn(uint4* send, const uint4* q, const uint4* k, const uint4* v, Layout l) {
+  const std::size_t rows = static_cast<std::size_t>(l.h + 2 * l.g);
+  const std::size_t total = static_cast<std::size_t>(l.n) * l.tokens * rows * l.pieces;
+  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
+       x += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t p = x % l.pieces, row = x / l.pieces % rows,
+                      i = x / l.pieces / rows % l.tokens;
+    const std::size_t d = x / l.pieces / rows / l.tokens;
+    const uint4* from;
+    if (row < static_cast<std::size_t>(l.h)) {
+      from = q + ((i * l.n + d) * l.h + row) * l.pieces;  // q [i][d·h + row]
+    } else if (row < static_cast<std::size_t>(l.h + l.g)) {
+      from = k + ((i * l.n + d) * l.g + (row - l.h)) * l.pieces;
+    } else {
+      from = v + ((i * l.n + d) * l.g + (row - l.h - l.g)) * l.pieces;
+    }
+    send[x] = from[p];
+  }
+}
+
+// recv[s][i][row] (rank s's token i) into the whole sequences' q [t][h], k and v [t][g].
+__global__ void unpackIn(uint4* q, uint4* k, uint4* v, const uint4* recv, Layout l) {
+  const std::size_t rows = static_cast<std::size_t>(l.h + 2 * l.g);
+  const std::size_t total = static_cast<std::size_t>(l.n) * l.tokens * rows * l.pieces;
+  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
+       x += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t p = x % l.pieces, row = x / l.pieces % rows,
+                      i = x / l.pieces / rows % l.tokens;
+    const int s = static_cast<int>(x / l.pieces / rows / l.tokens);
+    const std::size_t t = globalOf(l, s, i);
+    uint4* to;
+    if (row < static_cast<std::size_t>(l.h)) {
+      to = q + (t * l.h + row) * l.pieces;
+    } else if (row < static_cast<std::size_t>(l.h + l.g)) {
+      to = k + (t * l.g + (row - l.h)) * l.pieces;
+    } else {
+      to = v + (t * l.g + (row - l.h - l.g)) * l.pieces;
+    }
+    to[p] = recv[x];
+  }
+}
+
+// Out: sendOut[d][i][head] = whole out [globalOf(d, i)][head]; sendLse[d][head][i] likewise.
+__global__ void packOut(uint4* send, float* sendLse, const uint4* out, const float* lse, Layout l) {
+  const std::size_t h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
+  const std::size_t total = n * l.tokens * h * l.pieces;
+  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
+       x += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t p = x % l.pieces, head = x / l.pieces % h, i = x / l.pieces / h % l.tokens;
+    const std::size_t d = x / l.pieces / h / l.tokens;
+    const std::size_t t = globalOf(l, static_cast<int>(d), i);
+    send[x] = out[(t * h + head) * l.pieces + p];
+    if (p == 0) sendLse[(d * h + head) * l.tokens + i] = lse[head * n * l.tokens + t];
+  }
+}
+
+// recvOut[s][i][head] into out [i][s·h + head]; recvLse[s][head][i] into lse [s·h + head][i].
+__global__ void unpackOut(uint4* out, float* lse, const uint4* recv, const float* recvLse,
+                          Layout l) {
+  const std::size_t h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
+  const std::size_t total = n * l.tokens * h * l.pieces;
+  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
+       x += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t p = x % l.pieces, head = x / l.pieces % h, i = x / l.pieces / h % l.tokens;
+    const std::size_t s = x / l.pieces / h / l.tokens;
+    out[((i * n + s) * h + head) * l.pieces + p] = recv[x];
+    if (p == 0) lse[(s * h + head) * l.tokens + i] = recvLse[(s * h + head) * l.tokens + i];
+  }
+}
+
+__global__ void scaleOffsets(std::int32_t* whole, const std::int32_t* cu, int count, int n) {
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j < count) whole[j] = cu[j] * n;
+}
+
+unsigned gridOf(std::size_t items) {
+  return static_cast<unsigned>(
+      std::clamp<std::size_t>((items + kThreads - 1) / kThreads, 1, std::size_t{1} << 16));
+}
+
+Status launched(const char* what) {
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return Status(Code::systemError, std::string("ulysses ") + what + ": " + cudaGetErrorString(e));
+  return {};
+}
+
+}  // namespace
+
+Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
+  const LocalAttention& a = x.local;
+  const int n = comm.size();
+  const UlyssesWorkspace w = ulyssesWorkspace(a);
+  const auto stream = static_cast<cudaStream_t>(x.stream);
+  const std::size_t es = sizeOf(a.type), dim = static_cast<std::size_t>(a.dim);
+  const Layout l{n,         comm.rank(), a.sequences,   a.cuSeqlensQ,
+                 a.tokensQ, a.heads / n, a.kvHeads / n, dim * es / 16};
+  const auto N = static_cast<std::size_t>(n), T = a.tokensQ;
+  const std::size_t h = static_cast<std::size_t>(l.h), g = static_cast<std::size_t>(l.g);
+  auto* whole = reinterpret_cast<uint4*>(ws + w.whole);
+  uint4* wq = whole;
+  uint4* wk = wq + N * T * h * l.pieces;
+  uint4* wv = wk + N * T * g * l.pieces;
+  auto* cu = reinterpret_cast<std::int32_t*>(ws + w.cu);
+  const std::size_t in = N * T * (h + 2 * g) * l.pieces, out = N * T * h * l.pieces;
+  packIn<<<gridOf(in), kThreads, 0, stream>>>(
+      reinterpret_cast<uint4*>(ws + w.sendIn), static_cast<const uint4*>(a.q),
+      static_cast<const uint4*>(a.k), static_cast<const uint4*>(a.v), l);
+  scaleOffsets<<<gridOf(static_cast<std::size_t>(a.sequences) + 1), kThreads, 0, stream>>>(
+      cu, a.cuSeqlensQ, a.sequences + 1, n);
+  if (Status s = launched("packing"); !s) return s;
+  // Each rank's share: its tokens' rows of the destination's heads, in 16-byte pieces.
+  if (Status s = comm.allToAll(ws + w.sendIn, ws + w.recvIn, in / N * 16, DataType::u8, stream); !s)
+    return s;
+  unpackIn<<<gridOf(in), kThreads, 0, stream>>>(wq, wk, wv,
+                                                reinterpret_cast<const uint4*>(ws + w.recvIn), l);
+  if (Status s = launched("unpacking"); !s) return s;
+  LocalAttention all = a;
+  all.q = wq, all.k = wk, all.v = wv;
+  all.cuSeqlensQ = all.cuSeqlensK = cu;
+  all.tokensQ = N * T, all.maxSeqlenQ = N * a.maxSeqlenQ;
+  all.heads = l.h, all.kvHeads = l.g;
+  all.piece = {Part::all, Part::all, x.causal};
+  all.out = ws + w.wholeOut, all.lse = reinterpret_cast<float*>(ws + w.wholeLse);
+  all.merge = false;
+  if (Status s = attendOnDevice(all, stream); !s) return s;
+  packOut<<<gridOf(out), kThreads, 0, stream>>>(reinterpret_cast<uint4*>(ws + w.sendOut),
+                                                reinterpret_cast<float*>(ws + w.sendLse),
+                                                reinterpret_cast<const uint4*>(ws + w.wholeOut),
+                                                reinterpret_cast<const float*>(ws + w.wholeLse), l);
+  if (Status s = launched("packing out"); !s) return s;
+  if (Status s = comm.allToAll(ws + w.sendOut, ws + w.recvOut, out / N * 16, DataType::u8, stream);
+      !s)
+    return s;
+  if (Status s = comm.allToAll(ws + w.sendLse, ws + w.recvLse, T * h, DataType::f32, stream); !s)
+    return s;
+  unpackOut<<<gridOf(out), kThreads, 0, stream>>>(
+      static_cast<uint4*>(a.out), a.lse, reinterpret_cast<const uint4*>(ws + w.recvOut),
+      reinterpret_cast<const float*>(ws + w.recvLse), l);
+  return launched("unpacking out");
+}
+
+}  // namespace weft::fused::attention

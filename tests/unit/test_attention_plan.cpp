@@ -1,0 +1,77 @@
+// Context-parallel attention as the selector prices it (algorithms/attention_plan.hpp): ring or
+// Ulysses on ranks sharing one GPU, which wins where, what forces a pick, and what rules
+// Ulysses out (heads the ranks do not divide, the backward pass, one rank).
+#include <gtest/gtest.h>
+
+#include "algorithms/attention_plan.hpp"
+#include "algorithms/rank_graph.hpp"
+#include "algorithms/selector.hpp"
+
+namespace weft {
+namespace {
+
+algo::Selector sharedGpu(int n) {
+  algo::TunerOptions o;
+  algo::KernelSet k;
+  k.gpu = true;
+  k.sameDevice = true;
+  k.peerMemory = true;
+  return algo::Selector(algo::sameDeviceRankGraph(n), o, k);
+}
+
+algo::AttentionShape shape(std::size_t tokens, int n, int heads = 32, int kvHeads = 8) {
+  algo::AttentionShape s;
+  s.tokens = tokens, s.heads = heads, s.kvHeads = kvHeads, s.dim = 128;
+  s.causal = true, s.nranks = n;
+  return s;
+}
+
+TEST(AttentionPlan, BothArePricedAndTheCheaperIsPicked) {
+  const algo::Selector sel = sharedGpu(4);
+  for (std::size_t tokens : {64, 1024, 16384}) {
+    auto p = sel.planAttention(shape(tokens, 4));
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    EXPECT_GT(p->ringUs, 0);
+    EXPECT_GT(p->ulyssesUs, 0);
+    EXPECT_EQ(p->algo, p->ulyssesUs < p->ringUs ? algo::CpAlgo::ulysses : algo::CpAlgo::ring);
+    EXPECT_DOUBLE_EQ(p->estimateUs, std::min(p->ringUs, p->ulyssesUs));
+    EXPECT_NE(p->reason.find("the cheaper"), std::string::npos) << p->reason;
+    // Either way at least the attention's own time.
+    EXPECT_GE(p->estimateUs, p->attentionUs);
+  }
+}
+
+TEST(AttentionPlan, ForcedPicksAndWhatRulesUlyssesOut) {
+  const algo::Selector sel = sharedGpu(4);
+  auto ring = sel.planAttention(shape(64, 4), algo::CpAlgo::ring);
+  ASSERT_TRUE(ring.isOk());
+  EXPECT_EQ(ring->algo, algo::CpAlgo::ring);
+  EXPECT_NE(ring->reason.find("forced"), std::string::npos);
+  auto uneven = sel.planAttention(shape(64, 4, 6, 2));
+  ASSERT_TRUE(uneven.isOk());
+  EXPECT_EQ(uneven->algo, algo::CpAlgo::ring);
+  EXPECT_EQ(uneven->ulyssesUs, 0);
+  EXPECT_NE(uneven->reason.find("do not split 4 ways"), std::string::npos) << uneven->reason;
+  auto forced = sel.planAttention(shape(64, 4, 6, 2), algo::CpAlgo::ulysses);
+  ASSERT_TRUE(forced.isOk());
+  EXPECT_EQ(forced->algo, algo::CpAlgo::ring);
+  EXPECT_NE(forced->reason.find("forced ulysses, but"), std::string::npos) << forced->reason;
+  algo::AttentionShape back = shape(64, 4);
+  back.backward = true;
+  EXPECT_EQ(sel.planAttention(back)->algo, algo::CpAlgo::ring);
+  EXPECT_EQ(sharedGpu(1).planAttention(shape(64, 1))->algo, algo::CpAlgo::ring);
+  EXPECT_EQ(*algo::parseCpAlgo("ulysses"), algo::CpAlgo::ulysses);
+  EXPECT_FALSE(algo::parseCpAlgo("zigzag").isOk());
+}
+
+TEST(AttentionPlan, TheBackwardPassCountsTwoAndAHalfForwards) {
+  algo::AttentionShape f = shape(4096, 2);
+  algo::AttentionShape b = f;
+  b.backward = true;
+  EXPECT_DOUBLE_EQ(b.rankFlops(), 2.5 * f.rankFlops());
+  // Causal: half of 4 · 4096 · 8192 · 32 · 128.
+  EXPECT_DOUBLE_EQ(f.rankFlops(), 0.5 * 4.0 * 4096 * 8192 * 32 * 128);
+}
+
+}  // namespace
+}  // namespace weft
