@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fused/attention/backward.hpp"
+#include "fused/attention/local.hpp"
 
 namespace weft::fused::attention {
 namespace {
@@ -46,25 +47,16 @@ Status launched(const char* what) {
 }  // namespace
 
 Status checkBackward(const LocalBackward& b) {
-  if (b.type != DataType::bf16 && b.type != DataType::f16)
-    return invalidArgument("attention backward: " + std::string(name(b.type)) +
-                           " is not attended (bf16 and f16 are)");
-  if (b.dim != 64 && b.dim != 128)
-    return invalidArgument("attention backward: head dim " + std::to_string(b.dim) +
-                           " has no kernel (64 and 128 do)");
-  if (b.heads < 1 || b.kvHeads < 1 || b.heads % b.kvHeads != 0 || b.heads > 65535)
-    return invalidArgument("attention backward: " + std::to_string(b.heads) +
-                           " query heads do not group over " + std::to_string(b.kvHeads) +
-                           " K/V heads");
-  if (b.sequences < 0 || b.sequences > 65535)
-    return invalidArgument("attention backward: " + std::to_string(b.sequences) + " sequences");
+  // The forward's checks on the same shape, then the backward's own buffers.
+  LocalAttention shape;
+  shape.q = b.q, shape.k = b.k, shape.v = b.v, shape.cuSeqlensQ = b.cuSeqlensQ;
+  shape.cuSeqlensK = b.cuSeqlensK, shape.sequences = b.sequences, shape.heads = b.heads;
+  shape.kvHeads = b.kvHeads, shape.dim = b.dim, shape.type = b.type;
+  shape.out = b.dq, shape.lse = const_cast<float*>(b.lse);
+  if (Status s = checkLocal(shape); !s) return Status(s.code(), "backward: " + s.message());
   if (b.sequences > 0 &&
-      (b.q == nullptr || b.k == nullptr || b.v == nullptr || b.dOut == nullptr ||
-       b.lse == nullptr || b.delta == nullptr || b.dq == nullptr || b.dk == nullptr ||
-       b.dv == nullptr || b.cuSeqlensQ == nullptr || b.cuSeqlensK == nullptr))
-    return invalidArgument(
-        "attention backward: q, k, v, dOut, lse, delta, dq, dk, dv and the sequence offsets must "
-        "not be NULL");
+      (b.dOut == nullptr || b.delta == nullptr || b.dk == nullptr || b.dv == nullptr))
+    return invalidArgument("attention backward: dOut, delta, dk and dv must not be NULL");
   return {};
 }
 

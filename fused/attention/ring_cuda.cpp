@@ -28,6 +28,28 @@ Status copyOnDevice(void* to, const void* from, std::size_t bytes, cudaStream_t 
   return {};
 }
 
+// Every buffer of a call (and its gradients') is GPU memory.
+Status buffersOnDevice(const RingCall& x, const RingGrads* g) {
+  const LocalAttention& a = x.local;
+  const RingGrads none;
+  const RingGrads& d = g != nullptr ? *g : none;
+  const char* who = g != nullptr ? "ring attention backward" : "ring attention";
+  for (auto [p, role] : {std::pair<const void*, const char*>{a.q, "q"},
+                         {a.k, "k"},
+                         {a.v, "v"},
+                         {a.out, "out"},
+                         {a.lse, "lse"},
+                         {a.cuSeqlensQ, "cuSeqlens"},
+                         {d.dOut, "dOut"},
+                         {d.dq, "dq"},
+                         {d.dk, "dk"},
+                         {d.dv, "dv"},
+                         {x.workspace, "the workspace"}}) {
+    if (Status s = onDevice(p, who, role); !s) return s;
+  }
+  return {};
+}
+
 // What the selector prices.
 algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool backward) {
   const LocalAttention& a = x.local;
@@ -53,15 +75,7 @@ Result<SideStream*> sideOf(Communicator& comm) {
 Status runRing(Communicator& comm, const RingCall& x) {
   if (Status s = checkRing(x); !s) return s;
   const LocalAttention& a = x.local;
-  for (auto [p, role] : {std::pair<const void*, const char*>{a.q, "q"},
-                         {a.k, "k"},
-                         {a.v, "v"},
-                         {a.out, "out"},
-                         {a.lse, "lse"},
-                         {a.cuSeqlensQ, "cuSeqlens"},
-                         {x.workspace, "the workspace"}}) {
-    if (Status s = onDevice(p, "ring attention", role); !s) return s;
-  }
+  if (Status s = buffersOnDevice(x, nullptr); !s) return s;
   auto layout = ringWorkspace(a);
   if (!layout) return layout.status();
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
@@ -123,19 +137,7 @@ Status runRing(Communicator& comm, const RingCall& x) {
 Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g) {
   if (Status s = checkRingBackward(x, g); !s) return s;
   const LocalAttention& a = x.local;
-  for (auto [p, role] : {std::pair<const void*, const char*>{a.q, "q"},
-                         {a.k, "k"},
-                         {a.v, "v"},
-                         {a.out, "out"},
-                         {a.lse, "lse"},
-                         {a.cuSeqlensQ, "cuSeqlens"},
-                         {g.dOut, "dOut"},
-                         {g.dq, "dq"},
-                         {g.dk, "dk"},
-                         {g.dv, "dv"},
-                         {x.workspace, "the workspace"}}) {
-    if (Status s = onDevice(p, "ring attention backward", role); !s) return s;
-  }
+  if (Status s = buffersOnDevice(x, &g); !s) return s;
   auto layout = ringBackwardWorkspace(a);
   if (!layout) return layout.status();
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
