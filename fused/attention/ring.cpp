@@ -75,7 +75,8 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   w.block = aligned(kv);
   w.partials = 2 * w.block;
   // Either way the selector may pick: room for Ulysses's buffers too.
-  w.total = std::max(w.partials + aligned(out), ulyssesWorkspace(a).total);
+  w.ring = w.partials + aligned(out);
+  w.total = std::max(w.ring, ulyssesWorkspace(a).total);
   return w;
 }
 

@@ -78,13 +78,16 @@ Status runRing(Communicator& comm, const RingCall& x) {
   if (Status s = buffersOnDevice(x, nullptr); !s) return s;
   auto layout = ringWorkspace(a);
   if (!layout) return layout.status();
-  auto workspace = workspaceOr(comm, x.workspace, layout->total);
-  if (!workspace) return workspace.status();
-  std::byte* ws = *workspace;
-  // Ring or Ulysses: the selector's pick.
+  // Ring or Ulysses: the selector's pick, in a workspace of what it needs (a caller's holds
+  // either).
   auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
   if (!plan) return plan.status();
-  if (plan->algo == algo::CpAlgo::ulysses)
+  const bool ulysses = plan->algo == algo::CpAlgo::ulysses;
+  auto workspace =
+      workspaceOr(comm, x.workspace, ulysses ? ulyssesWorkspace(a).total : layout->ring);
+  if (!workspace) return workspace.status();
+  std::byte* ws = *workspace;
+  if (ulysses)
     return comm.gpuOperation(
         x.stream, [&]() -> Status { return a.tokensQ == 0 ? Status{} : runUlysses(comm, x, ws); });
   auto side = sideOf(comm);

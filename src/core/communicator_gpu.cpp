@@ -378,6 +378,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     gpuPlans_.clear();
     compressedPlans_.clear();
     tpPlans_.clear();
+    attentionPlans_.clear();
   }
   if (!gpuSelector_) {
     gpuTunerChannels_ = channels;
