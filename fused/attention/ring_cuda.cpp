@@ -4,6 +4,7 @@
 // from the caller's and joins it again (capturable).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "fused/attention/backward.hpp"
@@ -60,6 +61,23 @@ algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool b
   return s;
 }
 
+// The call's workspace. The communicator's grows at a call larger than any before: then the
+// ranks meet (a host barrier) once each has its own, before any enqueues a transfer that waits
+// for a peer, since an allocation may wait for the kernels running on the device.
+Result<std::byte*> workspaceMet(Communicator& comm, const RingCall& x, std::size_t bytes) {
+  if (x.workspace != nullptr) return static_cast<std::byte*>(x.workspace);
+  std::shared_ptr<void>& slot = comm.fusedState("ring-attention-bytes");
+  if (!slot) slot = std::make_shared<std::size_t>(0);
+  std::size_t& most = *static_cast<std::size_t*>(slot.get());
+  auto ws = comm.workspace(bytes, true);
+  if (!ws) return ws;
+  if (bytes > most && comm.size() > 1) {
+    if (Status s = comm.barrier(); !s) return s;
+  }
+  most = std::max(most, bytes);
+  return ws;
+}
+
 // A communicator's side stream for its ring calls.
 Result<SideStream*> sideOf(Communicator& comm) {
   std::shared_ptr<void>& slot = comm.fusedState("ring-attention");
@@ -83,8 +101,7 @@ Status runRing(Communicator& comm, const RingCall& x) {
   auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
   if (!plan) return plan.status();
   const bool ulysses = plan->algo == algo::CpAlgo::ulysses;
-  auto workspace =
-      workspaceOr(comm, x.workspace, ulysses ? ulyssesWorkspace(a).total : layout->ring);
+  auto workspace = workspaceMet(comm, x, ulysses ? ulyssesWorkspace(a).total : layout->ring);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
   if (ulysses)
@@ -143,7 +160,7 @@ Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g
   if (Status s = buffersOnDevice(x, &g); !s) return s;
   auto layout = ringBackwardWorkspace(a);
   if (!layout) return layout.status();
-  auto workspace = workspaceOr(comm, x.workspace, layout->total);
+  auto workspace = workspaceMet(comm, x, layout->total);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
   // The ring (the selector's only candidate backward; asked, so that WEFT_DEBUG says so).
