@@ -1,5 +1,6 @@
-// What the fused operations' GPU runs share: a stream waiting for another's work so far, the
-// check that a caller's pointer is GPU memory, and the workspace a call runs in.
+// What the fused operations' GPU runs share: CUDA's errors as a Status, a stream waiting for
+// another's work so far, the check that a caller's pointer is GPU memory, and the workspace a
+// call runs in.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +11,16 @@
 #include "weft/status.hpp"
 
 namespace weft::fused {
+
+// A CUDA call's result: ok, or systemError "<what>: <CUDA's words>".
+inline Status cudaStatus(const std::string& what, cudaError_t e) {
+  if (e == cudaSuccess) return {};
+  return Status(Code::systemError, what + ": " + cudaGetErrorString(e));
+}
+// Whether the kernels just launched started.
+inline Status launched(const std::string& what) {
+  return cudaStatus(what, cudaGetLastError());
+}
 
 // `after` waits for what `before` has enqueued so far (through `e`).
 inline Status follow(cudaStream_t after, cudaStream_t before, cudaEvent_t e) {

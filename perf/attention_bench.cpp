@@ -200,7 +200,8 @@ class AttentionBench {
   };
 
   // Every rank's values (bf16, its local tokens) against the whole sequence's at their
-  // positions: the largest difference and how many lie beyond a few bf16 roundings, over ranks.
+  // positions: the largest difference and how many lie beyond a few bf16 roundings (tol · |want|
+  // + tol² · the largest |want| + tol / 100), over ranks.
   Status check(const std::byte* mine, const std::byte* whole, std::size_t row,
                const std::vector<std::int32_t>& positions, std::size_t local, std::size_t seq,
                Times& t, int& exitCode, double tolerance = 1e-2) {

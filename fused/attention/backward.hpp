@@ -1,7 +1,7 @@
 // The backward pass of weft's attention kernel (local.hpp) on one rank's tokens: one piece's
 // (ring step's) gradients of q, k and v, added into f32 sums, from the FINAL log-sum-exp and
 // delta of each row, so that the ring's steps sum to the whole attention's gradients. On the
-// tensor cores (backward_mma.cu), no atomics: the sums' order is fixed.
+// tensor cores (backward_mma.cu; delta in merge.cu), no atomics: the sums' order is fixed.
 #pragma once
 
 #include <cstddef>
@@ -50,7 +50,5 @@ Status computeDelta(const void* out, const void* dOut, DataType type, std::size_
 // pairs (masked pairs 0; rows of lse −inf 0), dv += Pᵀ dOut; dP = dOut vᵀ;
 // dS = P ∘ (dP − delta); dq += scale · dS k; dk += scale · dSᵀ q.
 Status attendBackwardOnDevice(const LocalBackward& b, void* stream);
-// Its tensor-core kernels (backward_mma.cu), for a checked call.
-Status attendBackwardMma(const LocalBackward& b, void* stream);
 
 }  // namespace weft::fused::attention

@@ -1,4 +1,5 @@
-// The backward pass on the tensor cores (mma.cuh's pieces, the forward's scheme): two kernels,
+// The backward pass on the tensor cores (mma.cuh's pieces, the forward's scheme), and its
+// checks (delta: merge.cu). Two kernels,
 // each recomputing the probabilities P = 2^(scale·log2e·q·k − lse·log2e) and dP = dO·vᵀ from
 // the final log-sum-exp and delta, so neither needs atomics and each keeps its sums in registers:
 //   dq: a block of 64 query rows (16 a warp, q and dO fragments in registers), key tiles of 64
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "fused/attention/backward.hpp"
+#include "fused/attention/local.hpp"
 #include "fused/attention/mma.cuh"
 
 namespace weft::fused::attention {
@@ -284,22 +286,13 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
   }
 }
 
-template <typename K>
-Status withShared(K kernel, int bytes) {
-  if (cudaError_t e =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-      e != cudaSuccess)
-    return Status(Code::systemError, std::string("attention backward: ") + cudaGetErrorString(e));
-  return {};
-}
-
 template <typename T, int D>
 Status launch(const LocalBackward& b, cudaStream_t stream) {
   constexpr int kDq = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T));
   constexpr int kDkdv = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T)) +
                         4 * kCols<D> * static_cast<int>(sizeof(float));
-  if (Status s = withShared(dqKernel<T, D>, kDq); !s) return s;
-  if (Status s = withShared(dkdvKernel<T, D>, kDkdv); !s) return s;
+  if (Status s = allowShared(dqKernel<T, D>, kDq, "attention backward"); !s) return s;
+  if (Status s = allowShared(dkdvKernel<T, D>, kDkdv, "attention backward"); !s) return s;
   const auto seqs = static_cast<unsigned>(b.sequences);
   dqKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenQ + kRows - 1) / kRows),
                         static_cast<unsigned>(b.heads), seqs),
@@ -307,14 +300,28 @@ Status launch(const LocalBackward& b, cudaStream_t stream) {
   dkdvKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenK + kRows - 1) / kRows),
                           static_cast<unsigned>(b.kvHeads), seqs),
                      kThreads, kDkdv, stream>>>(b);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return Status(Code::systemError, std::string("attention backward: ") + cudaGetErrorString(e));
-  return {};
+  return launched("attention backward");
 }
 
 }  // namespace
 
-Status attendBackwardMma(const LocalBackward& b, void* stream) {
+Status checkBackward(const LocalBackward& b) {
+  // The forward's checks on the same shape, then the backward's own buffers.
+  LocalAttention shape;
+  shape.q = b.q, shape.k = b.k, shape.v = b.v, shape.cuSeqlensQ = b.cuSeqlensQ;
+  shape.cuSeqlensK = b.cuSeqlensK, shape.sequences = b.sequences, shape.heads = b.heads;
+  shape.kvHeads = b.kvHeads, shape.dim = b.dim, shape.type = b.type;
+  shape.out = b.dq, shape.lse = const_cast<float*>(b.lse);
+  if (Status s = checkLocal(shape); !s) return Status(s.code(), "backward: " + s.message());
+  if (b.sequences > 0 &&
+      (b.dOut == nullptr || b.delta == nullptr || b.dk == nullptr || b.dv == nullptr))
+    return invalidArgument("attention backward: dOut, delta, dk and dv must not be NULL");
+  return {};
+}
+
+Status attendBackwardOnDevice(const LocalBackward& b, void* stream) {
+  if (Status s = checkBackward(b); !s) return s;
+  if (b.sequences == 0 || b.maxSeqlenQ == 0 || b.maxSeqlenK == 0) return {};  // no pair
   const auto s = static_cast<cudaStream_t>(stream);
   if (b.type == DataType::bf16)
     return b.dim == 64 ? launch<__nv_bfloat16, 64>(b, s) : launch<__nv_bfloat16, 128>(b, s);

@@ -35,6 +35,23 @@ weftResult_t ringCallOf(const char* what, const weftAttention* a,
   return weftSuccess;
 }
 
+// A pass's workspace bytes, from the description alone (`layout`: ringWorkspace or
+// ringBackwardWorkspace).
+template <typename Layout>
+weftResult_t workspaceSize(const char* what, const weftAttention* attention, weftComm_t comm,
+                           size_t* bytes, Layout layout) {
+  weft::fused::attention::RingCall x;
+  if (weftResult_t r = ringCallOf(what, attention, x); r != weftSuccess) return r;
+  if (bytes == nullptr) return invalid(std::string(what) + ": bytes is NULL");
+  return withComm(comm, what, [&](weft::Communicator&) -> weft::Status {
+    if (weft::Status s = weft::fused::attention::checkLocal(x.local); !s) return s;
+    auto w = layout(x.local);
+    if (!w) return w.status();
+    *bytes = w->total;
+    return {};
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -52,17 +69,8 @@ weftResult_t weftRingAttention(const weftAttention* attention, void* workspace,
 
 weftResult_t weftRingAttentionWorkspaceSize(const weftAttention* attention, weftComm_t comm,
                                             size_t* bytes) {
-  const char* what = "weftRingAttentionWorkspaceSize";
-  weft::fused::attention::RingCall x;
-  if (weftResult_t r = ringCallOf(what, attention, x); r != weftSuccess) return r;
-  if (bytes == nullptr) return invalid(std::string(what) + ": bytes is NULL");
-  return withComm(comm, what, [&](weft::Communicator&) -> weft::Status {
-    if (weft::Status s = weft::fused::attention::checkLocal(x.local); !s) return s;
-    auto w = weft::fused::attention::ringWorkspace(x.local);
-    if (!w) return w.status();
-    *bytes = w->total;
-    return {};
-  });
+  return workspaceSize("weftRingAttentionWorkspaceSize", attention, comm, bytes,
+                       weft::fused::attention::ringWorkspace);
 }
 
 weftResult_t weftRingAttentionBackward(const weftAttention* attention,
@@ -82,17 +90,8 @@ weftResult_t weftRingAttentionBackward(const weftAttention* attention,
 
 weftResult_t weftRingAttentionBackwardWorkspaceSize(const weftAttention* attention, weftComm_t comm,
                                                     size_t* bytes) {
-  const char* what = "weftRingAttentionBackwardWorkspaceSize";
-  weft::fused::attention::RingCall x;
-  if (weftResult_t r = ringCallOf(what, attention, x); r != weftSuccess) return r;
-  if (bytes == nullptr) return invalid(std::string(what) + ": bytes is NULL");
-  return withComm(comm, what, [&](weft::Communicator&) -> weft::Status {
-    if (weft::Status s = weft::fused::attention::checkLocal(x.local); !s) return s;
-    auto w = weft::fused::attention::ringBackwardWorkspace(x.local);
-    if (!w) return w.status();
-    *bytes = w->total;
-    return {};
-  });
+  return workspaceSize("weftRingAttentionBackwardWorkspaceSize", attention, comm, bytes,
+                       weft::fused::attention::ringBackwardWorkspace);
 }
 
 weftResult_t weftZigzagLocal(const int32_t* cuSeqlens, int sequences, int nranks, int rank,

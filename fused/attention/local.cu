@@ -73,14 +73,9 @@ __global__ void __launch_bounds__(kThreads) attendKernel(LocalAttention a) {
     awaitLoads<0>();
   }
   __syncthreads();
-  // The warp's queries as mma's A fragments (matrix j of ldmatrix's four from lanes 8j..8j+7):
-  // kept in registers for one tile of rows, read from shared memory per step for more.
+  // The warp's queries as mma's A fragments (matrix j of ldmatrix's four from lanes 8j..8j+7),
+  // read from shared memory at each step (the registers hold the scores and the output).
   const int qRow = warp * 16 * M + ((lane / 8) & 1) * 8 + lane % 8, qHalf = lane / 16;
-  std::uint32_t qf[M == 1 ? kSteps : 1][4];
-  if constexpr (M == 1) {
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) ldmatrix4(qf[s], qs + swizzled<D>(qRow, 2 * s + qHalf));
-  }
   float o[M][kDimTiles][4] = {};
   float m[M][2], l[M][2];
   int rowOf[M][2];  // within the part
@@ -113,13 +108,7 @@ __global__ void __launch_bounds__(kThreads) attendKernel(LocalAttention a) {
     for (int st = 0; st < kSteps; ++st) {
       std::uint32_t qa[M][4];
 #pragma unroll
-      for (int i = 0; i < M; ++i) {
-        if constexpr (M == 1) {
-          for (int x = 0; x < 4; ++x) qa[i][x] = qf[st][x];
-        } else {
-          ldmatrix4(qa[i], qs + swizzled<D>(qRow + 16 * i, 2 * st + qHalf));
-        }
-      }
+      for (int i = 0; i < M; ++i) ldmatrix4(qa[i], qs + swizzled<D>(qRow + 16 * i, 2 * st + qHalf));
 #pragma unroll
       for (int np = 0; np < kKeyTiles / 2; ++np) {
         // Keys 16np..16np+15, dims 16st..16st+15: B fragments of two 8-key tiles.
@@ -242,17 +231,11 @@ __global__ void __launch_bounds__(kThreads) attendKernel(LocalAttention a) {
 template <typename T, int D, int M>
 Status launchDim(const LocalAttention& a, cudaStream_t stream) {
   constexpr int kSmem = (kRows<M> + 4 * kKeys<D, M>)*D * static_cast<int>(sizeof(T));
-  // Per device, so every call (it costs a microsecond).
-  if (cudaError_t e = cudaFuncSetAttribute(attendKernel<T, D, M>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-      e != cudaSuccess)
-    return Status(Code::systemError, std::string("attention: ") + cudaGetErrorString(e));
+  if (Status s = allowShared(attendKernel<T, D, M>, kSmem, "attention"); !s) return s;
   const dim3 grid(static_cast<unsigned>((a.maxSeqlenQ + kRows<M> - 1) / kRows<M>),
                   static_cast<unsigned>(a.heads), static_cast<unsigned>(a.sequences));
   attendKernel<T, D, M><<<grid, kThreads, kSmem, stream>>>(a);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return Status(Code::systemError, std::string("attention: ") + cudaGetErrorString(e));
-  return {};
+  return launched("attention");
 }
 
 template <typename T>

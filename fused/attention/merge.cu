@@ -7,8 +7,10 @@
 #include <string>
 #include <type_traits>
 
+#include "fused/attention/backward.hpp"
 #include "fused/attention/lse.cuh"
 #include "fused/attention/merge.hpp"
+#include "fused/cuda_steps.hpp"
 #include "src/device/arith.cuh"
 
 namespace weft::fused::attention {
@@ -37,6 +39,23 @@ __global__ void mergeKernel(float* out, float* lse, const T* block, const float*
   }
 }
 
+// delta of a row (token, head): Σ_c out · dOut, a warp a row.
+template <typename T>
+__global__ void deltaKernel(const T* out, const T* dOut, MergeShape s, float* delta) {
+  const std::size_t rows = s.tokens * s.heads;
+  const unsigned lane = threadIdx.x % 32;
+  const std::size_t warps = std::size_t{gridDim.x} * (blockDim.x / 32);
+  for (std::size_t row = (blockIdx.x * std::size_t{blockDim.x} + threadIdx.x) / 32; row < rows;
+       row += warps) {
+    const std::size_t at = row * s.dim;
+    float sum = 0;
+    for (std::size_t c = lane; c < s.dim; c += 32)
+      sum = fmaf(static_cast<float>(out[at + c]), static_cast<float>(dOut[at + c]), sum);
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) delta[(row % s.heads) * s.tokens + row / s.heads] = sum;
+  }
+}
+
 __global__ void resetKernel(float* out, std::size_t values, float* lse, std::size_t rows) {
   const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < values;
@@ -56,11 +75,10 @@ __global__ void finishKernel(T* out, const float* partials, std::size_t values) 
 unsigned gridOf(std::size_t work) {
   return static_cast<unsigned>(std::clamp<std::size_t>((work + kThreads - 1) / kThreads, 1, 4096));
 }
-
-Status launched(const char* what) {
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return Status(Code::systemError, std::string(what) + ": " + cudaGetErrorString(e));
-  return {};
+// A warp a row.
+unsigned rowGridOf(std::size_t rows) {
+  return static_cast<unsigned>(
+      std::clamp<std::size_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 1, 65535));
 }
 
 template <typename T>
@@ -99,14 +117,35 @@ Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* 
   return device::withType(type, [&](auto* tag) -> Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     if constexpr (kMerged<T>) {
-      const auto grid = static_cast<unsigned>(
-          std::clamp<std::size_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 1, 65535));
-      mergeKernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      mergeKernel<T><<<rowGridOf(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           out, lse, static_cast<const T*>(blockOut), blockLse, shape);
       return launched("attention merge");
     }
     return invalidArgument("attention merge: " + std::string(name(type)) +
                            " outputs are not merged (bf16, f16 and f32 are)");
+  });
+}
+
+Status computeDelta(const void* out, const void* dOut, DataType type, std::size_t tokens, int heads,
+                    int dim, float* delta, void* stream) {
+  if (type != DataType::bf16 && type != DataType::f16)
+    return invalidArgument("attention delta: " + std::string(name(type)) +
+                           " is not attended (bf16 and f16 are)");
+  if (heads < 0 || dim < 0)
+    return invalidArgument("attention delta: " + std::to_string(heads) + " heads of dim " +
+                           std::to_string(dim));
+  const MergeShape shape{tokens, static_cast<std::size_t>(heads), static_cast<std::size_t>(dim)};
+  const std::size_t rows = shape.tokens * shape.heads;
+  if (rows == 0) return {};
+  if (out == nullptr || dOut == nullptr || delta == nullptr)
+    return invalidArgument("attention delta: out, dOut and delta must not be NULL");
+  return device::withType(type, [&](auto* tag) -> Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (kMerged<T> && !std::is_same_v<T, float>) {
+      deltaKernel<T><<<rowGridOf(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+          static_cast<const T*>(out), static_cast<const T*>(dOut), shape, delta);
+    }
+    return launched("attention delta");
   });
 }
 

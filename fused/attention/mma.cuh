@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "fused/attention/ring_plan.hpp"
+#include "fused/cuda_steps.hpp"
 
 namespace weft::fused::attention {
 
@@ -94,6 +95,14 @@ __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
   std::uint32_t r;
   memcpy(&r, two, sizeof r);
   return r;
+}
+
+// A kernel may take `bytes` of dynamic shared memory (set per call: the attribute is the
+// device's, and costs a microsecond).
+template <typename K>
+Status allowShared(K kernel, int bytes, const char* who) {
+  return cudaStatus(
+      who, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
 // 2^x by the special-function unit (denormal results flushed to 0, as softmax does not mind).

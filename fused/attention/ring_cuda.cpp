@@ -17,8 +17,7 @@ namespace weft::fused::attention {
 namespace {
 
 Status cudaFailed(const char* what, cudaError_t e) {
-  return Status(Code::systemError,
-                std::string("ring attention: ") + what + ": " + cudaGetErrorString(e));
+  return cudaStatus(std::string("ring attention: ") + what, e);
 }
 
 Status copyOnDevice(void* to, const void* from, std::size_t bytes, cudaStream_t stream,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fused/attention/ulysses.hpp"
+#include "fused/cuda_steps.hpp"
 
 namespace weft::fused::attention {
 namespace {
@@ -43,75 +44,71 @@ __device__ std::size_t globalOf(const Layout& l, int r, std::size_t i) {
   return n * begin + pos;
 }
 
-// In: send[d][i][row] for rows q (h), k (g), v (g) of rank d's heads, from q, k, v [i][head].
-__global__ void packIn(uint4* send, const uint4* q, const uint4* k, const uint4* v, Layout l) {
-  const std::size_t rows = static_cast<std::size_t>(l.h + 2 * l.g);
+// Item x of [rank][token][row][piece] (`rows` rows a token): each once over the grid.
+struct Item {
+  std::size_t piece, row, token, rank;
+};
+template <typename F>
+__device__ void forEach(std::size_t rows, const Layout& l, F f) {
   const std::size_t total = static_cast<std::size_t>(l.n) * l.tokens * rows * l.pieces;
   for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
        x += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t p = x % l.pieces, row = x / l.pieces % rows,
-                      i = x / l.pieces / rows % l.tokens;
-    const std::size_t d = x / l.pieces / rows / l.tokens;
-    const uint4* from;
-    if (row < static_cast<std::size_t>(l.h)) {
-      from = q + ((i * l.n + d) * l.h + row) * l.pieces;  // q [i][d·h + row]
-    } else if (row < static_cast<std::size_t>(l.h + l.g)) {
-      from = k + ((i * l.n + d) * l.g + (row - l.h)) * l.pieces;
-    } else {
-      from = v + ((i * l.n + d) * l.g + (row - l.h - l.g)) * l.pieces;
-    }
-    send[x] = from[p];
+    const std::size_t r = x / l.pieces;
+    f(x, Item{x % l.pieces, r % rows, r / rows % l.tokens, r / rows / l.tokens});
   }
+}
+
+// Row r of a token's rows of a shard, q's h then k's and v's g: the tensor (0, 1, 2), the row
+// in it and its heads a token.
+struct QkvRow {
+  int tensor;
+  std::size_t row, heads;
+};
+__device__ QkvRow qkvRow(std::size_t r, const Layout& l) {
+  const auto h = static_cast<std::size_t>(l.h), g = static_cast<std::size_t>(l.g);
+  if (r < h) return {0, r, h};
+  return r < h + g ? QkvRow{1, r - h, g} : QkvRow{2, r - h - g, g};
+}
+
+// In: send[d][i][row] from q, k, v [i][d·heads + row] (rank d's heads).
+__global__ void packIn(uint4* send, const uint4* q, const uint4* k, const uint4* v, Layout l) {
+  forEach(static_cast<std::size_t>(l.h + 2 * l.g), l, [&](std::size_t x, Item it) {
+    const QkvRow r = qkvRow(it.row, l);
+    const uint4* from = r.tensor == 0 ? q : r.tensor == 1 ? k : v;
+    send[x] = from[((it.token * l.n + it.rank) * r.heads + r.row) * l.pieces + it.piece];
+  });
 }
 
 // recv[s][i][row] (rank s's token i) into the whole sequences' q [t][h], k and v [t][g].
 __global__ void unpackIn(uint4* q, uint4* k, uint4* v, const uint4* recv, Layout l) {
-  const std::size_t rows = static_cast<std::size_t>(l.h + 2 * l.g);
-  const std::size_t total = static_cast<std::size_t>(l.n) * l.tokens * rows * l.pieces;
-  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
-       x += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t p = x % l.pieces, row = x / l.pieces % rows,
-                      i = x / l.pieces / rows % l.tokens;
-    const int s = static_cast<int>(x / l.pieces / rows / l.tokens);
-    const std::size_t t = globalOf(l, s, i);
-    uint4* to;
-    if (row < static_cast<std::size_t>(l.h)) {
-      to = q + (t * l.h + row) * l.pieces;
-    } else if (row < static_cast<std::size_t>(l.h + l.g)) {
-      to = k + (t * l.g + (row - l.h)) * l.pieces;
-    } else {
-      to = v + (t * l.g + (row - l.h - l.g)) * l.pieces;
-    }
-    to[p] = recv[x];
-  }
+  forEach(static_cast<std::size_t>(l.h + 2 * l.g), l, [&](std::size_t x, Item it) {
+    const QkvRow r = qkvRow(it.row, l);
+    uint4* to = r.tensor == 0 ? q : r.tensor == 1 ? k : v;
+    const std::size_t t = globalOf(l, static_cast<int>(it.rank), it.token);
+    to[(t * r.heads + r.row) * l.pieces + it.piece] = recv[x];
+  });
 }
 
 // Out: sendOut[d][i][head] = whole out [globalOf(d, i)][head]; sendLse[d][head][i] likewise.
 __global__ void packOut(uint4* send, float* sendLse, const uint4* out, const float* lse, Layout l) {
-  const std::size_t h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
-  const std::size_t total = n * l.tokens * h * l.pieces;
-  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
-       x += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t p = x % l.pieces, head = x / l.pieces % h, i = x / l.pieces / h % l.tokens;
-    const std::size_t d = x / l.pieces / h / l.tokens;
-    const std::size_t t = globalOf(l, static_cast<int>(d), i);
-    send[x] = out[(t * h + head) * l.pieces + p];
-    if (p == 0) sendLse[(d * h + head) * l.tokens + i] = lse[head * n * l.tokens + t];
-  }
+  const auto h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
+  forEach(h, l, [&](std::size_t x, Item it) {
+    const std::size_t t = globalOf(l, static_cast<int>(it.rank), it.token);
+    send[x] = out[(t * h + it.row) * l.pieces + it.piece];
+    if (it.piece == 0)
+      sendLse[(it.rank * h + it.row) * l.tokens + it.token] = lse[it.row * n * l.tokens + t];
+  });
 }
 
 // recvOut[s][i][head] into out [i][s·h + head]; recvLse[s][head][i] into lse [s·h + head][i].
 __global__ void unpackOut(uint4* out, float* lse, const uint4* recv, const float* recvLse,
                           Layout l) {
-  const std::size_t h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
-  const std::size_t total = n * l.tokens * h * l.pieces;
-  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
-       x += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t p = x % l.pieces, head = x / l.pieces % h, i = x / l.pieces / h % l.tokens;
-    const std::size_t s = x / l.pieces / h / l.tokens;
-    out[((i * n + s) * h + head) * l.pieces + p] = recv[x];
-    if (p == 0) lse[(s * h + head) * l.tokens + i] = recvLse[(s * h + head) * l.tokens + i];
-  }
+  const auto h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
+  forEach(h, l, [&](std::size_t x, Item it) {
+    out[((it.token * n + it.rank) * h + it.row) * l.pieces + it.piece] = recv[x];
+    const std::size_t at = (it.rank * h + it.row) * l.tokens + it.token;
+    if (it.piece == 0) lse[at] = recvLse[at];
+  });
 }
 
 __global__ void scaleOffsets(std::int32_t* whole, const std::int32_t* cu, int count, int n) {
@@ -122,12 +119,6 @@ __global__ void scaleOffsets(std::int32_t* whole, const std::int32_t* cu, int co
 unsigned gridOf(std::size_t items) {
   return static_cast<unsigned>(
       std::clamp<std::size_t>((items + kThreads - 1) / kThreads, 1, std::size_t{1} << 16));
-}
-
-Status launched(const char* what) {
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return Status(Code::systemError, std::string("ulysses ") + what + ": " + cudaGetErrorString(e));
-  return {};
 }
 
 }  // namespace
@@ -153,13 +144,13 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
       static_cast<const uint4*>(a.k), static_cast<const uint4*>(a.v), l);
   scaleOffsets<<<gridOf(static_cast<std::size_t>(a.sequences) + 1), kThreads, 0, stream>>>(
       cu, a.cuSeqlensQ, a.sequences + 1, n);
-  if (Status s = launched("packing"); !s) return s;
+  if (Status s = launched("ulysses packing"); !s) return s;
   // Each rank's share: its tokens' rows of the destination's heads, in 16-byte pieces.
   if (Status s = comm.allToAll(ws + w.sendIn, ws + w.recvIn, in / N * 16, DataType::u8, stream); !s)
     return s;
   unpackIn<<<gridOf(in), kThreads, 0, stream>>>(wq, wk, wv,
                                                 reinterpret_cast<const uint4*>(ws + w.recvIn), l);
-  if (Status s = launched("unpacking"); !s) return s;
+  if (Status s = launched("ulysses unpacking"); !s) return s;
   LocalAttention all = a;
   all.q = wq, all.k = wk, all.v = wv;
   all.cuSeqlensQ = all.cuSeqlensK = cu;
@@ -173,7 +164,7 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
                                                 reinterpret_cast<float*>(ws + w.sendLse),
                                                 reinterpret_cast<const uint4*>(ws + w.wholeOut),
                                                 reinterpret_cast<const float*>(ws + w.wholeLse), l);
-  if (Status s = launched("packing out"); !s) return s;
+  if (Status s = launched("ulysses packing out"); !s) return s;
   if (Status s = comm.allToAll(ws + w.sendOut, ws + w.recvOut, out / N * 16, DataType::u8, stream);
       !s)
     return s;
@@ -182,7 +173,7 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
   unpackOut<<<gridOf(out), kThreads, 0, stream>>>(
       static_cast<uint4*>(a.out), a.lse, reinterpret_cast<const uint4*>(ws + w.recvOut),
       reinterpret_cast<const float*>(ws + w.recvLse), l);
-  return launched("unpacking out");
+  return launched("ulysses unpacking out");
 }
 
 }  // namespace weft::fused::attention
