@@ -23,32 +23,64 @@ Result<CpAlgo> parseCpAlgo(std::string_view text) {
                          "' is not a context-parallel attention (ring, ulysses)");
 }
 
-Result<AttentionPlan> Selector::planAttention(const AttentionShape& s,
-                                              std::optional<CpAlgo> forced) const {
+std::string_view name(AttentionKernel k) {
+  return k == AttentionKernel::weft ? "weft" : "cudnn";
+}
+
+Result<AttentionKernel> parseAttentionKernel(std::string_view text) {
+  if (text == "weft") return AttentionKernel::weft;
+  if (text == "cudnn") return AttentionKernel::cudnn;
+  return invalidArgument("'" + std::string(text) + "' is not an attention kernel (weft, cudnn)");
+}
+
+Result<AttentionPlan> Selector::planAttention(const AttentionShape& s, std::optional<CpAlgo> forced,
+                                              std::optional<AttentionKernel> kernel) const {
   const auto n = static_cast<std::size_t>(std::max(1, s.nranks));
   const GemmConstants& gc = options_.constants.gemm;
   const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;  // of the device
-  const double rate = (s.backward ? gc.attentionBackwardTflops : gc.attentionTflops) * 1e12 / share;
   const double dim = static_cast<double>(s.dim), vb = static_cast<double>(s.valueBytes);
   const double tokens = static_cast<double>(s.tokens);
   AttentionPlan best;
+  // The faster kernel of those that cover the shape (cuDNN's: forward, one sequence).
+  const bool cudnnFits = s.cudnn && !s.backward;
+  best.kernel = kernel                                                      ? *kernel
+                : cudnnFits && gc.attentionCudnnTflops > gc.attentionTflops ? AttentionKernel::cudnn
+                                                                            : AttentionKernel::weft;
+  const bool cudnnRefused = best.kernel == AttentionKernel::cudnn && !cudnnFits;
+  if (cudnnRefused) best.kernel = AttentionKernel::weft;
+  const bool cudnn = best.kernel == AttentionKernel::cudnn;
+  const double tflops = s.backward ? gc.attentionBackwardTflops
+                        : cudnn    ? gc.attentionCudnnTflops
+                                   : gc.attentionTflops;
+  const double rate = tflops * 1e12 / share;
   best.attentionUs = gc.launchUs + s.rankFlops() / rate * 1e6;
   // Ring: n steps, each a piece of the attention (a kernel each) beside the next block's hop:
-  // one neighbour's part of a ring all-gather of the blocks. Backward, the block's f32
-  // gradients hop after their step.
+  // one neighbour's part of a ring all-gather of the blocks, through the GPU send/recv kernel
+  // (a block a lane: no faster than `device_p2p_lane_gbs`). Backward, the block's f32 gradients
+  // hop after their step.
   const double block = 2.0 * tokens * s.kvHeads * dim * vb;
+  const GraphConstants& graphs = options_.constants.graphs;
   auto hop = [&](double bytes) -> Result<double> {
     if (n == 1) return 0.0;
     auto p = plan(Collective::allGather, static_cast<std::size_t>(bytes) * n);
     if (!p) return p.status();
-    return p->estimateUs / static_cast<double>(n - 1);
+    return std::max(p->estimateUs / static_cast<double>(n - 1),
+                    graphs.deviceHopLatencyUs + bytes / (graphs.deviceP2pLaneGBs * 1e3));
   };
   auto kv = hop(block);
   if (!kv) return kv.status();
   auto grads = hop(s.backward ? 2.0 * tokens * s.kvHeads * dim * 4.0 : 0.0);
   if (!grads) return grads.status();
-  const double step = gc.launchUs + s.rankFlops() / static_cast<double>(n) / rate * 1e6;
-  best.ringUs = static_cast<double>(n) * (std::max(step, *kv) + (s.backward ? *grads : 0.0));
+  // cuDNN writes a step's part, which a pass through the device's memory merges (f32 partials
+  // read and written, the part read); weft's kernel merges as it goes.
+  const double merge =
+      cudnn ? tokens * s.heads * dim * (8.0 + vb) * share / (graphs.deviceCopyGBs * 1e3) : 0.0;
+  const double step = gc.launchUs + s.rankFlops() / static_cast<double>(n) / rate * 1e6 + merge;
+  // Ranks sharing a GPU, cuDNN's kernels left the hops no room: they ran after the steps
+  // (docs/perf-fused.md, "Ring attention"), so there they add.
+  const bool serial = cudnn && kernels_.sameDevice;
+  best.ringUs = static_cast<double>(n) *
+                ((serial ? step + *kv : std::max(step, *kv)) + (s.backward ? *grads : 0.0));
   // Ulysses (forward): q, k and v all-to-all'd from sequence to head shards, attention of the
   // whole sequences on heads / n, then out and the log-sum-exp back; each way packed and
   // unpacked by a copy kernel through the device's memory.
@@ -60,8 +92,7 @@ Result<AttentionPlan> Selector::planAttention(const AttentionShape& s,
     auto b = plan(Collective::allToAll, static_cast<std::size_t>(out));
     if (!a) return a.status();
     if (!b) return b.status();
-    const double copies =
-        4.0 * (in + out) * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+    const double copies = 4.0 * (in + out) * share / (graphs.deviceCopyGBs * 1e3);
     best.ulyssesUs = a->estimateUs + b->estimateUs + best.attentionUs + copies + 4 * gc.launchUs;
   }
   const bool ulysses = forced ? *forced == CpAlgo::ulysses && ulyssesFits
@@ -85,7 +116,11 @@ Result<AttentionPlan> Selector::planAttention(const AttentionShape& s,
     why = "the cheaper";
   best.reason = std::string(name(best.algo)) + " " + us(best.estimateUs) + " (ring " +
                 us(best.ringUs) + (ulyssesFits ? ", ulysses " + us(best.ulyssesUs) : "") +
-                ", attention alone " + us(best.attentionUs) + "): " + why;
+                ", attention alone " + us(best.attentionUs) + "): " + why + "; " +
+                std::string(name(best.kernel)) + "'s kernel" +
+                (cudnnRefused ? " (cuDNN's needs it loaded, the forward pass and one sequence)"
+                 : kernel     ? " (forced)"
+                              : "");
   return best;
 }
 

@@ -20,6 +20,7 @@ struct AttentionShape {
   bool causal = false;
   bool backward = false;
   int nranks = 1;
+  bool cudnn = false;  // cuDNN's kernel loads here and covers the shape (forward, one sequence)
   // The attention's multiply-adds of one rank, as FLOPs (4 per query-key pair and dim; the
   // causal mask's half; backward 2.5 times).
   double rankFlops() const;
@@ -32,8 +33,15 @@ std::string_view name(CpAlgo a);
 // "ring", "ulysses"; an error names them.
 Result<CpAlgo> parseCpAlgo(std::string_view text);
 
+// The local attention kernel: weft's own, or cuDNN's fused flash attention.
+enum class AttentionKernel : std::uint8_t { weft, cudnn };
+std::string_view name(AttentionKernel k);
+// "weft", "cudnn"; an error names them.
+Result<AttentionKernel> parseAttentionKernel(std::string_view text);
+
 struct AttentionPlan {
   CpAlgo algo = CpAlgo::ring;
+  AttentionKernel kernel = AttentionKernel::weft;
   double estimateUs = 0;
   double ringUs = 0, ulyssesUs = 0;  // ulyssesUs 0: not a candidate
   double attentionUs = 0;            // the kernels alone

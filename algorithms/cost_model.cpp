@@ -165,6 +165,7 @@ Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
                        {{"host_copy_gbs", &g.hostCopyGBs},
                         {"host_fold_gbs", &g.hostFoldGBs},
                         {"device_copy_gbs", &g.deviceCopyGBs},
+                        {"device_p2p_lane_gbs", &g.deviceP2pLaneGBs},
                         {"device_all_peers_us", &g.deviceAllPeersUs},
                         {"device_hop_latency_us", &g.deviceHopLatencyUs}});
 }
@@ -184,7 +185,8 @@ Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
                         {"launch_us", &g.launchUs},
                         {"overlap_slowdown", &g.overlapSlowdown},
                         {"attention_tflops", &g.attentionTflops},
-                        {"attention_backward_tflops", &g.attentionBackwardTflops}});
+                        {"attention_backward_tflops", &g.attentionBackwardTflops},
+                        {"attention_cudnn_tflops", &g.attentionCudnnTflops}});
 }
 
 json kernelsJson(const KernelConstants& k) {
@@ -310,6 +312,7 @@ std::string CostConstants::toJson() const {
   j["graphs"] = {{"host_copy_gbs", graphs.hostCopyGBs},
                  {"host_fold_gbs", graphs.hostFoldGBs},
                  {"device_copy_gbs", graphs.deviceCopyGBs},
+                 {"device_p2p_lane_gbs", graphs.deviceP2pLaneGBs},
                  {"device_all_peers_us", graphs.deviceAllPeersUs},
                  {"device_hop_latency_us", graphs.deviceHopLatencyUs}};
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
@@ -321,7 +324,8 @@ std::string CostConstants::toJson() const {
                {"launch_us", gemm.launchUs},
                {"overlap_slowdown", gemm.overlapSlowdown},
                {"attention_tflops", gemm.attentionTflops},
-               {"attention_backward_tflops", gemm.attentionBackwardTflops}};
+               {"attention_backward_tflops", gemm.attentionBackwardTflops},
+               {"attention_cudnn_tflops", gemm.attentionCudnnTflops}};
   return j.dump(2);
 }
 

@@ -74,6 +74,7 @@ struct GraphConstants {
   double deviceCopyGBs = 4200;      // device_copy_gbs: one GPU's memory, read + written
   double deviceAllPeersUs = 12.0;   // device_all_peers_us: an all-peers wait, per peer past one
   double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
+  double deviceP2pLaneGBs = 30;     // device_p2p_lane_gbs: a GPU send/recv lane (one block)
 };
 
 // How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written
@@ -100,6 +101,7 @@ struct GemmConstants {
   // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
   double attentionTflops = 250;
   double attentionBackwardTflops = 165;
+  double attentionCudnnTflops = 600;  // attention_cudnn_tflops: cuDNN's forward kernel's
 };
 
 struct CostConstants {

@@ -75,9 +75,11 @@ class Selector {
   // the constants' GEMM rate and this selector's plans of the collective; `forcedChunks` > 0
   // (1: unfused) or kTpFused prices just that variant.
   Result<TpPlan> planTp(const TpShape& shape, int forcedChunks = 0) const;
-  // Context-parallel attention (attention_plan.hpp): ring or Ulysses, the cheaper unless forced.
+  // Context-parallel attention (attention_plan.hpp): ring or Ulysses, the cheaper unless forced,
+  // on the faster local kernel of those that cover the shape unless `kernel` is forced.
   Result<AttentionPlan> planAttention(const AttentionShape& shape,
-                                      std::optional<CpAlgo> forced = std::nullopt) const;
+                                      std::optional<CpAlgo> forced = std::nullopt,
+                                      std::optional<AttentionKernel> kernel = std::nullopt) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

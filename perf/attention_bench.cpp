@@ -1,6 +1,7 @@
 #include "perf/attention_bench.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include <functional>
 
 #include "fused/attention/backward.hpp"
+#include "fused/attention/cudnn.hpp"
 #include "fused/attention/local.hpp"
 #include "fused/attention/merge.hpp"
 #endif
@@ -68,12 +70,13 @@ class AttentionBench {
           "attending the whole sequence; kernel: a rank's share of the work without the ring; "
           "TFLOP/s a rank (causal: half the pairs); vs whole = whole / ring; overlap = kernel / "
           "ring; maxdiff: every rank's output (backward: dq, dk, dv) against the whole sequence's; "
-          "backward FLOPs 2.5 times the forward's\n",
+          "backward FLOPs 2.5 times the forward's; whole and kernel forward on %s\n",
           opt_.attentionBackward ? "backward" : "forward", nranks_,
           opt_.average == 1   ? "mean"
           : opt_.average == 3 ? "max"
                               : "combined",
-          opt_.iters, opt_.warmupIters);
+          opt_.iters, opt_.warmupIters,
+          cudnnKernel() ? "cuDNN's kernel (WEFT_ATTENTION_KERNEL=weft: weft's)" : "weft's kernel");
       std::printf("# %8s %6s %6s %4s %6s %10s %10s %10s %9s %8s %8s %9s %7s\n", "seq", "heads",
                   "kvh", "dim", "causal", "whole", "kernel", "ring", "TFLOP/s", "vs whole",
                   "overlap", "maxdiff", "#wrong");
@@ -194,6 +197,12 @@ class AttentionBench {
     return {};
   }
 
+  // Whether cuDNN's kernel is the ring's here (loads, and not refused by WEFT_ATTENTION_KERNEL).
+  static bool cudnnKernel() {
+    const char* forced = std::getenv("WEFT_ATTENTION_KERNEL");
+    return (forced == nullptr || std::string(forced) != "weft") && att::cudnnAvailable();
+  }
+
   struct Times {
     double whole = 0, kernel = 0, ring = 0, worst = 0;
     std::int64_t wrong = 0;
@@ -237,23 +246,40 @@ class AttentionBench {
     const int n = nranks_;
     const bool causal = a.causal == 1;
     Times t;
-    auto wholeUs = timeUs([&] { return att::attendOnDevice(w, stream); }, true);
-    if (!wholeUs) return wholeUs.status();
     // A rank's share without the ring: its pieces against its own block.
     att::LocalAttention part = w;
     part.q = a.q, part.k = a.k, part.v = a.v, part.cuSeqlensQ = part.cuSeqlensK = a.cuSeqlens;
     part.tokensQ = part.maxSeqlenQ = a.tokens, part.out = partials, part.lse = a.lse;
     part.merge = true;
+    // Both on cuDNN's kernel where the ring's would be (the selector picks the faster).
+    att::LocalAttention whole = w;
+    if (cudnnKernel()) {
+      auto scratch = gpu_.allocate(att::cudnnScratchBytes(part));
+      if (!scratch) return scratch.status();
+      for (att::LocalAttention* l : {&whole, &part}) {
+        l->kernel = algo::AttentionKernel::cudnn;
+        l->scratch = *scratch, l->scratchBytes = att::cudnnScratchBytes(part);
+      }
+    }
+    auto wholeUs = timeUs([&] { return att::attendOnDevice(whole, stream); }, true);
+    if (!wholeUs) return wholeUs.status();
     const att::MergeShape shape{a.tokens, static_cast<std::size_t>(a.heads),
                                 static_cast<std::size_t>(a.headDim)};
+    // As the ring runs them: one rank's written, cuDNN's first step's partials fresh.
+    const bool cudnn = part.kernel == algo::AttentionKernel::cudnn;
+    if (n == 1) part.merge = false, part.out = a.out;
     auto kernelUs = timeUs([&]() -> Status {
-      if (Status s = att::resetPartials(reinterpret_cast<float*>(partials), a.lse, shape, stream);
-          !s)
-        return s;
+      if (n > 1 && !cudnn) {
+        if (Status s = att::resetPartials(reinterpret_cast<float*>(partials), a.lse, shape, stream);
+            !s)
+          return s;
+      }
       for (int step = 0; step < n; ++step) {
         part.piece = att::ringStep(rank_, step, n, causal);
+        part.fresh = n > 1 && cudnn && step == 0;
         if (Status s = att::attendOnDevice(part, stream); !s) return s;
       }
+      if (n == 1) return Status{};
       return att::finishPartials(a.out, reinterpret_cast<float*>(partials), DataType::bf16, shape,
                                  stream);
     });
@@ -262,7 +288,7 @@ class AttentionBench {
     if (!ringUs) return ringUs.status();
     t.whole = *wholeUs, t.kernel = *kernelUs, t.ring = *ringUs;
     // Every rank's rows against the whole sequence's attention (computed here too).
-    if (Status s = att::attendOnDevice(w, stream); !s) return s;
+    if (Status s = att::attendOnDevice(whole, stream); !s) return s;
     if (Status s = comm_.ringAttention(a, stream); !s) return s;
     if (Status s = check(static_cast<const std::byte*>(a.out), static_cast<const std::byte*>(w.out),
                          shape.heads * shape.dim, positions, a.tokens, w.tokensQ, t, exitCode);

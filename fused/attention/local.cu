@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "fused/attention/cudnn.hpp"
 #include "fused/attention/local.hpp"
 #include "fused/attention/lse.cuh"
 #include "fused/attention/mma.cuh"
@@ -248,6 +249,7 @@ Status launch(const LocalAttention& a, cudaStream_t stream) {
 Status attendOnDevice(const LocalAttention& a, void* stream) {
   if (Status s = checkLocal(a); !s) return s;
   if (a.sequences == 0 || a.maxSeqlenQ == 0) return {};
+  if (a.kernel == algo::AttentionKernel::cudnn) return attendWithCudnn(a, stream);
   const auto s = static_cast<cudaStream_t>(stream);
   return a.type == DataType::bf16 ? launch<__nv_bfloat16>(a, s) : launch<__half>(a, s);
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/attention_plan.hpp"
 #include "fused/attention/ring_plan.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
@@ -34,6 +35,12 @@ struct LocalAttention {
   void* out = nullptr;
   float* lse = nullptr;
   bool merge = false;
+  bool fresh = false;  // merging, cuDNN's: the partials hold nothing yet (written, not read)
+  // weft's kernel, or cuDNN's where it covers the shape (cudnn.hpp), whose part's output and
+  // workspace take `scratch`.
+  algo::AttentionKernel kernel = algo::AttentionKernel::weft;
+  void* scratch = nullptr;
+  std::size_t scratchBytes = 0;
 };
 
 // What a call checks before it runs: pointers, a dim it has a kernel for, heads that group.

@@ -27,15 +27,22 @@ __global__ void mergeKernel(float* out, float* lse, const T* block, const float*
   for (std::size_t row = (blockIdx.x * std::size_t{blockDim.x} + threadIdx.x) / 32; row < rows;
        row += warps) {
     const std::size_t t = row / s.heads, h = row % s.heads, at = h * s.tokens + t;
-    const float l = lse[at], b = blockLse[at];
-    if (b == -INFINITY) continue;  // the block attended no key for this row
-    const LseMerge w = mergeLse(l, b);
+    float& kept = lse[h * (s.lseStride != 0 ? s.lseStride : s.tokens) + t];
+    const float l = s.fresh ? -INFINITY : kept, b = blockLse[at];
     float* o = out + row * s.dim;
+    if (b == -INFINITY) {  // the block attended no key for this row
+      if (s.fresh) {
+        for (std::size_t d = lane; d < s.dim; d += 32) o[d] = 0;
+        if (lane == 0) kept = -INFINITY;
+      }
+      continue;
+    }
+    const LseMerge w = mergeLse(l, b);
     const T* ob = block + row * s.dim;
     for (std::size_t d = lane; d < s.dim; d += 32)
       o[d] = (w.keep == 0 ? 0.0f : w.keep * o[d]) + w.take * static_cast<float>(ob[d]);
-    __syncwarp();  // every lane has read lse[at]
-    if (lane == 0) lse[at] = w.merged;
+    __syncwarp();  // every lane has read its lse
+    if (lane == 0) kept = w.merged;
   }
 }
 

@@ -15,6 +15,8 @@ namespace weft::fused::attention {
 // [heads, tokens] (flash-attention's varlen layouts).
 struct MergeShape {
   std::size_t tokens = 0, heads = 0, dim = 0;
+  std::size_t lseStride = 0;  // of mergeOnDevice's lse rows (a head's), if not `tokens`
+  bool fresh = false;         // mergeOnDevice: out and lse hold nothing yet (written, not read)
 };
 
 // Partial results of no key yet: out 0, lse −inf (rows: tokens · heads).

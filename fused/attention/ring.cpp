@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "fused/attention/cudnn.hpp"
 #include "fused/attention/ulysses.hpp"
 
 namespace weft::fused::attention {
@@ -60,7 +61,8 @@ UlyssesWorkspace ulyssesWorkspace(const LocalAttention& a) {
   w.sendLse = w.recvOut + out;
   w.recvLse = w.sendLse + lse;
   w.cu = w.recvLse + lse;
-  w.total = w.cu + aligned((static_cast<std::size_t>(std::max(a.sequences, 0)) + 1) * 4);
+  w.cudnn = w.cu + aligned((static_cast<std::size_t>(std::max(a.sequences, 0)) + 1) * 4);
+  w.total = w.cudnn + (a.sequences == 1 ? kCudnnWorkspaceBytes : 0);
   return w;
 }
 
@@ -74,8 +76,14 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   RingWorkspace w;
   w.block = aligned(kv);
   w.partials = 2 * w.block;
+  // cuDNN's kernel (one sequence) writes a step's part, its log-sum-exp, and takes a workspace.
+  w.scratch = w.partials + aligned(out);
+  if (a.sequences == 1)
+    w.scratchBytes = aligned(out / sizeof(float) * sizeOf(a.type)) +
+                     aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * sizeof(float)) +
+                     kCudnnWorkspaceBytes;
   // Either way the selector may pick: room for Ulysses's buffers too.
-  w.ring = w.partials + aligned(out);
+  w.ring = w.scratch + w.scratchBytes;
   w.total = std::max(w.ring, ulyssesWorkspace(a).total);
   return w;
 }

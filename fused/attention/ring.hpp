@@ -21,8 +21,9 @@ struct RingCall {
 
 // Two K/V blocks (k, then v) and the f32 output the steps merge into.
 struct RingWorkspace {
-  std::size_t block = 0, partials = 0;  // byte offsets of the second block, the partials
-  std::size_t ring = 0, total = 0;      // the ring's bytes; either way's (Ulysses's too)
+  std::size_t block = 0, partials = 0;        // byte offsets of the second block, the partials
+  std::size_t scratch = 0, scratchBytes = 0;  // cuDNN's (one sequence): a part and its workspace
+  std::size_t ring = 0, total = 0;            // the ring's bytes; either way's (Ulysses's too)
 };
 Result<RingWorkspace> ringWorkspace(const LocalAttention& a);
 // What a call checks before it changes anything.

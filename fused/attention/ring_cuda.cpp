@@ -5,9 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "fused/attention/backward.hpp"
+#include "fused/attention/cudnn.hpp"
 #include "fused/attention/merge.hpp"
 #include "fused/attention/ring.hpp"
 #include "fused/attention/ulysses.hpp"
@@ -57,7 +61,39 @@ algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool b
   s.tokens = a.tokensQ, s.heads = a.heads, s.kvHeads = a.kvHeads, s.dim = a.dim;
   s.valueBytes = sizeOf(a.type), s.causal = x.causal, s.backward = backward;
   s.nranks = comm.size();
+  LocalAttention merging = a;
+  merging.merge = true;
+  s.cudnn = !backward && cudnnCovers(merging) && cudnnAvailable();
   return s;
+}
+
+// cuDNN loads a kernel at its first launch, and loading waits for the kernels running on the
+// device, among them a peer's transfer waiting for this rank: at a call's first shape each of
+// its attentions runs once alone (its partials untouched), then the ranks meet. Not while a
+// graph is captured (its kernels load when it is instantiated).
+Status primeCudnn(Communicator& comm, const RingCall& x, bool ulysses,
+                  const std::vector<LocalAttention>& parts) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const auto stream = static_cast<cudaStream_t>(x.stream);
+  if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess)
+    return cudaFailed("capture status", e);
+  if (capture != cudaStreamCaptureStatusNone) return {};
+  using Key = std::tuple<std::size_t, int, int, int, int, bool, bool>;
+  std::shared_ptr<void>& slot = comm.fusedState("ring-attention-cudnn");
+  if (!slot) slot = std::make_shared<std::set<Key>>();
+  auto& primed = *static_cast<std::set<Key>*>(slot.get());
+  const LocalAttention& a = x.local;
+  const Key key{a.tokensQ, a.heads, a.kvHeads, a.dim, static_cast<int>(a.type), x.causal, ulysses};
+  if (primed.contains(key)) return {};
+  for (const LocalAttention& p : parts) {
+    if (Status s = attendWithCudnn(p, stream, false); !s) return s;
+  }
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return cudaFailed("sync", e);
+  if (comm.size() > 1) {
+    if (Status s = comm.barrier(); !s) return s;
+  }
+  primed.insert(key);
+  return {};
 }
 
 // The call's workspace. The communicator's grows at a call larger than any before: then the
@@ -100,12 +136,19 @@ Status runRing(Communicator& comm, const RingCall& x) {
   auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
   if (!plan) return plan.status();
   const bool ulysses = plan->algo == algo::CpAlgo::ulysses;
+  const bool cudnn = plan->kernel == algo::AttentionKernel::cudnn;
   auto workspace = workspaceMet(comm, x, ulysses ? ulyssesWorkspace(a).total : layout->ring);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
-  if (ulysses)
+  if (ulysses) {
+    RingCall y = x;
+    y.local.kernel = plan->kernel;
+    if (cudnn && a.tokensQ > 0) {
+      if (Status s = primeCudnn(comm, y, true, {ulyssesAttention(comm, y, ws)}); !s) return s;
+    }
     return comm.gpuOperation(
-        x.stream, [&]() -> Status { return a.tokensQ == 0 ? Status{} : runUlysses(comm, x, ws); });
+        x.stream, [&]() -> Status { return a.tokensQ == 0 ? Status{} : runUlysses(comm, y, ws); });
+  }
   auto side = sideOf(comm);
   if (!side) return side.status();
   SideStream& state = **side;
@@ -116,10 +159,37 @@ Status runRing(Communicator& comm, const RingCall& x) {
   auto* partials = reinterpret_cast<float*>(ws + layout->partials);
   const MergeShape shape{a.tokensQ, static_cast<std::size_t>(a.heads),
                          static_cast<std::size_t>(a.dim)};
+  // Step s's attention of the block held (its k and v set at the step), merged into the f32
+  // partials; cuDNN's first (every query: ringStep's step 0) writes them fresh. One rank's
+  // writes the result.
+  auto stepOf = [&](int step) {
+    LocalAttention part = a;
+    part.cuSeqlensK = a.cuSeqlensQ;
+    part.piece = ringStep(me, step, n, x.causal);
+    if (n > 1) {
+      part.out = partials;
+      part.merge = true;
+      part.fresh = cudnn && step == 0;
+    }
+    part.kernel = plan->kernel;
+    part.scratch = ws + layout->scratch, part.scratchBytes = layout->scratchBytes;
+    return part;
+  };
+  if (cudnn && a.tokensQ > 0) {
+    std::vector<LocalAttention> parts;
+    for (int step = 0; step < n; ++step) {
+      parts.push_back(stepOf(step));
+      parts.back().k = a.k, parts.back().v = a.v;
+    }
+    if (Status s = primeCudnn(comm, x, false, parts); !s) return s;
+  }
   return comm.gpuOperation(x.stream, [&]() -> Status {
     if (a.tokensQ == 0) return {};
-    if (Status s = resetPartials(partials, a.lse, shape, stream); !s) return s;
+    if (n > 1 && !cudnn) {
+      if (Status s = resetPartials(partials, a.lse, shape, stream); !s) return s;
+    }
     for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
+      if (n == 1) break;  // attended where it is
       if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
     }
     for (int step = 0; step < n; ++step) {
@@ -133,19 +203,14 @@ Status runRing(Communicator& comm, const RingCall& x) {
             {false, (me + n - 1) % n, next, 2 * half, state.stream}};
         if (Status s = comm.exchange(std::move(ops)); !s) return s;
       }
-      LocalAttention part = a;
-      part.k = held;
-      part.v = held + half;
-      part.cuSeqlensK = a.cuSeqlensQ;
-      part.piece = ringStep(me, step, n, x.causal);
-      part.out = partials;
-      part.merge = true;
+      LocalAttention part = stepOf(step);
+      if (n > 1) part.k = held, part.v = held + half;
       if (Status s = attendOnDevice(part, stream); !s) return s;
       if (step + 1 < n) {
         if (Status s = follow(stream, state.stream, state.join); !s) return s;
       }
     }
-    return finishPartials(a.out, partials, a.type, shape, stream);
+    return n > 1 ? finishPartials(a.out, partials, a.type, shape, stream) : Status{};
   });
 }
 

@@ -123,6 +123,26 @@ unsigned gridOf(std::size_t items) {
 
 }  // namespace
 
+LocalAttention ulyssesAttention(const Communicator& comm, const RingCall& x, std::byte* ws) {
+  const LocalAttention& a = x.local;
+  const int n = comm.size();
+  const auto N = static_cast<std::size_t>(n);
+  const UlyssesWorkspace w = ulyssesWorkspace(a);
+  const std::size_t es = sizeOf(a.type), dim = static_cast<std::size_t>(a.dim);
+  const std::size_t q = N * a.tokensQ * static_cast<std::size_t>(a.heads / n) * dim * es;
+  const std::size_t kv = N * a.tokensQ * static_cast<std::size_t>(a.kvHeads / n) * dim * es;
+  LocalAttention all = a;
+  all.q = ws + w.whole, all.k = ws + w.whole + q, all.v = ws + w.whole + q + kv;
+  all.cuSeqlensQ = all.cuSeqlensK = reinterpret_cast<const std::int32_t*>(ws + w.cu);
+  all.tokensQ = N * a.tokensQ, all.maxSeqlenQ = N * a.maxSeqlenQ;
+  all.heads = a.heads / n, all.kvHeads = a.kvHeads / n;
+  all.piece = {Part::all, Part::all, x.causal};
+  all.out = ws + w.wholeOut, all.lse = reinterpret_cast<float*>(ws + w.wholeLse);
+  all.merge = false;
+  all.scratch = ws + w.cudnn, all.scratchBytes = w.total - w.cudnn;
+  return all;
+}
+
 Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
   const LocalAttention& a = x.local;
   const int n = comm.size();
@@ -151,15 +171,7 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
   unpackIn<<<gridOf(in), kThreads, 0, stream>>>(wq, wk, wv,
                                                 reinterpret_cast<const uint4*>(ws + w.recvIn), l);
   if (Status s = launched("ulysses unpacking"); !s) return s;
-  LocalAttention all = a;
-  all.q = wq, all.k = wk, all.v = wv;
-  all.cuSeqlensQ = all.cuSeqlensK = cu;
-  all.tokensQ = N * T, all.maxSeqlenQ = N * a.maxSeqlenQ;
-  all.heads = l.h, all.kvHeads = l.g;
-  all.piece = {Part::all, Part::all, x.causal};
-  all.out = ws + w.wholeOut, all.lse = reinterpret_cast<float*>(ws + w.wholeLse);
-  all.merge = false;
-  if (Status s = attendOnDevice(all, stream); !s) return s;
+  if (Status s = attendOnDevice(ulyssesAttention(comm, x, ws), stream); !s) return s;
   packOut<<<gridOf(out), kThreads, 0, stream>>>(reinterpret_cast<uint4*>(ws + w.sendOut),
                                                 reinterpret_cast<float*>(ws + w.sendLse),
                                                 reinterpret_cast<const uint4*>(ws + w.wholeOut),

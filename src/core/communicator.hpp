@@ -281,7 +281,8 @@ class Communicator {
                       std::size_t, int>,
            algo::TpPlan>
       tpPlans_;
-  std::map<std::tuple<std::size_t, int, int, int, std::size_t, bool, bool>, algo::AttentionPlan>
+  std::map<std::tuple<std::size_t, int, int, int, std::size_t, bool, bool, bool>,
+           algo::AttentionPlan>
       attentionPlans_;
   // The direct path: whether it may run (every rank on this host through shared memory; the
   // same on every rank), the ranks' control pages, stages and this rank's threads, and what its

@@ -85,7 +85,7 @@ Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
 Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::AttentionShape& shape) {
   if (Status s = checkUsable("plan"); !s) return s;
   const auto key = std::make_tuple(shape.tokens, shape.heads, shape.kvHeads, shape.dim,
-                                   shape.valueBytes, shape.causal, shape.backward);
+                                   shape.valueBytes, shape.causal, shape.backward, shape.cudnn);
   if (auto it = attentionPlans_.find(key); it != attentionPlans_.end()) return it->second;
   // A K/V block's hop, to make the GPU selector on the device's channels.
   if (auto p = gpuPlanFor(Collective::allGather,
@@ -94,9 +94,10 @@ Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::Attention
                               shape.valueBytes * static_cast<std::size_t>(size()));
       !p)
     return p.status();
-  auto plan = gpuSelector_->planAttention(shape, config_.cpAttention);
+  auto plan = gpuSelector_->planAttention(shape, config_.cpAttention, config_.attentionKernel);
   if (!plan) return plan;
-  if (config_.cpAttention) plan->reason += " by WEFT_CP_ATTENTION";
+  if (config_.cpAttention) plan->reason += ", ring or ulysses by WEFT_CP_ATTENTION";
+  if (config_.attentionKernel) plan->reason += ", the kernel by WEFT_ATTENTION_KERNEL";
   if (gpu_) attentionPlans_.emplace(key, *plan);
   if (rank_ == 0)
     WEFT_INFO(log::kTuning, "context-parallel attention%s, %zu tokens a rank, %d heads: %s",

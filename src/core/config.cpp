@@ -320,6 +320,20 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_ATTENTION_KERNEL", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
+     "`weft` or `cudnn`: the local attention kernel of context-parallel attention instead of "
+     "the selector's pick; cudnn where libcudnn.so.9 loads, in the forward pass of one sequence",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v == "auto") {
+         c.attentionKernel.reset();
+         return ok();
+       }
+       auto k = algo::parseAttentionKernel(v);
+       if (!k) return invalidArgument(n + ": " + k.status().message());
+       c.attentionKernel = *k;
+       return ok();
+     }},
+
     {"WEFT_TP_GEMM_SMS", nullptr, Kind::number, 0, 1024, "0", true, Audience::tuning,
      "the SMs a chunked tensor-parallel GEMM plans for while a collective runs beside it "
      "(cuBLASLt's SM count target), leaving the others to the collective; 0: all",

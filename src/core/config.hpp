@@ -45,6 +45,8 @@ struct Config {
   int tpChunks = 0;
   // WEFT_CP_ATTENTION: ring or Ulysses for context-parallel attention; none: the selector's.
   std::optional<algo::CpAlgo> cpAttention;
+  // WEFT_ATTENTION_KERNEL: weft's or cuDNN's local attention kernel; none: the selector's.
+  std::optional<algo::AttentionKernel> attentionKernel;
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;

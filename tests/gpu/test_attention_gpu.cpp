@@ -1,7 +1,8 @@
 // weft's own attention kernel (fused/attention/local.hpp) against attention in double on the same
 // bf16/f16 inputs: packed sequences of ragged lengths (1 and 0 among them), grouped K/V heads,
 // head dims 64 and 128, causal and not; a ring step's parts; results merged into f32 partials
-// equal to one attention over every key. Skipped without a GPU.
+// equal to one attention over every key; cuDNN's kernel likewise where it loads. Skipped
+// without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/attention/cudnn.hpp"
 #include "fused/attention/local.hpp"
 
 namespace weft::fused::attention {
@@ -237,6 +239,84 @@ TEST(AttentionGpu, MergedPartsEqualTheWholeAttention) {
     expectRows(p, {Part::all, Part::all, causal}, out, lse,
                causal ? "merged causal" : "merged full");
   }
+}
+
+// cuDNN's kernel (where libcudnn loads) on one sequence: written whole, and a ring's parts
+// merged into f32 partials, against double.
+TEST(AttentionGpu, CudnnMatchesAttentionInDouble) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU";
+  if (Status s = cudnnAvailable(); !s) GTEST_SKIP() << s.message();
+  std::mt19937 rng(13);
+  void* scratch = nullptr;
+  const std::size_t scratchBytes = std::size_t{16} << 20;
+  ASSERT_EQ(cudaMalloc(&scratch, scratchBytes), cudaSuccess);
+  for (DataType type : {DataType::bf16, DataType::f16}) {
+    for (int dim : {64, 128}) {
+      for (int kvHeads : {4, 1}) {
+        Problem p;
+        p.cu = {0, 202};  // halves of 101
+        p.kvHeads = kvHeads, p.dim = dim, p.type = type;
+        p.fill(rng);
+        const std::size_t values = p.tokens() * static_cast<std::size_t>(p.heads * dim);
+        Device d(p, values * 4);
+        const std::string what = std::string(name(type)) + " dim " + std::to_string(dim) +
+                                 " kv heads " + std::to_string(kvHeads);
+        for (bool causal : {false, true}) {
+          const Piece piece{Part::all, Part::all, causal};
+          LocalAttention a = d.call(p, piece, false);
+          a.kernel = algo::AttentionKernel::cudnn, a.scratch = scratch;
+          a.scratchBytes = scratchBytes;
+          ASSERT_TRUE(cudnnCovers(a));
+          ASSERT_EQ(cudaMemset(d.out, 0xFF, values * 2), cudaSuccess);  // NaN
+          Status s = attendOnDevice(a, nullptr);
+          ASSERT_TRUE(s.isOk()) << s.toString();
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<std::uint16_t> raw(values);
+          std::vector<float> out(values), lse(p.tokens() * 4);
+          ASSERT_EQ(cudaMemcpy(raw.data(), d.out, values * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+          ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost),
+                    cudaSuccess);
+          for (std::size_t i = 0; i < values; ++i) out[i] = p.widen(raw[i]);
+          expectRows(p, piece, out, lse, "cuDNN " + what + (causal ? " causal" : " full"));
+        }
+        // The zigzag's own block in parts, merged.
+        std::vector<float> zero(values, 0.0f), none(p.tokens() * 4, -INFINITY);
+        ASSERT_EQ(cudaMemcpy(d.out, zero.data(), values * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d.lse, none.data(), none.size() * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        for (const Piece& step :
+             {Piece{Part::first, Part::first, true}, Piece{Part::second, Part::first, false},
+              Piece{Part::second, Part::second, true}}) {
+          LocalAttention a = d.call(p, step, true);
+          a.kernel = algo::AttentionKernel::cudnn, a.scratch = scratch;
+          a.scratchBytes = scratchBytes;
+          Status s = attendOnDevice(a, nullptr);
+          ASSERT_TRUE(s.isOk()) << s.toString();
+        }
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<float> out(values), lse(none.size());
+        ASSERT_EQ(cudaMemcpy(out.data(), d.out, values * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        expectRows(p, {Part::all, Part::all, true}, out, lse, "cuDNN merged causal " + what);
+      }
+    }
+  }
+  (void)cudaFree(scratch);
+}
+
+// What cuDNN's graph does not cover stays with weft's kernel: packed sequences, a causal piece
+// of unequal parts, f32.
+TEST(AttentionGpu, CudnnCoversOneSequence) {
+  LocalAttention a;
+  a.sequences = 1, a.heads = 4, a.kvHeads = 2, a.dim = 128, a.merge = true;
+  EXPECT_TRUE(cudnnCovers(a));
+  a.sequences = 2;
+  EXPECT_FALSE(cudnnCovers(a));
+  a.sequences = 1, a.piece = {Part::second, Part::first, true};
+  EXPECT_FALSE(cudnnCovers(a));
+  a.piece = {Part::all, Part::all, false}, a.dim = 96;
+  EXPECT_FALSE(cudnnCovers(a));
 }
 
 TEST(AttentionGpu, BadShapesAreRefused) {

@@ -19,8 +19,9 @@
 namespace weft::test {
 namespace {
 
-// n ranks' calls (of `heads` and `kvHeads`) against attention over the whole sequences.
-void expectWholeAttention(int n, int heads, int kvHeads) {
+// n ranks' calls (of `heads` and `kvHeads`) against attention over the whole sequences: packed
+// ones, or one (which cuDNN's kernel covers, where it loads).
+void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = false) {
   const auto N = static_cast<std::size_t>(n);
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
@@ -32,6 +33,7 @@ void expectWholeAttention(int n, int heads, int kvHeads) {
   const auto chunkTokens = [&](int c) { return static_cast<std::int32_t>(2 * n * c); };
   g.cu = {0, chunkTokens(5), chunkTokens(5), chunkTokens(6),
           chunkTokens(22)};  // 10n, none, 2n, 32n
+  if (oneSequence) g.cu = {0, chunkTokens(40)};
   for (auto* x : {&g.q, &g.k, &g.v}) {
     x->resize(g.tokens() * static_cast<std::size_t>((x == &g.q ? g.heads : g.kvHeads) * g.dim));
     for (auto& b : *x) b = toBf16(normal(rng));
@@ -134,6 +136,11 @@ TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
   expectWholeAttention(GetParam(), 4, 2);
 }
 
+TEST_P(GpuRingAttention, MatchesAttentionOverOneSequence) {
+  SKIP_WITHOUT_GPU();
+  expectWholeAttention(GetParam(), 4, 2, true);
+}
+
 // Ulysses forced (WEFT_CP_ATTENTION, read as the communicators start): the same results.
 class GpuUlyssesAttention : public ::testing::TestWithParam<int> {};
 
@@ -141,6 +148,7 @@ TEST_P(GpuUlyssesAttention, MatchesAttentionOverTheWholeSequences) {
   SKIP_WITHOUT_GPU();
   ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ulysses", 1), 0);
   expectWholeAttention(GetParam(), 2 * GetParam(), GetParam());
+  expectWholeAttention(GetParam(), 2 * GetParam(), GetParam(), true);
   unsetenv("WEFT_CP_ATTENTION");
 }
 

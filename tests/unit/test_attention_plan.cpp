@@ -1,6 +1,6 @@
 // Context-parallel attention as the selector prices it (algorithms/attention_plan.hpp): ring or
 // Ulysses on ranks sharing one GPU, which wins where, what forces a pick, and what rules
-// Ulysses out (heads the ranks do not divide, the backward pass, one rank).
+// Ulysses out (heads the ranks do not divide, the backward pass, one rank); which local kernel.
 #include <gtest/gtest.h>
 
 #include "algorithms/attention_plan.hpp"
@@ -62,6 +62,34 @@ TEST(AttentionPlan, ForcedPicksAndWhatRulesUlyssesOut) {
   EXPECT_EQ(sharedGpu(1).planAttention(shape(64, 1))->algo, algo::CpAlgo::ring);
   EXPECT_EQ(*algo::parseCpAlgo("ulysses"), algo::CpAlgo::ulysses);
   EXPECT_FALSE(algo::parseCpAlgo("zigzag").isOk());
+}
+
+// The local kernel: cuDNN's (faster by the constants) where it covers the shape, weft's
+// elsewhere and in the backward pass; a forced cuDNN it does not cover stays weft's, saying why.
+TEST(AttentionPlan, CudnnsKernelWhereItCovers) {
+  const algo::Selector sel = sharedGpu(2);
+  algo::AttentionShape s = shape(16384, 2);
+  auto weft = sel.planAttention(s);
+  ASSERT_TRUE(weft.isOk());
+  EXPECT_EQ(weft->kernel, algo::AttentionKernel::weft);
+  s.cudnn = true;
+  auto cudnn = sel.planAttention(s);
+  ASSERT_TRUE(cudnn.isOk());
+  EXPECT_EQ(cudnn->kernel, algo::AttentionKernel::cudnn);
+  EXPECT_LT(cudnn->attentionUs, weft->attentionUs);
+  EXPECT_NE(cudnn->reason.find("cudnn's kernel"), std::string::npos) << cudnn->reason;
+  EXPECT_EQ(sel.planAttention(s, std::nullopt, algo::AttentionKernel::weft)->kernel,
+            algo::AttentionKernel::weft);
+  algo::AttentionShape back = s;
+  back.backward = true;
+  EXPECT_EQ(sel.planAttention(back)->kernel, algo::AttentionKernel::weft);
+  s.cudnn = false;
+  auto refused = sel.planAttention(s, std::nullopt, algo::AttentionKernel::cudnn);
+  ASSERT_TRUE(refused.isOk());
+  EXPECT_EQ(refused->kernel, algo::AttentionKernel::weft);
+  EXPECT_NE(refused->reason.find("cuDNN's needs"), std::string::npos) << refused->reason;
+  EXPECT_EQ(*algo::parseAttentionKernel("cudnn"), algo::AttentionKernel::cudnn);
+  EXPECT_FALSE(algo::parseAttentionKernel("flash").isOk());
 }
 
 TEST(AttentionPlan, TheBackwardPassCountsTwoAndAHalfForwards) {
