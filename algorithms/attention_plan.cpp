@@ -55,9 +55,9 @@ Result<AttentionPlan> Selector::planAttention(const AttentionShape& s, std::opti
   const double rate = tflops * 1e12 / share;
   best.attentionUs = gc.launchUs + s.rankFlops() / rate * 1e6;
   // Ring: n steps, each a piece of the attention (a kernel each) beside the next block's hop:
-  // one neighbour's part of a ring all-gather of the blocks, through the GPU send/recv kernel
-  // (a block a lane: no faster than `device_p2p_lane_gbs`). Backward, the block's f32 gradients
-  // hop after their step.
+  // one neighbour's part of a ring all-gather of the blocks, and no faster than the GPU
+  // send/recv kernel moves it (`device_p2p_gbs`). Backward, the block's f32 gradients hop
+  // after their step.
   const double block = 2.0 * tokens * s.kvHeads * dim * vb;
   const GraphConstants& graphs = options_.constants.graphs;
   auto hop = [&](double bytes) -> Result<double> {
@@ -65,7 +65,7 @@ Result<AttentionPlan> Selector::planAttention(const AttentionShape& s, std::opti
     auto p = plan(Collective::allGather, static_cast<std::size_t>(bytes) * n);
     if (!p) return p.status();
     return std::max(p->estimateUs / static_cast<double>(n - 1),
-                    graphs.deviceHopLatencyUs + bytes / (graphs.deviceP2pLaneGBs * 1e3));
+                    graphs.deviceHopLatencyUs + bytes / (graphs.deviceP2pGBs * 1e3));
   };
   auto kv = hop(block);
   if (!kv) return kv.status();

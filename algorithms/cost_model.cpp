@@ -165,7 +165,7 @@ Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
                        {{"host_copy_gbs", &g.hostCopyGBs},
                         {"host_fold_gbs", &g.hostFoldGBs},
                         {"device_copy_gbs", &g.deviceCopyGBs},
-                        {"device_p2p_lane_gbs", &g.deviceP2pLaneGBs},
+                        {"device_p2p_gbs", &g.deviceP2pGBs},
                         {"device_all_peers_us", &g.deviceAllPeersUs},
                         {"device_hop_latency_us", &g.deviceHopLatencyUs}});
 }
@@ -312,7 +312,7 @@ std::string CostConstants::toJson() const {
   j["graphs"] = {{"host_copy_gbs", graphs.hostCopyGBs},
                  {"host_fold_gbs", graphs.hostFoldGBs},
                  {"device_copy_gbs", graphs.deviceCopyGBs},
-                 {"device_p2p_lane_gbs", graphs.deviceP2pLaneGBs},
+                 {"device_p2p_gbs", graphs.deviceP2pGBs},
                  {"device_all_peers_us", graphs.deviceAllPeersUs},
                  {"device_hop_latency_us", graphs.deviceHopLatencyUs}};
   j["codecs"] = {{"host_gbs", codecs.hostGBs},

@@ -74,7 +74,7 @@ struct GraphConstants {
   double deviceCopyGBs = 4200;      // device_copy_gbs: one GPU's memory, read + written
   double deviceAllPeersUs = 12.0;   // device_all_peers_us: an all-peers wait, per peer past one
   double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
-  double deviceP2pLaneGBs = 30;     // device_p2p_lane_gbs: a GPU send/recv lane (one block)
+  double deviceP2pGBs = 60;         // device_p2p_gbs: a large GPU send/recv, ranks sharing a GPU
 };
 
 // How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written

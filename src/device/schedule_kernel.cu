@@ -472,31 +472,44 @@ __global__ void __launch_bounds__(kThreads)
 
 __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const P2pArgs p) {
   __shared__ int failed;
-  __shared__ std::uint64_t seq;
-  const P2pLane lane = p.lanes[blockIdx.x];
-  const Endpoint e = lane.isSend != 0 ? a.to[lane.peer] : a.from[lane.peer];  // channel 0
+  __shared__ std::uint64_t seqs[kMaxP2pStripes];  // of the channels this block moves
+  const P2pLane lane = p.lanes[blockIdx.x / p.perLane];
+  const int mine = static_cast<int>(blockIdx.x) % p.perLane;
+  const std::size_t N = static_cast<std::size_t>(a.nranks);
+  auto endpoint = [&](int c) {
+    const std::size_t at = static_cast<std::size_t>(c) * N + static_cast<std::size_t>(lane.peer);
+    return lane.isSend != 0 ? a.to[at] : a.from[at];
+  };
   const std::size_t K = static_cast<std::size_t>(a.slots);
   if (threadIdx.x == 0) {
     failed = *reinterpret_cast<volatile std::uint32_t*>(a.aborts[a.rank]) != 0 ? 1 : 0;
     if (failed != 0) fail(a, 2, 0, -1, -1);
-    seq = *e.counter;
+    for (int c = mine; c < p.stripes; c += p.perLane) seqs[c] = *endpoint(c).counter;
   }
   __syncthreads();
   for (int k = 0; failed == 0 && k < lane.count; ++k) {
     const P2pOp op = p.ops[lane.first + k];
     // Each message signed with its operation's size: a receive of another size fails.
     const std::uint32_t sig = a.signature != 0 ? signatureOf(op.bytes) : 0;
-    for (std::uint64_t off = 0; failed == 0 && off < op.bytes; off += a.slotBytes) {
+    const std::uint64_t messages = (op.bytes + a.slotBytes - 1) / a.slotBytes;
+    const auto stripes =
+        static_cast<int>(messages < static_cast<std::uint64_t>(p.stripes) ? messages : p.stripes);
+    std::uint64_t j = 0;
+    for (std::uint64_t off = 0; failed == 0 && off < op.bytes; off += a.slotBytes, ++j) {
+      const int c = static_cast<int>(j % static_cast<std::uint64_t>(stripes));
+      if (c % p.perLane != mine) continue;
+      const Endpoint e = endpoint(c);
       const std::size_t len = lesser(a.slotBytes, op.bytes - off);
+      std::uint64_t& seq = seqs[c];
       if (threadIdx.x == 0) {
         const std::uint64_t* word = lane.isSend != 0 ? e.tail : e.head;
         const std::uint64_t want = lane.isSend != 0 ? (seq + 1 > K ? seq + 1 - K : 0) : seq + 1;
-        if (!waitAtLeast(a, word, want, 0, lane.peer, k)) {
+        if (!waitAtLeast(a, word, want, c, lane.peer, k)) {
           failed = 1;
         } else if (kSigned && lane.isSend == 0) {
           const std::uint64_t theirs = loadVolatile(e.sigs + seq % K);
           if (theirs != sig) {
-            fail(a, 3, 0, lane.peer, k, Seen{-1, -1, theirs, sig});
+            fail(a, 3, c, lane.peer, k, Seen{-1, -1, theirs, sig});
             failed = 1;
           }
         }
@@ -519,7 +532,9 @@ __global__ void __launch_bounds__(kThreads) p2pKernel(const LaunchArgs a, const 
       __syncthreads();
     }
   }
-  if (threadIdx.x == 0) *e.counter = seq;
+  if (threadIdx.x == 0) {
+    for (int c = mine; c < p.stripes; c += p.perLane) *endpoint(c).counter = seqs[c];
+  }
 }
 
 template <typename T>
@@ -580,8 +595,8 @@ Status launchPrimitive(void* out, const void* a, const void* b, std::size_t coun
 
 Status launchP2p(const LaunchArgs& args, const P2pArgs& p2p, void* stream) {
   if (p2p.nlanes == 0) return {};
-  p2pKernel<<<static_cast<unsigned>(p2p.nlanes), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      args, p2p);
+  p2pKernel<<<static_cast<unsigned>(p2p.nlanes * p2p.perLane), kThreads, 0,
+              static_cast<cudaStream_t>(stream)>>>(args, p2p);
   return launchError("point-to-point kernel");
 }
 

@@ -166,12 +166,17 @@ inline constexpr int kTraceCalls = 16;  // the last calls' records are kept
 
 inline constexpr int kThreads = 512;
 
-// Point-to-point on GPU memory: each lane (one peer and direction) is a thread block that moves
-// its operations in call order through channel 0's connection with that peer, in messages of
-// one simple slot; lanes run side by side, so any matched pattern completes. The lists travel
-// in the kernel's parameters (graph-capturable), hence a bound on their length.
+// Point-to-point on GPU memory: each lane (one peer and direction) moves its operations in call
+// order, in messages of one simple slot; message j of an operation of m messages goes through
+// channel j % min(stripes, m) of the connection with that peer (both ends derive it from the
+// size alone), so a large operation streams through several FIFOs at once. A lane has `perLane`
+// thread blocks (each end its own count), block b taking the channels c with c % perLane == b,
+// each in message order: both ends keep one order, so any matched pattern completes. Lanes run
+// side by side. The lists travel in the kernel's parameters (graph-capturable), hence a bound
+// on their length.
 inline constexpr int kMaxP2pOps = 768;
 inline constexpr int kMaxP2pLanes = 256;
+inline constexpr int kMaxP2pStripes = 8;  // channels an operation's messages spread over
 struct P2pOp {
   std::byte* buf = nullptr;
   std::uint64_t bytes = 0;
@@ -184,6 +189,8 @@ struct P2pLane {
 };
 struct P2pArgs {
   std::int32_t nlanes = 0;
+  std::int32_t stripes = 1;  // at most kMaxP2pStripes, and the communicator's channels
+  std::int32_t perLane = 1;  // blocks a lane (at most stripes)
   P2pLane lanes[kMaxP2pLanes];
   P2pOp ops[kMaxP2pOps];
 };

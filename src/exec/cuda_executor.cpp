@@ -652,7 +652,13 @@ Status CudaExecutor::exchange(const std::vector<P2p>& ops, void* stream) {
                       "at most " + std::to_string(device::kMaxP2pOps) + " and " +
                       std::to_string(device::kMaxP2pLanes) + " in one group");
   }
+  if (lanes.empty()) return {};
   auto p2p = std::make_unique<device::P2pArgs>();
+  // Messages spread over up to kMaxP2pStripes channels (the same on every rank); each lane
+  // gets as many blocks as that, while every lane's blocks stay resident together.
+  p2p->stripes = std::max(1, std::min(channels_, device::kMaxP2pStripes));
+  p2p->perLane =
+      std::clamp(ipc_->residentChannels() / static_cast<int>(lanes.size()), 1, p2p->stripes);
   int next = 0;
   for (const auto& [key, list] : lanes) {
     device::P2pLane& lane = p2p->lanes[p2p->nlanes++];
