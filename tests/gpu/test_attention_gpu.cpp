@@ -177,6 +177,22 @@ void expectRows(const Problem& p, const Piece& piece, const std::vector<float>& 
   EXPECT_EQ(bad, 0) << what;
 }
 
+// Runs `a` (written, not merged) on outputs poisoned with NaN and checks every row of `piece`.
+void expectWritten(const Problem& p, const Device& d, const LocalAttention& a, const Piece& piece,
+                   const std::string& what) {
+  const std::size_t values = p.tokens() * static_cast<std::size_t>(p.heads * p.dim);
+  ASSERT_EQ(cudaMemset(d.out, 0xFF, values * 2), cudaSuccess);  // NaN
+  Status s = attendOnDevice(a, nullptr);
+  ASSERT_TRUE(s.isOk()) << what << ": " << s.toString();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<std::uint16_t> raw(values);
+  std::vector<float> out(values), lse(p.tokens() * static_cast<std::size_t>(p.heads));
+  ASSERT_EQ(cudaMemcpy(raw.data(), d.out, values * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (std::size_t i = 0; i < values; ++i) out[i] = p.widen(raw[i]);
+  expectRows(p, piece, out, lse, what);
+}
+
 TEST(AttentionGpu, MatchesAttentionInDouble) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   std::mt19937 rng(11);
@@ -191,18 +207,9 @@ TEST(AttentionGpu, MatchesAttentionInDouble) {
         Device d(p, values * 2);
         for (bool causal : {false, true}) {
           const Piece piece{Part::all, Part::all, causal};
-          ASSERT_EQ(cudaMemset(d.out, 0xFF, values * 2), cudaSuccess);  // NaN
-          ASSERT_TRUE(attendOnDevice(d.call(p, piece, false), nullptr).isOk());
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<std::uint16_t> raw(values);
-          std::vector<float> out(values), lse(p.tokens() * 4);
-          ASSERT_EQ(cudaMemcpy(raw.data(), d.out, values * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          for (std::size_t i = 0; i < values; ++i) out[i] = p.widen(raw[i]);
-          expectRows(p, piece, out, lse,
-                     std::string(name(type)) + " dim " + std::to_string(dim) + " kv heads " +
-                         std::to_string(kvHeads) + (causal ? " causal" : " full"));
+          expectWritten(p, d, d.call(p, piece, false), piece,
+                        std::string(name(type)) + " dim " + std::to_string(dim) + " kv heads " +
+                            std::to_string(kvHeads) + (causal ? " causal" : " full"));
         }
       }
     }
@@ -267,17 +274,7 @@ TEST(AttentionGpu, CudnnMatchesAttentionInDouble) {
           a.kernel = algo::AttentionKernel::cudnn, a.scratch = scratch;
           a.scratchBytes = scratchBytes;
           ASSERT_TRUE(cudnnCovers(a));
-          ASSERT_EQ(cudaMemset(d.out, 0xFF, values * 2), cudaSuccess);  // NaN
-          Status s = attendOnDevice(a, nullptr);
-          ASSERT_TRUE(s.isOk()) << s.toString();
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-          std::vector<std::uint16_t> raw(values);
-          std::vector<float> out(values), lse(p.tokens() * 4);
-          ASSERT_EQ(cudaMemcpy(raw.data(), d.out, values * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-          ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost),
-                    cudaSuccess);
-          for (std::size_t i = 0; i < values; ++i) out[i] = p.widen(raw[i]);
-          expectRows(p, piece, out, lse, "cuDNN " + what + (causal ? " causal" : " full"));
+          expectWritten(p, d, a, piece, "cuDNN " + what + (causal ? " causal" : " full"));
         }
         // The zigzag's own block in parts, merged.
         std::vector<float> zero(values, 0.0f), none(p.tokens() * 4, -INFINITY);
