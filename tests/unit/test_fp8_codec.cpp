@@ -1,7 +1,8 @@
 // The block-scaled fp8 codecs against a scalar reference: each element is the nearest fp8 value
 // (ties to even, brute force over the 256 codes) of its value over the block's scale; the scale
 // leaves no finite element saturated; decoding stays within the stated bound for normal,
-// subnormal, zero, equal and outlier blocks; a block with NaN or an infinity decodes to NaN.
+// subnormal, zero, equal and outlier blocks; a block with NaN or an infinity decodes to NaN; every
+// bf16 value and every code as exec's scalar conversions give them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -191,6 +192,59 @@ TEST(Fp8Codec, ABlockWithNanOrInfinityDecodesToNanAndOnlyThatBlock) {
         }
       }
     }
+  }
+}
+
+// Every bf16 value the element format holds without scaling, in blocks whose largest value is
+// the format's largest (so E8M0's scale is 1): each element is exec's rounding of it, and each
+// of the 256 codes decodes to exec's value, bit for bit (the vectorized loops against the
+// scalar conversions).
+TEST(Fp8Codec, EveryBf16ValueAndEveryCodeAsTheScalarConversions) {
+  for (const Codec& c : {*Codec::parse("e4m3:32"), *Codec::parse("e5m2:32")}) {
+    const bool e4m3 = c.element == Element::e4m3;
+    std::vector<std::uint16_t> values;
+    for (std::uint32_t b = 0; b < 0x10000; ++b) {
+      const float v = exec::bf16ToFloat(static_cast<std::uint16_t>(b));
+      if (std::isfinite(v) && std::fabs(v) <= c.maxFinite())
+        values.push_back(static_cast<std::uint16_t>(b));
+    }
+    std::vector<std::uint16_t> in;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (in.size() % 32 == 0) in.push_back(exec::floatToBf16(c.maxFinite()));
+      in.push_back(values[i]);
+    }
+    while (in.size() % 32 != 0) in.push_back(0);
+    std::vector<std::byte> encoded(c.encodedBytes(in.size()));
+    ASSERT_TRUE(encode(c, DataType::bf16, in.data(), in.size(), encoded.data()).isOk());
+    int bad = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const float v = exec::bf16ToFloat(in[i]);
+      const std::uint8_t want = e4m3 ? exec::floatToE4m3(v) : exec::floatToE5m2(v);
+      const auto got = static_cast<std::uint8_t>(encoded[i]);
+      if (got != want && bad++ < 5)
+        ADD_FAILURE() << c.name() << ": " << v << " encoded as " << int(got) << ", not "
+                      << int(want);
+    }
+    std::vector<std::byte> codes(c.encodedBytes(256));
+    for (int q = 0; q < 256; ++q) codes[static_cast<std::size_t>(q)] = std::byte(q);
+    for (std::size_t b = 0; b < c.blocks(256); ++b) codes[256 + b] = std::byte{127};  // 2^0
+    std::vector<float> decoded(256);
+    ASSERT_TRUE(decode(c, DataType::f32, codes.data(), 256, decoded.data()).isOk());
+    for (int q = 0; q < 256; ++q) {
+      const float want = element(c, static_cast<std::uint8_t>(q));
+      const float got = decoded[static_cast<std::size_t>(q)];
+      if (std::memcmp(&want, &got, 4) != 0 && bad++ < 10)
+        ADD_FAILURE() << c.name() << ": code " << q << " decoded as " << got << ", not " << want;
+    }
+    std::vector<std::uint16_t> narrow(256);
+    ASSERT_TRUE(decode(c, DataType::bf16, codes.data(), 256, narrow.data()).isOk());
+    for (int q = 0; q < 256; ++q) {
+      const std::uint16_t want = exec::floatToBf16(element(c, static_cast<std::uint8_t>(q)));
+      if (narrow[static_cast<std::size_t>(q)] != want && bad++ < 10)
+        ADD_FAILURE() << c.name() << ": code " << q << " decoded to bf16 "
+                      << narrow[static_cast<std::size_t>(q)] << ", not " << want;
+    }
+    EXPECT_EQ(bad, 0) << c.name();
   }
 }
 
