@@ -360,11 +360,8 @@ Range rangeOf(Part p, std::size_t tokens) {
   return {0, tokens};
 }
 
-std::size_t aligned(std::size_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
 std::size_t outBytes(const LocalAttention& a) {
-  return aligned(a.tokensQ * static_cast<std::size_t>(a.heads * a.dim) * 2);
+  return cudnnAligned(a.tokensQ * static_cast<std::size_t>(a.heads * a.dim) * 2);
 }
 
 }  // namespace
@@ -378,12 +375,6 @@ bool cudnnCovers(const LocalAttention& a) {
   return a.sequences == 1 && (a.dim == 64 || a.dim == 128) &&
          (a.type == DataType::bf16 || a.type == DataType::f16) &&
          (!a.piece.causal || a.piece.q == a.piece.kv) && (a.merge || a.piece.q == Part::all);
-}
-
-std::size_t cudnnScratchBytes(const LocalAttention& a) {
-  const std::size_t part =
-      a.merge ? outBytes(a) + aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * 4) : 0;
-  return part + kCudnnWorkspaceBytes;
 }
 
 Status attendWithCudnn(const LocalAttention& a, void* stream, bool mergeToo) {
@@ -459,9 +450,6 @@ Status cudnnAvailable() {
 }
 bool cudnnCovers(const LocalAttention&) {
   return false;
-}
-std::size_t cudnnScratchBytes(const LocalAttention&) {
-  return 0;
 }
 Status attendWithCudnn(const LocalAttention&, void*) {
   return cudnnAvailable();

@@ -22,9 +22,19 @@ Status cudnnAvailable();
 // a causal piece of equal query and key parts (the square's top-left mask).
 bool cudnnCovers(const LocalAttention& a);
 
-// The scratch a call needs: a merging call's part's output and log-sum-exp (256-byte aligned
-// each), then kCudnnWorkspaceBytes.
-std::size_t cudnnScratchBytes(const LocalAttention& a);
+// The scratch a call needs: a merging call's part's output (2-byte values) and log-sum-exp,
+// 256-byte aligned each, then kCudnnWorkspaceBytes. Inline: the ring's workspace (built without
+// CUDA too) reserves it.
+inline std::size_t cudnnAligned(std::size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+inline std::size_t cudnnScratchBytes(const LocalAttention& a) {
+  const std::size_t rows = a.tokensQ * static_cast<std::size_t>(a.heads);
+  const std::size_t part =
+      a.merge ? cudnnAligned(rows * static_cast<std::size_t>(a.dim) * 2) + cudnnAligned(rows * 4)
+              : 0;
+  return part + kCudnnWorkspaceBytes;
+}
 
 // a on `stream` through cuDNN: written, or (a.merge) into a.scratch and merged into the f32
 // partials (merge.hpp); `mergeToo` false leaves the partials alone (a first run that loads

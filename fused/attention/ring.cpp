@@ -78,10 +78,11 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   w.partials = 2 * w.block;
   // cuDNN's kernel (one sequence) writes a step's part, its log-sum-exp, and takes a workspace.
   w.scratch = w.partials + aligned(out);
-  if (a.sequences == 1)
-    w.scratchBytes = aligned(out / sizeof(float) * sizeOf(a.type)) +
-                     aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * sizeof(float)) +
-                     kCudnnWorkspaceBytes;
+  if (a.sequences == 1) {
+    LocalAttention merging = a;
+    merging.merge = true;
+    w.scratchBytes = cudnnScratchBytes(merging);
+  }
   // Either way the selector may pick: room for Ulysses's buffers too.
   w.ring = w.scratch + w.scratchBytes;
   w.total = std::max(w.ring, ulyssesWorkspace(a).total);

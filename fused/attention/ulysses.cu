@@ -153,11 +153,12 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
                  a.tokensQ, a.heads / n, a.kvHeads / n, dim * es / 16};
   const auto N = static_cast<std::size_t>(n), T = a.tokensQ;
   const std::size_t h = static_cast<std::size_t>(l.h), g = static_cast<std::size_t>(l.g);
-  auto* whole = reinterpret_cast<uint4*>(ws + w.whole);
-  uint4* wq = whole;
-  uint4* wk = wq + N * T * h * l.pieces;
-  uint4* wv = wk + N * T * g * l.pieces;
-  auto* cu = reinterpret_cast<std::int32_t*>(ws + w.cu);
+  // The whole sequences' q, k, v and offsets: where their attention reads them.
+  const LocalAttention all = ulyssesAttention(comm, x, ws);
+  auto* wq = static_cast<uint4*>(const_cast<void*>(all.q));
+  auto* wk = static_cast<uint4*>(const_cast<void*>(all.k));
+  auto* wv = static_cast<uint4*>(const_cast<void*>(all.v));
+  auto* cu = const_cast<std::int32_t*>(all.cuSeqlensQ);
   const std::size_t in = N * T * (h + 2 * g) * l.pieces, out = N * T * h * l.pieces;
   packIn<<<gridOf(in), kThreads, 0, stream>>>(
       reinterpret_cast<uint4*>(ws + w.sendIn), static_cast<const uint4*>(a.q),
@@ -171,7 +172,7 @@ Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
   unpackIn<<<gridOf(in), kThreads, 0, stream>>>(wq, wk, wv,
                                                 reinterpret_cast<const uint4*>(ws + w.recvIn), l);
   if (Status s = launched("ulysses unpacking"); !s) return s;
-  if (Status s = attendOnDevice(ulyssesAttention(comm, x, ws), stream); !s) return s;
+  if (Status s = attendOnDevice(all, stream); !s) return s;
   packOut<<<gridOf(out), kThreads, 0, stream>>>(reinterpret_cast<uint4*>(ws + w.sendOut),
                                                 reinterpret_cast<float*>(ws + w.sendLse),
                                                 reinterpret_cast<const uint4*>(ws + w.wholeOut),

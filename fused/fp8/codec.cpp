@@ -102,21 +102,22 @@ inline float valueOf(std::uint32_t c) {
 #define WEFT_CODEC_CLONES
 #endif
 
-// n values times `factor` (or over it, `divide`) as elements.
+// n values times `factor` (or over it) as elements; inlined into each clone below.
+template <bool E4m3, bool Divide>
+[[gnu::always_inline]] inline void scaledElements(const float* v, std::size_t n, float factor,
+                                                  std::uint8_t* out) {
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = static_cast<std::uint8_t>(elementOf<E4m3>(Divide ? v[i] / factor : v[i] * factor));
+}
+
 WEFT_CODEC_CLONES void toElements(const float* v, std::size_t n, float factor, bool divide,
                                   bool e4m3, std::uint8_t* out) {
-  if (e4m3 && divide) {
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = static_cast<std::uint8_t>(elementOf<true>(v[i] / factor));
-  } else if (e4m3) {
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = static_cast<std::uint8_t>(elementOf<true>(v[i] * factor));
-  } else if (divide) {
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = static_cast<std::uint8_t>(elementOf<false>(v[i] / factor));
+  if (e4m3) {
+    divide ? scaledElements<true, true>(v, n, factor, out)
+           : scaledElements<true, false>(v, n, factor, out);
   } else {
-    for (std::size_t i = 0; i < n; ++i)
-      out[i] = static_cast<std::uint8_t>(elementOf<false>(v[i] * factor));
+    divide ? scaledElements<false, true>(v, n, factor, out)
+           : scaledElements<false, false>(v, n, factor, out);
   }
 }
 
