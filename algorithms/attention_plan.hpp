@@ -1,7 +1,8 @@
 // Context-parallel attention (fused/attention) as the selector prices it: ring attention (K/V
-// blocks around the ring, each step's transfer under the step's attention) or Ulysses (all-to-all
-// from sequence to head sharding, attention of the whole sequences on a rank's heads, and back).
-// docs/algorithms-fused.md, "Ring attention" and "Ulysses".
+// blocks around the ring, each step's transfer under the step's attention), Ulysses (all-to-all
+// from sequence to head sharding, attention of the whole sequences on a rank's heads, and back),
+// or the hybrid of the two (Ulysses within groups of consecutive ranks, the ring across them).
+// docs/algorithms-fused.md, "Ring attention", "Ulysses" and "Hybrid".
 #pragma once
 
 #include <cstddef>
@@ -24,13 +25,13 @@ struct AttentionShape {
   // The attention's multiply-adds of one rank, as FLOPs (4 per query-key pair and dim; the
   // causal mask's half; backward 2.5 times).
   double rankFlops() const;
-  // Ulysses gives each rank heads / n of both kinds.
-  bool headsSplit() const { return heads % nranks == 0 && kvHeads % nranks == 0; }
+  // Ulysses over groups of u ranks gives each rank heads / u of both kinds.
+  bool headsSplit(int u) const { return u >= 1 && heads % u == 0 && kvHeads % u == 0; }
 };
 
-enum class CpAlgo : std::uint8_t { ring, ulysses };
+enum class CpAlgo : std::uint8_t { ring, ulysses, hybrid };
 std::string_view name(CpAlgo a);
-// "ring", "ulysses"; an error names them.
+// "ring", "ulysses", "hybrid"; an error names them.
 Result<CpAlgo> parseCpAlgo(std::string_view text);
 
 // The local attention kernel: weft's own, or cuDNN's fused flash attention.
@@ -42,9 +43,12 @@ Result<AttentionKernel> parseAttentionKernel(std::string_view text);
 struct AttentionPlan {
   CpAlgo algo = CpAlgo::ring;
   AttentionKernel kernel = AttentionKernel::weft;
+  // Ulysses's group: u consecutive ranks exchange heads (1: the ring alone; nranks: Ulysses
+  // alone), and the n / u groups run the ring.
+  int group = 1;
   double estimateUs = 0;
-  double ringUs = 0, ulyssesUs = 0;  // ulyssesUs 0: not a candidate
-  double attentionUs = 0;            // the kernels alone
+  double ringUs = 0, ulyssesUs = 0, hybridUs = 0;  // 0: not a candidate
+  double attentionUs = 0;                          // the kernels alone
   std::string reason;
 };
 

@@ -45,28 +45,10 @@ Status checkLocal(const LocalAttention& a) {
   return {};
 }
 
-UlyssesWorkspace ulyssesWorkspace(const LocalAttention& a) {
-  const auto dim = static_cast<std::size_t>(a.dim), es = sizeOf(a.type);
-  const auto heads = static_cast<std::size_t>(a.heads), kv = static_cast<std::size_t>(a.kvHeads);
-  const std::size_t in = aligned(a.tokensQ * (heads + 2 * kv) * dim * es);
-  const std::size_t out = aligned(a.tokensQ * heads * dim * es);
-  const std::size_t lse = aligned(a.tokensQ * heads * sizeof(float));
-  UlyssesWorkspace w;
-  w.recvIn = w.sendIn + in;
-  w.whole = w.recvIn + in;
-  w.wholeOut = w.whole + in;
-  w.wholeLse = w.wholeOut + out;
-  w.sendOut = w.wholeLse + lse;
-  w.recvOut = w.sendOut + out;
-  w.sendLse = w.recvOut + out;
-  w.recvLse = w.sendLse + lse;
-  w.cu = w.recvLse + lse;
-  w.cudnn = w.cu + aligned((static_cast<std::size_t>(std::max(a.sequences, 0)) + 1) * 4);
-  w.total = w.cudnn + (a.sequences == 1 ? kCudnnWorkspaceBytes : 0);
-  return w;
-}
+namespace {
 
-Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
+// The ring's bytes alone (the same for a group's share: u times the tokens, 1 / u the heads).
+Result<RingWorkspace> ringBytes(const LocalAttention& a) {
   const auto dim = static_cast<std::size_t>(a.dim);
   constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 16;
   if (a.tokensQ > most / (dim * 256))
@@ -83,9 +65,90 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
     merging.merge = true;
     w.scratchBytes = cudnnScratchBytes(merging);
   }
+  w.ring = w.total = w.scratch + w.scratchBytes;
+  return w;
+}
+
+Result<RingBackwardWorkspace> ringBackwardBytes(const LocalAttention& a) {
+  auto forward = ringBytes(a);  // checks the token count
+  if (!forward) return forward.status();
+  const auto dim = static_cast<std::size_t>(a.dim);
+  const std::size_t kv = a.tokensQ * static_cast<std::size_t>(a.kvHeads) * dim;
+  RingBackwardWorkspace w;
+  w.dq = aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * sizeof(float));
+  w.blocks = w.dq + aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * dim * sizeof(float));
+  w.grads = aligned(2 * kv * sizeOf(a.type));
+  w.block = w.grads + aligned(2 * kv * sizeof(float));
+  w.ring = w.total = w.blocks + 2 * w.block;
+  return w;
+}
+
+}  // namespace
+
+Result<UlyssesWorkspace> ulyssesWorkspace(const LocalAttention& a, bool backward) {
+  const auto dim = static_cast<std::size_t>(a.dim), es = sizeOf(a.type), T = a.tokensQ;
+  const auto h = static_cast<std::size_t>(a.heads), g = static_cast<std::size_t>(a.kvHeads);
+  // Rows of a token (q, k, v; backward also dO), and f32 values of each head (backward: lse
+  // and delta); each destination's share padded to 16 bytes (u at most the heads).
+  const std::size_t rowsIn = backward ? 2 * h + 2 * g : h + 2 * g;
+  const std::size_t rowsOut = backward ? h + 2 * g : h;
+  const std::size_t in = aligned(T * (rowsIn * dim * es + (backward ? 8 * h : 0)) + 16 * h);
+  const std::size_t out = aligned(T * (rowsOut * dim * es + (backward ? 0 : 4 * h)) + 16 * h);
+  UlyssesWorkspace w;
+  w.recvIn = w.sendIn + in;
+  w.sendOut = w.recvIn + in;
+  w.recvOut = w.sendOut + out;
+  w.share = w.recvOut + out;
+  w.out = w.share + aligned(T * rowsIn * dim * es);
+  w.lse = w.out + aligned(T * rowsOut * dim * es);
+  w.delta = w.lse + aligned(T * h * 4);
+  w.cu = w.delta + (backward ? aligned(T * h * 4) : 0);
+  w.ring = w.cu + aligned((static_cast<std::size_t>(std::max(a.sequences, 0)) + 1) * 4);
+  if (backward) {
+    auto r = ringBackwardBytes(a);
+    if (!r) return r.status();
+    w.total = w.ring + r->ring;
+  } else {
+    auto r = ringBytes(a);
+    if (!r) return r.status();
+    w.total = w.ring + r->ring;
+  }
+  return w;
+}
+
+GroupShare groupShare(const RingCall& x, int u, std::byte* ws, bool backward) {
+  const LocalAttention& a = x.local;
+  const auto U = static_cast<std::size_t>(u), T = a.tokensQ;
+  const std::size_t row = static_cast<std::size_t>(a.dim) * sizeOf(a.type);
+  const std::size_t q = T * static_cast<std::size_t>(a.heads) * row;
+  const std::size_t kv = T * static_cast<std::size_t>(a.kvHeads) * row;
+  const UlyssesWorkspace w = *ulyssesWorkspace(a, backward);  // checked by the call
+  GroupShare s;
+  s.call = x;
+  LocalAttention& all = s.call.local;
+  all.q = ws + w.share, all.k = ws + w.share + q, all.v = ws + w.share + q + kv;
+  all.cuSeqlensQ = all.cuSeqlensK = reinterpret_cast<const std::int32_t*>(ws + w.cu);
+  all.tokensQ = U * T, all.maxSeqlenQ = U * a.maxSeqlenQ;
+  all.heads = a.heads / u, all.kvHeads = a.kvHeads / u;
+  all.out = ws + w.out, all.lse = reinterpret_cast<float*>(ws + w.lse);
+  all.merge = false;
+  s.call.workspace = ws + w.ring, s.call.workspaceBytes = w.total - w.ring;
+  if (backward) {
+    all.out = nullptr;  // delta comes with the log-sum-exp
+    s.grads.dOut = ws + w.share + q + 2 * kv;
+    s.grads.dq = ws + w.out, s.grads.dk = ws + w.out + q, s.grads.dv = ws + w.out + q + kv;
+    s.delta = reinterpret_cast<float*>(ws + w.ring);  // the ring's workspace starts with it
+  }
+  return s;
+}
+
+Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
+  auto w = ringBytes(a);
+  if (!w) return w;
   // Either way the selector may pick: room for Ulysses's buffers too.
-  w.ring = w.scratch + w.scratchBytes;
-  w.total = std::max(w.ring, ulyssesWorkspace(a).total);
+  auto u = ulyssesWorkspace(a, false);
+  if (!u) return u.status();
+  w->total = std::max(w->ring, u->total);
   return w;
 }
 
@@ -106,16 +169,11 @@ Status checkRing(const RingCall& x) {
 }
 
 Result<RingBackwardWorkspace> ringBackwardWorkspace(const LocalAttention& a) {
-  auto forward = ringWorkspace(a);  // checks the token count
-  if (!forward) return forward.status();
-  const auto dim = static_cast<std::size_t>(a.dim);
-  const std::size_t kv = a.tokensQ * static_cast<std::size_t>(a.kvHeads) * dim;
-  RingBackwardWorkspace w;
-  w.dq = aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * sizeof(float));
-  w.blocks = w.dq + aligned(a.tokensQ * static_cast<std::size_t>(a.heads) * dim * sizeof(float));
-  w.grads = aligned(2 * kv * sizeOf(a.type));
-  w.block = w.grads + aligned(2 * kv * sizeof(float));
-  w.total = w.blocks + 2 * w.block;
+  auto w = ringBackwardBytes(a);
+  if (!w) return w;
+  auto u = ulyssesWorkspace(a, true);
+  if (!u) return u.status();
+  w->total = std::max(w->ring, u->total);
   return w;
 }
 

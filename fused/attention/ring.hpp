@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "fused/attention/local.hpp"
 #include "src/core/communicator.hpp"
@@ -28,7 +29,20 @@ struct RingWorkspace {
 Result<RingWorkspace> ringWorkspace(const LocalAttention& a);
 // What a call checks before it changes anything.
 Status checkRing(const RingCall& x);
+// The selector's pick (ring, Ulysses or the hybrid) on the call.
 Status runRing(Communicator& comm, const RingCall& x);
+
+// The ring's ranks: n of `comm` (none needed where n is 1: this rank alone, Ulysses's).
+struct RingPeers {
+  Communicator* comm = nullptr;
+  int n = 1, me = 0;
+};
+// Step s's attention of the ring (its k and v those of the block then held).
+LocalAttention ringPart(const RingPeers& p, const RingCall& x, algo::AttentionKernel kernel,
+                        const RingWorkspace& layout, std::byte* workspace, int step);
+// The ring's steps, enqueued on x.stream (the call checked, the peers met over the workspace).
+Status ringForward(const RingPeers& p, const RingCall& x, algo::AttentionKernel kernel,
+                   std::byte* workspace);
 
 // The backward pass: from the forward's call (its out and lse now inputs) and the loss's
 // gradient by out, the gradients of q, k and v (of the call's type, q's and k's shapes). Each
@@ -42,11 +56,15 @@ struct RingGrads {
 };
 // Byte offsets: delta (rowsum(dOut ∘ out)), dq in f32, then two travelling blocks, each k, v
 // (of type) and dk, dv (f32; `grads` bytes into the block).
+// `ring` the ring's bytes, `total` either way's (Ulysses's too).
 struct RingBackwardWorkspace {
-  std::size_t dq = 0, blocks = 0, block = 0, grads = 0, total = 0;
+  std::size_t dq = 0, blocks = 0, block = 0, grads = 0, ring = 0, total = 0;
 };
 Result<RingBackwardWorkspace> ringBackwardWorkspace(const LocalAttention& a);
 Status checkRingBackward(const RingCall& x, const RingGrads& g);
 Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g);
+// `deltaReady`: delta (rowsum(dOut ∘ out), the workspace's first bytes) is there already.
+Status ringBackward(const RingPeers& p, const RingCall& x, const RingGrads& g, std::byte* workspace,
+                    bool deltaReady = false);
 
 }  // namespace weft::fused::attention

@@ -71,19 +71,19 @@ algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool b
 // device, among them a peer's transfer waiting for this rank: at a call's first shape each of
 // its attentions runs once alone (its partials untouched), then the ranks meet. Not while a
 // graph is captured (its kernels load when it is instantiated).
-Status primeCudnn(Communicator& comm, const RingCall& x, bool ulysses,
+Status primeCudnn(Communicator& comm, const RingCall& x, int group,
                   const std::vector<LocalAttention>& parts) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const auto stream = static_cast<cudaStream_t>(x.stream);
   if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess)
     return cudaFailed("capture status", e);
   if (capture != cudaStreamCaptureStatusNone) return {};
-  using Key = std::tuple<std::size_t, int, int, int, int, bool, bool>;
+  using Key = std::tuple<std::size_t, int, int, int, int, bool, int>;
   std::shared_ptr<void>& slot = comm.fusedState("ring-attention-cudnn");
   if (!slot) slot = std::make_shared<std::set<Key>>();
   auto& primed = *static_cast<std::set<Key>*>(slot.get());
   const LocalAttention& a = x.local;
-  const Key key{a.tokensQ, a.heads, a.kvHeads, a.dim, static_cast<int>(a.type), x.causal, ulysses};
+  const Key key{a.tokensQ, a.heads, a.kvHeads, a.dim, static_cast<int>(a.type), x.causal, group};
   if (primed.contains(key)) return {};
   for (const LocalAttention& p : parts) {
     if (Status s = attendWithCudnn(p, stream, false); !s) return s;
@@ -123,7 +123,78 @@ Result<SideStream*> sideOf(Communicator& comm) {
   return s.get();
 }
 
+// The ring's side stream made before anything is enqueued: where this call made it, the ranks
+// then meet (as at a workspace's growth), since making a stream may wait for the kernels running
+// on the device, a peer's transfer waiting for this rank among them.
+Status sideMet(Communicator& comm, const RingPeers& p) {
+  if (p.n == 1) return {};
+  const bool made = static_cast<bool>(p.comm->fusedState("ring-attention"));
+  if (auto side = sideOf(*p.comm); !side) return side.status();
+  if (!made && comm.size() > 1) return comm.barrier();
+  return {};
+}
+
 }  // namespace
+
+LocalAttention ringPart(const RingPeers& p, const RingCall& x, algo::AttentionKernel kernel,
+                        const RingWorkspace& layout, std::byte* ws, int step) {
+  const LocalAttention& a = x.local;
+  LocalAttention part = a;
+  part.cuSeqlensK = a.cuSeqlensQ;
+  part.piece = ringStep(p.me, step, p.n, x.causal);
+  // Merged into the f32 partials; cuDNN's first (every query: ringStep's step 0) writes them
+  // fresh. One rank's writes the result.
+  if (p.n > 1) {
+    part.out = ws + layout.partials;
+    part.merge = true;
+    part.fresh = kernel == algo::AttentionKernel::cudnn && step == 0;
+  }
+  part.kernel = kernel;
+  part.scratch = ws + layout.scratch, part.scratchBytes = layout.scratchBytes;
+  return part;
+}
+
+Status ringForward(const RingPeers& p, const RingCall& x, algo::AttentionKernel kernel,
+                   std::byte* ws) {
+  const LocalAttention& a = x.local;
+  auto layout = ringWorkspace(a);
+  if (!layout) return layout.status();
+  const auto stream = static_cast<cudaStream_t>(x.stream);
+  const int n = p.n, me = p.me;
+  const std::size_t half = a.tokensQ * static_cast<std::size_t>(a.kvHeads * a.dim) * sizeOf(a.type);
+  std::byte* blocks[2] = {ws, ws + layout->block};
+  auto* partials = reinterpret_cast<float*>(ws + layout->partials);
+  const MergeShape shape{a.tokensQ, static_cast<std::size_t>(a.heads),
+                         static_cast<std::size_t>(a.dim)};
+  if (n == 1) return attendOnDevice(ringPart(p, x, kernel, *layout, ws, 0), stream);
+  auto side = sideOf(*p.comm);
+  if (!side) return side.status();
+  SideStream& state = **side;
+  if (kernel != algo::AttentionKernel::cudnn) {
+    if (Status s = resetPartials(partials, a.lse, shape, stream); !s) return s;
+  }
+  for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
+    if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
+  }
+  for (int step = 0; step < n; ++step) {
+    std::byte* held = blocks[step % 2];
+    std::byte* next = blocks[(step + 1) % 2];
+    if (step + 1 < n) {
+      // The next block's buffer was last read by the previous step's attention.
+      if (Status s = follow(state.stream, stream, state.fork); !s) return s;
+      std::vector<Communicator::P2pOp> ops{{true, (me + 1) % n, held, 2 * half, state.stream},
+                                           {false, (me + n - 1) % n, next, 2 * half, state.stream}};
+      if (Status s = p.comm->exchange(std::move(ops)); !s) return s;
+    }
+    LocalAttention part = ringPart(p, x, kernel, *layout, ws, step);
+    part.k = held, part.v = held + half;
+    if (Status s = attendOnDevice(part, stream); !s) return s;
+    if (step + 1 < n) {
+      if (Status s = follow(stream, state.stream, state.join); !s) return s;
+    }
+  }
+  return finishPartials(a.out, partials, a.type, shape, stream);
+}
 
 Status runRing(Communicator& comm, const RingCall& x) {
   if (Status s = checkRing(x); !s) return s;
@@ -131,86 +202,44 @@ Status runRing(Communicator& comm, const RingCall& x) {
   if (Status s = buffersOnDevice(x, nullptr); !s) return s;
   auto layout = ringWorkspace(a);
   if (!layout) return layout.status();
-  // Ring or Ulysses: the selector's pick, in a workspace of what it needs (a caller's holds
-  // either).
+  auto groupLayout = ulyssesWorkspace(a, false);
+  if (!groupLayout) return groupLayout.status();
+  // The ring, Ulysses or the hybrid (Ulysses in groups of u, the ring across them): the
+  // selector's pick, in a workspace of what it needs (a caller's holds any).
   auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
   if (!plan) return plan.status();
-  const bool ulysses = plan->algo == algo::CpAlgo::ulysses;
-  const bool cudnn = plan->kernel == algo::AttentionKernel::cudnn;
-  auto workspace = workspaceMet(comm, x, ulysses ? ulyssesWorkspace(a).total : layout->ring);
+  const int u = plan->group;
+  auto workspace = workspaceMet(comm, x, u > 1 ? groupLayout->total : layout->ring);
   if (!workspace) return workspace.status();
   std::byte* ws = *workspace;
-  if (ulysses) {
-    RingCall y = x;
-    y.local.kernel = plan->kernel;
-    if (cudnn && a.tokensQ > 0) {
-      if (Status s = primeCudnn(comm, y, true, {ulyssesAttention(comm, y, ws)}); !s) return s;
-    }
-    return comm.gpuOperation(
-        x.stream, [&]() -> Status { return a.tokensQ == 0 ? Status{} : runUlysses(comm, y, ws); });
+  Groups groups{nullptr, {&comm, comm.size(), comm.rank()}};
+  if (u > 1) {
+    auto g = groupsOf(comm, u);
+    if (!g) return g.status();
+    groups = *g;
   }
-  auto side = sideOf(comm);
-  if (!side) return side.status();
-  SideStream& state = **side;
-  const auto stream = static_cast<cudaStream_t>(x.stream);
-  const int n = comm.size(), me = comm.rank();
-  const std::size_t half = a.tokensQ * static_cast<std::size_t>(a.kvHeads * a.dim) * sizeOf(a.type);
-  std::byte* blocks[2] = {ws, ws + layout->block};
-  auto* partials = reinterpret_cast<float*>(ws + layout->partials);
-  const MergeShape shape{a.tokensQ, static_cast<std::size_t>(a.heads),
-                         static_cast<std::size_t>(a.dim)};
-  // Step s's attention of the block held (its k and v set at the step), merged into the f32
-  // partials; cuDNN's first (every query: ringStep's step 0) writes them fresh. One rank's
-  // writes the result.
-  auto stepOf = [&](int step) {
-    LocalAttention part = a;
-    part.cuSeqlensK = a.cuSeqlensQ;
-    part.piece = ringStep(me, step, n, x.causal);
-    if (n > 1) {
-      part.out = partials;
-      part.merge = true;
-      part.fresh = cudnn && step == 0;
-    }
-    part.kernel = plan->kernel;
-    part.scratch = ws + layout->scratch, part.scratchBytes = layout->scratchBytes;
-    return part;
-  };
-  if (cudnn && a.tokensQ > 0) {
+  if (Status s = sideMet(comm, groups.ring); !s) return s;
+  // The ring's call: this one, or the group's share.
+  RingCall ring = x;
+  std::byte* ringWs = ws;
+  if (u > 1) {
+    ring = groupShare(x, u, ws, false).call;
+    ringWs = static_cast<std::byte*>(ring.workspace);
+  }
+  if (plan->kernel == algo::AttentionKernel::cudnn && a.tokensQ > 0) {
+    auto ringLayout = ringWorkspace(ring.local);
+    if (!ringLayout) return ringLayout.status();
     std::vector<LocalAttention> parts;
-    for (int step = 0; step < n; ++step) {
-      parts.push_back(stepOf(step));
-      parts.back().k = a.k, parts.back().v = a.v;
+    for (int step = 0; step < groups.ring.n; ++step) {
+      parts.push_back(ringPart(groups.ring, ring, plan->kernel, *ringLayout, ringWs, step));
+      parts.back().k = ring.local.k, parts.back().v = ring.local.v;
     }
-    if (Status s = primeCudnn(comm, x, false, parts); !s) return s;
+    if (Status s = primeCudnn(comm, x, u, parts); !s) return s;
   }
   return comm.gpuOperation(x.stream, [&]() -> Status {
     if (a.tokensQ == 0) return {};
-    if (n > 1 && !cudnn) {
-      if (Status s = resetPartials(partials, a.lse, shape, stream); !s) return s;
-    }
-    for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
-      if (n == 1) break;  // attended where it is
-      if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
-    }
-    for (int step = 0; step < n; ++step) {
-      std::byte* held = blocks[step % 2];
-      std::byte* next = blocks[(step + 1) % 2];
-      if (step + 1 < n) {
-        // The next block's buffer was last read by the previous step's attention.
-        if (Status s = follow(state.stream, stream, state.fork); !s) return s;
-        std::vector<Communicator::P2pOp> ops{
-            {true, (me + 1) % n, held, 2 * half, state.stream},
-            {false, (me + n - 1) % n, next, 2 * half, state.stream}};
-        if (Status s = comm.exchange(std::move(ops)); !s) return s;
-      }
-      LocalAttention part = stepOf(step);
-      if (n > 1) part.k = held, part.v = held + half;
-      if (Status s = attendOnDevice(part, stream); !s) return s;
-      if (step + 1 < n) {
-        if (Status s = follow(stream, state.stream, state.join); !s) return s;
-      }
-    }
-    return n > 1 ? finishPartials(a.out, partials, a.type, shape, stream) : Status{};
+    return u > 1 ? runUlysses(groups, x, plan->kernel, ws)
+                 : ringForward(groups.ring, x, plan->kernel, ws);
   });
 }
 
@@ -218,22 +247,19 @@ Status runRing(Communicator& comm, const RingCall& x) {
 // next rank (on the side stream) while this rank adds its queries' share of the gradients; then
 // the gradients go on too, and the next step waits for both. After n steps every block's
 // gradients are home.
-Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g) {
-  if (Status s = checkRingBackward(x, g); !s) return s;
+Status ringBackward(const RingPeers& p, const RingCall& x, const RingGrads& g, std::byte* ws,
+                    bool deltaReady) {
   const LocalAttention& a = x.local;
-  if (Status s = buffersOnDevice(x, &g); !s) return s;
   auto layout = ringBackwardWorkspace(a);
   if (!layout) return layout.status();
-  auto workspace = workspaceMet(comm, x, layout->total);
-  if (!workspace) return workspace.status();
-  std::byte* ws = *workspace;
-  // The ring (the selector's only candidate backward; asked, so that WEFT_DEBUG says so).
-  if (auto plan = comm.attentionPlanFor(shapeOf(comm, x, true)); !plan) return plan.status();
-  auto side = sideOf(comm);
-  if (!side) return side.status();
-  SideStream& state = **side;
   const auto stream = static_cast<cudaStream_t>(x.stream);
-  const int n = comm.size(), me = comm.rank();
+  const int n = p.n, me = p.me;
+  SideStream* state = nullptr;
+  if (n > 1) {
+    auto side = sideOf(*p.comm);
+    if (!side) return side.status();
+    state = *side;
+  }
   const std::size_t kv = a.tokensQ * static_cast<std::size_t>(a.kvHeads * a.dim);
   const std::size_t half = kv * sizeOf(a.type), gradHalf = kv * sizeof(float);
   auto* delta = reinterpret_cast<float*>(ws);
@@ -243,55 +269,82 @@ Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g
                           static_cast<std::size_t>(a.dim)};
   const MergeShape kvShape{a.tokensQ, static_cast<std::size_t>(a.kvHeads),
                            static_cast<std::size_t>(a.dim)};
-  return comm.gpuOperation(x.stream, [&]() -> Status {
-    if (a.tokensQ == 0) return {};
+  if (!deltaReady) {
     if (Status s = computeDelta(a.out, g.dOut, a.type, a.tokensQ, a.heads, a.dim, delta, stream);
         !s)
       return s;
-    for (auto [p, bytes] :
-         {std::pair{static_cast<void*>(dq), a.tokensQ * qShape.heads * qShape.dim * sizeof(float)},
-          std::pair{static_cast<void*>(blocks[0] + layout->grads), 2 * gradHalf}}) {
-      if (cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream); e != cudaSuccess)
-        return cudaFailed("zeroing the gradients", e);
+  }
+  for (auto [ptr, bytes] :
+       {std::pair{static_cast<void*>(dq), a.tokensQ * qShape.heads * qShape.dim * sizeof(float)},
+        std::pair{static_cast<void*>(blocks[0] + layout->grads), 2 * gradHalf}}) {
+    if (cudaError_t e = cudaMemsetAsync(ptr, 0, bytes, stream); e != cudaSuccess)
+      return cudaFailed("zeroing the gradients", e);
+  }
+  for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
+    if (n == 1) break;  // attended where they are
+    if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
+  }
+  auto pass = [&](std::byte* from, std::byte* to, std::size_t bytes) -> Status {
+    if (Status s = follow(state->stream, stream, state->fork); !s) return s;
+    std::vector<Communicator::P2pOp> ops{{true, (me + 1) % n, from, bytes, state->stream},
+                                         {false, (me + n - 1) % n, to, bytes, state->stream}};
+    return p.comm->exchange(std::move(ops));
+  };
+  for (int step = 0; step < n; ++step) {
+    std::byte* held = blocks[step % 2];
+    std::byte* next = blocks[(step + 1) % 2];
+    if (step + 1 < n) {  // k and v on while this step runs
+      if (Status s = pass(held, next, 2 * half); !s) return s;
     }
-    for (auto [to, from] : {std::pair{blocks[0], a.k}, std::pair{blocks[0] + half, a.v}}) {
-      if (Status s = copyOnDevice(to, from, half, stream, "the own block"); !s) return s;
+    LocalBackward b;
+    b.q = a.q, b.k = n == 1 ? a.k : held, b.v = n == 1 ? a.v : held + half;
+    b.cuSeqlensQ = b.cuSeqlensK = a.cuSeqlensQ;
+    b.sequences = a.sequences;
+    b.tokensQ = b.tokensK = a.tokensQ;
+    b.maxSeqlenQ = b.maxSeqlenK = a.maxSeqlenQ;
+    b.heads = a.heads, b.kvHeads = a.kvHeads, b.dim = a.dim;
+    b.type = a.type, b.scale = a.scale;
+    b.piece = ringStep(me, step, n, x.causal);
+    b.dOut = g.dOut, b.lse = a.lse, b.delta = delta;
+    b.dq = dq;
+    b.dk = reinterpret_cast<float*>(held + layout->grads);
+    b.dv = b.dk + kv;
+    if (Status s = attendBackwardOnDevice(b, stream); !s) return s;
+    if (n > 1) {  // the gradients on, once this step has added to them
+      if (Status s = pass(held + layout->grads, next + layout->grads, 2 * gradHalf); !s) return s;
+      if (Status s = follow(stream, state->stream, state->join); !s) return s;
     }
-    auto pass = [&](std::byte* from, std::byte* to, std::size_t bytes) -> Status {
-      if (Status s = follow(state.stream, stream, state.fork); !s) return s;
-      std::vector<Communicator::P2pOp> ops{{true, (me + 1) % n, from, bytes, state.stream},
-                                           {false, (me + n - 1) % n, to, bytes, state.stream}};
-      return comm.exchange(std::move(ops));
-    };
-    for (int step = 0; step < n; ++step) {
-      std::byte* held = blocks[step % 2];
-      std::byte* next = blocks[(step + 1) % 2];
-      if (step + 1 < n) {  // k and v on while this step runs
-        if (Status s = pass(held, next, 2 * half); !s) return s;
-      }
-      LocalBackward b;
-      b.q = a.q, b.k = held, b.v = held + half;
-      b.cuSeqlensQ = b.cuSeqlensK = a.cuSeqlensQ;
-      b.sequences = a.sequences;
-      b.tokensQ = b.tokensK = a.tokensQ;
-      b.maxSeqlenQ = b.maxSeqlenK = a.maxSeqlenQ;
-      b.heads = a.heads, b.kvHeads = a.kvHeads, b.dim = a.dim;
-      b.type = a.type, b.scale = a.scale;
-      b.piece = ringStep(me, step, n, x.causal);
-      b.dOut = g.dOut, b.lse = a.lse, b.delta = delta;
-      b.dq = dq;
-      b.dk = reinterpret_cast<float*>(held + layout->grads);
-      b.dv = b.dk + kv;
-      if (Status s = attendBackwardOnDevice(b, stream); !s) return s;
-      if (n > 1) {  // the gradients on, once this step has added to them
-        if (Status s = pass(held + layout->grads, next + layout->grads, 2 * gradHalf); !s) return s;
-        if (Status s = follow(stream, state.stream, state.join); !s) return s;
-      }
-    }
-    const auto* grads = reinterpret_cast<const float*>(blocks[n == 1 ? 0 : n % 2] + layout->grads);
-    if (Status s = finishPartials(g.dq, dq, a.type, qShape, stream); !s) return s;
-    if (Status s = finishPartials(g.dk, grads, a.type, kvShape, stream); !s) return s;
-    return finishPartials(g.dv, grads + kv, a.type, kvShape, stream);
+  }
+  const auto* grads = reinterpret_cast<const float*>(blocks[n == 1 ? 0 : n % 2] + layout->grads);
+  if (Status s = finishPartials(g.dq, dq, a.type, qShape, stream); !s) return s;
+  if (Status s = finishPartials(g.dk, grads, a.type, kvShape, stream); !s) return s;
+  return finishPartials(g.dv, grads + kv, a.type, kvShape, stream);
+}
+
+Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g) {
+  if (Status s = checkRingBackward(x, g); !s) return s;
+  const LocalAttention& a = x.local;
+  if (Status s = buffersOnDevice(x, &g); !s) return s;
+  auto layout = ringBackwardWorkspace(a);
+  if (!layout) return layout.status();
+  auto groupLayout = ulyssesWorkspace(a, true);
+  if (!groupLayout) return groupLayout.status();
+  auto plan = comm.attentionPlanFor(shapeOf(comm, x, true));
+  if (!plan) return plan.status();
+  const int u = plan->group;
+  auto workspace = workspaceMet(comm, x, u > 1 ? groupLayout->total : layout->ring);
+  if (!workspace) return workspace.status();
+  std::byte* ws = *workspace;
+  Groups groups{nullptr, {&comm, comm.size(), comm.rank()}};
+  if (u > 1) {
+    auto made = groupsOf(comm, u);
+    if (!made) return made.status();
+    groups = *made;
+  }
+  if (Status s = sideMet(comm, groups.ring); !s) return s;
+  return comm.gpuOperation(x.stream, [&]() -> Status {
+    if (a.tokensQ == 0) return {};
+    return u > 1 ? runUlyssesBackward(groups, x, g, ws) : ringBackward(groups.ring, x, g, ws);
   });
 }
 

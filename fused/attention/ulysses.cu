@@ -1,14 +1,13 @@
-// runUlysses: the rows of this rank's tokens packed by destination (rank d takes heads
-// [d·h, (d + 1)·h) of q and [d·g, (d + 1)·g) of k and v, h = heads / n, g = kvHeads / n), one
-// all-to-all, the received rows put at their tokens' places in the whole sequences, the
-// attention of the whole sequences on this rank's heads, then out and the log-sum-exp packed by
-// the tokens' owners and all-to-all'd back. Every copy moves 16-byte pieces.
+// Ulysses's exchange (heads.hpp): a destination d's share of the buffer is this rank's tokens'
+// rows of d's heads ([token][row][16-byte piece], the tensors' rows one after another), then
+// the values of d's heads ([tensor][head][token]); one kernel packs (or unpacks) every item,
+// rows and values alike, and one all-to-all of the group moves every share.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
 
-#include "fused/attention/ulysses.hpp"
+#include "fused/attention/heads.hpp"
 #include "fused/cuda_steps.hpp"
 
 namespace weft::fused::attention {
@@ -17,17 +16,22 @@ namespace {
 constexpr unsigned kThreads = 256;
 
 struct Layout {
-  int n, rank;             // the ranks, this one
+  int n;                   // the group's ranks
   int sequences;           // cu: sequences + 1 offsets into a rank's tokens
   const std::int32_t* cu;  // a rank's (every rank's the same lengths)
   std::size_t tokens;      // a rank's
-  int h, g;                // heads and K/V heads of a shard
   std::size_t pieces;      // 16-byte pieces of a head's row
+  std::size_t rows;        // of a token, every tensor's shard heads together
+  std::size_t chunk;       // bytes of a destination's share
+  std::size_t rowItems, valueItems;
+  int rowTensors, valueTensors, valueHeads;
+  HeadExchange::Rows r[HeadExchange::kRows];
+  HeadExchange::Values v[HeadExchange::kValues];
 };
 
-// The place in the whole sequences of rank r's local token i: its sequence's share is chunk r
-// then chunk 2n − 1 − r of the sequence (ring_plan.hpp's zigzag).
-__device__ std::size_t globalOf(const Layout& l, int r, std::size_t i) {
+// The place in the group's share of rank r's local token i: its sequence's share is chunk r
+// then chunk 2n − 1 − r of the sequence's share (ring_plan.hpp's zigzag over the group).
+__device__ std::size_t shareOf(const Layout& l, std::size_t r, std::size_t i) {
   int lo = 0, hi = l.sequences;  // the sequence s with cu[s] <= i < cu[s + 1]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
@@ -39,81 +43,59 @@ __device__ std::size_t globalOf(const Layout& l, int r, std::size_t i) {
   }
   const auto begin = static_cast<std::size_t>(l.cu[lo]);
   const std::size_t half = (static_cast<std::size_t>(l.cu[lo + 1]) - begin) / 2, j = i - begin;
-  const auto n = static_cast<std::size_t>(l.n), R = static_cast<std::size_t>(r);
-  const std::size_t pos = j < half ? R * half + j : (2 * n - 1 - R) * half + (j - half);
+  const auto n = static_cast<std::size_t>(l.n);
+  const std::size_t pos = j < half ? r * half + j : (2 * n - 1 - r) * half + (j - half);
   return n * begin + pos;
 }
 
-// Item x of [rank][token][row][piece] (`rows` rows a token): each once over the grid.
-struct Item {
-  std::size_t piece, row, token, rank;
-};
-template <typename F>
-__device__ void forEach(std::size_t rows, const Layout& l, F f) {
-  const std::size_t total = static_cast<std::size_t>(l.n) * l.tokens * rows * l.pieces;
-  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; x < total;
-       x += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t r = x / l.pieces;
-    f(x, Item{x % l.pieces, r % rows, r / rows % l.tokens, r / rows / l.tokens});
+// Every item once over the grid: a row's 16-byte piece or a value, between its place in the
+// buffer (the share of rank d: the destination packing, the source unpacking) and its place in
+// the local tensor (every head) or the group's share (a shard's heads). `pack`: the buffer is
+// written; `toShare`: the exchange towards the head shards.
+template <bool pack, bool toShare>
+__global__ void move(std::byte* buffer, Layout l) {
+  const auto n = static_cast<std::size_t>(l.n), T = l.tokens;
+  for (std::size_t x = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x;
+       x < l.rowItems + l.valueItems; x += std::size_t{gridDim.x} * blockDim.x) {
+    if (x < l.rowItems) {
+      const std::size_t piece = x % l.pieces, rest = x / l.pieces;
+      std::size_t row = rest % l.rows;
+      const std::size_t i = rest / l.rows % T, d = rest / l.rows / T;
+      int t = 0;
+      while (row >= static_cast<std::size_t>(l.r[t].heads)) row -= l.r[t++].heads;
+      const auto h = static_cast<std::size_t>(l.r[t].heads);
+      auto* buf = reinterpret_cast<uint4*>(buffer + d * l.chunk) + (i * l.rows) * l.pieces +
+                  (rest % l.rows) * l.pieces + piece;
+      const bool local = pack == toShare;  // the side it reads (packing) or writes
+      const std::size_t at = local ? ((i * n + d) * h + row) * l.pieces + piece
+                                   : (shareOf(l, d, i) * h + row) * l.pieces + piece;
+      uint4* tensor = static_cast<uint4*>(local ? l.r[t].local : l.r[t].share);
+      if (pack) {
+        *buf = tensor[at];
+      } else {
+        tensor[at] = *buf;
+      }
+    } else {
+      const std::size_t y = x - l.rowItems, h = static_cast<std::size_t>(l.valueHeads);
+      const std::size_t i = y % T, head = y / T % h, t = y / T / h % l.valueTensors,
+                        d = y / T / h / l.valueTensors;
+      auto* buf = reinterpret_cast<float*>(buffer + d * l.chunk + T * l.rows * l.pieces * 16) +
+                  (t * h + head) * T + i;
+      const bool local = pack == toShare;
+      const std::size_t at = local ? (d * h + head) * T + i : head * n * T + shareOf(l, d, i);
+      float* tensor = local ? l.v[t].local : l.v[t].share;
+      if (pack) {
+        *buf = tensor[at];
+      } else {
+        tensor[at] = *buf;
+      }
+    }
   }
 }
 
-// Row r of a token's rows of a shard, q's h then k's and v's g: the tensor (0, 1, 2), the row
-// in it and its heads a token.
-struct QkvRow {
-  int tensor;
-  std::size_t row, heads;
-};
-__device__ QkvRow qkvRow(std::size_t r, const Layout& l) {
-  const auto h = static_cast<std::size_t>(l.h), g = static_cast<std::size_t>(l.g);
-  if (r < h) return {0, r, h};
-  return r < h + g ? QkvRow{1, r - h, g} : QkvRow{2, r - h - g, g};
-}
-
-// In: send[d][i][row] from q, k, v [i][d·heads + row] (rank d's heads).
-__global__ void packIn(uint4* send, const uint4* q, const uint4* k, const uint4* v, Layout l) {
-  forEach(static_cast<std::size_t>(l.h + 2 * l.g), l, [&](std::size_t x, Item it) {
-    const QkvRow r = qkvRow(it.row, l);
-    const uint4* from = r.tensor == 0 ? q : r.tensor == 1 ? k : v;
-    send[x] = from[((it.token * l.n + it.rank) * r.heads + r.row) * l.pieces + it.piece];
-  });
-}
-
-// recv[s][i][row] (rank s's token i) into the whole sequences' q [t][h], k and v [t][g].
-__global__ void unpackIn(uint4* q, uint4* k, uint4* v, const uint4* recv, Layout l) {
-  forEach(static_cast<std::size_t>(l.h + 2 * l.g), l, [&](std::size_t x, Item it) {
-    const QkvRow r = qkvRow(it.row, l);
-    uint4* to = r.tensor == 0 ? q : r.tensor == 1 ? k : v;
-    const std::size_t t = globalOf(l, static_cast<int>(it.rank), it.token);
-    to[(t * r.heads + r.row) * l.pieces + it.piece] = recv[x];
-  });
-}
-
-// Out: sendOut[d][i][head] = whole out [globalOf(d, i)][head]; sendLse[d][head][i] likewise.
-__global__ void packOut(uint4* send, float* sendLse, const uint4* out, const float* lse, Layout l) {
-  const auto h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
-  forEach(h, l, [&](std::size_t x, Item it) {
-    const std::size_t t = globalOf(l, static_cast<int>(it.rank), it.token);
-    send[x] = out[(t * h + it.row) * l.pieces + it.piece];
-    if (it.piece == 0)
-      sendLse[(it.rank * h + it.row) * l.tokens + it.token] = lse[it.row * n * l.tokens + t];
-  });
-}
-
-// recvOut[s][i][head] into out [i][s·h + head]; recvLse[s][head][i] into lse [s·h + head][i].
-__global__ void unpackOut(uint4* out, float* lse, const uint4* recv, const float* recvLse,
-                          Layout l) {
-  const auto h = static_cast<std::size_t>(l.h), n = static_cast<std::size_t>(l.n);
-  forEach(h, l, [&](std::size_t x, Item it) {
-    out[((it.token * n + it.rank) * h + it.row) * l.pieces + it.piece] = recv[x];
-    const std::size_t at = (it.rank * h + it.row) * l.tokens + it.token;
-    if (it.piece == 0) lse[at] = recvLse[at];
-  });
-}
-
-__global__ void scaleOffsets(std::int32_t* whole, const std::int32_t* cu, int count, int n) {
+__global__ void scaleOffsets(std::int32_t* share, const std::int32_t* cu, int count, int n) {
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j < count) whole[j] = cu[j] * n;
+  if (j < count) share[j] = cu[j] * n;
 }
 
 unsigned gridOf(std::size_t items) {
@@ -121,72 +103,52 @@ unsigned gridOf(std::size_t items) {
       std::clamp<std::size_t>((items + kThreads - 1) / kThreads, 1, std::size_t{1} << 16));
 }
 
-}  // namespace
-
-LocalAttention ulyssesAttention(const Communicator& comm, const RingCall& x, std::byte* ws) {
-  const LocalAttention& a = x.local;
-  const int n = comm.size();
-  const auto N = static_cast<std::size_t>(n);
-  const UlyssesWorkspace w = ulyssesWorkspace(a);
-  const std::size_t es = sizeOf(a.type), dim = static_cast<std::size_t>(a.dim);
-  const std::size_t q = N * a.tokensQ * static_cast<std::size_t>(a.heads / n) * dim * es;
-  const std::size_t kv = N * a.tokensQ * static_cast<std::size_t>(a.kvHeads / n) * dim * es;
-  LocalAttention all = a;
-  all.q = ws + w.whole, all.k = ws + w.whole + q, all.v = ws + w.whole + q + kv;
-  all.cuSeqlensQ = all.cuSeqlensK = reinterpret_cast<const std::int32_t*>(ws + w.cu);
-  all.tokensQ = N * a.tokensQ, all.maxSeqlenQ = N * a.maxSeqlenQ;
-  all.heads = a.heads / n, all.kvHeads = a.kvHeads / n;
-  all.piece = {Part::all, Part::all, x.causal};
-  all.out = ws + w.wholeOut, all.lse = reinterpret_cast<float*>(ws + w.wholeLse);
-  all.merge = false;
-  all.scratch = ws + w.cudnn, all.scratchBytes = w.total - w.cudnn;
-  return all;
+Layout layoutOf(const HeadExchange& e, int u) {
+  Layout l{};
+  l.n = u, l.sequences = e.sequences, l.cu = e.cu, l.tokens = e.tokens;
+  l.pieces = e.rowBytes / 16;
+  for (int t = 0; t < e.rowTensors; ++t) l.rows += static_cast<std::size_t>(e.rows[t].heads);
+  l.rowTensors = e.rowTensors, l.valueTensors = e.valueTensors, l.valueHeads = e.valueHeads;
+  std::copy(e.rows, e.rows + HeadExchange::kRows, l.r);
+  std::copy(e.values, e.values + HeadExchange::kValues, l.v);
+  const auto U = static_cast<std::size_t>(u);
+  const std::size_t values = static_cast<std::size_t>(e.valueTensors * e.valueHeads) * e.tokens;
+  l.chunk = (e.tokens * l.rows * e.rowBytes + values * 4 + 15) / 16 * 16;
+  l.rowItems = U * e.tokens * l.rows * l.pieces;
+  l.valueItems = U * values;
+  return l;
 }
 
-Status runUlysses(Communicator& comm, const RingCall& x, std::byte* ws) {
-  const LocalAttention& a = x.local;
-  const int n = comm.size();
-  const UlyssesWorkspace w = ulyssesWorkspace(a);
-  const auto stream = static_cast<cudaStream_t>(x.stream);
-  const std::size_t es = sizeOf(a.type), dim = static_cast<std::size_t>(a.dim);
-  const Layout l{n,         comm.rank(), a.sequences,   a.cuSeqlensQ,
-                 a.tokensQ, a.heads / n, a.kvHeads / n, dim * es / 16};
-  const auto N = static_cast<std::size_t>(n), T = a.tokensQ;
-  const std::size_t h = static_cast<std::size_t>(l.h), g = static_cast<std::size_t>(l.g);
-  // The whole sequences' q, k, v and offsets: where their attention reads them.
-  const LocalAttention all = ulyssesAttention(comm, x, ws);
-  auto* wq = static_cast<uint4*>(const_cast<void*>(all.q));
-  auto* wk = static_cast<uint4*>(const_cast<void*>(all.k));
-  auto* wv = static_cast<uint4*>(const_cast<void*>(all.v));
-  auto* cu = const_cast<std::int32_t*>(all.cuSeqlensQ);
-  const std::size_t in = N * T * (h + 2 * g) * l.pieces, out = N * T * h * l.pieces;
-  packIn<<<gridOf(in), kThreads, 0, stream>>>(
-      reinterpret_cast<uint4*>(ws + w.sendIn), static_cast<const uint4*>(a.q),
-      static_cast<const uint4*>(a.k), static_cast<const uint4*>(a.v), l);
-  scaleOffsets<<<gridOf(static_cast<std::size_t>(a.sequences) + 1), kThreads, 0, stream>>>(
-      cu, a.cuSeqlensQ, a.sequences + 1, n);
-  if (Status s = launched("ulysses packing"); !s) return s;
-  // Each rank's share: its tokens' rows of the destination's heads, in 16-byte pieces.
-  if (Status s = comm.allToAll(ws + w.sendIn, ws + w.recvIn, in / N * 16, DataType::u8, stream); !s)
-    return s;
-  unpackIn<<<gridOf(in), kThreads, 0, stream>>>(wq, wk, wv,
-                                                reinterpret_cast<const uint4*>(ws + w.recvIn), l);
-  if (Status s = launched("ulysses unpacking"); !s) return s;
-  if (Status s = attendOnDevice(all, stream); !s) return s;
-  packOut<<<gridOf(out), kThreads, 0, stream>>>(reinterpret_cast<uint4*>(ws + w.sendOut),
-                                                reinterpret_cast<float*>(ws + w.sendLse),
-                                                reinterpret_cast<const uint4*>(ws + w.wholeOut),
-                                                reinterpret_cast<const float*>(ws + w.wholeLse), l);
-  if (Status s = launched("ulysses packing out"); !s) return s;
-  if (Status s = comm.allToAll(ws + w.sendOut, ws + w.recvOut, out / N * 16, DataType::u8, stream);
-      !s)
-    return s;
-  if (Status s = comm.allToAll(ws + w.sendLse, ws + w.recvLse, T * h, DataType::f32, stream); !s)
-    return s;
-  unpackOut<<<gridOf(out), kThreads, 0, stream>>>(
-      static_cast<uint4*>(a.out), a.lse, reinterpret_cast<const uint4*>(ws + w.recvOut),
-      reinterpret_cast<const float*>(ws + w.recvLse), l);
-  return launched("ulysses unpacking out");
+template <bool toShare>
+Status exchange(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
+                void* s) {
+  const auto stream = static_cast<cudaStream_t>(s);
+  const Layout l = layoutOf(e, group.size());
+  const std::size_t items = l.rowItems + l.valueItems;
+  move<true, toShare><<<gridOf(items), kThreads, 0, stream>>>(send, l);
+  if (toShare && e.shareCu != nullptr)
+    scaleOffsets<<<gridOf(static_cast<std::size_t>(e.sequences) + 1), kThreads, 0, stream>>>(
+        e.shareCu, e.cu, e.sequences + 1, group.size());
+  if (Status st = launched("ulysses packing"); !st) return st;
+  if (Status st = group.allToAll(send, recv, l.chunk, DataType::u8, stream); !st) return st;
+  move<false, toShare><<<gridOf(items), kThreads, 0, stream>>>(recv, l);
+  return launched("ulysses unpacking");
+}
+
+}  // namespace
+
+std::size_t HeadExchange::bufferBytes(int u) const {
+  return static_cast<std::size_t>(u) * layoutOf(*this, u).chunk;
+}
+
+Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
+               void* stream) {
+  return exchange<true>(group, e, send, recv, stream);
+}
+
+Status fromHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
+                 void* stream) {
+  return exchange<false>(group, e, send, recv, stream);
 }
 
 }  // namespace weft::fused::attention

@@ -18,9 +18,11 @@ Communicator::~Communicator() {
   if (!created_ && bootstrap_) bootstrap_->abort();
   // Registered buffers are unmapped before the executor goes: no kernel may still read them.
   if (gpu_ && !registrations_.empty()) (void)gpu_->synchronize();
+  children_.clear();  // fusedStates_ destroys them
 }
 
-Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
+Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key,
+                                                          const Config* config) {
   if (Status s = checkUsable("split"); !s) return s;
   struct Entry {
     std::int32_t color, key, rank;
@@ -53,7 +55,7 @@ Result<std::unique_ptr<Communicator>> Communicator::split(int color, int key) {
   const boot::UniqueId id = all[static_cast<std::size_t>(members.front().rank)].id;
   auto boot = boot::connectTcp(id, newRank, static_cast<int>(members.size()), options, false);
   if (!boot) return boot.status();
-  return create(std::move(*boot), config_);
+  return create(std::move(*boot), config != nullptr ? *config : config_);
 }
 
 std::string Communicator::summary() const {
@@ -94,6 +96,7 @@ void Communicator::abort(const std::string& why) {
   }
   if (ucx_) ucx_->notifyAbort(why);
   if (bootstrap_) bootstrap_->abort();
+  for (Communicator* c : children_) c->abort(why);
 }
 
 bool Communicator::aborted() const {

@@ -46,7 +46,11 @@ class Communicator {
 
   // Collective over this communicator: ranks passing the same color form a new communicator,
   // ranked by (key, old rank). A negative color takes part but gets no communicator (nullptr).
-  Result<std::unique_ptr<Communicator>> split(int color, int key);
+  // `config`: the new one's (else this one's).
+  Result<std::unique_ptr<Communicator>> split(int color, int key, const Config* config = nullptr);
+  // A communicator a fused operation split from this one and runs on for it: its errors are
+  // this one's asyncError's, and this one's abort aborts it. Until this one is destroyed.
+  void adopt(Communicator* child) { children_.push_back(child); }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -76,6 +80,8 @@ class Communicator {
   Status asyncError() const;
   // The CUDA device of the GPU transport; -1 before the first GPU call.
   int device() const;
+  // The channels of the GPU transport; 0 before the first GPU call.
+  int gpuChannels() const;
   // Counts and displacements in elements, one per rank (MPI_Alltoallv's convention).
   Status allToAllv(const void* send, const std::size_t* sendCounts, const std::size_t* sendDispls,
                    void* recv, const std::size_t* recvCounts, const std::size_t* recvDispls,
@@ -275,6 +281,7 @@ class Communicator {
   std::vector<std::byte> hostWorkspace_;        // workspace(…, false)
   std::optional<weftCompression> compression_;  // set by weftCommSetCompression
   std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
+  std::vector<Communicator*> children_;  // adopt()'s, which fusedStates_ own
   // fused/'s state by name, and the tensor-parallel plans; after gpu_: destroyed first.
   std::map<std::string, std::shared_ptr<void>, std::less<>> fusedStates_;
   std::map<std::tuple<int, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,

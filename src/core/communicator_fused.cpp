@@ -96,7 +96,7 @@ Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::Attention
     return p.status();
   auto plan = gpuSelector_->planAttention(shape, config_.cpAttention, config_.attentionKernel);
   if (!plan) return plan;
-  if (config_.cpAttention) plan->reason += ", ring or ulysses by WEFT_CP_ATTENTION";
+  if (config_.cpAttention) plan->reason += ", the way by WEFT_CP_ATTENTION";
   if (config_.attentionKernel) plan->reason += ", the kernel by WEFT_ATTENTION_KERNEL";
   if (gpu_) attentionPlans_.emplace(key, *plan);
   if (rank_ == 0)

@@ -335,11 +335,18 @@ Status Communicator::asyncError() const {
     }
     if (!s) return s;
   }
+  for (const Communicator* c : children_) {
+    if (Status s = c->asyncError(); !s) return s;
+  }
   return checkUsable("asyncError");
 }
 
 int Communicator::device() const {
   return gpu_ ? gpu_->device() : -1;
+}
+
+int Communicator::gpuChannels() const {
+  return gpu_ ? gpu_->channels() : 0;
 }
 
 int Communicator::gpuTunerChannels() const {

@@ -307,8 +307,10 @@ const Setting kSettings[] = {
      }},
 
     {"WEFT_CP_ATTENTION", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
-     "`ring` or `ulysses`: how context-parallel attention runs (`weftRingAttention`) instead of "
-     "the selector's pick; ulysses where the ranks divide the heads",
+     "`ring`, `ulysses` or `hybrid`: how context-parallel attention runs (`weftRingAttention` "
+     "and its backward) instead of the selector's pick; ulysses where the ranks divide both head "
+     "counts, hybrid (Ulysses in groups, the ring across them) where a group of 2 to n / 2 "
+     "ranks does",
      [](Config& c, const std::string& n, const std::string& v, double) {
        if (v == "auto") {
          c.cpAttention.reset();

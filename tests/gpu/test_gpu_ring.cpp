@@ -1,7 +1,7 @@
 // Ring attention (weftRingAttention), ranks as threads sharing the GPU: every rank's zigzag shard
 // of packed sequences, attended around the ring, against attention in double over the whole
-// sequences; causal and not, grouped K/V heads, ragged and empty sequences; by the ring and by
-// Ulysses.
+// sequences; causal and not, grouped K/V heads, ragged and empty sequences; by the ring, by
+// Ulysses and by the hybrid.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -94,8 +94,10 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
       cudaMemcpy(lses[R].data(), dlse, lses[R].size() * 4, cudaMemcpyDeviceToHost);
       for (void* p : {dq, dk, dv, dout, static_cast<void*>(dlse), dcu}) (void)cudaFree(p);
     });
-    // Every rank's every token against the whole sequence's attention.
+    // Every rank's every token against the whole sequence's attention; the wrong rows counted
+    // by rank, head and chunk (first or second of the rank's share) for the failure's message.
     int bad = 0;
+    std::vector<int> wrongRows(N * static_cast<std::size_t>(g.heads) * 2, 0);
     std::vector<double> want;
     double wantLse = 0;
     const auto D = static_cast<std::size_t>(g.dim);
@@ -107,7 +109,9 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
         for (std::int32_t i = cu[s]; i < cu[s + 1]; ++i) {
           const auto t = static_cast<std::size_t>(g.cu[s] + positions[r][i]);
           const auto li = static_cast<std::size_t>(i);
+          const bool second = 2 * (i - cu[s]) >= cu[s + 1] - cu[s];
           for (int h = 0; h < g.heads; ++h) {
+            const int before = bad;
             g.reference(t, h, causal, want, wantLse);
             const float gotLse = lses[r][static_cast<std::size_t>(h) * local + li];
             if (!(std::fabs(gotLse - wantLse) <= 1e-4 * (1 + std::fabs(wantLse))) && bad++ < 3)
@@ -121,11 +125,23 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
                               << " [" << c << "]: " << got << ", expected " << want[c]
                               << (causal ? " (causal)" : "");
             }
+            if (bad != before)
+              ++wrongRows[(r * static_cast<std::size_t>(g.heads) + static_cast<std::size_t>(h)) *
+                              2 +
+                          (second ? 1 : 0)];
           }
         }
       }
     }
-    EXPECT_EQ(bad, 0) << (causal ? "causal" : "full") << " at " << n << " ranks";
+    std::string rows;
+    for (std::size_t x = 0; x < wrongRows.size(); ++x) {
+      if (wrongRows[x] == 0) continue;
+      rows += " rank " + std::to_string(x / 2 / static_cast<std::size_t>(g.heads)) + " head " +
+              std::to_string(x / 2 % static_cast<std::size_t>(g.heads)) +
+              (x % 2 == 0 ? " first: " : " second: ") + std::to_string(wrongRows[x]) + ";";
+    }
+    EXPECT_EQ(bad, 0) << (causal ? "causal" : "full") << " at " << n
+                      << " ranks; wrong rows:" << rows;
   }
 }
 
@@ -133,12 +149,16 @@ class GpuRingAttention : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuRingAttention, MatchesAttentionOverTheWholeSequences) {
   SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ring", 1), 0);
   expectWholeAttention(GetParam(), 4, 2);
+  unsetenv("WEFT_CP_ATTENTION");
 }
 
 TEST_P(GpuRingAttention, MatchesAttentionOverOneSequence) {
   SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ring", 1), 0);
   expectWholeAttention(GetParam(), 4, 2, true);
+  unsetenv("WEFT_CP_ATTENTION");
 }
 
 // Ulysses forced (WEFT_CP_ATTENTION, read as the communicators start): the same results.
@@ -149,6 +169,15 @@ TEST_P(GpuUlyssesAttention, MatchesAttentionOverTheWholeSequences) {
   ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ulysses", 1), 0);
   expectWholeAttention(GetParam(), 2 * GetParam(), GetParam());
   expectWholeAttention(GetParam(), 2 * GetParam(), GetParam(), true);
+  unsetenv("WEFT_CP_ATTENTION");
+}
+
+// The hybrid forced: Ulysses in groups of 2, the ring across the groups.
+TEST(GpuHybridAttention, MatchesAttentionOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "hybrid", 1), 0);
+  expectWholeAttention(4, 4, 2);
+  expectWholeAttention(4, 4, 2, true);
   unsetenv("WEFT_CP_ATTENTION");
 }
 

@@ -1,7 +1,8 @@
 // Ring attention's backward pass (weftRingAttentionBackward), ranks as threads sharing the GPU:
 // every rank's zigzag shard runs the forward, then the backward with its shard of a random dOut;
 // dq, dk and dv of every token against the gradients in double over the whole sequences; causal
-// and not, grouped K/V heads, ragged and empty sequences; both calls replayed from a CUDA graph.
+// and not, grouped K/V heads, ragged and empty sequences; both calls replayed from a CUDA graph;
+// by the ring, Ulysses and the hybrid.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -66,7 +67,8 @@ struct Problem {
   std::vector<std::uint16_t> dOutRaw;
   std::vector<float> dOut;  // as the kernels read it
   int sequences() const { return static_cast<int>(g.cu.size()) - 1; }
-  explicit Problem(int n) {
+  explicit Problem(int n, int heads = 4, int kvHeads = 2) {
+    g.heads = heads, g.kvHeads = kvHeads;
     std::mt19937 rng(70 + n);
     std::normal_distribution<float> normal(0, 1);
     const auto chunks = [&](int c) { return static_cast<std::int32_t>(2 * n * c); };
@@ -144,16 +146,14 @@ std::unique_ptr<RankShare> shareOf(const Problem& p, int n, int r, bool causal) 
   return std::make_unique<RankShare>(p, causal, std::move(cu), std::move(positions));
 }
 
-class GpuRingAttentionBackward : public ::testing::TestWithParam<int> {};
-
-TEST_P(GpuRingAttentionBackward, MatchesTheGradientsOverTheWholeSequences) {
-  SKIP_WITHOUT_GPU();
-  const int n = GetParam();
+// n ranks' gradients (of `heads` and `kvHeads`) against those in double over the whole
+// sequences.
+void expectGradients(int n, int heads = 4, int kvHeads = 2) {
   const auto N = static_cast<std::size_t>(n);
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
   Streams streams(n);
-  const Problem p(n);
+  const Problem p(n, heads, kvHeads);
   for (bool causal : {false, true}) {
     std::vector<double> dq, dk, dv;
     p.g.gradients(causal, p.dOut, dq, dk, dv);
@@ -178,6 +178,38 @@ TEST_P(GpuRingAttentionBackward, MatchesTheGradientsOverTheWholeSequences) {
   }
 }
 
+class GpuRingAttentionBackward : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuRingAttentionBackward, MatchesTheGradientsOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ring", 1), 0);
+  expectGradients(GetParam());
+  unsetenv("WEFT_CP_ATTENTION");
+}
+
+// Ulysses forced (read as the communicators start), where the ranks divide both head counts,
+// and the hybrid (groups of 2) on 4 ranks of 4 and 2 heads.
+class GpuUlyssesAttentionBackward : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuUlyssesAttentionBackward, MatchesTheGradientsOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "ulysses", 1), 0);
+  expectGradients(GetParam(), 2 * GetParam(), GetParam());
+  unsetenv("WEFT_CP_ATTENTION");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuUlyssesAttentionBackward, ::testing::Values(2, 4),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return std::to_string(p.param) + "ranks";
+                         });
+
+TEST(GpuHybridAttentionBackward, MatchesTheGradientsOverTheWholeSequences) {
+  SKIP_WITHOUT_GPU();
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", "hybrid", 1), 0);
+  expectGradients(4);
+  unsetenv("WEFT_CP_ATTENTION");
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttentionBackward, ::testing::Values(1, 2, 3, 4),
                          [](const ::testing::TestParamInfo<int>& p) {
                            return std::to_string(p.param) + "ranks";
@@ -186,11 +218,16 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttentionBackward, ::testing::Values(1, 2
 // Forward and backward captured into a graph on each rank's stream (after one call outside it,
 // which sets up the communicator's workspace and side stream): replays write what the calls
 // wrote, bit for bit.
-class GpuRingAttentionGraphs : public ::testing::TestWithParam<int> {};
+struct GraphCase {
+  const char* way;  // WEFT_CP_ATTENTION
+  int n;
+};
+class GpuRingAttentionGraphs : public ::testing::TestWithParam<GraphCase> {};
 
 TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
   SKIP_WITHOUT_GPU();
-  const int n = GetParam();
+  const int n = GetParam().n;
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", GetParam().way, 1), 0);
   const auto N = static_cast<std::size_t>(n);
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
@@ -224,11 +261,15 @@ TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
     EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
     (void)cudaGraphExecDestroy(exec);
   });
+  unsetenv("WEFT_CP_ATTENTION");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttentionGraphs, ::testing::Values(1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           return std::to_string(p.param) + "ranks";
+INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttentionGraphs,
+                         ::testing::Values(GraphCase{"ring", 1}, GraphCase{"ring", 2},
+                                           GraphCase{"ring", 3}, GraphCase{"ulysses", 2},
+                                           GraphCase{"hybrid", 4}),
+                         [](const ::testing::TestParamInfo<GraphCase>& p) {
+                           return std::string(p.param.way) + std::to_string(p.param.n) + "ranks";
                          });
 
 }  // namespace

@@ -1,7 +1,10 @@
-// Context-parallel attention as the selector prices it (algorithms/attention_plan.hpp): ring or
-// Ulysses on ranks sharing one GPU, which wins where, what forces a pick, and what rules
-// Ulysses out (heads the ranks do not divide, the backward pass, one rank); which local kernel.
+// Context-parallel attention as the selector prices it (algorithms/attention_plan.hpp): ring,
+// Ulysses or the hybrid on ranks sharing one GPU, which wins where, what forces a pick, and what
+// rules Ulysses and the hybrid out (heads the ranks or no group divide, one rank); which local
+// kernel.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "algorithms/attention_plan.hpp"
 #include "algorithms/rank_graph.hpp"
@@ -33,8 +36,8 @@ TEST(AttentionPlan, BothArePricedAndTheCheaperIsPicked) {
     ASSERT_TRUE(p.isOk()) << p.status().toString();
     EXPECT_GT(p->ringUs, 0);
     EXPECT_GT(p->ulyssesUs, 0);
-    EXPECT_EQ(p->algo, p->ulyssesUs < p->ringUs ? algo::CpAlgo::ulysses : algo::CpAlgo::ring);
-    EXPECT_DOUBLE_EQ(p->estimateUs, std::min(p->ringUs, p->ulyssesUs));
+    EXPECT_GT(p->hybridUs, 0);  // groups of 2
+    EXPECT_DOUBLE_EQ(p->estimateUs, std::min({p->ringUs, p->ulyssesUs, p->hybridUs}));
     EXPECT_NE(p->reason.find("the cheaper"), std::string::npos) << p->reason;
     // Either way at least the attention's own time.
     EXPECT_GE(p->estimateUs, p->attentionUs);
@@ -47,21 +50,66 @@ TEST(AttentionPlan, ForcedPicksAndWhatRulesUlyssesOut) {
   ASSERT_TRUE(ring.isOk());
   EXPECT_EQ(ring->algo, algo::CpAlgo::ring);
   EXPECT_NE(ring->reason.find("forced"), std::string::npos);
-  auto uneven = sel.planAttention(shape(64, 4, 6, 2));
+  auto uneven = sel.planAttention(shape(64, 4, 3, 3));
   ASSERT_TRUE(uneven.isOk());
   EXPECT_EQ(uneven->algo, algo::CpAlgo::ring);
+  EXPECT_EQ(uneven->group, 1);
   EXPECT_EQ(uneven->ulyssesUs, 0);
+  EXPECT_EQ(uneven->hybridUs, 0);
   EXPECT_NE(uneven->reason.find("do not split 4 ways"), std::string::npos) << uneven->reason;
   auto forced = sel.planAttention(shape(64, 4, 6, 2), algo::CpAlgo::ulysses);
   ASSERT_TRUE(forced.isOk());
-  EXPECT_EQ(forced->algo, algo::CpAlgo::ring);
+  EXPECT_NE(forced->algo, algo::CpAlgo::ulysses);
   EXPECT_NE(forced->reason.find("forced ulysses, but"), std::string::npos) << forced->reason;
-  algo::AttentionShape back = shape(64, 4);
-  back.backward = true;
-  EXPECT_EQ(sel.planAttention(back)->algo, algo::CpAlgo::ring);
+  auto hybrid = sel.planAttention(shape(64, 4), algo::CpAlgo::hybrid);
+  ASSERT_TRUE(hybrid.isOk());
+  EXPECT_EQ(hybrid->algo, algo::CpAlgo::hybrid);  // 32 and 8 heads: groups of 2
+  EXPECT_EQ(hybrid->group, 2);
+  auto none = sharedGpu(2).planAttention(shape(64, 2), algo::CpAlgo::hybrid);
+  ASSERT_TRUE(none.isOk());
+  EXPECT_EQ(none->algo, algo::CpAlgo::ring);
+  EXPECT_NE(none->reason.find("forced hybrid, but"), std::string::npos) << none->reason;
   EXPECT_EQ(sharedGpu(1).planAttention(shape(64, 1))->algo, algo::CpAlgo::ring);
   EXPECT_EQ(*algo::parseCpAlgo("ulysses"), algo::CpAlgo::ulysses);
+  EXPECT_EQ(*algo::parseCpAlgo("hybrid"), algo::CpAlgo::hybrid);
+  EXPECT_EQ(*algo::parseCpAlgo("ulysses"), algo::CpAlgo::ulysses);
   EXPECT_FALSE(algo::parseCpAlgo("zigzag").isOk());
+}
+
+// With 6 heads and 2 K/V heads on 4 ranks, Ulysses cannot run but groups of 2 can: the hybrid
+// is priced, and its group is 2; forced, it runs in groups of 2. Backward too.
+TEST(AttentionPlan, TheHybridWhereOnlyAGroupDividesTheHeads) {
+  const algo::Selector sel = sharedGpu(4);
+  for (bool backward : {false, true}) {
+    algo::AttentionShape s = shape(8192, 4, 6, 2);
+    s.backward = backward;
+    auto p = sel.planAttention(s);
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    EXPECT_EQ(p->ulyssesUs, 0);
+    EXPECT_GT(p->hybridUs, 0);
+    EXPECT_NE(p->reason.find("in groups of 2"), std::string::npos) << p->reason;
+    EXPECT_DOUBLE_EQ(p->estimateUs, std::min(p->ringUs, p->hybridUs));
+    EXPECT_EQ(p->group, p->algo == algo::CpAlgo::hybrid ? 2 : 1);
+    auto forced = sel.planAttention(s, algo::CpAlgo::hybrid);
+    ASSERT_TRUE(forced.isOk());
+    EXPECT_EQ(forced->algo, algo::CpAlgo::hybrid);
+    EXPECT_EQ(forced->group, 2);
+    EXPECT_DOUBLE_EQ(forced->estimateUs, p->hybridUs);
+  }
+}
+
+// Backward, Ulysses is a candidate as forward: priced, and picked where cheaper.
+TEST(AttentionPlan, UlyssesRunsTheBackwardPassToo) {
+  const algo::Selector sel = sharedGpu(4);
+  algo::AttentionShape back = shape(16384, 4);
+  back.backward = true;
+  auto p = sel.planAttention(back);
+  ASSERT_TRUE(p.isOk());
+  EXPECT_GT(p->ulyssesUs, 0);
+  EXPECT_DOUBLE_EQ(p->estimateUs, std::min({p->ringUs, p->ulyssesUs, p->hybridUs}));
+  auto forced = sel.planAttention(back, algo::CpAlgo::ulysses);
+  EXPECT_EQ(forced->algo, algo::CpAlgo::ulysses);
+  EXPECT_EQ(forced->group, 4);
 }
 
 // The local kernel: cuDNN's (faster by the constants) where it covers the shape, weft's
