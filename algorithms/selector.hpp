@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "algorithms/attention_plan.hpp"
+#include "algorithms/moe_plan.hpp"
 #include "algorithms/overlap.hpp"
 #include "algorithms/tuner.hpp"
 #include "topology/system.hpp"
@@ -80,6 +81,9 @@ class Selector {
   Result<AttentionPlan> planAttention(const AttentionShape& shape,
                                       std::optional<CpAlgo> forced = std::nullopt,
                                       std::optional<AttentionKernel> kernel = std::nullopt) const;
+  // MoE dispatch and combine (moe_plan.hpp) of a routing's traffic: each way priced as an
+  // all-to-all of the busiest rank's bytes.
+  Result<MoePlan> planMoe(const MoeShape& shape, const MoeTraffic& traffic) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

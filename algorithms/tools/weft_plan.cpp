@@ -3,6 +3,7 @@
 //   weft-plan verify [--algo A] [--coll C] [--ranks 1-64,96] [--aggregation A] [--group G] ...
 //   weft-plan show --algo ring --coll allreduce --ranks 4 --rank 1
 //   weft-plan tp --topo hgx_h100.xml --op ag-gemm --m 1024,4096
+//   weft-plan moe --topo hgx_h200.xml --nodes 1,16,128 --routing uniform,zipf:1.2
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "algorithms/tools/plan_moe.hpp"
 #include "algorithms/tools/plan_tp.hpp"
 #include "algorithms/tools/plan_tune.hpp"
 #include "algorithms/verifier.hpp"
@@ -352,10 +354,30 @@ int main(int argc, char** argv) {
   tpCmd->add_option("--n", tp.n, "the GEMM's columns (0: 28672 for ag-gemm, 8192 for gemm-rs)");
   tpCmd->add_option("--k", tp.k, "the GEMM's depth (0: 8192 for ag-gemm, 28672 for gemm-rs)");
   tpCmd->add_option("--tuning", tp.tuningFile, "a tuning file's constants instead of the defaults");
+
+  weft::algo::MoeArgs moe;
+  auto* moeCmd = app.add_subcommand(
+      "moe",
+      "MoE dispatch and combine for simulated routings: each rank's traffic, the busiest rank "
+      "and the estimates (the runtime's Selector::planMoe)");
+  moeCmd->add_option("--topo", moe.topo, "topology file")->required();
+  moeCmd->add_option("--nodes", moe.nodes, "hosts of that topology, a list")->capture_default_str();
+  moeCmd->add_option("--tokens", moe.tokens, "tokens a rank")->capture_default_str();
+  moeCmd->add_option("--hidden", moe.hidden, "a token's values")->capture_default_str();
+  moeCmd->add_option("--topk", moe.topk, "experts a token")->capture_default_str();
+  moeCmd->add_option("--experts", moe.experts, "experts in all")->capture_default_str();
+  moeCmd->add_option("--dispatch", moe.dispatch, "fp8 (with per-128 scales) or bf16")
+      ->capture_default_str();
+  moeCmd->add_option("--routing", moe.routing, "uniform or zipf:ALPHA, a list")
+      ->capture_default_str();
+  moeCmd->add_option("--seed", moe.seed, "the simulation's seed")->capture_default_str();
+  moeCmd->add_option("--tuning", moe.tuningFile,
+                     "a tuning file's constants instead of the defaults");
   if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
 
   if (app.got_subcommand("tune")) return weft::algo::runTune(tune);
   if (app.got_subcommand("tp")) return weft::algo::runTp(tp);
+  if (app.got_subcommand("moe")) return weft::algo::runMoe(moe);
 
   if (app.got_subcommand("list")) {
     for (const Algorithm* a : algorithms()) {

@@ -1,0 +1,81 @@
+// Mixture-of-experts dispatch and combine as the selector prices them: each rank's tokens go to
+// the ranks holding their top-k experts (a token once per rank, whatever its experts there),
+// and the experts' outputs come back the same way. The routing decides the bytes: which rank
+// sends how many tokens to which, and the busiest rank sets the pace. From a routing table
+// (routeTokens) or a simulated distribution (simulateRouting: uniform or Zipf-skewed experts).
+// docs/algorithms-fused.md, "MoE dispatch and combine".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/status.hpp"
+
+namespace weft::algo {
+
+// An expert-parallel layer: `experts` spread evenly over the ranks (rank r holds experts
+// r·L … r·L + L − 1, L = experts / nranks), every token routed to `topk` of them; `tokens` a
+// rank. A token's bytes: `dispatchBytes` on the way out (hidden · 2 in bf16; hidden + hidden /
+// 128 · 4 in fp8 with its scales), `combineBytes` back.
+struct MoeShape {
+  std::size_t tokens = 0, hidden = 0;
+  int topk = 1, experts = 1, nranks = 1;
+  std::size_t dispatchBytes = 0, combineBytes = 0;
+  int localExperts() const { return experts / nranks; }
+  int rankOf(int expert) const { return expert / localExperts(); }
+  // The shape's token bytes for hidden values of bf16, or fp8 with one f32 scale per 128.
+  static MoeShape of(std::size_t tokens, std::size_t hidden, int topk, int experts, int nranks,
+                     bool fp8Dispatch);
+};
+// Experts the ranks divide, top-k within 1 … experts, a hidden size.
+Status checkMoeShape(const MoeShape& s);
+
+// One rank's routing: for each destination rank, its tokens in order (each once); the slots
+// routed to each expert (every rank's experts); the slots dropped (index −1).
+struct RankRoute {
+  std::vector<std::size_t> offsets;  // nranks + 1: destination q's tokens are
+  std::vector<std::int32_t> tokens;  // tokens[offsets[q] … offsets[q + 1])
+  std::vector<std::size_t> perExpert;
+  std::size_t dropped = 0;
+  std::size_t toRank(int q) const { return offsets[q + 1] - offsets[q]; }
+};
+// From topkIdx [tokens, topk] (−1: dropped); an index outside [−1, experts), or a token's
+// expert twice, is an error naming the token.
+Result<RankRoute> routeTokens(const MoeShape& s, const std::int64_t* topkIdx);
+
+// Every rank's traffic: tokens[s · n + q] the tokens rank s sends rank q (s = q: stays), and
+// the slots each expert takes.
+struct MoeTraffic {
+  int nranks = 1;
+  std::vector<std::size_t> tokens;
+  std::vector<std::size_t> perExpert;
+  std::size_t sentBy(int s) const;      // to other ranks
+  std::size_t receivedBy(int q) const;  // from other ranks
+  // The busiest rank's tokens crossing it one way (sent or received), and that over the mean.
+  std::size_t busiest() const;
+  double skew() const;
+};
+MoeTraffic trafficOf(const std::vector<RankRoute>& ranks);
+
+// How the simulated tokens pick their experts: uniformly, or by a Zipf law of exponent `alpha`
+// over the experts (expert popularity ranked in a seeded random order).
+struct Routing {
+  bool zipf = false;
+  double alpha = 1.0;
+  std::uint64_t seed = 1;
+};
+// "uniform" or "zipf:ALPHA"; an error names them.
+Result<Routing> parseRouting(std::string_view text);
+// Every rank's tokens routed to top-k distinct experts as `r` says.
+MoeTraffic simulateRouting(const MoeShape& s, const Routing& r);
+
+struct MoePlan {
+  double dispatchUs = 0, combineUs = 0;
+  std::size_t busiestBytes = 0;  // dispatch: the busiest rank's bytes one way
+  double skew = 1;
+  std::string reason;
+};
+
+}  // namespace weft::algo
