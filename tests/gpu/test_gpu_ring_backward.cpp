@@ -2,7 +2,7 @@
 // every rank's zigzag shard runs the forward, then the backward with its shard of a random dOut;
 // dq, dk and dv of every token against the gradients in double over the whole sequences; causal
 // and not, grouped K/V heads, ragged and empty sequences; both calls replayed from a CUDA graph;
-// by the ring, Ulysses and the hybrid.
+// by the ring, Ulysses and the hybrid; ranks as threads and as processes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +15,7 @@
 
 #include "tests/gpu/gpu_harness.hpp"
 #include "tests/gpu/ring_reference.hpp"
+#include "tests/runtime/fork.hpp"
 #include "weft/weft.hpp"
 
 namespace weft::test {
@@ -269,6 +270,108 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuRingAttentionGraphs,
                                            GraphCase{"ring", 3}, GraphCase{"ulysses", 2},
                                            GraphCase{"hybrid", 4}),
                          [](const ::testing::TestParamInfo<GraphCase>& p) {
+                           return std::string(p.param.way) + std::to_string(p.param.n) + "ranks";
+                         });
+
+// The forward's out and lse of rank r's share against attention in double over the whole
+// sequences (the tolerances of test_gpu_ring.cpp): the values wrong.
+int forwardWrong(const Problem& p, const RankShare& x, bool causal) {
+  const auto out = x.out.read<std::uint16_t>();
+  const auto lse = x.lse.read<float>();
+  const auto D = static_cast<std::size_t>(p.g.dim), H = static_cast<std::size_t>(p.g.heads);
+  const auto local = static_cast<std::size_t>(x.cu.back());
+  std::vector<double> want;
+  double wantLse = 0;
+  int bad = 0;
+  for (std::size_t s = 0; s + 1 < x.cu.size(); ++s) {
+    for (std::int32_t i = x.cu[s]; i < x.cu[s + 1]; ++i) {
+      const auto t = static_cast<std::size_t>(p.g.cu[s] + x.positions[static_cast<std::size_t>(i)]);
+      const auto li = static_cast<std::size_t>(i);
+      for (std::size_t h = 0; h < H; ++h) {
+        p.g.reference(t, static_cast<int>(h), causal, want, wantLse);
+        if (!(std::fabs(lse[h * local + li] - wantLse) <= 1e-4 * (1 + std::fabs(wantLse)))) ++bad;
+        for (std::size_t c = 0; c < D; ++c) {
+          const double got = fromBf16(out[(li * H + h) * D + c]);
+          if (!(std::fabs(got - want[c]) <= 8e-3 * (1 + std::fabs(want[c])))) ++bad;
+        }
+      }
+    }
+  }
+  return bad;
+}
+
+// Ranks as processes sharing the GPU (each its own CUDA context, CUDA IPC between them): the
+// forward and the backward by one way (WEFT_CP_ATTENTION, inherited), every rank checking its
+// own share against the double references; nothing left in /dev/shm.
+struct ProcessCase {
+  const char* way;
+  int n, heads, kvHeads;
+};
+class GpuAttentionProcesses : public ::testing::TestWithParam<ProcessCase> {};
+
+TEST_P(GpuAttentionProcesses, ForwardAndBackwardAcrossProcesses) {
+  SKIP_UNLESS_FORKABLE();
+  const ProcessCase c = GetParam();
+  // One rank a process needs no extra hardware queues (test_gpu_collectives.cpp's
+  // GpuProcesses).
+  if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  ASSERT_EQ(setenv("WEFT_CP_ATTENTION", c.way, 1), 0);
+  const Problem p(c.n, c.heads, c.kvHeads);
+  std::vector<double> grads[2][3];  // full and causal: dq, dk, dv
+  for (int causal = 0; causal < 2; ++causal)
+    p.g.gradients(causal == 1, p.dOut, grads[causal][0], grads[causal][1], grads[causal][2]);
+  std::vector<pid_t> pids;
+  const std::vector<int> codes = forkRanks(
+      c.n,
+      [&](int r, Comm& comm) {
+        if (cudaSetDevice(spreadDevice(r)) != cudaSuccess) return 3;
+        cudaStream_t stream = nullptr;
+        if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) return 3;
+        int bad = 0;
+        for (int causal = 0; causal < 2; ++causal) {
+          auto x = shareOf(p, c.n, r, causal == 1);
+          x->run(comm, stream);
+          if (cudaStreamSynchronize(stream) != cudaSuccess || !comm.asyncError().isOk()) {
+            std::fprintf(stderr, "rank %d: %s\n", r, comm.asyncError().toString().c_str());
+            return 2;
+          }
+          const auto& [cu, pos] = std::pair{x->cu, x->positions};
+          const int wrong[4] = {
+              forwardWrong(p, *x, causal == 1),
+              compare(x->gq.read<std::uint16_t>(),
+                      shardOf(grads[causal][0], x->qWidth, p.g.cu, cu, pos), "dq"),
+              compare(x->gk.read<std::uint16_t>(),
+                      shardOf(grads[causal][1], x->kWidth, p.g.cu, cu, pos), "dk"),
+              compare(x->gv.read<std::uint16_t>(),
+                      shardOf(grads[causal][2], x->kWidth, p.g.cu, cu, pos), "dv")};
+          for (int w = 0; w < 4; ++w) {
+            if (wrong[w] != 0)
+              std::fprintf(stderr, "rank %d, %s: %d wrong %s\n", r, causal ? "causal" : "full",
+                           wrong[w],
+                           w == 0   ? "out or lse"
+                           : w == 1 ? "dq"
+                           : w == 2 ? "dk"
+                                    : "dv");
+            bad += wrong[w];
+          }
+        }
+        (void)cudaStreamDestroy(stream);
+        return bad == 0 ? 0 : 1;
+      },
+      &pids, std::chrono::seconds(300));
+  unsetenv("WEFT_CP_ATTENTION");
+  if (kSetHardwareQueues) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+  for (std::size_t r = 0; r < codes.size(); ++r) EXPECT_EQ(codes[r], 0) << c.way << ", rank " << r;
+  EXPECT_EQ(segmentsOf(pids), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, GpuAttentionProcesses,
+                         ::testing::Values(ProcessCase{"ring", 2, 4, 2},
+                                           ProcessCase{"ring", 4, 4, 2},
+                                           ProcessCase{"ulysses", 2, 4, 2},
+                                           ProcessCase{"ulysses", 4, 8, 4},
+                                           ProcessCase{"hybrid", 4, 4, 2}),
+                         [](const ::testing::TestParamInfo<ProcessCase>& p) {
                            return std::string(p.param.way) + std::to_string(p.param.n) + "ranks";
                          });
 
