@@ -41,16 +41,8 @@ int runMoe(const MoeArgs& args) {
     routings.push_back(*r);
     names.push_back(item);
   }
-  auto options = tunerOptions(args.tuningFile);
-  if (!options) {
-    std::cerr << "weft-plan: " << options.status().toString() << "\n";
-    return tools::kExitFailed;
-  }
-  auto host = topo::Topology::load(args.topo);
-  if (!host) {
-    std::cerr << "weft-plan: " << host.status().toString() << "\n";
-    return tools::kExitFailed;
-  }
+  const std::optional<Described> machine = describedMachine(args.topo, args.tuningFile);
+  if (!machine) return tools::kExitFailed;
   std::printf(
       "%s: MoE, %zu tokens a rank, hidden %zu, top-%d of %d experts, %s dispatch, bf16 combine; "
       "tokens counted once per destination rank; busiest: the most tokens a rank sends or "
@@ -60,8 +52,8 @@ int runMoe(const MoeArgs& args) {
   std::printf("%6s %12s %10s %10s %6s %12s %12s %10s %10s\n", "ranks", "routing", "mean", "busiest",
               "skew", "dispatch us", "combine us", "disp GB/s", "comb GB/s");
   for (int hosts : nodes) {
-    const topo::System system(*host, hosts);
-    const Selector selector = gpuSelectorFor(system, *options);
+    const topo::System system(machine->host, hosts);
+    const Selector selector = gpuSelectorFor(system, machine->options);
     const int n = selector.tuner().graph().nranks;
     const MoeShape shape =
         MoeShape::of(args.tokens, args.hidden, args.topk, args.experts, n, args.dispatch == "fp8");

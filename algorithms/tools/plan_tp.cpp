@@ -29,18 +29,10 @@ int runTp(const TpArgs& args) {
     }
     rows.push_back(v);
   }
-  auto options = tunerOptions(args.tuningFile);
-  if (!options) {
-    std::cerr << "weft-plan: " << options.status().toString() << "\n";
-    return tools::kExitFailed;
-  }
-  auto host = topo::Topology::load(args.topo);
-  if (!host) {
-    std::cerr << "weft-plan: " << host.status().toString() << "\n";
-    return tools::kExitFailed;
-  }
-  const topo::System system(*host, std::max(1, args.nodes));
-  const Selector selector = gpuSelectorFor(system, *options);
+  const std::optional<Described> machine = describedMachine(args.topo, args.tuningFile);
+  if (!machine) return tools::kExitFailed;
+  const topo::System system(machine->host, std::max(1, args.nodes));
+  const Selector selector = gpuSelectorFor(system, machine->options);
   const int n = selector.tuner().graph().nranks;
   const std::size_t cols = args.n != 0 ? args.n : ag ? 28672 : 8192;
   const std::size_t depth = args.k != 0 ? args.k : ag ? 8192 : 28672;

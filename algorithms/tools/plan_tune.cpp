@@ -277,6 +277,21 @@ Result<TunerOptions> tunerOptions(const std::string& tuningFile) {
   return options;
 }
 
+std::optional<Described> describedMachine(const std::string& topoFile,
+                                          const std::string& tuningFile) {
+  auto options = tunerOptions(tuningFile);
+  if (!options) {
+    std::cerr << "weft-plan: " << options.status().toString() << "\n";
+    return std::nullopt;
+  }
+  auto host = topo::Topology::load(topoFile);
+  if (!host) {
+    std::cerr << "weft-plan: " << host.status().toString() << "\n";
+    return std::nullopt;
+  }
+  return Described{std::move(*options), std::move(*host)};
+}
+
 int runTune(const TuneArgs& args) {
   const auto sizeParts = [&] {
     std::vector<std::string> p;

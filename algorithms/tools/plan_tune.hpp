@@ -1,9 +1,11 @@
 // weft-plan tune: picks, estimates, simulated times and regret.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "algorithms/tuner.hpp"
+#include "topology/topology.hpp"
 
 namespace weft::algo {
 
@@ -26,5 +28,13 @@ int runTune(const TuneArgs& args);
 
 // The environment's tuner options, with `tuningFile`'s constants where one is named.
 Result<TunerOptions> tunerOptions(const std::string& tuningFile);
+
+// Those options and the topology file's host, or (printed to stderr) why not.
+struct Described {
+  TunerOptions options;
+  topo::Topology host;
+};
+std::optional<Described> describedMachine(const std::string& topoFile,
+                                          const std::string& tuningFile);
 
 }  // namespace weft::algo

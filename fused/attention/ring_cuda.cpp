@@ -134,6 +134,34 @@ Status sideMet(Communicator& comm, const RingPeers& p) {
   return {};
 }
 
+// What a call runs with: the ring, Ulysses or the hybrid (Ulysses in groups of u, the ring
+// across them) as the selector picks, in a workspace of what that needs (a caller's holds any),
+// the ranks met over it; the groups' communicators and the ring's side stream made.
+struct Prepared {
+  algo::AttentionPlan plan;
+  std::byte* ws = nullptr;
+  Groups groups;
+};
+Result<Prepared> prepare(Communicator& comm, const RingCall& x, bool backward,
+                         std::size_t ringBytes, std::size_t groupBytes) {
+  Prepared p;
+  auto plan = comm.attentionPlanFor(shapeOf(comm, x, backward));
+  if (!plan) return plan.status();
+  p.plan = *plan;
+  const int u = plan->group;
+  auto workspace = workspaceMet(comm, x, u > 1 ? groupBytes : ringBytes);
+  if (!workspace) return workspace.status();
+  p.ws = *workspace;
+  p.groups = Groups{nullptr, {&comm, comm.size(), comm.rank()}};
+  if (u > 1) {
+    auto g = groupsOf(comm, u);
+    if (!g) return g.status();
+    p.groups = *g;
+  }
+  if (Status s = sideMet(comm, p.groups.ring); !s) return s;
+  return p;
+}
+
 }  // namespace
 
 LocalAttention ringPart(const RingPeers& p, const RingCall& x, algo::AttentionKernel kernel,
@@ -204,21 +232,12 @@ Status runRing(Communicator& comm, const RingCall& x) {
   if (!layout) return layout.status();
   auto groupLayout = ulyssesWorkspace(a, false);
   if (!groupLayout) return groupLayout.status();
-  // The ring, Ulysses or the hybrid (Ulysses in groups of u, the ring across them): the
-  // selector's pick, in a workspace of what it needs (a caller's holds any).
-  auto plan = comm.attentionPlanFor(shapeOf(comm, x, false));
-  if (!plan) return plan.status();
+  auto prep = prepare(comm, x, false, layout->ring, groupLayout->total);
+  if (!prep) return prep.status();
+  const algo::AttentionPlan* plan = &prep->plan;
   const int u = plan->group;
-  auto workspace = workspaceMet(comm, x, u > 1 ? groupLayout->total : layout->ring);
-  if (!workspace) return workspace.status();
-  std::byte* ws = *workspace;
-  Groups groups{nullptr, {&comm, comm.size(), comm.rank()}};
-  if (u > 1) {
-    auto g = groupsOf(comm, u);
-    if (!g) return g.status();
-    groups = *g;
-  }
-  if (Status s = sideMet(comm, groups.ring); !s) return s;
+  std::byte* ws = prep->ws;
+  const Groups& groups = prep->groups;
   // The ring's call: this one, or the group's share.
   RingCall ring = x;
   std::byte* ringWs = ws;
@@ -329,19 +348,11 @@ Status runRingBackward(Communicator& comm, const RingCall& x, const RingGrads& g
   if (!layout) return layout.status();
   auto groupLayout = ulyssesWorkspace(a, true);
   if (!groupLayout) return groupLayout.status();
-  auto plan = comm.attentionPlanFor(shapeOf(comm, x, true));
-  if (!plan) return plan.status();
-  const int u = plan->group;
-  auto workspace = workspaceMet(comm, x, u > 1 ? groupLayout->total : layout->ring);
-  if (!workspace) return workspace.status();
-  std::byte* ws = *workspace;
-  Groups groups{nullptr, {&comm, comm.size(), comm.rank()}};
-  if (u > 1) {
-    auto made = groupsOf(comm, u);
-    if (!made) return made.status();
-    groups = *made;
-  }
-  if (Status s = sideMet(comm, groups.ring); !s) return s;
+  auto prep = prepare(comm, x, true, layout->ring, groupLayout->total);
+  if (!prep) return prep.status();
+  const int u = prep->plan.group;
+  std::byte* ws = prep->ws;
+  const Groups& groups = prep->groups;
   return comm.gpuOperation(x.stream, [&]() -> Status {
     if (a.tokensQ == 0) return {};
     return u > 1 ? runUlyssesBackward(groups, x, g, ws) : ringBackward(groups.ring, x, g, ws);
