@@ -97,7 +97,12 @@ run gpu-kernels 300 "$dir/tests/weft_gpu_tests"
 # host threads; GpuCheckPlans: WEFT_CHECK_PLANS; GpuCompressed: the fp8 collectives.
 run gpu-threads 900 "$T" --gtest_filter="${ONLY:-*GpuThreads*:*GpuP2p*:GpuFaults*:GpuCheckPlans*:*GpuCompressed*}"
 # The tensor-parallel GEMMs with their collective, ranks as threads.
-if [[ -z "${ONLY:-}" ]]; then run gpu-tp 600 "$dir/tests/weft_gpu_tp_tests"; fi
+if [[ -z "${ONLY:-}" ]]; then
+  run gpu-tp 600 "$dir/tests/weft_gpu_tp_tests" --gtest_filter='-*GpuAttentionProcesses*'
+  # Context-parallel attention with ranks as processes (they fork: a process of their own).
+  run gpu-attention-processes 300 "$dir/tests/weft_gpu_tp_tests" \
+    --gtest_filter='*GpuAttentionProcesses*'
+fi
 # The NCCL interface: its C API on host and GPU memory, its device API, its exports.
 if ((shim)); then
   run nccl-interface 300 bash -c "cd '$dir' && ctest -R '^nccl_shim' --output-on-failure"
