@@ -34,8 +34,6 @@ struct HeadExchange {
   const std::int32_t* cu = nullptr;
   std::int32_t* shareCu = nullptr;
   std::size_t tokens = 0;
-  // Bytes of each buffer, sent and received: the group's destinations' shares, 16 bytes each.
-  std::size_t bufferBytes(int u) const;
 };
 
 Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,

@@ -152,20 +152,30 @@ Result<RingWorkspace> ringWorkspace(const LocalAttention& a) {
   return w;
 }
 
+namespace {
+
+// A caller's workspace: none (and 0 bytes), or at least `needs` bytes, as `sizeCall` says.
+Status checkWorkspace(const RingCall& x, std::size_t needs, const std::string& who,
+                      const char* sizeCall) {
+  if (x.workspace == nullptr && x.workspaceBytes != 0)
+    return invalidArgument(who + ": workspace is NULL but workspaceBytes is " +
+                           std::to_string(x.workspaceBytes));
+  if (x.workspace != nullptr && x.workspaceBytes < needs)
+    return invalidArgument(who + ": a workspace of " + std::to_string(x.workspaceBytes) +
+                           " bytes is too small: this call needs " + std::to_string(needs) + " (" +
+                           sizeCall + ")");
+  return {};
+}
+
+}  // namespace
+
 Status checkRing(const RingCall& x) {
   if (Status s = checkLocal(x.local); !s) return s;
   if (x.local.cuSeqlensK != x.local.cuSeqlensQ)
     return invalidArgument("ring attention: queries and keys share the sequences' offsets");
   auto w = ringWorkspace(x.local);
   if (!w) return w.status();
-  if (x.workspace == nullptr && x.workspaceBytes != 0)
-    return invalidArgument("ring attention: workspace is NULL but workspaceBytes is " +
-                           std::to_string(x.workspaceBytes));
-  if (x.workspace != nullptr && x.workspaceBytes < w->total)
-    return invalidArgument("ring attention: a workspace of " + std::to_string(x.workspaceBytes) +
-                           " bytes is too small: this call needs " + std::to_string(w->total) +
-                           " (weftRingAttentionWorkspaceSize)");
-  return {};
+  return checkWorkspace(x, w->total, "ring attention", "weftRingAttentionWorkspaceSize");
 }
 
 Result<RingBackwardWorkspace> ringBackwardWorkspace(const LocalAttention& a) {
@@ -192,16 +202,8 @@ Status checkRingBackward(const RingCall& x, const RingGrads& g) {
   }
   auto w = ringBackwardWorkspace(x.local);
   if (!w) return w.status();
-  if (x.workspace == nullptr && x.workspaceBytes != 0)
-    return invalidArgument("ring attention backward: workspace is NULL but workspaceBytes is " +
-                           std::to_string(x.workspaceBytes));
-  if (x.workspace != nullptr && x.workspaceBytes < w->total)
-    return invalidArgument("ring attention backward: a workspace of " +
-                           std::to_string(x.workspaceBytes) +
-                           " bytes is too small: this call "
-                           "needs " +
-                           std::to_string(w->total) + " (weftRingAttentionBackwardWorkspaceSize)");
-  return {};
+  return checkWorkspace(x, w->total, "ring attention backward",
+                        "weftRingAttentionBackwardWorkspaceSize");
 }
 
 }  // namespace weft::fused::attention

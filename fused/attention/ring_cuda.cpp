@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -72,7 +73,7 @@ algo::AttentionShape shapeOf(const Communicator& comm, const RingCall& x, bool b
 // its attentions runs once alone (its partials untouched), then the ranks meet. Not while a
 // graph is captured (its kernels load when it is instantiated).
 Status primeCudnn(Communicator& comm, const RingCall& x, int group,
-                  const std::vector<LocalAttention>& parts) {
+                  const std::function<std::vector<LocalAttention>()>& parts) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const auto stream = static_cast<cudaStream_t>(x.stream);
   if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess)
@@ -85,7 +86,7 @@ Status primeCudnn(Communicator& comm, const RingCall& x, int group,
   const LocalAttention& a = x.local;
   const Key key{a.tokensQ, a.heads, a.kvHeads, a.dim, static_cast<int>(a.type), x.causal, group};
   if (primed.contains(key)) return {};
-  for (const LocalAttention& p : parts) {
+  for (const LocalAttention& p : parts()) {
     if (Status s = attendWithCudnn(p, stream, false); !s) return s;
   }
   if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess) return cudaFailed("sync", e);
@@ -248,11 +249,14 @@ Status runRing(Communicator& comm, const RingCall& x) {
   if (plan->kernel == algo::AttentionKernel::cudnn && a.tokensQ > 0) {
     auto ringLayout = ringWorkspace(ring.local);
     if (!ringLayout) return ringLayout.status();
-    std::vector<LocalAttention> parts;
-    for (int step = 0; step < groups.ring.n; ++step) {
-      parts.push_back(ringPart(groups.ring, ring, plan->kernel, *ringLayout, ringWs, step));
-      parts.back().k = ring.local.k, parts.back().v = ring.local.v;
-    }
+    auto parts = [&] {
+      std::vector<LocalAttention> all;
+      for (int step = 0; step < groups.ring.n; ++step) {
+        all.push_back(ringPart(groups.ring, ring, plan->kernel, *ringLayout, ringWs, step));
+        all.back().k = ring.local.k, all.back().v = ring.local.v;
+      }
+      return all;
+    };
     if (Status s = primeCudnn(comm, x, u, parts); !s) return s;
   }
   return comm.gpuOperation(x.stream, [&]() -> Status {

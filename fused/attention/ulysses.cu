@@ -137,10 +137,6 @@ Status exchange(Communicator& group, const HeadExchange& e, std::byte* send, std
 
 }  // namespace
 
-std::size_t HeadExchange::bufferBytes(int u) const {
-  return static_cast<std::size_t>(u) * layoutOf(*this, u).chunk;
-}
-
 Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
                void* stream) {
   return exchange<true>(group, e, send, recv, stream);

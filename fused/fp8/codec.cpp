@@ -287,6 +287,17 @@ Status fromFloats(DataType type, const float* in, std::size_t count, void* out) 
   return {};
 }
 
+Status toFloats(DataType type, const void* in, std::size_t count, float* out) {
+  const bool known = byType(type, [&](auto tag) {
+    using V = decltype(tag);
+    const auto* values = static_cast<const typename V::S*>(in);
+    for (std::size_t i = 0; i < count; ++i) out[i] = V::load(values[i]);
+  });
+  if (!known)
+    return invalidArgument("fp8: " + std::string(name(type)) + " is not bf16, f16 or f32");
+  return {};
+}
+
 Segments Segments::of(const Codec& codec, std::size_t segments, std::size_t stride,
                       std::size_t count) {
   Segments s;

@@ -61,6 +61,8 @@ Status encode(const Codec& codec, DataType type, const void* in, std::size_t cou
 Status decode(const Codec& codec, DataType type, const std::byte* in, std::size_t count, void* out);
 // `count` floats as values of `type` (bf16, f16 or f32), rounded to nearest even.
 Status fromFloats(DataType type, const float* in, std::size_t count, void* out);
+// `count` values of `type` (bf16, f16 or f32) as floats.
+Status toFloats(DataType type, const void* in, std::size_t count, float* out);
 // One block's scale as a float (NaN where the block was not finite), for tests and tools.
 float scaleOf(const Codec& codec, const std::byte* encoded, std::size_t count, std::size_t block);
 

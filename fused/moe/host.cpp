@@ -4,30 +4,10 @@
 #include <cstring>
 #include <string>
 
-#include "src/exec/numeric.hpp"
+#include "fused/fp8/codec.hpp"
 
 namespace weft::fused::moe {
 namespace {
-
-float loadValue(const std::byte* p, DataType t) {
-  if (t == DataType::f32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, p, 2);
-  return t == DataType::bf16 ? exec::bf16ToFloat(h) : exec::halfToFloat(h);
-}
-
-void storeValue(std::byte* p, DataType t, float v) {
-  if (t == DataType::f32) {
-    std::memcpy(p, &v, 4);
-    return;
-  }
-  const std::uint16_t h = t == DataType::bf16 ? exec::floatToBf16(v) : exec::floatToHalf(v);
-  std::memcpy(p, &h, 2);
-}
 
 // What every rank tells every other before the exchange: its routing's state, its capacity,
 // and for each rank q the tokens it sends q and the slots of each of q's experts.
@@ -192,15 +172,15 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
   // Each received token's weighted sum over its local experts, in its slots' order, in f32.
   const auto* y = static_cast<const std::byte*>(expertOut);
   std::vector<std::byte> send(received * rowBytes);
-  std::vector<float> acc(H);
+  std::vector<float> acc(H), row(H);
   for (std::size_t j = 0; j < received; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s) {
-      const std::byte* row = y + layout.slotRows[s] * rowBytes;
-      for (std::size_t c = 0; c < H; ++c)
-        acc[c] += layout.slotWeights[s] * loadValue(row + c * es, t);
+      if (Status st = fp8::toFloats(t, y + layout.slotRows[s] * rowBytes, H, row.data()); !st)
+        return st;
+      for (std::size_t c = 0; c < H; ++c) acc[c] += layout.slotWeights[s] * row[c];
     }
-    for (std::size_t c = 0; c < H; ++c) storeValue(send.data() + j * rowBytes + c * es, t, acc[c]);
+    if (Status st = fp8::fromFloats(t, acc.data(), H, send.data() + j * rowBytes); !st) return st;
   }
   std::vector<std::size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
   std::size_t at = 0;
@@ -220,11 +200,10 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
   std::vector<float> sum(shape.tokens * H, 0.0f);
   for (std::size_t i = 0; i < layout.route.tokens.size(); ++i) {
     const auto tok = static_cast<std::size_t>(layout.route.tokens[i]);
-    for (std::size_t c = 0; c < H; ++c)
-      sum[tok * H + c] += loadValue(back.data() + i * rowBytes + c * es, t);
+    if (Status st = fp8::toFloats(t, back.data() + i * rowBytes, H, row.data()); !st) return st;
+    for (std::size_t c = 0; c < H; ++c) sum[tok * H + c] += row[c];
   }
-  auto* o = static_cast<std::byte*>(out);
-  for (std::size_t v = 0; v < shape.tokens * H; ++v) storeValue(o + v * es, t, sum[v]);
+  if (Status st = fp8::fromFloats(t, sum.data(), shape.tokens * H, out); !st) return st;
   return {};
 }
 
