@@ -106,7 +106,9 @@ TEST_P(GpuCompressed, EveryRankGetsTheHostsBitsInAndOutOfPlace) {
               EXPECT_EQ(cudaMalloc(&b, outCount * size), cudaSuccess);
               EXPECT_EQ(cudaMemset(b, 0xA5, outCount * size), cudaSuccess);
               out = b;
-            } else if (call.coll == Collective::reduceScatter) {
+            }
+            // cudaMemset may return before it is done; the call's stream does not wait for it.
+            EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess); else if (call.coll == Collective::reduceScatter) {
               out = a + R * count * size;
             } else if (call.coll == Collective::allGather) {
               in = a + R * count * size;
@@ -157,6 +159,7 @@ TEST_P(GpuCompressed, AllReduceReplaysFromAGraph) {
     EXPECT_EQ(cudaMalloc(&in[R], bytes), cudaSuccess);
     EXPECT_EQ(cudaMalloc(&out[R], bytes), cudaSuccess);
     EXPECT_EQ(cudaMemset(in[R], 0, bytes), cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);  // before the call's stream
     // A size's first call sets up outside the capture.
     EXPECT_EQ(weftAllReduceEx(in[R], out[R], count, weftBfloat16, weftSum, comms[R].handle(),
                               streams[r], &w),

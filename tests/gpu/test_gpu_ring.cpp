@@ -72,7 +72,7 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
       cudaMemcpy(dk, k.data(), k.size() * 2, cudaMemcpyHostToDevice);
       cudaMemcpy(dv, v.data(), v.size() * 2, cudaMemcpyHostToDevice);
       cudaMemcpy(dcu, cu.data(), cu.size() * 4, cudaMemcpyHostToDevice);
-      cudaMemset(dout, 0xFF, outBytes);  // poisoned
+      cudaMemsetAsync(dout, 0xFF, outBytes, streams[r]);  // poisoned, before the call
       std::size_t maxSeqlen = 0;
       for (int s = 0; s < sequences; ++s)
         maxSeqlen = std::max<std::size_t>(maxSeqlen, static_cast<std::size_t>(cu[s + 1] - cu[s]));

@@ -33,6 +33,10 @@ struct OnDevice {
   explicit OnDevice(std::size_t size) : bytes(size) {
     EXPECT_EQ(cudaMalloc(&p, bytes + 16), cudaSuccess);
     EXPECT_EQ(cudaMemset(p, 0xFF, bytes), cudaSuccess);  // poisoned: NaN in bf16 and f32
+    // cudaMemset may return before it is done, and the calls' (non-blocking) streams do not
+    // wait for it; the legacy stream alone (a device-wide wait could wait for a peer's kernel
+    // that waits for this rank, with ranks as threads).
+    EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
   }
   ~OnDevice() { (void)cudaFree(p); }
   OnDevice(const OnDevice&) = delete;
@@ -252,6 +256,7 @@ TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
     for (int replay = 0; replay < 2; ++replay) {
       for (const OnDevice* o : {&x->out, &x->gq, &x->gk, &x->gv})
         ASSERT_EQ(cudaMemset(o->p, 0xFF, o->bytes), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);  // before the graph's stream
       ASSERT_EQ(cudaGraphLaunch(exec, streams[r]), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
       EXPECT_EQ(x->out.read<std::uint16_t>(), out) << "rank " << r << " replay " << replay;

@@ -86,6 +86,7 @@ static void* rankMain(void* arg) {
     for (size_t i = 0; i < all; ++i) host[i] = value(rank, (int)i, round);
     CUDA(rank, cudaMemcpy(in, host, all * sizeof(float), cudaMemcpyHostToDevice));
     CUDA(rank, cudaMemset(out, 0xA5, all * sizeof(float)));
+    CUDA(rank, cudaDeviceSynchronize()); /* the non-blocking stream does not wait for it */
     if (round < 2) {
       NCCL(rank, ncclAllReduce(in, out, COUNT, ncclFloat32, ncclSum, comm, stream));
     } else {
