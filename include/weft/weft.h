@@ -368,6 +368,41 @@ WEFT_API weftResult_t weftRingAttentionBackwardWorkspaceSize(const weftAttention
 WEFT_API weftResult_t weftZigzagLocal(const int32_t* cuSeqlens, int sequences, int nranks, int rank,
                                       int32_t* localCuSeqlens, int32_t* positions);
 
+/* Mixture-of-experts dispatch and combine (expert parallelism), on host memory for now (GPU
+ * memory is weftUnsupported). The experts split evenly over the ranks in order: rank r holds
+ * experts r * E/n ... (r + 1) * E/n - 1. Collective: every rank calls it with the same hidden,
+ * topk, experts and datatype, `tokens` its own. Each token's row goes once to each rank that holds
+ * one of its experts; recvX receives the rows grouped by local expert (each expert's by source
+ * rank, then the source's token order), expertCounts each local expert's rows. A routing error
+ * on any rank (an expert out of range, one listed twice), or more rows for a rank than its
+ * capacity, is every rank's error, saying which and by how many; nothing is written. The handle
+ * is the layout combine needs (docs/algorithms-fused.md, "MoE dispatch and combine"). */
+typedef struct {
+  const void* x;            /* [tokens, hidden] of datatype (bf16, f16 or f32) */
+  const int64_t* topkIdx;   /* [tokens, topk]: an expert, or -1 (dropped) */
+  const float* topkWeights; /* [tokens, topk]: combine's weights */
+  size_t tokens;
+  size_t hidden;
+  int topk;
+  int experts; /* over every rank */
+  weftDataType_t datatype;
+  void* recvX; /* [capacity, hidden] of datatype */
+  size_t capacity;
+  int32_t* expertCounts; /* [experts / nranks] */
+  int32_t* recvSource;   /* NULL, or [capacity, 2]: each row's source rank and token */
+} weftMoeDispatchArgs;
+typedef struct weftMoeHandle* weftMoeHandle_t;
+WEFT_API weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,
+                                      weftComm_t comm, void* stream);
+/* The rows dispatch wrote to recvX (and combine reads from expertOut). */
+WEFT_API weftResult_t weftMoeRows(weftMoeHandle_t handle, size_t* rows);
+/* Collective: out [tokens, hidden] = each token's sum over its slots of weight * the expert's
+ * output row (expertOut [rows, hidden], laid out as recvX was), in f32, summed in rank order,
+ * so the same bits whatever the arrival order; 0 where every slot was dropped. */
+WEFT_API weftResult_t weftMoeCombine(weftMoeHandle_t handle, const void* expertOut, void* out,
+                                     weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftMoeHandleDestroy(weftMoeHandle_t handle);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,6 +69,34 @@ struct TpWorkspace {
   std::size_t bytes = 0;
 };
 
+// A MoE dispatch's layout (weft.h, weftMoeDispatch), which its combine takes; owned.
+class MoeHandle {
+ public:
+  MoeHandle() = default;
+  explicit MoeHandle(weftMoeHandle_t h) : h_(h) {}
+  MoeHandle(MoeHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  MoeHandle& operator=(MoeHandle&& o) noexcept {
+    if (this != &o) {
+      (void)weftMoeHandleDestroy(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  MoeHandle(const MoeHandle&) = delete;
+  MoeHandle& operator=(const MoeHandle&) = delete;
+  ~MoeHandle() { (void)weftMoeHandleDestroy(h_); }
+  weftMoeHandle_t get() const { return h_; }
+  // The rows dispatch wrote (and combine reads).
+  std::size_t rows() const {
+    std::size_t r = 0;
+    (void)weftMoeRows(h_, &r);
+    return r;
+  }
+
+ private:
+  weftMoeHandle_t h_ = nullptr;
+};
+
 class Comm {
  public:
   static Result<Comm> initRank(int nranks, const UniqueId& id, int rank) {
@@ -259,6 +287,19 @@ class Comm {
         !s)
       return s;
     return bytes;
+  }
+
+  // MoE dispatch (weftMoeDispatch): the rows grouped by local expert, and the handle combine
+  // takes.
+  Result<MoeHandle> moeDispatch(const weftMoeDispatchArgs& args, void* stream = nullptr) {
+    weftMoeHandle_t h = nullptr;
+    if (Status s = detail::status(weftMoeDispatch(&args, &h, h_, stream)); !s) return s;
+    return MoeHandle(h);
+  }
+  // MoE combine (weftMoeCombine): out = each token's weighted sum of its experts' rows.
+  Status moeCombine(const MoeHandle& handle, const void* expertOut, void* out,
+                    void* stream = nullptr) {
+    return detail::status(weftMoeCombine(handle.get(), expertOut, out, h_, stream));
   }
 
   // Typed forms: the DataType follows from T.

@@ -1,0 +1,163 @@
+// MoE dispatch and combine through the public API (weft.h's weftMoe*, weft.hpp's Comm::moe*),
+// ranks as threads of one process: every received row is its source token's, grouped by local
+// expert with the right counts; combine of outputs that scale each expert's rows by (expert + 1)
+// equals Σ weight · (expert + 1) · x in double; bad arguments are clear errors that write nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/weft.hpp"
+
+namespace weft {
+namespace {
+
+constexpr int kRanks = 4, kExperts = 8, kTopk = 3;
+constexpr std::size_t kTokens = 24, kHidden = 16, kCapacity = kRanks * kTokens * kTopk;
+
+struct Inputs {
+  std::vector<float> x;
+  std::vector<std::int64_t> idx;
+  std::vector<float> w;
+};
+
+// Rank r's tokens: distinct experts per token, a slot dropped now and then.
+Inputs inputsOf(int r) {
+  std::mt19937 rng(static_cast<unsigned>(11 + r));
+  std::normal_distribution<float> normal(0, 1);
+  std::uniform_real_distribution<float> weight(0.1f, 1);
+  Inputs in;
+  in.x.resize(kTokens * kHidden);
+  for (auto& v : in.x) v = normal(rng);
+  for (std::size_t t = 0; t < kTokens; ++t) {
+    std::vector<std::int64_t> all(kExperts);
+    for (int e = 0; e < kExperts; ++e) all[static_cast<std::size_t>(e)] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int j = 0; j < kTopk; ++j) {
+      in.idx.push_back(t % 5 == 2 && j == 1 ? -1 : all[static_cast<std::size_t>(j)]);
+      in.w.push_back(weight(rng));
+    }
+  }
+  return in;
+}
+
+template <typename Fn>
+void onEveryRank(std::vector<Comm>& comms, Fn fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] { fn(r, comms[static_cast<std::size_t>(r)]); });
+  for (auto& t : threads) t.join();
+}
+
+weftMoeDispatchArgs argsOf(Inputs& in, std::vector<float>& recv, std::vector<std::int32_t>& counts,
+                           std::vector<std::int32_t>& source) {
+  weftMoeDispatchArgs a{};
+  a.x = in.x.data(), a.topkIdx = in.idx.data(), a.topkWeights = in.w.data();
+  a.tokens = kTokens, a.hidden = kHidden, a.topk = kTopk, a.experts = kExperts;
+  a.datatype = weftFloat32;
+  a.recvX = recv.data(), a.capacity = kCapacity;
+  a.expertCounts = counts.data(), a.recvSource = source.data();
+  return a;
+}
+
+TEST(MoeApi, DispatchAndCombineAgainstTheRouting) {
+  auto comms = Comm::initAll(kRanks);
+  ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+  std::vector<Inputs> all;
+  for (int r = 0; r < kRanks; ++r) all.push_back(inputsOf(r));
+  constexpr int L = kExperts / kRanks;
+  onEveryRank(*comms, [&](int r, Comm& c) {
+    Inputs in = all[static_cast<std::size_t>(r)];
+    std::vector<float> recv(kCapacity * kHidden, NAN);  // poisoned
+    std::vector<std::int32_t> counts(L, -1), source(2 * kCapacity, -1);
+    auto h = c.moeDispatch(argsOf(in, recv, counts, source));
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    // Each local expert's rows: from every rank, in token order, each the token's values.
+    std::size_t row = 0;
+    for (int e = 0; e < L; ++e) {
+      std::size_t want = 0;
+      for (int s = 0; s < kRanks; ++s) {
+        const Inputs& from = all[static_cast<std::size_t>(s)];
+        for (std::size_t t = 0; t < kTokens; ++t) {
+          bool routed = false;
+          for (int j = 0; j < kTopk; ++j)
+            routed = routed || from.idx[t * kTopk + static_cast<std::size_t>(j)] == r * L + e;
+          if (!routed) continue;
+          ++want;
+          ASSERT_EQ(source[2 * row], s) << "row " << row;
+          ASSERT_EQ(source[2 * row + 1], static_cast<std::int32_t>(t)) << "row " << row;
+          for (std::size_t c2 = 0; c2 < kHidden; ++c2)
+            ASSERT_EQ(recv[row * kHidden + c2], from.x[t * kHidden + c2]) << "row " << row;
+          ++row;
+        }
+      }
+      EXPECT_EQ(counts[static_cast<std::size_t>(e)], static_cast<std::int32_t>(want));
+    }
+    EXPECT_EQ(h->rows(), row);
+    // Expert e's output: its rows times (its global index + 1).
+    std::vector<float> y(row * kHidden);
+    std::size_t at = 0;
+    for (int e = 0; e < L; ++e)
+      for (int i = 0; i < counts[static_cast<std::size_t>(e)]; ++i, ++at)
+        for (std::size_t c2 = 0; c2 < kHidden; ++c2)
+          y[at * kHidden + c2] = recv[at * kHidden + c2] * static_cast<float>(r * L + e + 1);
+    std::vector<float> out(kTokens * kHidden, NAN);
+    ASSERT_TRUE(c.moeCombine(*h, y.data(), out.data()).isOk());
+    for (std::size_t t = 0; t < kTokens; ++t) {
+      for (std::size_t c2 = 0; c2 < kHidden; ++c2) {
+        double want = 0;
+        for (int j = 0; j < kTopk; ++j) {
+          const std::int64_t e = in.idx[t * kTopk + static_cast<std::size_t>(j)];
+          if (e >= 0)
+            want += static_cast<double>(in.w[t * kTopk + static_cast<std::size_t>(j)]) *
+                    static_cast<double>(e + 1) * in.x[t * kHidden + c2];
+        }
+        EXPECT_NEAR(out[t * kHidden + c2], want, 1e-5 * (1 + std::fabs(want)))
+            << "rank " << r << " token " << t;
+      }
+    }
+  });
+}
+
+TEST(MoeApi, BadArgumentsAreClearErrorsThatWriteNothing) {
+  auto comms = Comm::initAll(kRanks);
+  ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+  onEveryRank(*comms, [&](int r, Comm& c) {
+    Inputs in = inputsOf(r);
+    std::vector<float> recv(kCapacity * kHidden, -7.0f);
+    std::vector<std::int32_t> counts(kExperts / kRanks, -1), source(2 * kCapacity, -1);
+    weftMoeHandle_t h = nullptr;
+    EXPECT_EQ(weftMoeDispatch(nullptr, &h, c.handle(), nullptr), weftInvalidArgument);
+    weftMoeDispatchArgs a = argsOf(in, recv, counts, source);
+    int stream = 0;
+    EXPECT_EQ(weftMoeDispatch(&a, &h, c.handle(), &stream), weftInvalidUsage);
+    EXPECT_NE(std::string(weftGetLastError()).find("stream must be NULL"), std::string::npos);
+    // Rank 2's expert out of range: every rank's error, nothing written.
+    if (r == 2) in.idx[4] = kExperts;
+    EXPECT_EQ(weftMoeDispatch(&a, &h, c.handle(), nullptr), weftInvalidArgument);
+    EXPECT_EQ(h, nullptr);
+    const std::string why = weftGetLastError();
+    EXPECT_NE(why.find(r == 2 ? "expert" : "rank 2"), std::string::npos) << why;
+    for (float v : recv) ASSERT_EQ(v, -7.0f);
+    for (std::int32_t v : counts) ASSERT_EQ(v, -1);
+    if (r == 2) in.idx[4] = 0;
+    // Too little capacity: every rank's error naming by how many.
+    a.capacity = 1;
+    EXPECT_EQ(weftMoeDispatch(&a, &h, c.handle(), nullptr), weftInvalidArgument);
+    EXPECT_NE(std::string(weftGetLastError()).find("over its capacity"), std::string::npos);
+    a.capacity = kCapacity;
+    auto good = c.moeDispatch(a);
+    ASSERT_TRUE(good.isOk()) << good.status().toString();
+    EXPECT_EQ(weftMoeCombine(nullptr, recv.data(), recv.data(), c.handle(), nullptr),
+              weftInvalidArgument);
+    EXPECT_EQ(weftMoeRows(nullptr, nullptr), weftInvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace weft
