@@ -1,0 +1,59 @@
+// MoE dispatch and combine on GPU memory, the kernels' side: every rank's shared buffer (mapped
+// by every other rank) holds the rows each source sent it, their slots, the outputs sent back,
+// and the flags that say a source's (or an expert rank's) writes have landed. Each rank writes
+// its rows straight into its peers' buffers, so no call waits on the host and a graph replays it.
+// docs/algorithms-fused.md, "MoE dispatch and combine".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "weft/status.hpp"
+#include "weft/types.hpp"
+
+namespace weft::fused::moe {
+
+inline constexpr int kGpuMaxRanks = 64;
+inline constexpr std::size_t kFlagStride = 64;
+// Flags at the buffer's start: dispatch's from source s at s, combine's at kGpuMaxRanks + s.
+inline constexpr std::size_t kFlagsBytes = 2 * kGpuMaxRanks * kFlagStride;
+
+// What every kernel of a call reads: the shape, where each rank's buffer is, and this rank's
+// own device state.
+struct MoeDevice {
+  int n = 1, me = 0, k = 1, L = 1, experts = 1;
+  int tokens = 0;    // each rank's (the same on every rank): a source's rows at most
+  int metaInts = 3;  // a row's record: its token, then (local expert, weight) per slot
+  std::size_t hidden = 0, rowBytes = 0, capacity = 0;
+  DataType type = DataType::bf16;
+  std::byte* peers[kGpuMaxRanks] = {};  // each rank's buffer
+  std::size_t countsAt = 0, metaAt = 0, rowsAt = 0, backAt = 0;
+  // This rank's: [tokens, n] slot of each token at each rank (−1: not sent there), [n] rows
+  // sent to each, [n, tokens, k] recvX row of each received slot (−1: none), the call count,
+  // and [3] what went wrong: bad expert indices, repeated experts, rows over the capacity.
+  std::int32_t* slotOf = nullptr;
+  std::int32_t* sendCount = nullptr;
+  std::int32_t* rowPos = nullptr;
+  std::uint64_t* epoch = nullptr;
+  unsigned long long* status = nullptr;
+  std::uint64_t timeoutNs = 0;
+};
+
+// The shared buffer's bytes for `d`'s shape, with its offsets set.
+std::size_t layoutShared(MoeDevice& d);
+
+// Dispatch: the call counted, the layout, the rows and records into the peers' buffers, the
+// counts and flags raised there; then, once every source's flag is up, each local expert's rows
+// counted, placed and copied into recvX.
+Status launchDispatch(const MoeDevice& d, const void* x, const std::int64_t* topkIdx,
+                      const float* topkWeights, void* recvX, std::int32_t* expertCounts,
+                      std::int32_t* recvSource, void* stream);
+// Combine: each received token's Σ weight · expert output over its local slots (f32, slot
+// order) written back into its source's buffer, flags raised; then each own token's partial
+// sums added in rank order (f32) into out.
+Status launchCombine(const MoeDevice& d, const void* expertOut, void* out, void* stream);
+// Each kernel loaded before any of them waits on a peer (lazy loading could otherwise wait for
+// a peer's spinning kernel).
+Status loadMoeKernels();
+
+}  // namespace weft::fused::moe

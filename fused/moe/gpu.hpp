@@ -1,0 +1,34 @@
+// MoE dispatch and combine on GPU memory: the ranks of one host (sharing a GPU, or GPUs that map
+// each other's memory) write their tokens' rows straight into each other's buffers
+// (fused/moe/device.hpp). Outside a graph capture dispatch waits for its layout and reports
+// bad routing and rows over the capacity as every rank's error; inside one nothing waits on the
+// host (rows past the capacity are dropped and counted). docs/algorithms-fused.md, "MoE
+// dispatch and combine".
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "fused/moe/host.hpp"
+
+namespace weft::fused::moe {
+
+struct GpuState;
+
+// A GPU dispatch's layout: it lives in the communicator's MoE state, until the next dispatch
+// (each dispatch's combine comes before the next dispatch on the communicator).
+struct GpuLayout {
+  std::shared_ptr<GpuState> state;
+  std::uint64_t generation = 0;  // the state's shape when dispatched
+  std::size_t rows = 0;          // known outside a capture
+};
+
+Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
+                              const DispatchCall& call, void* stream);
+Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* expertOut, void* out,
+                  void* stream);
+// A dispatch that will not be combined (its handle destroyed): the next may come.
+void forgetGpu(const GpuLayout& layout);
+
+}  // namespace weft::fused::moe

@@ -1,0 +1,227 @@
+// dispatchGpu and combineGpu (gpu.hpp): the communicator's MoE state, set up for a shape at its
+// first call outside a capture (every rank's buffer mapped by every other), and the calls'
+// checks around the kernels of device.cu.
+#include <cuda_runtime.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "fused/cuda_steps.hpp"
+#include "fused/moe/device.hpp"
+#include "fused/moe/gpu.hpp"
+#include "fused/tp/flags.hpp"
+#include "src/exec/cuda_executor.hpp"
+
+namespace weft::fused::moe {
+
+// A communicator's buffers for one shape; older ones stay until the communicator goes
+// (cudaFree waits for the whole device, where another rank's kernel may wait for this rank).
+struct GpuState {
+  MoeDevice dev;
+  std::uint64_t generation = 0;
+  bool pending = false;  // a dispatch not combined yet
+  std::array<std::size_t, 4> key{};
+  std::vector<void*> memory;
+  std::vector<std::shared_ptr<void>> mappings;
+  ~GpuState() {
+    mappings.clear();
+    for (void* p : memory) (void)cudaFree(p);
+  }
+};
+
+namespace {
+
+Status refuse(const std::string& why) {
+  return invalidArgument("moe dispatch: " + why);
+}
+
+Status onDevice(const void* p, const char* role, bool optional = false) {
+  if (p == nullptr && optional) return {};
+  if (p == nullptr || !exec::isDevicePointer(p))
+    return refuse(std::string(role) + " must be GPU memory, as x is");
+  return {};
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
+}
+
+// The state for `shape`: made (collectively, outside a capture) where the communicator has none
+// of this shape.
+Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, DataType type,
+                           std::size_t capacity, cudaStream_t stream) {
+  std::shared_ptr<void>& slot = comm.fusedState("moe");
+  if (!slot) slot = std::make_shared<GpuState>();
+  auto* st = static_cast<GpuState*>(slot.get());
+  const std::array<std::size_t, 4> key{shape.tokens, shape.hidden * sizeOf(type),
+                                       static_cast<std::size_t>(shape.topk),
+                                       static_cast<std::size_t>(shape.experts)};
+  if (st->generation > 0 && st->key == key) {
+    st->dev.capacity = capacity, st->dev.type = type, st->dev.hidden = shape.hidden;
+    return st;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(stream, &capture); e != cudaSuccess)
+    return cudaStatus("moe: capture status", e);
+  if (capture != cudaStreamCaptureStatusNone)
+    return Status(Code::invalidUsage,
+                  "moe dispatch: a shape's first call sets up buffers the ranks share: make one "
+                  "call of the shape before capturing it");
+  // Every rank the same tokens: each source's rows at a rank are held for that many.
+  const auto n = static_cast<std::size_t>(comm.size());
+  std::vector<std::uint64_t> tokens(n);
+  const std::uint64_t mine = shape.tokens;
+  if (Status s = comm.allGather(&mine, tokens.data(), 1, DataType::u64); !s) return s;
+  for (std::size_t r = 0; r < n; ++r)
+    if (tokens[r] != mine)
+      return refuse("on GPU memory every rank dispatches the same number of tokens (rank " +
+                    std::to_string(r) + " has " + std::to_string(tokens[r]) + ", rank " +
+                    std::to_string(comm.rank()) + " " + std::to_string(mine) + ")");
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+    return cudaStatus("moe: sync", e);
+  MoeDevice d;
+  d.n = comm.size(), d.me = comm.rank(), d.k = shape.topk, d.L = shape.localExperts();
+  d.experts = shape.experts, d.tokens = static_cast<int>(shape.tokens);
+  d.hidden = shape.hidden, d.rowBytes = shape.hidden * sizeOf(type), d.capacity = capacity;
+  d.type = type;
+  d.timeoutNs = static_cast<std::uint64_t>(comm.config().timeout.count()) * 1000000ULL;
+  const std::size_t bytes = layoutShared(d);
+  void* shared = nullptr;
+  if (cudaError_t e = cudaMalloc(&shared, bytes); e != cudaSuccess)
+    return cudaStatus("moe: allocating the " + std::to_string(bytes >> 20) + " MiB shared buffer",
+                      e);
+  st->memory.push_back(shared);
+  const std::size_t T = shape.tokens, k = static_cast<std::size_t>(shape.topk);
+  const std::size_t localBytes = 4 * (T * n + n + n * T * k) + 8 + 3 * 8 + 64;
+  void* local = nullptr;
+  if (cudaError_t e = cudaMalloc(&local, localBytes); e != cudaSuccess)
+    return cudaStatus("moe: allocating the layout", e);
+  st->memory.push_back(local);
+  cudaError_t e = cudaMemset(shared, 0, kFlagsBytes);
+  if (e == cudaSuccess) e = cudaMemset(local, 0, localBytes);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) return cudaStatus("moe: clearing the buffers", e);
+  auto* words = static_cast<std::byte*>(local);
+  d.epoch = reinterpret_cast<std::uint64_t*>(words);
+  d.status = reinterpret_cast<unsigned long long*>(words + 8);
+  d.slotOf = reinterpret_cast<std::int32_t*>(words + 64);
+  d.sendCount = d.slotOf + T * n;
+  d.rowPos = d.sendCount + n;
+  auto peers = comm.mapPeerMemory(shared);
+  if (!peers) return peers.status();
+  if (peers->at.empty() || n > static_cast<std::size_t>(kGpuMaxRanks))
+    return Status(Code::unsupported,
+                  "moe dispatch on GPU memory: the ranks must map each other's memory (one host, "
+                  "at most " +
+                      std::to_string(kGpuMaxRanks) + " ranks)");
+  for (std::size_t r = 0; r < n; ++r) d.peers[r] = peers->at[r];
+  st->mappings.push_back(std::move(peers->keep));
+  if (Status s = loadMoeKernels(); !s) return s;
+  if (Status s = comm.barrier(); !s) return s;
+  st->dev = d;
+  st->key = key;
+  ++st->generation;
+  st->pending = false;
+  return st;
+}
+
+// The ranks' status words summed: every rank's error alike.
+Status reportStatus(Communicator& comm, GpuState& st, cudaStream_t stream, const DispatchCall& call,
+                    std::size_t& rows) {
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+    return cudaStatus("moe dispatch", e);
+  std::uint64_t status[3] = {};
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(st.dev.L));
+  cudaError_t e = cudaMemcpy(status, st.dev.status, sizeof status, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess)
+    e = cudaMemcpy(counts.data(), call.expertCounts, counts.size() * 4, cudaMemcpyDeviceToHost);
+  if (e != cudaSuccess) return cudaStatus("moe dispatch: reading its status", e);
+  std::uint64_t all[3] = {};
+  if (Status s = comm.allReduce(status, all, 3, DataType::u64, RedOp::sum); !s) return s;
+  rows = 0;
+  for (std::int32_t c : counts) rows += static_cast<std::size_t>(c);
+  if (all[0] > 0)
+    return refuse(std::to_string(all[0]) + " expert index(es) out of range (-1 or 0 … " +
+                  std::to_string(st.dev.experts - 1) + "); their slots were dropped");
+  if (all[1] > 0) return refuse(std::to_string(all[1]) + " token(s) list an expert twice");
+  if (all[2] > 0)
+    return refuse(std::to_string(all[2]) + " row(s) over the ranks' capacity were dropped");
+  return {};
+}
+
+}  // namespace
+
+Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
+                              const DispatchCall& call, void* stream) {
+  if (Status s = algo::checkMoeShape(shape); !s) return s;
+  for (auto [p, role] : {std::pair<const void*, const char*>{call.x, "x"},
+                         {call.topkIdx, "topk_idx"},
+                         {call.topkWeights, "topk_weights"},
+                         {call.recvX, "recv_x"},
+                         {call.expertCounts, "expert_counts"}}) {
+    if (shape.tokens == 0 && (p == call.x || p == call.topkIdx || p == call.topkWeights)) continue;
+    if (Status s = onDevice(p, role); !s) return s;
+  }
+  if (Status s = onDevice(call.recvSource, "recv_source", true); !s) return s;
+  const std::size_t rowBytes = shape.hidden * sizeOf(call.type);
+  if (rowBytes % 16 != 0 || !aligned16(call.x) || !aligned16(call.recvX))
+    return refuse(
+        "on GPU memory a row's bytes (hidden × the value's size) and x and recv_x "
+        "must be multiples of 16 bytes");
+  if (call.type != DataType::bf16 && call.type != DataType::f16 && call.type != DataType::f32)
+    return refuse("bf16, f16 or f32 values");
+  const auto s = static_cast<cudaStream_t>(stream);
+  auto st = stateFor(comm, shape, call.type, call.capacity, s);
+  if (!st) return st.status();
+  GpuState& state = **st;
+  if (state.pending)
+    return Status(Code::invalidUsage,
+                  "moe dispatch: the previous dispatch on this communicator was not combined "
+                  "(combine it, or destroy its handle, first)");
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaError_t e = cudaStreamIsCapturing(s, &capture); e != cudaSuccess)
+    return cudaStatus("moe: capture status", e);
+  Status run = comm.gpuOperation(stream, [&]() -> Status {
+    if (Status c = tp::countCall(state.dev.epoch, stream); !c) return c;
+    return launchDispatch(state.dev, call.x, call.topkIdx, call.topkWeights, call.recvX,
+                          call.expertCounts, call.recvSource, stream);
+  });
+  if (!run) return run;
+  state.pending = true;
+  GpuLayout layout{std::static_pointer_cast<GpuState>(comm.fusedState("moe")), state.generation, 0};
+  if (capture == cudaStreamCaptureStatusNone) {
+    if (Status r = reportStatus(comm, state, s, call, layout.rows); !r) {
+      // Every rank stops here alike: the dispatch's peers may already hold its rows, so its
+      // combine would still be owed; it is forgotten instead.
+      state.pending = false;
+      return r;
+    }
+  }
+  return layout;
+}
+
+Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* expertOut, void* out,
+                  void* stream) {
+  GpuState* st = layout.state.get();
+  if (st == nullptr || st->generation != layout.generation || !st->pending)
+    return invalidArgument(
+        "moe combine: the handle's dispatch is not the communicator's last (each dispatch is "
+        "combined before the next)");
+  for (auto [p, role] :
+       {std::pair<const void*, const char*>{expertOut, "expert_out"}, {out, "out"}}) {
+    if (p == nullptr || !exec::isDevicePointer(p) || !aligned16(p))
+      return invalidArgument(std::string("moe combine: ") + role +
+                             " must be GPU memory, 16-byte aligned");
+  }
+  Status run =
+      comm.gpuOperation(stream, [&] { return launchCombine(st->dev, expertOut, out, stream); });
+  if (run) st->pending = false;
+  return run;
+}
+
+void forgetGpu(const GpuLayout& layout) {
+  if (layout.state && layout.state->generation == layout.generation) layout.state->pending = false;
+}
+
+}  // namespace weft::fused::moe

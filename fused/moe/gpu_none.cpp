@@ -1,0 +1,14 @@
+// Builds without CUDA: MoE on GPU memory is unsupported.
+#include "fused/moe/gpu.hpp"
+
+namespace weft::fused::moe {
+
+Result<GpuLayout> dispatchGpu(Communicator&, const algo::MoeShape&, const DispatchCall&, void*) {
+  return Status(Code::unsupported, "moe dispatch: GPU buffers, but this build has no CUDA");
+}
+Status combineGpu(Communicator&, const GpuLayout&, const void*, void*, void*) {
+  return Status(Code::unsupported, "moe combine: GPU buffers, but this build has no CUDA");
+}
+void forgetGpu(const GpuLayout&) {}
+
+}  // namespace weft::fused::moe

@@ -1,0 +1,339 @@
+// MoE dispatch and combine on GPU memory (weftMoeDispatch/weftMoeCombine with device buffers)
+// against the host path on the same communicator (the reference, itself checked against the
+// routing in test_moe_api.cpp and test_moe_host.cpp), bit for bit: recv_x, the expert counts,
+// the sources and combine's output; routings uniform, all to one expert, all dropped, top-1 to
+// top-8, bf16 and f32; ranks as threads (1-4) and as processes (2, 4); a CUDA graph of dispatch
+// and combine replayed with different routings; rows over the capacity, an error.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu/gpu_harness.hpp"
+#include "tests/runtime/fork.hpp"
+#include "weft/weft.hpp"
+
+namespace weft::test {
+namespace {
+
+enum class Routing { uniform, oneExpert, dropped };
+
+struct Case {
+  int n, experts, topk;
+  std::size_t tokens, hidden;
+  weftDataType_t type;
+  Routing routing;
+};
+
+std::size_t sizeOfType(weftDataType_t t) {
+  return t == weftFloat32 ? 4 : 2;
+}
+
+// Rank r's inputs for round `round`: values, routing (distinct experts, a slot dropped now and
+// then) and weights.
+struct Inputs {
+  std::vector<std::byte> x;
+  std::vector<std::int64_t> idx;
+  std::vector<float> w;
+  Inputs(const Case& c, int r, int round) {
+    std::mt19937 rng(static_cast<unsigned>(1000 * round + 31 * r + c.topk));
+    std::normal_distribution<float> normal(0, 1);
+    std::uniform_real_distribution<float> weight(0.1f, 1);
+    const std::size_t values = c.tokens * c.hidden;
+    x.resize(values * sizeOfType(c.type));
+    for (std::size_t i = 0; i < values; ++i) {
+      const float v = normal(rng);
+      if (c.type == weftFloat32) {
+        std::memcpy(x.data() + 4 * i, &v, 4);
+      } else {
+        std::uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        const auto b = static_cast<std::uint16_t>(bits >> 16);
+        std::memcpy(x.data() + 2 * i, &b, 2);
+      }
+    }
+    std::vector<std::int64_t> all(static_cast<std::size_t>(c.experts));
+    for (std::size_t t = 0; t < c.tokens; ++t) {
+      for (int e = 0; e < c.experts; ++e) all[static_cast<std::size_t>(e)] = e;
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int j = 0; j < c.topk; ++j) {
+        idx.push_back(c.routing == Routing::dropped               ? -1
+                      : c.routing == Routing::oneExpert && j == 0 ? 0
+                      : c.routing == Routing::oneExpert           ? -1
+                      : (t % 7 == 3 && j == c.topk - 1)           ? -1
+                                                        : all[static_cast<std::size_t>(j)]);
+        w.push_back(weight(rng));
+      }
+    }
+  }
+};
+
+struct Device {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  Device(std::size_t b, cudaStream_t s) : bytes(b) {
+    EXPECT_EQ(cudaMallocAsync(&p, std::max<std::size_t>(b, 16), s), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(p, 0xA5, std::max<std::size_t>(b, 16), s), cudaSuccess);  // poison
+  }
+  template <typename T>
+  void put(const std::vector<T>& host, cudaStream_t s) {
+    EXPECT_EQ(cudaMemcpyAsync(p, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, s),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  }
+  template <typename T>
+  std::vector<T> get(std::size_t count, cudaStream_t s) const {
+    std::vector<T> host(count);
+    EXPECT_EQ(cudaMemcpyAsync(host.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost, s),
+              cudaSuccess);
+    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    return host;
+  }
+};
+
+// Expert outputs from recv_x: each row scaled by (its local expert + 1), computed on the host
+// (bf16 rows as bf16 bits, so the same input feeds both paths).
+std::vector<std::byte> expertOutputs(const Case& c, const std::vector<std::byte>& recv,
+                                     const std::vector<std::int32_t>& counts) {
+  const std::size_t es = sizeOfType(c.type);
+  std::vector<std::byte> y(recv.size());
+  std::size_t row = 0;
+  for (std::size_t e = 0; e < counts.size(); ++e) {
+    for (std::int32_t i = 0; i < counts[e]; ++i, ++row) {
+      for (std::size_t h = 0; h < c.hidden; ++h) {
+        const std::size_t at = (row * c.hidden + h) * es;
+        float v;
+        if (es == 4) {
+          std::memcpy(&v, recv.data() + at, 4);
+        } else {
+          std::uint16_t b;
+          std::memcpy(&b, recv.data() + at, 2);
+          const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+          std::memcpy(&v, &bits, 4);
+        }
+        v *= static_cast<float>(e + 1);
+        if (es == 4) {
+          std::memcpy(y.data() + at, &v, 4);
+        } else {
+          std::uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          const auto b = static_cast<std::uint16_t>(bits >> 16);  // truncated: any value will do
+          std::memcpy(y.data() + at, &b, 2);
+        }
+      }
+    }
+  }
+  return y;
+}
+
+// One rank's rounds: the host path and the GPU path on the same inputs, compared bit for bit.
+// Returns the mismatches (0: all equal); `graph`: the GPU calls captured once, replayed per round.
+int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, bool graph) {
+  const int L = c.experts / c.n;
+  const std::size_t es = sizeOfType(c.type), rowBytes = c.hidden * es;
+  const std::size_t capacity = static_cast<std::size_t>(c.n) * c.tokens * c.topk;
+  Device x(c.tokens * rowBytes, stream), idx(c.tokens * c.topk * 8, stream),
+      w(c.tokens * c.topk * 4, stream), recv(capacity * rowBytes, stream),
+      counts(static_cast<std::size_t>(L) * 4, stream), source(capacity * 8, stream),
+      y(capacity * rowBytes, stream), out(c.tokens * rowBytes, stream);
+  int bad = 0;
+  auto expectSame = [&](const auto& got, const auto& want, const char* what, int round) {
+    if (got == want) return;
+    ++bad;
+    ADD_FAILURE() << "rank " << r << " round " << round << ": " << what << " differs";
+  };
+  cudaGraphExec_t exec = nullptr;
+  weftMoeHandle_t gh = nullptr;
+  for (int round = 0; round < rounds; ++round) {
+    Inputs in(c, r, round);
+    // The host path: the reference.
+    std::vector<std::byte> hRecv(capacity * rowBytes);
+    std::vector<std::int32_t> hCounts(static_cast<std::size_t>(L)), hSource(2 * capacity);
+    weftMoeDispatchArgs a{in.x.data(),  in.idx.data(), in.w.data(),    c.tokens,
+                          c.hidden,     c.topk,        c.experts,      c.type,
+                          hRecv.data(), capacity,      hCounts.data(), hSource.data()};
+    auto hh = comm.moeDispatch(a);
+    if (!hh.isOk()) {
+      ADD_FAILURE() << "rank " << r << ": host dispatch: " << hh.status().toString();
+      return bad + 1;
+    }
+    const std::size_t rows = hh->rows();
+    hRecv.resize(rows * rowBytes);
+    const auto hY = expertOutputs(c, hRecv, hCounts);
+    std::vector<std::byte> hOut(c.tokens * rowBytes);
+    if (Status s = comm.moeCombine(*hh, hY.data(), hOut.data()); !s) {
+      ADD_FAILURE() << "rank " << r << ": host combine: " << s.toString();
+      return bad + 1;
+    }
+    // The GPU path on the same inputs.
+    x.put(in.x, stream), idx.put(in.idx, stream), w.put(in.w, stream);
+    weftMoeDispatchArgs g{x.p,
+                          static_cast<const std::int64_t*>(idx.p),
+                          static_cast<const float*>(w.p),
+                          c.tokens,
+                          c.hidden,
+                          c.topk,
+                          c.experts,
+                          c.type,
+                          recv.p,
+                          capacity,
+                          static_cast<std::int32_t*>(counts.p),
+                          static_cast<std::int32_t*>(source.p)};
+    EXPECT_EQ(cudaMemsetAsync(recv.p, 0xA5, recv.bytes, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(out.p, 0xA5, out.bytes, stream), cudaSuccess);
+    if (!graph || round < 1) {
+      weftMoeHandle_t h = nullptr;
+      if (weftMoeDispatch(&g, &h, comm.handle(), stream) != weftSuccess) {
+        ADD_FAILURE() << "rank " << r << ": GPU dispatch: " << weftGetLastError();
+        return bad + 1;
+      }
+      size_t gRows = 0;
+      EXPECT_EQ(weftMoeRows(h, &gRows), weftSuccess);
+      expectSame(gRows, rows, "rows", round);
+      y.put(expertOutputs(c, recv.get<std::byte>(rows * rowBytes, stream), hCounts), stream);
+      EXPECT_EQ(weftMoeCombine(h, y.p, out.p, comm.handle(), stream), weftSuccess)
+          << weftGetLastError();
+      EXPECT_EQ(weftMoeHandleDestroy(h), weftSuccess);
+    } else {
+      // The expert outputs the host computed stand in for the experts between the two halves.
+      y.put(hY, stream);
+      if (exec == nullptr) {
+        cudaGraph_t gr = nullptr;
+        EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), cudaSuccess);
+        EXPECT_EQ(weftMoeDispatch(&g, &gh, comm.handle(), stream), weftSuccess)
+            << weftGetLastError();
+        EXPECT_EQ(weftMoeCombine(gh, y.p, out.p, comm.handle(), stream), weftSuccess)
+            << weftGetLastError();
+        EXPECT_EQ(cudaStreamEndCapture(stream, &gr), cudaSuccess);
+        EXPECT_EQ(cudaGraphInstantiate(&exec, gr, 0), cudaSuccess);
+        (void)cudaGraphDestroy(gr);
+      }
+      EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    }
+    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expectSame(counts.get<std::int32_t>(static_cast<std::size_t>(L), stream), hCounts, "counts",
+               round);
+    expectSame(recv.get<std::byte>(rows * rowBytes, stream), hRecv, "recv_x", round);
+    auto gSource = source.get<std::int32_t>(2 * rows, stream);
+    hSource.resize(2 * rows);
+    expectSame(gSource, hSource, "recv_source", round);
+    expectSame(out.get<std::byte>(c.tokens * rowBytes, stream), hOut, "combine's out", round);
+  }
+  if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+  (void)weftMoeHandleDestroy(gh);
+  return bad;
+}
+
+class GpuMoe : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuMoe, DispatchAndCombineEqualTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  auto comms = threadRanks(c.n);
+  ASSERT_EQ(comms.size(), static_cast<std::size_t>(c.n));
+  Streams streams(c.n);
+  std::vector<int> bad(static_cast<std::size_t>(c.n));
+  onEveryRank(c.n, [&](int r) {
+    bad[static_cast<std::size_t>(r)] =
+        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 2, false);
+  });
+  for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+std::string caseName(const ::testing::TestParamInfo<Case>& p) {
+  const Case& c = p.param;
+  const char* routing = c.routing == Routing::uniform     ? "uniform"
+                        : c.routing == Routing::oneExpert ? "oneExpert"
+                                                          : "dropped";
+  return std::to_string(c.n) + "ranks_top" + std::to_string(c.topk) + "_" + routing +
+         (c.type == weftFloat32 ? "_f32" : "_bf16");
+}
+
+INSTANTIATE_TEST_SUITE_P(Routings, GpuMoe,
+                         ::testing::Values(Case{1, 4, 2, 40, 64, weftBfloat16, Routing::uniform},
+                                           Case{2, 8, 1, 64, 128, weftBfloat16, Routing::uniform},
+                                           Case{2, 8, 8, 64, 128, weftFloat32, Routing::uniform},
+                                           Case{3, 6, 3, 50, 64, weftBfloat16, Routing::uniform},
+                                           Case{4, 16, 4, 96, 256, weftBfloat16, Routing::uniform},
+                                           Case{4, 16, 4, 32, 64, weftBfloat16, Routing::oneExpert},
+                                           Case{4, 8, 2, 32, 64, weftBfloat16, Routing::dropped}),
+                         caseName);
+
+TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
+  SKIP_WITHOUT_GPU();
+  const Case c{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform};
+  auto comms = threadRanks(c.n);
+  ASSERT_EQ(comms.size(), 4u);
+  Streams streams(c.n);
+  std::vector<int> bad(4);
+  onEveryRank(c.n, [&](int r) {
+    bad[static_cast<std::size_t>(r)] =
+        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 4, true);
+  });
+  for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
+  SKIP_WITHOUT_GPU();
+  const Case c{2, 4, 2, 32, 64, weftBfloat16, Routing::uniform};
+  auto comms = threadRanks(c.n);
+  ASSERT_EQ(comms.size(), 2u);
+  Streams streams(c.n);
+  onEveryRank(c.n, [&](int r) {
+    cudaStream_t s = streams[r];
+    Inputs in(c, r, 0);
+    Device x(c.tokens * c.hidden * 2, s), idx(in.idx.size() * 8, s), w(in.w.size() * 4, s),
+        recv(4 * c.hidden * 2, s), counts(8, s);
+    x.put(in.x, s), idx.put(in.idx, s), w.put(in.w, s);
+    weftMoeDispatchArgs g{x.p,
+                          static_cast<const std::int64_t*>(idx.p),
+                          static_cast<const float*>(w.p),
+                          c.tokens,
+                          c.hidden,
+                          c.topk,
+                          c.experts,
+                          weftBfloat16,
+                          recv.p,
+                          4,
+                          static_cast<std::int32_t*>(counts.p),
+                          nullptr};
+    weftMoeHandle_t h = nullptr;
+    EXPECT_EQ(weftMoeDispatch(&g, &h, comms[static_cast<std::size_t>(r)].handle(), s),
+              weftInvalidArgument);
+    EXPECT_NE(std::string(weftGetLastError()).find("over the ranks' capacity"), std::string::npos)
+        << weftGetLastError();
+    EXPECT_EQ(h, nullptr);
+  });
+}
+
+TEST(GpuMoeProcesses, DispatchAndCombineAcrossProcesses) {
+  SKIP_UNLESS_FORKABLE();
+  if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  for (const Case& c : {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform},
+                        Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}}) {
+    std::vector<pid_t> pids;
+    const std::vector<int> codes = forkRanks(
+        c.n,
+        [&](int r, Comm& comm) {
+          if (cudaSetDevice(spreadDevice(r)) != cudaSuccess) return 3;
+          cudaStream_t s = nullptr;
+          if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return 3;
+          const int bad = runRank(c, r, comm, s, 2, true);  // round 1 from a graph
+          (void)cudaStreamDestroy(s);
+          return bad == 0 ? 0 : 1;
+        },
+        &pids, std::chrono::seconds(120));
+    for (std::size_t r = 0; r < codes.size(); ++r)
+      EXPECT_EQ(codes[r], 0) << c.n << " ranks, rank " << r;
+    EXPECT_EQ(segmentsOf(pids), 0);
+  }
+  if (kSetHardwareQueues) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1);
+}
+
+}  // namespace
+}  // namespace weft::test
