@@ -18,6 +18,7 @@
 #include "perf/control.hpp"
 #include "perf/data_check.hpp"
 #include "perf/gpu.hpp"
+#include "perf/moe_bench.hpp"
 #include "perf/report.hpp"
 #include "perf/tp_bench.hpp"
 #include "weft/weft.hpp"
@@ -581,6 +582,7 @@ Status RankBench::run() {
     return runTpBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
   if (opt_.attention)
     return runAttentionBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
+  if (opt_.moe) return runMoeBench(ctx_, thread_, *comm_, *control_, gpu_.get(), exitCode_);
   if (Status s = joinForced(); !s) return s;
   if (Status s = registerBuffers(); !s) return s;
   if (report_) report_->printHeader();

@@ -121,9 +121,10 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
       blocking = 0;
   CLI::App app{"weft-perf: nccl-tests-compatible benchmark of weft's collectives"};
   tools::addVersionFlag(app, "weft-perf");
-  app.add_option("collective", collective,
-                 "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv; "
-                 "or ag-gemm, gemm-rs (the tensor-parallel GEMMs with their collective)")
+  app.add_option(
+         "collective", collective,
+         "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv; "
+         "or ag-gemm, gemm-rs (the tensor-parallel GEMMs with their collective), attention, moe")
       ->required();
   std::string gemmM;
   app.add_option("--m", gemmM, "ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
@@ -138,6 +139,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--causal", causal, "attention: 1 for the causal mask (1), 0 for none");
   std::string pass = "forward";
   app.add_option("--pass", pass, "attention: forward (the default) or backward");
+  std::string moeTokens, dispatchType = "bf16";
+  app.add_option("--tokens", moeTokens, "moe: each rank's tokens, a list (128,4096)");
+  app.add_option("--hidden", o.moeHidden, "moe: a token's values (7168)");
+  app.add_option("--topk", o.moeTopk, "moe: experts a token goes to (8)");
+  app.add_option("--experts", o.moeExperts, "moe: experts over every rank (64)");
+  app.add_option("--dispatch-dtype", dispatchType,
+                 "moe: the dispatched values' type, bf16 (fp8: not yet)");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
@@ -234,6 +242,26 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     type = "bfloat16";
   } else if (!seqs.empty()) {
     return fail("--seq shapes attention only");
+  }
+  if (collective == "moe") {
+    o.moe = true;
+    collective = "alltoall";
+    type = "bfloat16";
+  } else if (!moeTokens.empty()) {
+    return fail("--tokens shapes moe only");
+  }
+  if (dispatchType != "bf16") return fail("--dispatch-dtype: bf16 (fp8 dispatch is not built yet)");
+  if (o.moeTopk < 1 || o.moeExperts < o.moeTopk || o.moeHidden == 0)
+    return fail("--topk: 1 ... --experts, and --hidden above 0");
+  if (!moeTokens.empty()) {
+    o.moeTokens.clear();
+    std::stringstream list(moeTokens);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || v == 0) return fail("--tokens: bad count '" + item + "'");
+      o.moeTokens.push_back(static_cast<std::size_t>(v));
+    }
   }
   if (causal != 0 && causal != 1) return fail("--causal: 0 or 1");
   o.attentionCausal = causal == 1;

@@ -45,6 +45,11 @@ struct Options {
   int attentionHeads = 32, attentionKvHeads = 8, attentionDim = 128;
   bool attentionCausal = true;
   bool attentionBackward = false;  // --pass backward
+  // weft-perf moe (perf/moe_bench.hpp): dispatch and combine of each --tokens count.
+  bool moe = false;
+  std::vector<std::size_t> moeTokens{128, 4096};
+  std::size_t moeHidden = 7168;
+  int moeTopk = 8, moeExperts = 64;
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;

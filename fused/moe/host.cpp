@@ -30,6 +30,17 @@ std::size_t recordBytes(const algo::MoeShape& s, DataType t) {
   return (bytes + 7) / 8 * 8;
 }
 
+// acc[c] += w · b[c] (bf16 widened exactly), each product and sum rounded to f32 as the
+// device's combine rounds them (w = 1: the product is b[c] itself).
+void addBf16(float* acc, const std::uint16_t* b, std::size_t count, float w) {
+  for (std::size_t c = 0; c < count; ++c) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(b[c]) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    acc[c] += w * v;
+  }
+}
+
 }  // namespace
 
 Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
@@ -86,11 +97,19 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   // Each token once per destination: its values and its slots there.
   const std::size_t rec = recordBytes(shape, call.type);
   const auto* x = static_cast<const std::byte*>(call.x);
-  std::vector<std::byte> send(layout.route.tokens.size() * rec);
+  std::size_t received = 0;
+  for (std::size_t q = 0; q < n; ++q) received += c.tokens(q, me);
+  // The communicator's host workspace, reused from call to call: fresh buffers of this size
+  // would fault their pages in at every call.
+  const std::size_t sendBytes = layout.route.tokens.size() * rec;
+  auto ws = comm.workspace(sendBytes + received * rec, false);
+  if (!ws) return ws.status();
+  std::byte* send = *ws;
+  std::byte* recv = *ws + sendBytes;
   for (std::size_t q = 0; q < n; ++q) {
     for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i) {
       const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
-      std::byte* r = send.data() + i * rec;
+      std::byte* r = send + i * rec;
       std::memcpy(r, x + t * rowBytes, rowBytes);
       const auto source = static_cast<std::int32_t>(t);
       std::memcpy(r + rowBytes, &source, 4);
@@ -107,18 +126,17 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   }
   std::vector<std::size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
   layout.fromRank.resize(n);
-  std::size_t received = 0;
+  std::size_t at = 0;
   for (std::size_t q = 0; q < n; ++q) {
     sendCounts[q] = layout.route.toRank(static_cast<int>(q)) * rec;
     sendDispls[q] = layout.route.offsets[q] * rec;
     layout.fromRank[q] = c.tokens(q, me);
     recvCounts[q] = layout.fromRank[q] * rec;
-    recvDispls[q] = received * rec;
-    received += layout.fromRank[q];
+    recvDispls[q] = at * rec;
+    at += layout.fromRank[q];
   }
-  std::vector<std::byte> recv(received * rec);
-  if (Status s = comm.allToAllv(send.data(), sendCounts.data(), sendDispls.data(), recv.data(),
-                                recvCounts.data(), recvDispls.data(), DataType::u8);
+  if (Status s = comm.allToAllv(send, sendCounts.data(), sendDispls.data(), recv, recvCounts.data(),
+                                recvDispls.data(), DataType::u8);
       !s)
     return s;
   // Each local expert's rows: by source rank, then the source's token order.
@@ -135,7 +153,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   std::size_t j = 0;
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t i = 0; i < layout.fromRank[s]; ++i, ++j) {
-      const std::byte* r = recv.data() + j * rec;
+      const std::byte* r = recv + j * rec;
       std::int32_t source;
       std::memcpy(&source, r + rowBytes, 4);
       for (std::size_t slot = 0; slot < k; ++slot) {
@@ -171,16 +189,29 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
   const std::size_t es = sizeOf(t), H = shape.hidden, rowBytes = H * es;
   // Each received token's weighted sum over its local experts, in its slots' order, in f32.
   const auto* y = static_cast<const std::byte*>(expertOut);
-  std::vector<std::byte> send(received * rowBytes);
+  // Sent rows, returned rows and the f32 sums in the communicator's reused host workspace.
+  const std::size_t sendBytes = received * rowBytes,
+                    backBytes = layout.route.tokens.size() * rowBytes;
+  const std::size_t sumAt = (sendBytes + backBytes + 63) / 64 * 64;
+  auto ws = comm.workspace(sumAt + shape.tokens * H * sizeof(float), false);
+  if (!ws) return ws.status();
+  std::byte* send = *ws;
+  std::byte* back = *ws + sendBytes;
+  auto* sum = reinterpret_cast<float*>(*ws + sumAt);
   std::vector<float> acc(H), row(H);
   for (std::size_t j = 0; j < received; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s) {
-      if (Status st = fp8::toFloats(t, y + layout.slotRows[s] * rowBytes, H, row.data()); !st)
-        return st;
-      for (std::size_t c = 0; c < H; ++c) acc[c] += layout.slotWeights[s] * row[c];
+      const std::byte* from = y + layout.slotRows[s] * rowBytes;
+      const float w = layout.slotWeights[s];
+      if (t == DataType::bf16) {  // widened in the loop, which then vectorizes
+        addBf16(acc.data(), reinterpret_cast<const std::uint16_t*>(from), H, w);
+        continue;
+      }
+      if (Status st = fp8::toFloats(t, from, H, row.data()); !st) return st;
+      for (std::size_t c = 0; c < H; ++c) acc[c] += w * row[c];
     }
-    if (Status st = fp8::fromFloats(t, acc.data(), H, send.data() + j * rowBytes); !st) return st;
+    if (Status st = fp8::fromFloats(t, acc.data(), H, send + j * rowBytes); !st) return st;
   }
   std::vector<std::size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
   std::size_t at = 0;
@@ -191,19 +222,22 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
     recvCounts[q] = layout.route.toRank(static_cast<int>(q)) * rowBytes;
     recvDispls[q] = layout.route.offsets[q] * rowBytes;
   }
-  std::vector<std::byte> back(layout.route.tokens.size() * rowBytes);
-  if (Status s = comm.allToAllv(send.data(), sendCounts.data(), sendDispls.data(), back.data(),
-                                recvCounts.data(), recvDispls.data(), DataType::u8);
+  if (Status s = comm.allToAllv(send, sendCounts.data(), sendDispls.data(), back, recvCounts.data(),
+                                recvDispls.data(), DataType::u8);
       !s)
     return s;
   // Each token's partial sums, in rank order, in f32.
-  std::vector<float> sum(shape.tokens * H, 0.0f);
+  std::fill(sum, sum + shape.tokens * H, 0.0f);
   for (std::size_t i = 0; i < layout.route.tokens.size(); ++i) {
     const auto tok = static_cast<std::size_t>(layout.route.tokens[i]);
-    if (Status st = fp8::toFloats(t, back.data() + i * rowBytes, H, row.data()); !st) return st;
+    if (t == DataType::bf16) {
+      addBf16(sum + tok * H, reinterpret_cast<const std::uint16_t*>(back + i * rowBytes), H, 1.0f);
+      continue;
+    }
+    if (Status st = fp8::toFloats(t, back + i * rowBytes, H, row.data()); !st) return st;
     for (std::size_t c = 0; c < H; ++c) sum[tok * H + c] += row[c];
   }
-  if (Status st = fp8::fromFloats(t, sum.data(), shape.tokens * H, out); !st) return st;
+  if (Status st = fp8::fromFloats(t, sum, shape.tokens * H, out); !st) return st;
   return {};
 }
 
