@@ -24,6 +24,24 @@ std::string usageError(const std::string& what) {
   return "weft-perf: " + what + " (weft-perf --help lists the flags)";
 }
 
+// A comma-separated list of counts above 0 into `out` (replacing it); "" leaves it. False, with
+// `bad` the item, where one is not such a count.
+bool parseCounts(const std::string& text, std::vector<std::size_t>& out, std::string& bad) {
+  if (text.empty()) return true;
+  out.clear();
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v == 0) {
+      bad = item;
+      return false;
+    }
+    out.push_back(static_cast<std::size_t>(v));
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string_view tableName(DataType t) {
@@ -253,30 +271,13 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   if (dispatchType != "bf16") return fail("--dispatch-dtype: bf16 (fp8 dispatch is not built yet)");
   if (o.moeTopk < 1 || o.moeExperts < o.moeTopk || o.moeHidden == 0)
     return fail("--topk: 1 ... --experts, and --hidden above 0");
-  if (!moeTokens.empty()) {
-    o.moeTokens.clear();
-    std::stringstream list(moeTokens);
-    for (std::string item; std::getline(list, item, ',');) {
-      char* end = nullptr;
-      const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v == 0) return fail("--tokens: bad count '" + item + "'");
-      o.moeTokens.push_back(static_cast<std::size_t>(v));
-    }
-  }
+  std::string bad;
+  if (!parseCounts(moeTokens, o.moeTokens, bad)) return fail("--tokens: bad count '" + bad + "'");
   if (causal != 0 && causal != 1) return fail("--causal: 0 or 1");
   o.attentionCausal = causal == 1;
   if (pass != "forward" && pass != "backward") return fail("--pass: forward or backward");
   o.attentionBackward = pass == "backward";
-  if (!seqs.empty()) {
-    o.attentionSeq.clear();
-    std::stringstream list(seqs);
-    for (std::string item; std::getline(list, item, ',');) {
-      char* end = nullptr;
-      const unsigned long long v = std::strtoull(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || v == 0) return fail("--seq: bad length '" + item + "'");
-      o.attentionSeq.push_back(static_cast<std::size_t>(v));
-    }
-  }
+  if (!parseCounts(seqs, o.attentionSeq, bad)) return fail("--seq: bad length '" + bad + "'");
   if (collective == "ag-gemm" || collective == "gemm-rs") {
     const bool ag = collective == "ag-gemm";
     o.tp = ag ? TpMode::allGatherGemm : TpMode::gemmReduceScatter;

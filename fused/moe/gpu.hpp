@@ -19,9 +19,9 @@ struct GpuState;
 // A GPU dispatch's layout: it lives in the communicator's MoE state, until the next dispatch
 // (each dispatch's combine comes before the next dispatch on the communicator).
 struct GpuLayout {
-  std::shared_ptr<GpuState> state;
-  std::uint64_t generation = 0;  // the state's shape when dispatched
-  std::size_t rows = 0;          // known outside a capture
+  std::weak_ptr<GpuState> state;  // gone with the communicator
+  std::uint64_t generation = 0;   // the state's shape when dispatched
+  std::size_t rows = 0;           // known outside a capture
 };
 
 Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,

@@ -203,7 +203,8 @@ Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
 
 Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* expertOut, void* out,
                   void* stream) {
-  GpuState* st = layout.state.get();
+  const std::shared_ptr<GpuState> held = layout.state.lock();
+  GpuState* st = held.get();
   if (st == nullptr || st->generation != layout.generation || !st->pending)
     return invalidArgument(
         "moe combine: the handle's dispatch is not the communicator's last (each dispatch is "
@@ -221,7 +222,8 @@ Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* exper
 }
 
 void forgetGpu(const GpuLayout& layout) {
-  if (layout.state && layout.state->generation == layout.generation) layout.state->pending = false;
+  if (const auto st = layout.state.lock(); st && st->generation == layout.generation)
+    st->pending = false;
 }
 
 }  // namespace weft::fused::moe

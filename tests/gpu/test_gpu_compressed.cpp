@@ -106,13 +106,13 @@ TEST_P(GpuCompressed, EveryRankGetsTheHostsBitsInAndOutOfPlace) {
               EXPECT_EQ(cudaMalloc(&b, outCount * size), cudaSuccess);
               EXPECT_EQ(cudaMemset(b, 0xA5, outCount * size), cudaSuccess);
               out = b;
-            }
-            // cudaMemset may return before it is done; the call's stream does not wait for it.
-            EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess); else if (call.coll == Collective::reduceScatter) {
+            } else if (call.coll == Collective::reduceScatter) {
               out = a + R * count * size;
             } else if (call.coll == Collective::allGather) {
               in = a + R * count * size;
             }
+            // cudaMemset may return before it is done; the call's stream does not wait for it.
+            EXPECT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
             EXPECT_EQ(cudaMemcpy(in, inputs[R].data(), inCount * size, cudaMemcpyHostToDevice),
                       cudaSuccess);
             EXPECT_EQ(callEx(call, in, out, count, type, comms[R].handle(), streams[r], w),

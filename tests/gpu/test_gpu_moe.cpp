@@ -96,6 +96,20 @@ struct Device {
   }
 };
 
+// A dispatch of `c`'s shape on the device buffers.
+weftMoeDispatchArgs argsOn(const Case& c, const Device& x, const Device& idx, const Device& w,
+                           const Device& recv, std::size_t capacity, const Device& counts,
+                           void* source) {
+  weftMoeDispatchArgs a{};
+  a.x = x.p, a.topkIdx = static_cast<const std::int64_t*>(idx.p);
+  a.topkWeights = static_cast<const float*>(w.p);
+  a.tokens = c.tokens, a.hidden = c.hidden, a.topk = c.topk, a.experts = c.experts;
+  a.datatype = c.type, a.recvX = recv.p, a.capacity = capacity;
+  a.expertCounts = static_cast<std::int32_t*>(counts.p);
+  a.recvSource = static_cast<std::int32_t*>(source);
+  return a;
+}
+
 // Expert outputs from recv_x: each row scaled by (its local expert + 1), computed on the host
 // (bf16 rows as bf16 bits, so the same input feeds both paths).
 std::vector<std::byte> expertOutputs(const Case& c, const std::vector<std::byte>& recv,
@@ -172,18 +186,7 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
     }
     // The GPU path on the same inputs.
     x.put(in.x, stream), idx.put(in.idx, stream), w.put(in.w, stream);
-    weftMoeDispatchArgs g{x.p,
-                          static_cast<const std::int64_t*>(idx.p),
-                          static_cast<const float*>(w.p),
-                          c.tokens,
-                          c.hidden,
-                          c.topk,
-                          c.experts,
-                          c.type,
-                          recv.p,
-                          capacity,
-                          static_cast<std::int32_t*>(counts.p),
-                          static_cast<std::int32_t*>(source.p)};
+    const weftMoeDispatchArgs g = argsOn(c, x, idx, w, recv, capacity, counts, source.p);
     EXPECT_EQ(cudaMemsetAsync(recv.p, 0xA5, recv.bytes, stream), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(out.p, 0xA5, out.bytes, stream), cudaSuccess);
     if (!graph || round < 1) {
@@ -290,18 +293,7 @@ TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
     Device x(c.tokens * c.hidden * 2, s), idx(in.idx.size() * 8, s), w(in.w.size() * 4, s),
         recv(4 * c.hidden * 2, s), counts(8, s);
     x.put(in.x, s), idx.put(in.idx, s), w.put(in.w, s);
-    weftMoeDispatchArgs g{x.p,
-                          static_cast<const std::int64_t*>(idx.p),
-                          static_cast<const float*>(w.p),
-                          c.tokens,
-                          c.hidden,
-                          c.topk,
-                          c.experts,
-                          weftBfloat16,
-                          recv.p,
-                          4,
-                          static_cast<std::int32_t*>(counts.p),
-                          nullptr};
+    const weftMoeDispatchArgs g = argsOn(c, x, idx, w, recv, 4, counts, nullptr);
     weftMoeHandle_t h = nullptr;
     EXPECT_EQ(weftMoeDispatch(&g, &h, comms[static_cast<std::size_t>(r)].handle(), s),
               weftInvalidArgument);
