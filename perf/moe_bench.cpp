@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "fused/moe/host.hpp"
+
 #ifdef WEFT_PERF_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -71,20 +73,27 @@ Routing routingOf(const Options& o, int rank, int nranks, std::size_t tokens, bo
 }
 
 // Identity experts: out = Σ weight · x per token. The largest difference relative to Σ |w·x|,
-// and the values beyond 2^-7 of it (two bf16 roundings).
+// and the values beyond 2^-7 of it (two bf16 roundings). fp8 dispatch adds its elements'
+// rounding (half a unit of 3 mantissa bits) and a decode to bf16, or, for an element below the
+// normal range of its block (scale = the block's largest |x| / 448), half the smallest
+// subnormal, 2^-10 of the scale.
 void checkOut(const Options& o, const Routing& r, const std::vector<std::uint16_t>& out,
               double& worst, std::int64_t& wrong) {
+  const double tolerance = o.moeFp8 ? 1.0 / 16 + 1.0 / 64 : 1.0 / 128;
   const std::size_t H = o.moeHidden, k = static_cast<std::size_t>(o.moeTopk);
   for (std::size_t t = 0; t < out.size() / H; ++t) {
+    double largest = 0;  // the row's, at least its blocks'
+    for (std::size_t c = 0; o.moeFp8 && c < H; ++c)
+      largest = std::max(largest, std::fabs(static_cast<double>(fromBf16(r.x[t * H + c]))));
     for (std::size_t c = 0; c < H; ++c) {
-      double want = 0, scale = 1e-30;
+      double want = 0, scale = 1e-30, weights = 0;
       for (std::size_t j = 0; j < k; ++j) {
         const double v = static_cast<double>(r.w[t * k + j]) * fromBf16(r.x[t * H + c]);
-        want += v, scale += std::fabs(v);
+        want += v, scale += std::fabs(v), weights += std::fabs(r.w[t * k + j]);
       }
-      const double d = std::fabs(fromBf16(out[t * H + c]) - want) / scale;
-      worst = std::max(worst, d);
-      if (!(d <= 1.0 / 128)) ++wrong;
+      const double diff = std::fabs(fromBf16(out[t * H + c]) - want);
+      worst = std::max(worst, diff / scale);
+      if (!(diff <= tolerance * scale + weights * largest / 448 / 1024)) ++wrong;
     }
   }
 }
@@ -198,10 +207,12 @@ class MoeBench {
                              " must be a multiple of the " + std::to_string(nranks_) + " ranks");
     if (rank_ == 0) {
       std::printf(
-          "# weft-perf moe: dispatch and combine, bf16, uniform top-%d of %d experts, hidden %zu, "
+          "# weft-perf moe: dispatch and combine, %s, uniform top-%d of %d experts, hidden %zu, "
           "%d ranks, %s memory; times in us (%s over ranks, %d timed calls after %d warm-up); "
           "GB/s: the token rows a rank receives (once per token and rank), as DeepEP counts; %s; "
           "maxerr: combine's output (identity experts) against sum(w x) in double, relative\n",
+          opt_.moeFp8 ? "fp8 dispatch (e4m3, a scale per 128; GB/s of its bytes), bf16 combine"
+                      : "bf16",
           opt_.moeTopk, opt_.moeExperts, opt_.moeHidden, nranks_, gpu_ ? "GPU" : "host",
           opt_.average == 1   ? "mean"
           : opt_.average == 3 ? "max"
@@ -278,24 +289,53 @@ class MoeBench {
     double worst = 0;
     std::int64_t wrong = 0;
     if (gpu_ == nullptr) {
-      std::vector<std::uint16_t> recv(capacity * H);
+      std::vector<std::uint16_t> recv(capacity * H), y;
+      std::vector<float> scales;
       std::vector<std::int32_t> counts(L);
       weftMoeDispatchArgs a{r.x.data(),  r.idx.data(), r.w.data(),      tokens,
                             H,           opt_.moeTopk, opt_.moeExperts, weftBfloat16,
-                            recv.data(), capacity,     counts.data(),   nullptr};
+                            recv.data(), capacity,     counts.data(),   nullptr,
+                            0,           nullptr};
+      const auto codec = fused::moe::dispatchCodec();
+      if (opt_.moeFp8) {
+        scales.resize(capacity * codec.blocks(H));
+        a.fp8Dispatch = 1, a.recvScales = scales.data();
+      }
+      // Identity experts: their outputs are the rows received (fp8 ones decoded, untimed).
+      auto outputs = [&](std::size_t rows) -> Result<const void*> {
+        if (!opt_.moeFp8) return static_cast<const void*>(recv.data());
+        y.resize(rows * H);
+        std::vector<std::byte> row(codec.encodedBytes(H));
+        const auto* elements = reinterpret_cast<const std::byte*>(recv.data());
+        for (std::size_t i = 0; i < rows; ++i) {
+          std::memcpy(row.data(), elements + i * H, H);
+          std::memcpy(row.data() + H, scales.data() + i * codec.blocks(H), codec.blocks(H) * 4);
+          if (Status s = fused::fp8::decode(codec, DataType::bf16, row.data(), H, y.data() + i * H);
+              !s)
+            return s;
+        }
+        return static_cast<const void*>(y.data());
+      };
       using Clock = std::chrono::steady_clock;
       auto weft = timed([&](Times& t) -> Status {
         const auto t0 = Clock::now();
         auto h = comm_.moeDispatch(a);
         if (!h) return h.status();
+        t.dispatch += std::chrono::duration<double>(Clock::now() - t0).count();
+        auto ys = outputs(h->rows());
+        if (!ys) return ys.status();
         const auto t1 = Clock::now();
-        if (Status s = comm_.moeCombine(*h, recv.data(), out.data()); !s) return s;
-        t.dispatch += std::chrono::duration<double>(t1 - t0).count();
+        if (Status s = comm_.moeCombine(*h, *ys, out.data()); !s) return s;
         t.combine += std::chrono::duration<double>(Clock::now() - t1).count();
         return {};
       });
       if (!weft) return weft.status();
       checkOut(opt_, r, out, worst, wrong);
+      if (opt_.moeFp8) {  // the plain MoE sends bf16: no like-for-like speedup
+        const double sent = *bytes * static_cast<double>(codec.encodedBytes(H)) / (2.0 * H);
+        if (Status s = print(tokens, "weft fp8", *weft, sent, 0, worst); !s) return s;
+        return finish(wrong, exitCode);
+      }
       Baseline base(opt_, comm_, r);
       auto plain = timed([&](Times& t) -> Status {
         const auto t0 = Clock::now();
@@ -314,6 +354,11 @@ class MoeBench {
     } else {
       if (Status s = onGpu(tokens, r, capacity, *bytes, out, worst, wrong); !s) return s;
     }
+    return finish(wrong, exitCode);
+  }
+
+  // Every rank's wrong values summed: any fails the run.
+  Status finish(std::int64_t wrong, int& exitCode) {
     auto bad = control_.sum(wrong);
     if (!bad) return bad.status();
     if (*bad > 0) {
@@ -355,6 +400,8 @@ class MoeBench {
                           recv,
                           capacity,
                           reinterpret_cast<std::int32_t*>(counts),
+                          nullptr,
+                          0,
                           nullptr};
     cudaEvent_t ev[3] = {};
     for (auto& e : ev)

@@ -162,8 +162,9 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--hidden", o.moeHidden, "moe: a token's values (7168)");
   app.add_option("--topk", o.moeTopk, "moe: experts a token goes to (8)");
   app.add_option("--experts", o.moeExperts, "moe: experts over every rank (64)");
-  app.add_option("--dispatch-dtype", dispatchType,
-                 "moe: the dispatched values' type, bf16 (fp8: not yet)");
+  app.add_option(
+      "--dispatch-dtype", dispatchType,
+      "moe: the dispatched values' type, bf16 or fp8 (e4m3, a scale per 128; host memory)");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
@@ -268,7 +269,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   } else if (!moeTokens.empty()) {
     return fail("--tokens shapes moe only");
   }
-  if (dispatchType != "bf16") return fail("--dispatch-dtype: bf16 (fp8 dispatch is not built yet)");
+  if (dispatchType != "bf16" && dispatchType != "fp8") return fail("--dispatch-dtype: bf16 or fp8");
+  o.moeFp8 = dispatchType == "fp8";
   if (o.moeTopk < 1 || o.moeExperts < o.moeTopk || o.moeHidden == 0)
     return fail("--topk: 1 ... --experts, and --hidden above 0");
   std::string bad;

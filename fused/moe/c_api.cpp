@@ -61,6 +61,9 @@ weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* h
     call.type = static_cast<weft::DataType>(args->datatype);
     call.recvX = args->recvX, call.capacity = args->capacity;
     call.expertCounts = args->expertCounts, call.recvSource = args->recvSource;
+    if (args->fp8Dispatch != 0 && args->fp8Dispatch != 1)
+      return weft::invalidArgument(std::string(what) + ": fp8Dispatch must be 0 or 1");
+    call.fp8 = args->fp8Dispatch == 1, call.recvScales = args->recvScales;
     if (gpu) {
       auto layout = weft::fused::moe::dispatchGpu(c, shape, call, stream);
       if (!layout) return layout.status();
@@ -68,7 +71,7 @@ weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* h
       return {};
     }
     if (weft::Status s = onHost(what, {args->x, args->topkIdx, args->topkWeights, args->recvX,
-                                       args->expertCounts, args->recvSource});
+                                       args->expertCounts, args->recvSource, args->recvScales});
         !s)
       return s;
     auto layout = weft::fused::moe::dispatchHost(c, shape, call);

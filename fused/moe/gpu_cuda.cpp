@@ -155,6 +155,8 @@ Status reportStatus(Communicator& comm, GpuState& st, cudaStream_t stream, const
 Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
                               const DispatchCall& call, void* stream) {
   if (Status s = algo::checkMoeShape(shape); !s) return s;
+  if (call.fp8)
+    return Status(Code::unsupported, "moe dispatch: fp8 dispatch on GPU memory is not built yet");
   for (auto [p, role] : {std::pair<const void*, const char*>{call.x, "x"},
                          {call.topkIdx, "topk_idx"},
                          {call.topkWeights, "topk_weights"},

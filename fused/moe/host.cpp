@@ -25,8 +25,12 @@ struct Counts {
 
 // A sent token's record: its values, then its source index and, for each slot, the local
 // expert on the destination (−1: another rank's, or dropped) and the weight.
-std::size_t recordBytes(const algo::MoeShape& s, DataType t) {
-  const std::size_t bytes = s.hidden * sizeOf(t) + 4 + 8 * static_cast<std::size_t>(s.topk);
+// A row as sent: its values, or (fp8 dispatch) their e4m3 elements then their scales.
+std::size_t sentRowBytes(const algo::MoeShape& s, const DispatchCall& call) {
+  return call.fp8 ? dispatchCodec().encodedBytes(s.hidden) : s.hidden * sizeOf(call.type);
+}
+std::size_t recordBytes(const algo::MoeShape& s, const DispatchCall& call) {
+  const std::size_t bytes = sentRowBytes(s, call) + 4 + 8 * static_cast<std::size_t>(s.topk);
   return (bytes + 7) / 8 * 8;
 }
 
@@ -42,6 +46,10 @@ void addBf16(float* acc, const std::uint16_t* b, std::size_t count, float w) {
 }
 
 }  // namespace
+
+fp8::Codec dispatchCodec() {
+  return fp8::Codec{fp8::Element::e4m3, fp8::ScaleKind::f32, 128};
+}
 
 Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
                                const DispatchCall& call) {
@@ -95,7 +103,10 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   MoeLayout layout;
   layout.shape = shape, layout.type = call.type, layout.route = std::move(*route);
   // Each token once per destination: its values and its slots there.
-  const std::size_t rec = recordBytes(shape, call.type);
+  if (call.fp8 && call.capacity > 0 && call.recvScales == nullptr)
+    return invalidArgument("moe dispatch: fp8 dispatch needs recv_scales");
+  const std::size_t rec = recordBytes(shape, call);
+  const std::size_t sent = sentRowBytes(shape, call);  // a row's bytes in the record
   const auto* x = static_cast<const std::byte*>(call.x);
   std::size_t received = 0;
   for (std::size_t q = 0; q < n; ++q) received += c.tokens(q, me);
@@ -110,17 +121,23 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
     for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i) {
       const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
       std::byte* r = send + i * rec;
-      std::memcpy(r, x + t * rowBytes, rowBytes);
+      if (call.fp8) {
+        if (Status e = fp8::encode(dispatchCodec(), call.type, x + t * rowBytes, shape.hidden, r);
+            !e)
+          return e;
+      } else {
+        std::memcpy(r, x + t * rowBytes, rowBytes);
+      }
       const auto source = static_cast<std::int32_t>(t);
-      std::memcpy(r + rowBytes, &source, 4);
+      std::memcpy(r + sent, &source, 4);
       for (std::size_t j = 0; j < k; ++j) {
         const std::int64_t e = call.topkIdx[t * k + j];
         const bool there =
             e >= 0 && static_cast<std::size_t>(shape.rankOf(static_cast<int>(e))) == q;
         const std::int32_t local =
             there ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L) : -1;
-        std::memcpy(r + rowBytes + 4 + 8 * j, &local, 4);
-        std::memcpy(r + rowBytes + 8 + 8 * j, &call.topkWeights[t * k + j], 4);
+        std::memcpy(r + sent + 4 + 8 * j, &local, 4);
+        std::memcpy(r + sent + 8 + 8 * j, &call.topkWeights[t * k + j], 4);
       }
     }
   }
@@ -155,15 +172,21 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
     for (std::size_t i = 0; i < layout.fromRank[s]; ++i, ++j) {
       const std::byte* r = recv + j * rec;
       std::int32_t source;
-      std::memcpy(&source, r + rowBytes, 4);
+      std::memcpy(&source, r + sent, 4);
       for (std::size_t slot = 0; slot < k; ++slot) {
         std::int32_t local;
         float weight;
-        std::memcpy(&local, r + rowBytes + 4 + 8 * slot, 4);
-        std::memcpy(&weight, r + rowBytes + 8 + 8 * slot, 4);
+        std::memcpy(&local, r + sent + 4 + 8 * slot, 4);
+        std::memcpy(&weight, r + sent + 8 + 8 * slot, 4);
         if (local < 0) continue;
         const std::size_t row = next[static_cast<std::size_t>(local)]++;
-        std::memcpy(out + row * rowBytes, r, rowBytes);
+        if (call.fp8) {  // the elements to recv_x, the scales to recv_scales
+          const std::size_t blocks = dispatchCodec().blocks(shape.hidden);
+          std::memcpy(out + row * shape.hidden, r, shape.hidden);
+          std::memcpy(call.recvScales + row * blocks, r + shape.hidden, blocks * 4);
+        } else {
+          std::memcpy(out + row * rowBytes, r, rowBytes);
+        }
         if (call.recvSource != nullptr) {
           call.recvSource[2 * row] = static_cast<std::int32_t>(s);
           call.recvSource[2 * row + 1] = source;

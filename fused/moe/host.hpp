@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/moe_plan.hpp"
+#include "fused/fp8/codec.hpp"
 #include "src/core/communicator.hpp"
 
 namespace weft::fused::moe {
@@ -27,7 +28,15 @@ struct DispatchCall {
   std::size_t capacity = 0;
   std::int32_t* expertCounts = nullptr;  // [local experts]: each one's rows
   std::int32_t* recvSource = nullptr;    // optional, [capacity, 2]: each row's rank and token
+  // fp8 dispatch: each row sent as e4m3 with one f32 scale per 128 values (DeepSeek-V3's
+  // blocks, fp8::Codec e4m3:128); recvX then [capacity, hidden] bytes of e4m3 and recvScales
+  // [capacity, ⌈hidden / 128⌉] (a value ≈ element · its block's scale). Combine stays in `type`.
+  bool fp8 = false;
+  float* recvScales = nullptr;
 };
+
+// The codec of fp8 dispatch.
+fp8::Codec dispatchCodec();
 
 // One dispatch's layout, which its combine takes back.
 struct MoeLayout {

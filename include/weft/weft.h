@@ -390,6 +390,11 @@ typedef struct {
   size_t capacity;
   int32_t* expertCounts; /* [experts / nranks] */
   int32_t* recvSource;   /* NULL, or [capacity, 2]: each row's source rank and token */
+  /* 1: rows travel and arrive as fp8 e4m3 with one f32 scale per 128 values (a value is about
+   * element * scale): recvX [capacity, hidden] bytes, recvScales [capacity, ceil(hidden / 128)];
+   * combine stays in datatype. Host memory only for now. 0: rows of datatype. */
+  int fp8Dispatch;
+  float* recvScales;
 } weftMoeDispatchArgs;
 typedef struct weftMoeHandle* weftMoeHandle_t;
 WEFT_API weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,

@@ -168,9 +168,9 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
     // The host path: the reference.
     std::vector<std::byte> hRecv(capacity * rowBytes);
     std::vector<std::int32_t> hCounts(static_cast<std::size_t>(L)), hSource(2 * capacity);
-    weftMoeDispatchArgs a{in.x.data(),  in.idx.data(), in.w.data(),    c.tokens,
-                          c.hidden,     c.topk,        c.experts,      c.type,
-                          hRecv.data(), capacity,      hCounts.data(), hSource.data()};
+    weftMoeDispatchArgs a{in.x.data(),    in.idx.data(),  in.w.data(), c.tokens,     c.hidden,
+                          c.topk,         c.experts,      c.type,      hRecv.data(), capacity,
+                          hCounts.data(), hSource.data(), 0,           nullptr};
     auto hh = comm.moeDispatch(a);
     if (!hh.isOk()) {
       ADD_FAILURE() << "rank " << r << ": host dispatch: " << hh.status().toString();

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "fused/fp8/codec.hpp"
 #include "weft/weft.hpp"
 
 namespace weft {
@@ -119,6 +121,71 @@ TEST(MoeApi, DispatchAndCombineAgainstTheRouting) {
         }
         EXPECT_NEAR(out[t * kHidden + c2], want, 1e-5 * (1 + std::fabs(want)))
             << "rank " << r << " token " << t;
+      }
+    }
+  });
+}
+
+// fp8 dispatch: each received row is its source token's row encoded once (e4m3, one f32 scale
+// per 128 values), bit for bit as the host codec encodes it; combine of the decoded rows equals
+// Σ weight · decoded x in double.
+TEST(MoeApi, Fp8DispatchSendsTheCodecsBytes) {
+  auto comms = Comm::initAll(kRanks);
+  ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+  constexpr std::size_t H = 256, blocks = H / 128;
+  constexpr int L = kExperts / kRanks;
+  const fused::fp8::Codec codec{fused::fp8::Element::e4m3, fused::fp8::ScaleKind::f32, 128};
+  std::vector<Inputs> all;
+  for (int r = 0; r < kRanks; ++r) {
+    Inputs in = inputsOf(r);
+    in.x.resize(kTokens * H);
+    std::mt19937 rng(static_cast<unsigned>(5 + r));
+    std::normal_distribution<float> normal(0, 3);
+    for (auto& v : in.x) v = normal(rng);
+    all.push_back(std::move(in));
+  }
+  // Each rank's rows as the codec encodes them, and decoded.
+  auto encoded = [&](int s, std::size_t t) {
+    std::vector<std::byte> e(codec.encodedBytes(H));
+    EXPECT_TRUE(fused::fp8::encode(codec, DataType::f32,
+                                   all[static_cast<std::size_t>(s)].x.data() + t * H, H, e.data())
+                    .isOk());
+    return e;
+  };
+  onEveryRank(*comms, [&](int r, Comm& c) {
+    Inputs in = all[static_cast<std::size_t>(r)];
+    std::vector<std::uint8_t> recv(kCapacity * H, 0xA5);
+    std::vector<float> scales(kCapacity * blocks, NAN);
+    std::vector<std::int32_t> counts(L, -1), source(2 * kCapacity, -1);
+    weftMoeDispatchArgs a{};
+    a.x = in.x.data(), a.topkIdx = in.idx.data(), a.topkWeights = in.w.data();
+    a.tokens = kTokens, a.hidden = H, a.topk = kTopk, a.experts = kExperts;
+    a.datatype = weftFloat32, a.recvX = recv.data(), a.capacity = kCapacity;
+    a.expertCounts = counts.data(), a.recvSource = source.data();
+    a.fp8Dispatch = 1, a.recvScales = scales.data();
+    auto h = c.moeDispatch(a);
+    ASSERT_TRUE(h.isOk()) << h.status().toString();
+    std::vector<float> y(h->rows() * H);
+    for (std::size_t row = 0; row < h->rows(); ++row) {
+      const auto want = encoded(source[2 * row], static_cast<std::size_t>(source[2 * row + 1]));
+      ASSERT_EQ(std::memcmp(recv.data() + row * H, want.data(), H), 0) << "row " << row;
+      ASSERT_EQ(std::memcmp(scales.data() + row * blocks, want.data() + H, blocks * 4), 0)
+          << "row " << row;
+      ASSERT_TRUE(
+          fused::fp8::decode(codec, DataType::f32, want.data(), H, y.data() + row * H).isOk());
+    }
+    std::vector<float> out(kTokens * H, NAN);
+    ASSERT_TRUE(c.moeCombine(*h, y.data(), out.data()).isOk());
+    for (std::size_t t = 0; t < kTokens; ++t) {
+      std::vector<float> xs(H);
+      const auto e = encoded(r, t);
+      ASSERT_TRUE(fused::fp8::decode(codec, DataType::f32, e.data(), H, xs.data()).isOk());
+      for (std::size_t c2 = 0; c2 < H; ++c2) {
+        double want = 0;
+        for (int j = 0; j < kTopk; ++j)
+          if (in.idx[t * kTopk + static_cast<std::size_t>(j)] >= 0)
+            want += static_cast<double>(in.w[t * kTopk + static_cast<std::size_t>(j)]) * xs[c2];
+        EXPECT_NEAR(out[t * H + c2], want, 1e-5 * (1 + std::fabs(want))) << "token " << t;
       }
     }
   });
