@@ -39,6 +39,10 @@ if(WEFT_TOOLS)
 endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/perf/tuning/ DESTINATION ${CMAKE_INSTALL_DATADIR}/weft/tuning
         FILES_MATCHING PATTERN "*.json")
+# The Python package (python/weft, ctypes over weft.h): beside the library, which it finds three
+# or four directories up (<libdir>/python3/dist-packages/weft).
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/weft DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages
+        FILES_MATCHING PATTERN "*.py")
 install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
 

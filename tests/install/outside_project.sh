@@ -41,6 +41,12 @@ check_prefix() {
   if [[ -x $p/bin/weft-config ]]; then
     "$p/bin/weft-config" --version | grep -q "^weft-config 0\."
   fi
+  # The Python package finds the installed library from its own place, with no WEFT_LIBRARY.
+  if command -v python3 >/dev/null; then
+    (unset WEFT_LIBRARY; PYTHONPATH=$libdir/python3/dist-packages python3 -c \
+      'import weft, sys; sys.exit(0 if weft.version() > 0 and len(weft.unique_id()) == 128 else 1)') ||
+      { echo "the installed Python package does not load its library" >&2; return 1; }
+  fi
 }
 
 # with_package PREFIX: find_package(weft) from PREFIX.
