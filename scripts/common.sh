@@ -7,7 +7,7 @@ JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 # Debian packages the build and tests need. Installed only when missing, quietly.
 WEFT_PACKAGES=(cmake ninja-build g++ pkg-config googletest libgtest-dev libgmock-dev libcli11-dev
   libexpat1-dev libhwloc-dev nlohmann-json3-dev libucx-dev libopenmpi-dev openmpi-bin libbenchmark-dev
-  python3)
+  python3 python3-numpy)
 
 log() { printf '\033[1m== %s\033[0m\n' "$*"; }
 

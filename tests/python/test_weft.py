@@ -185,7 +185,40 @@ def moe(comm, rank, n):
     h.close()
 
 
+def with_numpy(comm, rank, n):
+    import numpy as np
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) + rank
+    out = np.full_like(x, np.nan)
+    comm.all_reduce(x, out)
+    np.testing.assert_array_equal(out, n * np.arange(12, dtype=np.float32).reshape(3, 4) +
+                                  sum(range(n)))
+    h = np.full(5, rank + 1, dtype=np.float16)
+    comm.all_reduce(h, op="max")
+    assert (h == n).all(), h
+    g = np.zeros((n, 2), dtype=np.int64)
+    comm.all_gather(np.array([rank, -rank], dtype=np.int64), g)
+    np.testing.assert_array_equal(g, [[r, -r] for r in range(n)])
+    rs = np.zeros(2, dtype=np.float64)
+    comm.reduce_scatter(np.ones(2 * n, dtype=np.float64), rs)
+    assert (rs == n).all(), rs
+    strided = x[:, ::2]  # not contiguous: refused before the call
+    try:
+        comm.all_reduce(strided)
+    except ValueError as e:
+        assert "contiguous" in str(e), e
+    else:
+        raise AssertionError("a strided array was taken")
+
+
 class PythonLayer(unittest.TestCase):
+    def test_numpy(self):
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            self.skipTest("NumPy is not installed (Debian: python3-numpy)")
+        run_ranks(self, "with_numpy")
+
     def test_collectives(self):
         run_ranks(self, "collectives")
 
