@@ -300,16 +300,20 @@ class Comm:
         check(lib.weftBarrier(self._handle(), stream))
 
     def moe_dispatch(self, x, topk_idx, topk_weights, experts, recv_x, expert_counts,
-                     recv_source=None, stream=None, dtype=None):
+                     recv_source=None, recv_scales=None, stream=None, dtype=None):
         """MoE dispatch (weftMoeDispatch): x [tokens, hidden], topk_idx [tokens, k] (int64, -1
         drops a slot), topk_weights [tokens, k] (float32), recv_x [capacity, hidden],
         expert_counts [experts / ranks] (int32), recv_source optional [capacity, 2] (int32).
         tokens is x's first dimension; hidden, k and capacity follow from the buffers' sizes.
+        With recv_scales [capacity, ceil(hidden / 128)] (float32) the rows travel as fp8 e4m3
+        (recv_x then [capacity, hidden] bytes) with one scale per 128 values; host memory.
         Returns the handle combine takes."""
         bx = _buffer(x, dtype, False, "moe_dispatch's x")
         bi = _buffer(topk_idx, "int64", False, "topk_idx")
         bw = _buffer(topk_weights, "float32", False, "topk_weights")
-        br = _buffer(recv_x, bx.dtype, True, "recv_x")
+        fp8 = recv_scales is not None
+        br = _buffer(recv_x, "uint8" if fp8 else bx.dtype, True, "recv_x")
+        bsc = _buffer(recv_scales, "float32", True, "recv_scales") if fp8 else None
         bc = _buffer(expert_counts, "int32", True, "expert_counts")
         bs = None if recv_source is None else _buffer(recv_source, "int32", True, "recv_source")
         tokens = _rows(x, bx)
@@ -317,9 +321,13 @@ class Comm:
             raise ValueError("weft: moe_dispatch: x and topk_idx need [tokens, ...] shapes "
                              "(a 2-D x and topk_idx)")
         hidden, topk = bx.count() // tokens, bi.count() // tokens
+        row = hidden if fp8 else hidden * ITEMSIZE[DTYPES[bx.dtype]]
         a = MoeDispatchArgs(bx.ptr, bi.ptr, bw.ptr, tokens, hidden, topk, experts,
-                            DTYPES[bx.dtype], br.ptr, br.count() // hidden, bc.ptr,
-                            bs.ptr if bs else None, 0, None)
+                            DTYPES[bx.dtype], br.ptr, br.nbytes // row, bc.ptr,
+                            bs.ptr if bs else None, 1 if fp8 else 0, bsc.ptr if fp8 else None)
+        if fp8 and bsc.count() < a.capacity * ((hidden + 127) // 128):
+            raise ValueError("weft: moe_dispatch: recv_scales needs capacity x ceil(hidden/128) "
+                             "floats")
         h = ctypes.c_void_p()
         check(lib.weftMoeDispatch(ctypes.byref(a), ctypes.byref(h), self._handle(),
                                   _stream(stream, bx.device)))

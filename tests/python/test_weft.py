@@ -183,6 +183,24 @@ def moe(comm, rank, n):
     for t in range(tokens):
         assert out[t, 1] == (0.5 + 1.5) * x[t, 1], (t, out[t, 1], x[t, 1])
     h.close()
+    # fp8 dispatch: e4m3 rows and a scale per 128 values; every value here is exact in e4m3
+    # times its block's scale where the block's largest is a power of two times 448's.
+    hidden8 = 128
+    x8 = memoryview(bytearray(tokens * hidden8 * 4)).cast("f", (tokens, hidden8))
+    for t in range(tokens):
+        for c in range(hidden8):
+            x8[t, c] = 0.0
+        x8[t, 0] = 448.0  # the block's largest: scale 1
+        x8[t, 1] = float(rank + 1)
+    recv8 = bytearray(capacity * hidden8)
+    scales = array.array("f", [0.0] * capacity)
+    h8 = comm.moe_dispatch(x8, idx, w, experts, recv8, counts, recv_scales=scales)
+    assert h8.rows == row, (h8.rows, row)
+    for r8 in range(row):
+        assert scales[r8] == 1.0, scales[r8]
+        src = source[2 * r8]
+        assert recv8[r8 * hidden8 + 1] == {1: 0x38, 2: 0x40, 3: 0x44, 4: 0x48}[src + 1], recv8[r8 * hidden8 + 1]
+    h8.close()
 
 
 def with_numpy(comm, rank, n):
