@@ -234,18 +234,22 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
 
 class GpuMoe : public ::testing::TestWithParam<Case> {};
 
-TEST_P(GpuMoe, DispatchAndCombineEqualTheHostPath) {
-  SKIP_WITHOUT_GPU();
-  const Case c = GetParam();
+// c.n ranks as threads, each runRank's rounds; every rank's mismatches 0.
+void expectThreadRanks(const Case& c, int rounds, bool graph) {
   auto comms = threadRanks(c.n);
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(c.n));
   Streams streams(c.n);
   std::vector<int> bad(static_cast<std::size_t>(c.n));
   onEveryRank(c.n, [&](int r) {
     bad[static_cast<std::size_t>(r)] =
-        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 2, false);
+        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], rounds, graph);
   });
   for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+TEST_P(GpuMoe, DispatchAndCombineEqualTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  expectThreadRanks(GetParam(), 2, false);
 }
 
 std::string caseName(const ::testing::TestParamInfo<Case>& p) {
@@ -269,16 +273,7 @@ INSTANTIATE_TEST_SUITE_P(Routings, GpuMoe,
 
 TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
   SKIP_WITHOUT_GPU();
-  const Case c{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform};
-  auto comms = threadRanks(c.n);
-  ASSERT_EQ(comms.size(), 4u);
-  Streams streams(c.n);
-  std::vector<int> bad(4);
-  onEveryRank(c.n, [&](int r) {
-    bad[static_cast<std::size_t>(r)] =
-        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 4, true);
-  });
-  for (int b : bad) EXPECT_EQ(b, 0);
+  expectThreadRanks(Case{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform}, 4, true);
 }
 
 TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
