@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Hosts on one machine for multi-host tests: each "host" is a network namespace with its own
-# interface (eth0 on a private bridge, 10.77.<net>.<h+1>/24), hostname and /dev/shm (a tmpfs in
-# a mount namespace of its own), its link shaped with tc tbf. Needs root (CAP_NET_ADMIN and
-# CAP_SYS_ADMIN), ip, tc, unshare and nsenter.
+# interfaces (eth0 on a private bridge, 10.<net>.0.<h+1>/24; with WEFT_NETNS_IFACES=2 also eth1
+# on a second bridge, 10.<net>.1.<h+1>/24), hostname and /dev/shm (a tmpfs in a mount namespace
+# of its own), its links shaped with tc tbf. The machine itself is 10.<net>.0.254 on the first
+# bridge (mpirun's daemons call back there). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip,
+# tc, unshare and nsenter.
 #   netns-hosts.sh up N [RATES]    make hosts 0..N-1; RATES: per-host link rates, comma-separated
 #                                  (e.g. 10gbit,25gbit; the last repeats; none: unshaped)
 #   netns-hosts.sh run H CMD...    run CMD on host H (its network, hostname and /dev/shm)
-#   netns-hosts.sh addr H          host H's address
-#   netns-hosts.sh link H up|down  set host H's link up or down (a cable pulled)
+#   netns-hosts.sh addr H [IF]     host H's address on eth0 (or IF: eth1)
+#   netns-hosts.sh link H up|down [IF]
+#                                  set host H's eth0 (or IF, or all) up or down (a cable pulled)
+#   netns-hosts.sh kill H          kill every process of host H (the host crashed)
+#   netns-hosts.sh partition H,... move these hosts' eth0 to a bridge of their own (a split
+#                                  network: each side still reaches itself); heal undoes it
+#   netns-hosts.sh rsh HOST CMD... Open MPI's launch agent (plm_rsh_agent): CMD on HOST, a
+#                                  host's name (<set>-h<H>) or address, as ssh would
 #   netns-hosts.sh down            remove every host, link and mount this set made
 #   netns-hosts.sh with N [RATES] -- CMD...
 #                                  up, CMD (with NETNS_HOSTS=N and this script as NETNS), down:
@@ -20,7 +28,10 @@ set -euo pipefail
 SET="${WEFT_NETNS_SET:-weft}"
 STATE="/run/weft-netns/$SET"
 BRIDGE="wb-$SET"
+BRIDGE2="wc-$SET"  # eth1's
+SPLIT="wp-$SET"    # the far side of a partition
 NET="${WEFT_NETNS_NET:-77}"
+IFACES="${WEFT_NETNS_IFACES:-1}"
 SELF="$(readlink -f "$0")"
 
 die() {
@@ -46,7 +57,15 @@ check() {
 }
 
 ns() { echo "$SET-h$1"; }
-addr() { echo "10.$NET.0.$(($1 + 1))"; }
+addr() {
+  case "${2:-eth0}" in
+    eth0) echo "10.$NET.0.$(($1 + 1))" ;;
+    eth1) echo "10.$NET.1.$(($1 + 1))" ;;
+    *) die "addr: no interface ${2}" ;;
+  esac
+}
+# The bridge-side end of host H's interface IF.
+veth() { if [[ ${2:-eth0} == eth1 ]]; then echo "wx-$SET-$1"; else echo "wv-$SET-$1"; fi; }
 
 # The process holding host H's mount and UTS namespaces (entered by nsenter).
 holder() {
@@ -61,32 +80,46 @@ up() {
   [[ -e $STATE ]] && die "set $SET exists (run: $0 down)"
   mkdir -p "$STATE"
   echo "$n" >"$STATE/hosts"
+  [[ $IFACES == 1 || $IFACES == 2 ]] || die "WEFT_NETNS_IFACES must be 1 or 2"
+  echo "$IFACES" >"$STATE/ifaces"
   ip link add "$BRIDGE" type bridge
   ip link set "$BRIDGE" up
+  ip addr add "10.$NET.0.254/24" dev "$BRIDGE"
+  if ((IFACES == 2)); then
+    ip link add "$BRIDGE2" type bridge
+    ip link set "$BRIDGE2" up
+  fi
   IFS=, read -r -a rate <<<"$rates"
   for ((h = 0; h < n; h++)); do
-    local name veth="wv-$SET-$h"
+    local name
     name=$(ns "$h")
     ip netns add "$name"
-    ip link add "$veth" type veth peer name eth0 netns "$name"
-    ip link set "$veth" master "$BRIDGE" up
-    ip -n "$name" addr add "$(addr "$h")/24" dev eth0
-    ip -n "$name" link set eth0 up
     ip -n "$name" link set lo up
-    if ((${#rate[@]} > 0)); then
-      local r=${rate[$((h < ${#rate[@]} ? h : ${#rate[@]} - 1))]}
-      # Both ways: the bridge side shapes what reaches the host, eth0 what leaves it.
-      tc qdisc add dev "$veth" root tbf rate "$r" burst 4mb latency 50ms
-      ip netns exec "$name" tc qdisc add dev eth0 root tbf rate "$r" burst 4mb latency 50ms
-      echo "$r" >"$STATE/h$h.rate"
-    fi
+    local ifs=(eth0)
+    ((IFACES == 2)) && ifs+=(eth1)
+    for dev in "${ifs[@]}"; do
+      local side bridge=$BRIDGE
+      side=$(veth "$h" "$dev")
+      [[ $dev == eth1 ]] && bridge=$BRIDGE2
+      ip link add "$side" type veth peer name "$dev" netns "$name"
+      ip link set "$side" master "$bridge" up
+      ip -n "$name" addr add "$(addr "$h" "$dev")/24" dev "$dev"
+      ip -n "$name" link set "$dev" up
+      if ((${#rate[@]} > 0)); then
+        local r=${rate[$((h < ${#rate[@]} ? h : ${#rate[@]} - 1))]}
+        # Both ways: the bridge side shapes what reaches the host, the host's side what leaves.
+        tc qdisc add dev "$side" root tbf rate "$r" burst 4mb latency 50ms
+        ip netns exec "$name" tc qdisc add dev "$dev" root tbf rate "$r" burst 4mb latency 50ms
+        echo "$r" >"$STATE/h$h.rate"
+      fi
+    done
     # A holder in the host's network namespace with its own mount, UTS and PID namespaces (as a
     # host of its own: a private tmpfs on /dev/shm, the hostname <set>-h<H>, no process of
     # another host in sight, so no shared-memory path to it either). Its first process, the
     # one commands enter, is found as unshare's child.
     ip netns exec "$name" unshare --mount --uts --pid --fork --propagation private \
       sh -c "mount -t tmpfs -o size=4g tmpfs /dev/shm && mount -t proc proc /proc &&
-             hostname $SET-h$h && exec sleep infinity" &
+             hostname $SET-h$h && exec sleep infinity" 2>>"$STATE/h$h.err" &
     local parent=$!
     disown
     for _ in $(seq 100); do
@@ -115,9 +148,12 @@ down() {
       kill -9 "$pid" 2>/dev/null || true
     fi
     ip netns del "$(ns "$h")" 2>/dev/null || true
-    ip link del "wv-$SET-$h" 2>/dev/null || true
+    ip link del "$(veth "$h" eth0)" 2>/dev/null || true
+    ip link del "$(veth "$h" eth1)" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
+  ip link del "$BRIDGE2" 2>/dev/null || true
+  ip link del "$SPLIT" 2>/dev/null || true
   rm -rf "$STATE"
 }
 
@@ -129,15 +165,64 @@ run() {
   exec nsenter -t "$pid" -m -u -n -p -- "$@"
 }
 
+# Every process of host H: its holder is the PID namespace's first process, so the kernel ends
+# the rest with it.
+crash() {
+  local pid
+  pid=$(holder "$1")
+  kill -9 "$pid"
+  rm -f "$STATE/h$1.pid"
+}
+
+partition() {
+  ip link show "$SPLIT" >/dev/null 2>&1 || {
+    ip link add "$SPLIT" type bridge
+    ip link set "$SPLIT" up
+  }
+  IFS=, read -r -a far <<<"$1"
+  for h in "${far[@]}"; do ip link set "$(veth "$h" eth0)" master "$SPLIT"; done
+}
+
+heal() {
+  local n
+  n=$(cat "$STATE/hosts")
+  for ((h = 0; h < n; h++)); do ip link set "$(veth "$h" eth0)" master "$BRIDGE"; done
+  ip link del "$SPLIT" 2>/dev/null || true
+}
+
+# Open MPI calls its agent as ssh: AGENT [options] HOST WORDS..., the words one shell command.
+rsh() {
+  while [[ ${1:-} == -* ]]; do shift; done
+  local host=$1 h="" n
+  shift
+  n=$(cat "$STATE/hosts" 2>/dev/null) || die "rsh: no set $SET"
+  for ((i = 0; i < n; i++)); do
+    if [[ $host == "$(ns "$i")" || $host == "$(addr "$i")" || $host == "$(addr "$i" eth1)" ]]; then
+      h=$i
+    fi
+  done
+  [[ -n $h ]] || die "rsh: no host $host in set $SET"
+  run "$h" sh -c "$*"
+}
+
 case "${1:-}" in
   check) check ;;
   up) shift; up "$@" ;;
   down) down ;;
   run) shift; run "$@" ;;
-  addr) addr "$2" ;;
+  addr) addr "$2" "${3:-eth0}" ;;
   link)
-    ip link set "wv-$SET-$2" "$3"
+    if [[ ${4:-eth0} == all ]]; then
+      ip link set "$(veth "$2" eth0)" "$3"
+      ip link show "$(veth "$2" eth1)" >/dev/null 2>&1 && ip link set "$(veth "$2" eth1)" "$3"
+    else
+      ip link set "$(veth "$2" "${4:-eth0}")" "$3"
+    fi
     ;;
+  kill) crash "$2" ;;
+  partition) partition "$2" ;;
+  heal) heal ;;
+  rsh) shift; rsh "$@" ;;
   with)
     shift
     n=$1
@@ -152,7 +237,7 @@ case "${1:-}" in
     NETNS_HOSTS=$n NETNS="$SELF" WEFT_NETNS_SET="$SET" "$@"
     ;;
   *)
-    sed -n '2,21p' "$SELF" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$SELF" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

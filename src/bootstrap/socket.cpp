@@ -351,6 +351,12 @@ std::string SocketAddress::toString() const {
 // ---- interface lookup ----
 
 Result<SocketAddress> interfaceAddress(std::string_view ifname) {
+  auto choice = chooseInterface(ifname);
+  if (!choice) return choice.status();
+  return choice->address;
+}
+
+Result<InterfaceChoice> chooseInterface(std::string_view ifname) {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) {
     return Status(Code::systemError, "could not list network interfaces: " + errnoText(errno));
@@ -377,6 +383,7 @@ Result<SocketAddress> interfaceAddress(std::string_view ifname) {
   };
 
   struct Candidate {
+    std::string name;
     SocketAddress address;
     int rank;  // lower is better: non-loopback before loopback, IPv4, IPv6, IPv6 link-local
   };
@@ -398,7 +405,7 @@ Result<SocketAddress> interfaceAddress(std::string_view ifname) {
         ifa->ifa_addr, family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
     if (!address) continue;
     const int kind = family == AF_INET ? 0 : isLinkLocal(*address) ? 2 : 1;
-    candidates.push_back({*address, (loopback ? 10 : 0) + kind});
+    candidates.push_back({name, *address, (loopback ? 10 : 0) + kind});
   }
 
   // stable: among equals, the first interface listed wins
@@ -413,8 +420,8 @@ Result<SocketAddress> interfaceAddress(std::string_view ifname) {
                            "(interfaces with addresses: " +
                            (names.empty() ? std::string("none") : names) + ")");
   }
-  SocketAddress out = best->address;
-  out.setPort(0);
+  InterfaceChoice out{best->name, best->address};
+  out.address.setPort(0);
   return out;
 }
 

@@ -91,6 +91,13 @@ class SocketAddress {
 // This host's address per WEFT_SOCKET_IFNAME rules (see BootstrapOptions::ifname), port 0.
 Result<SocketAddress> interfaceAddress(std::string_view ifname);
 
+// The same choice with the interface's name ("eth0"): UCX is told to use that device too.
+struct InterfaceChoice {
+  std::string name;
+  SocketAddress address;
+};
+Result<InterfaceChoice> chooseInterface(std::string_view ifname);
+
 // An owned socket file descriptor: closed by the destructor, move-only.
 class Socket {
  public:

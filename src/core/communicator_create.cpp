@@ -13,6 +13,7 @@
 #include <string>
 
 #include "algorithms/compression.hpp"
+#include "src/bootstrap/socket.hpp"
 #include "src/core/communicator.hpp"
 #include "src/core/hash.hpp"
 #include "src/core/log.hpp"
@@ -235,6 +236,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     ug.channels = c->geometry_.channels;
     ug.slots = c->geometry_.slots;
     ug.slotBytes = c->geometry_.slotBytes;
+    if (!config.socketIfname.empty()) {
+      auto chosen = boot::chooseInterface(config.socketIfname);
+      if (!chosen) return chosen.status();
+      ug.netDevice = chosen->name;
+      WEFT_INFO(log::kInit | log::kNet, "UCX network device %s (WEFT_SOCKET_IFNAME=%s)",
+                ug.netDevice.c_str(), config.socketIfname.c_str());
+    }
     auto ucx = transport::UcxTransport::create(ug);
     if (!ucx) return ucx.status();
     c->ucx_ = std::move(*ucx);

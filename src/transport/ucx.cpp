@@ -290,6 +290,13 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
   // learn of GPU memory; weft hands UCX host memory only. Off unless the user set it.
   if (std::getenv("UCX_MEMTYPE_CACHE") == nullptr)
     (void)ucp_config_modify(config, "MEMTYPE_CACHE", "n");
+  if (!g.netDevice.empty() && std::getenv("UCX_NET_DEVICES") == nullptr) {
+    if (ucs_status_t m = ucp_config_modify(config, "NET_DEVICES", g.netDevice.c_str());
+        m != UCS_OK) {
+      ucp_config_release(config);
+      return ucxError("setting NET_DEVICES=" + g.netDevice + " (from WEFT_SOCKET_IFNAME)", m);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG;

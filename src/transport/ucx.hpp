@@ -32,6 +32,9 @@ struct UcxGeometry {
   int channels = 1;
   int slots = 4;
   std::size_t slotBytes = 128 * 1024;
+  // The interface WEFT_SOCKET_IFNAME chose ("eth1"): UCX's network transports use it alone,
+  // unless UCX_NET_DEVICES says otherwise. Empty: UCX picks.
+  std::string netDevice;
 };
 
 class UcxTransport {

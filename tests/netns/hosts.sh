@@ -1,66 +1,136 @@
 #!/usr/bin/env bash
-# weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 2 hosts, each one
-# process of 2 ranks, over their own interfaces on a shaped bridge (UCX between hosts, shared
-# memory within each). Every collective of weft-perf, checked; then host 1's link pulled in
-# the middle of a sweep, which every rank must report as an error within the timeout; then
-# nothing left behind (namespaces, links, mounts, state). Exit 77 (skipped) where namespaces
-# cannot be made here.
+# weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 3 hosts with two
+# interfaces each, shaped links. Hosts 0 and 1, one process of 2 ranks each (UCX between hosts,
+# shared memory within): every collective of weft-perf, checked; WEFT_SOCKET_IFNAME moving the
+# traffic to eth0 or eth1; host 1's link pulled mid-sweep. Hosts 0-2, one rank each: host 2
+# crashed, then cut off by a partition, mid-sweep. Every survivor must report an error naming a
+# lost rank within the timeout, no /dev/shm segment may be left on any host, and nothing
+# (namespaces, links, state) after. Exit 77 (skipped) where namespaces cannot be made here.
 #   hosts.sh WEFT_PERF
 set -uo pipefail
 perf=$(readlink -f "$1")
 export perf
 here="$(cd "$(dirname "$0")" && pwd)"
 netns="$here/../../scripts/netns-hosts.sh"
-export WEFT_NETNS_SET="t$$"
+export WEFT_NETNS_SET="t$$" WEFT_NETNS_IFACES=2
 "$netns" check || exit $?
 
 body() {
   local status=0 port=$((29000 + $$ % 1000))
-  run_ranks() {  # run_ranks LABEL TIMEOUT weft-perf-arguments...: both hosts, rank = host
-    local label=$1 limit=$2
-    shift 2
-    for h in 0 1; do
-      timeout "$limit" "$NETNS" run "$h" env WEFT_COMM_ID="$("$NETNS" addr 0):$port" \
-        WEFT_RANK="$h" WEFT_NRANKS=2 WEFT_TIMEOUT_S=10 "$perf" "$@" -t 2 --host \
+  # run_ranks LABEL TIMEOUT HOSTS THREADS IFACE weft-perf-arguments...: one process on each of
+  # hosts 0..HOSTS-1 with THREADS ranks, the root on host 0's IFACE; prints the exit codes.
+  run_ranks() {
+    local label=$1 limit=$2 hosts=$3 threads=$4 iface=$5
+    shift 5
+    local root pids=() codes=""
+    root="$("$NETNS" addr 0 "$iface"):$port"
+    for ((h = 0; h < hosts; h++)); do
+      timeout "$limit" "$NETNS" run "$h" env WEFT_COMM_ID="$root" WEFT_SOCKET_IFNAME="$iface" \
+        WEFT_RANK="$h" WEFT_NRANKS="$hosts" WEFT_TIMEOUT_S=10 "$perf" "$@" -t "$threads" --host \
         >"$TMPDIR/$label.$h.log" 2>&1 &
+      pids+=($!)
     done
-    local a b
-    wait %1; a=$?
-    wait %2; b=$?
+    for p in "${pids[@]}"; do
+      wait "$p"
+      codes+="$? "
+    done
     port=$((port + 1))
-    echo "$a $b"
+    echo "${codes% }"
   }
+  fail() {
+    echo "FAIL $*"
+    status=1
+  }
+  # Nothing in any host's /dev/shm once its processes are gone.
+  shm_clean() {
+    local left
+    for ((h = 0; h < NETNS_HOSTS; h++)); do
+      left=$("$NETNS" run "$h" sh -c 'ls /dev/shm' 2>/dev/null | wc -l)
+      ((left == 0)) || fail "$1: $left /dev/shm entries left on host $h"
+    done
+  }
+  # Bytes host 1 received on IFACE (counted at the bridge's end of its cable).
+  rx() { cat "/sys/class/net/wv-$WEFT_NETNS_SET-1/statistics/tx_bytes" 2>/dev/null; }
+  rx1() { cat "/sys/class/net/wx-$WEFT_NETNS_SET-1/statistics/tx_bytes" 2>/dev/null; }
+
   for coll in allreduce allgather reducescatter alltoall broadcast; do
-    codes=$(run_ranks "$coll" 120 "$coll" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1)
+    codes=$(run_ranks "$coll" 120 2 2 eth0 "$coll" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1)
     if [[ $codes != "0 0" ]] || ! grep -q "on *$WEFT_NETNS_SET-h1" "$TMPDIR/$coll.0.log"; then
-      echo "FAIL $coll across 2 hosts: exit codes $codes"; tail -n 5 "$TMPDIR/$coll".*.log
-      status=1
+      fail "$coll across 2 hosts: exit codes $codes"
+      tail -n 5 "$TMPDIR/$coll".*.log
     else
       echo "ok   $coll across 2 hosts ($(grep -c '^ *[0-9]' "$TMPDIR/$coll.0.log") sizes checked)"
     fi
   done
+  shm_clean "after the collectives"
+
+  # WEFT_SOCKET_IFNAME picks the interface of the bootstrap and of UCX's traffic alike.
+  for iface in eth0 eth1; do
+    local a0 a1 b0 b1
+    a0=$(rx) a1=$(rx1)
+    codes=$(run_ranks "if-$iface" 120 2 1 "$iface" allreduce -b 32M -e 32M -n 2 -w 1 -c 1)
+    b0=$(($(rx) - a0)) b1=$(($(rx1) - a1))
+    local on=$b0 off=$b1
+    [[ $iface == eth1 ]] && on=$b1 off=$b0
+    if [[ $codes != "0 0" ]] || ((on < 32 << 20 || off > 4 << 20)); then
+      fail "WEFT_SOCKET_IFNAME=$iface: exit codes $codes, host 1 received $b0 B on eth0, $b1 B on eth1"
+      tail -n 3 "$TMPDIR/if-$iface".*.log
+    else
+      echo "ok   WEFT_SOCKET_IFNAME=$iface: host 1 received $((on >> 20)) MiB there, $((off >> 10)) KiB on the other"
+    fi
+  done
+
+  # expect_lost WHAT LABEL CODES TOOK LOST...: every code but the lost hosts' nonzero and no
+  # timeout, within the limit, each survivor's log naming a failure.
+  expect_lost() {
+    local what=$1 label=$2 codes=$3 took=$4
+    shift 4
+    read -r -a c <<<"$codes"
+    local bad=0
+    for ((h = 0; h < ${#c[@]}; h++)); do
+      [[ " $* " == *" $h "* ]] && continue
+      if ((c[h] == 0 || c[h] == 124)); then bad=1; fi
+      grep -qi 'error\|fail\|abort' "$TMPDIR/$label.$h.log" || bad=1
+    done
+    if ((bad || took > 45)); then
+      fail "$what: exit codes $codes after ${took}s (want every survivor failing, no timeout)"
+      tail -n 3 "$TMPDIR/$label".*.log
+    else
+      echo "ok   $what: survivors failed in ${took}s ($(grep -ho 'rank [0-9][^;]*\(timeout\|lost\|fail\|died\|gone\|remote error\)[^;]*' "$TMPDIR/$label".*.log | head -1 | cut -c1-100))"
+    fi
+  }
+
   # Host 1's cable pulled a second into a long sweep: both ranks fail, neither hangs.
-  (sleep 1.5; ip link set "wv-$WEFT_NETNS_SET-1" down) &
+  (sleep 1.5; "$NETNS" link 1 down) &
   local t0=$SECONDS
-  codes=$(run_ranks cut 60 allreduce -b 64M -e 64M -n 1000 -w 1)
-  local took=$((SECONDS - t0))
-  local a b
-  read -r a b <<<"$codes"
-  if ((a == 0 || b == 0 || a == 124 || b == 124 || took > 45)); then
-    echo "FAIL a pulled link: exit codes $codes after ${took}s (want both failing, no timeout)"
-    tail -n 3 "$TMPDIR"/cut.*.log
-    status=1
-  else
-    echo "ok   a pulled link: both ranks failed in ${took}s ($(grep -ho 'timeout[^(]*\|remote error' "$TMPDIR"/cut.*.log | head -1))"
-  fi
+  codes=$(run_ranks cut 60 2 2 eth0 allreduce -b 64M -e 64M -n 1000 -w 1)
+  expect_lost "a pulled link" cut "$codes" $((SECONDS - t0))
+  "$NETNS" link 1 up
+  shm_clean "after a pulled link"
+
+  # Three hosts; a partition leaves hosts 0 and 1 together, host 2 alone: all three fail.
+  (sleep 1.5; "$NETNS" partition 2) &
+  t0=$SECONDS
+  codes=$(run_ranks partition 60 3 1 eth0 allreduce -b 16M -e 16M -n 1000 -w 1)
+  expect_lost "a partition" partition "$codes" $((SECONDS - t0))
+  "$NETNS" heal
+  shm_clean "after a partition"
+
+  # Host 2 crashes (every process on it killed at once): hosts 0 and 1 fail.
+  (sleep 1.5; "$NETNS" kill 2) &
+  t0=$SECONDS
+  codes=$(run_ranks crash 60 3 1 eth0 allreduce -b 16M -e 16M -n 1000 -w 1)
+  expect_lost "a crashed host" crash "$codes" $((SECONDS - t0)) 2
+  NETNS_HOSTS=2 shm_clean "after a crashed host"
   return $status
 }
 
 TMPDIR=$(mktemp -d)
 export TMPDIR
 export -f body
-"$netns" with 2 10gbit,25gbit -- bash -c body
+"$netns" with 3 10gbit,25gbit -- bash -c body
 status=$?
+[[ -n ${KEEP_LOGS:-} ]] && cp -r "$TMPDIR" "$KEEP_LOGS"
 # Nothing left: namespaces, links, state.
 left=$( (ip netns list | grep "^$WEFT_NETNS_SET-"; ip -o link | grep -- "-$WEFT_NETNS_SET"; ls "/run/weft-netns/$WEFT_NETNS_SET" 2>/dev/null) | wc -l)
 if ((left > 0)); then

@@ -390,8 +390,8 @@ TEST(Bootstrap, WrongSecretIsRefusedAndTheRendezvousCompletes) {
   auto impostor = Socket::connect(root, "the root", deadline, nullptr);
   ASSERT_TRUE(impostor.isOk());
   const Status impostorResult =
-      detail::clientHandshake(*impostor, wrong, {detail::HelloKind::toRoot, 0, 3, root},
-                              "the root", deadline)
+      detail::clientHandshake(*impostor, wrong, {detail::HelloKind::toRoot, 0, 3, root}, "the root",
+                              deadline)
           .status();
 
   auto silent = Socket::connect(root, "the root", deadline, nullptr);
@@ -439,7 +439,10 @@ TEST(Bootstrap, AStrangerWhoKnowsTheAddressCannotJoin) {
   std::vector<unsigned char> learned;
   std::thread root([&] {  // rank 0 runs the root at the address
     auto b = connectTcp(*id, 0, n, testOptions(10), true);
-    if (b) real[0] = std::move(*b); else errors[0] = b.status().toString();
+    if (b)
+      real[0] = std::move(*b);
+    else
+      errors[0] = b.status().toString();
   });
   // Strangers come first: as rank 1 (the address-derived secret), as a spare rank 3 of 4, with a
   // wrong secret, and by hand with a made-up proof, reading whatever the root sends.
@@ -463,8 +466,10 @@ TEST(Bootstrap, AStrangerWhoKnowsTheAddressCannotJoin) {
     runRanks(n - 1, [&](int i) {
       const int r = i + 1;
       auto b = connectTcp(*id, r, n, testOptions(10), false);
-      if (b) real[static_cast<std::size_t>(r)] = std::move(*b);
-      else errors[static_cast<std::size_t>(r)] = b.status().toString();
+      if (b)
+        real[static_cast<std::size_t>(r)] = std::move(*b);
+      else
+        errors[static_cast<std::size_t>(r)] = b.status().toString();
     });
   });
   root.join();
@@ -691,6 +696,11 @@ TEST(Bootstrap, PicksInterfacesLikeNccl) {
     EXPECT_EQ(notLo.status().code(), Code::invalidArgument);
   }
   EXPECT_EQ(interfaceAddress("=l").status().code(), Code::invalidArgument);  // exact, not prefix
+  // The interface's name goes to UCX (NET_DEVICES) with the address.
+  auto named = chooseInterface("l");
+  ASSERT_TRUE(named.isOk());
+  EXPECT_EQ(named->name, "lo");
+  EXPECT_EQ(named->address.toString(), "127.0.0.1:0");
 }
 
 }  // namespace
