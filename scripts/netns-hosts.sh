@@ -16,6 +16,9 @@
 #                                  network: each side still reaches itself); heal undoes it
 #   netns-hosts.sh rsh HOST CMD... Open MPI's launch agent (plm_rsh_agent): CMD on HOST, a
 #                                  host's name (<set>-h<H>) or address, as ssh would
+#   netns-hosts.sh mpirun PPN ARGS...
+#                                  Open MPI's mpirun with PPN ranks on each host of the set,
+#                                  launched through rsh, its traffic on the hosts' eth0
 #   netns-hosts.sh down            remove every host, link and mount this set made
 #   netns-hosts.sh with N [RATES] -- CMD...
 #                                  up, CMD (with NETNS_HOSTS=N and this script as NETNS), down:
@@ -205,6 +208,22 @@ rsh() {
   run "$h" sh -c "$*"
 }
 
+# mpirun PPN ARGS...: the set's hosts by address, PPN slots each. Each "host" sees every core of
+# the machine, so Open MPI's binding (core 0 onwards on each) would stack the hosts' ranks on the
+# same cores: unbound.
+launch() {
+  local ppn=$1 n hosts="" root=()
+  shift
+  [[ $ppn =~ ^[0-9]+$ && $ppn -ge 1 ]] || die "mpirun: PPN must be a number of ranks per host"
+  n=$(cat "$STATE/hosts" 2>/dev/null) || die "mpirun: no set $SET"
+  for ((h = 0; h < n; h++)); do hosts+="${hosts:+,}$(addr "$h"):$ppn"; done
+  [[ $(id -u) -eq 0 ]] && root=(--allow-run-as-root)
+  exec mpirun "${root[@]}" --host "$hosts" --bind-to none \
+    --mca plm_rsh_agent "$SELF rsh" --mca orte_keep_fqdn_hostnames 1 \
+    --mca oob_tcp_if_include "10.$NET.0.0/24" --mca btl_tcp_if_include "10.$NET.0.0/24" \
+    --mca btl self,vader,tcp -x WEFT_NETNS_SET="$SET" "$@"
+}
+
 case "${1:-}" in
   check) check ;;
   up) shift; up "$@" ;;
@@ -223,6 +242,7 @@ case "${1:-}" in
   partition) partition "$2" ;;
   heal) heal ;;
   rsh) shift; rsh "$@" ;;
+  mpirun) shift; launch "$@" ;;
   with)
     shift
     n=$1
@@ -237,7 +257,7 @@ case "${1:-}" in
     NETNS_HOSTS=$n NETNS="$SELF" WEFT_NETNS_SET="$SET" "$@"
     ;;
   *)
-    sed -n '2,25p' "$SELF" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$SELF" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

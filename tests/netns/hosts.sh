@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 3 hosts with two
-# interfaces each, shaped links. Hosts 0 and 1, one process of 2 ranks each (UCX between hosts,
-# shared memory within): every collective of weft-perf, checked; WEFT_SOCKET_IFNAME moving the
-# traffic to eth0 or eth1; host 1's link pulled mid-sweep. Hosts 0-2, one rank each: host 2
-# crashed, then cut off by a partition, mid-sweep. Every survivor must report an error naming a
-# lost rank within the timeout, no /dev/shm segment may be left on any host, and nothing
-# (namespaces, links, state) after. Exit 77 (skipped) where namespaces cannot be made here.
+# weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 4 hosts with two
+# interfaces each, shaped links. Every collective of weft-perf, checked, at 2 hosts x 2 ranks
+# (UCX between hosts, shared memory within), every type and op at 3 x 3 and 4 x 1, in and out of
+# place; launched by mpirun through the set's launch agent; WEFT_SOCKET_IFNAME moving the traffic
+# to eth0 or eth1; host 1's link pulled, a partition, a crashed host, each mid-sweep: every
+# survivor must report an error within the timeout. No /dev/shm segment may be left on any host,
+# and nothing (namespaces, links, state) after. Exit 77 (skipped) where namespaces cannot be
+# made here.
 #   hosts.sh WEFT_PERF
 set -uo pipefail
 perf=$(readlink -f "$1")
@@ -62,7 +63,47 @@ body() {
       echo "ok   $coll across 2 hosts ($(grep -c '^ *[0-9]' "$TMPDIR/$coll.0.log") sizes checked)"
     fi
   done
+  # Every type and op: 3 hosts x 3 ranks, then 4 hosts x 1 rank.
+  for layout in "3 3" "4 1"; do
+    read -r nh nt <<<"$layout"
+    for coll in allreduce reducescatter reduce; do
+      codes=$(run_ranks "all-$coll" 200 "$nh" "$nt" eth0 "$coll" -b 64 -e 64K -f 32 -n 1 -w 0 -c 1 -d all -o all)
+      local rows
+      rows=$(grep -c '^ *[0-9]' "$TMPDIR/all-$coll.0.log")
+      if [[ $codes == *[1-9]* ]] || ((rows < 150)); then
+        fail "$coll, every type and op, $nh hosts x $nt ranks: exit codes $codes, $rows rows"
+        tail -n 5 "$TMPDIR/all-$coll".*.log
+      else
+        echo "ok   $coll, every type and op, $nh hosts x $nt ranks ($rows rows checked)"
+      fi
+    done
+    for coll in allgather alltoall broadcast sendrecv; do
+      codes=$(run_ranks "all-$coll" 200 "$nh" "$nt" eth0 "$coll" -b 64 -e 64K -f 32 -n 1 -w 0 -c 1 -d all)
+      if [[ $codes == *[1-9]* ]]; then
+        fail "$coll, every type, $nh hosts x $nt ranks: exit codes $codes"
+        tail -n 5 "$TMPDIR/all-$coll".*.log
+      else
+        echo "ok   $coll, every type, $nh hosts x $nt ranks"
+      fi
+    done
+  done
   shm_clean "after the collectives"
+
+  # Open MPI across the hosts through the set's launch agent, weft beside MPI.
+  if command -v mpirun >/dev/null; then
+    timeout 120 "$NETNS" mpirun 2 -np 4 -x WEFT_TIMEOUT_S=20 "$perf" allreduce -b 8 -e 1M -f 8 \
+      -n 2 -w 1 -c 1 --compare mpi >"$TMPDIR/mpirun.log" 2>&1
+    local code=$?
+    if ((code != 0)) || ! grep -q "launched by mpirun" "$TMPDIR/mpirun.log" ||
+      ! grep -q "on *$WEFT_NETNS_SET-h1" "$TMPDIR/mpirun.log"; then
+      fail "mpirun across 2 hosts: exit code $code"
+      tail -n 5 "$TMPDIR/mpirun.log"
+    else
+      echo "ok   mpirun -np 4 across 2 hosts, weft beside MPI ($(grep -c '^ *[0-9]' "$TMPDIR/mpirun.log") sizes)"
+    fi
+  else
+    echo "skip mpirun: not installed"
+  fi
 
   # WEFT_SOCKET_IFNAME picks the interface of the bootstrap and of UCX's traffic alike.
   for iface in eth0 eth1; do
@@ -90,7 +131,7 @@ body() {
     for ((h = 0; h < ${#c[@]}; h++)); do
       [[ " $* " == *" $h "* ]] && continue
       if ((c[h] == 0 || c[h] == 124)); then bad=1; fi
-      grep -qi 'error\|fail\|abort' "$TMPDIR/$label.$h.log" || bad=1
+      grep -qi 'error\|fail\|abort\|timeout' "$TMPDIR/$label.$h.log" || bad=1
     done
     if ((bad || took > 45)); then
       fail "$what: exit codes $codes after ${took}s (want every survivor failing, no timeout)"
@@ -122,13 +163,14 @@ body() {
   codes=$(run_ranks crash 60 3 1 eth0 allreduce -b 16M -e 16M -n 1000 -w 1)
   expect_lost "a crashed host" crash "$codes" $((SECONDS - t0)) 2
   NETNS_HOSTS=2 shm_clean "after a crashed host"
+  "$NETNS" run 3 true  # host 3 took no part: still up
   return $status
 }
 
 TMPDIR=$(mktemp -d)
 export TMPDIR
 export -f body
-"$netns" with 3 10gbit,25gbit -- bash -c body
+"$netns" with 4 10gbit,25gbit -- bash -c body
 status=$?
 [[ -n ${KEEP_LOGS:-} ]] && cp -r "$TMPDIR" "$KEEP_LOGS"
 # Nothing left: namespaces, links, state.
