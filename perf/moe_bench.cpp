@@ -15,6 +15,8 @@
 
 #ifdef WEFT_PERF_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "fused/fp8/codec_device.hpp"
 #endif
 
 namespace weft::perf {
@@ -352,7 +354,10 @@ class MoeBench {
       if (Status s = print(tokens, "weft", *weft, *bytes, speedup, worst); !s) return s;
       if (Status s = print(tokens, "a2av", *plain, *bytes, 0, worst); !s) return s;
     } else {
-      if (Status s = onGpu(tokens, r, capacity, *bytes, out, worst, wrong); !s) return s;
+      const auto codec = fused::moe::dispatchCodec();
+      const double sent =
+          opt_.moeFp8 ? *bytes * static_cast<double>(codec.encodedBytes(H)) / (2.0 * H) : *bytes;
+      if (Status s = onGpu(tokens, r, capacity, sent, out, worst, wrong); !s) return s;
     }
     return finish(wrong, exitCode);
   }
@@ -372,13 +377,18 @@ class MoeBench {
   Status onGpu(std::size_t tokens, const Routing& r, std::size_t capacity, double bytes,
                std::vector<std::uint16_t>& out, double& worst, std::int64_t& wrong) {
     const std::size_t H = opt_.moeHidden, L = static_cast<std::size_t>(opt_.moeExperts / nranks_);
-    std::byte *x, *idx, *w, *recv, *counts, *dout;
+    const auto codec = fused::moe::dispatchCodec();
+    // fp8: recv_x's elements then recv_scales in one buffer, the layout of one encoding of
+    // capacity · H values, so that one decode gives the experts' bf16 inputs (y).
+    const std::size_t recvBytes = opt_.moeFp8 ? codec.encodedBytes(capacity * H) : capacity * H * 2;
+    std::byte *x, *idx, *w, *recv, *counts, *dout, *y;
     for (auto [p, n] : {std::pair{&x, r.x.size() * 2},
                         {&idx, r.idx.size() * 8},
                         {&w, r.w.size() * 4},
-                        {&recv, capacity * H * 2},
+                        {&recv, recvBytes},
                         {&counts, L * 4},
-                        {&dout, tokens * H * 2}}) {
+                        {&dout, tokens * H * 2},
+                        {&y, opt_.moeFp8 ? capacity * H * 2 : 16}}) {
       auto d = gpu_->allocate(n + 256);
       if (!d) return d.status();
       *p = *d;
@@ -401,16 +411,22 @@ class MoeBench {
                           capacity,
                           reinterpret_cast<std::int32_t*>(counts),
                           nullptr,
-                          0,
-                          nullptr};
-    cudaEvent_t ev[3] = {};
+                          opt_.moeFp8 ? 1 : 0,
+                          opt_.moeFp8 ? reinterpret_cast<float*>(recv + capacity * H) : nullptr};
+    // Identity experts: their outputs are the rows received (fp8 ones decoded, untimed).
+    const std::byte* expertOut = opt_.moeFp8 ? y : recv;
+    auto experts = [&]() -> Status {
+      if (!opt_.moeFp8) return {};
+      return fused::fp8::decodeOnDevice(codec, DataType::bf16, recv, capacity * H, y, stream);
+    };
+    cudaEvent_t ev[4] = {};
     for (auto& e : ev)
       if (cudaEventCreate(&e) != cudaSuccess) return {Code::systemError, "moe: cudaEventCreate"};
     auto halves = [&](Times& t) -> Status {
       float d = 0, c = 0;
       if (cudaStreamSynchronize(stream) != cudaSuccess ||
           cudaEventElapsedTime(&d, ev[0], ev[1]) != cudaSuccess ||
-          cudaEventElapsedTime(&c, ev[1], ev[2]) != cudaSuccess)
+          cudaEventElapsedTime(&c, ev[3], ev[2]) != cudaSuccess)
         return {Code::systemError, "moe: timing"};
       t.dispatch += d * 1e-3, t.combine += c * 1e-3;
       return {};
@@ -421,7 +437,9 @@ class MoeBench {
       auto h = comm_.moeDispatch(a, stream);
       if (!h) return h.status();
       cudaEventRecord(ev[1], stream);
-      if (Status s = comm_.moeCombine(*h, recv, dout, stream); !s) return s;
+      if (Status s = experts(); !s) return s;
+      cudaEventRecord(ev[3], stream);
+      if (Status s = comm_.moeCombine(*h, expertOut, dout, stream); !s) return s;
       cudaEventRecord(ev[2], stream);
       return halves(t);
     });
@@ -442,7 +460,7 @@ class MoeBench {
         if (made) h = std::move(*made);
         s = made.status();
       } else {
-        s = comm_.moeCombine(h, recv, dout, stream);
+        s = comm_.moeCombine(h, expertOut, dout, stream);
       }
       if (cudaStreamEndCapture(stream, &g[i]) != cudaSuccess || !s ||
           cudaGraphInstantiate(&exec[i], g[i], 0) != cudaSuccess)
@@ -452,6 +470,8 @@ class MoeBench {
       cudaEventRecord(ev[0], stream);
       cudaGraphLaunch(exec[0], stream);
       cudaEventRecord(ev[1], stream);
+      if (Status s = experts(); !s) return s;
+      cudaEventRecord(ev[3], stream);
       cudaGraphLaunch(exec[1], stream);
       cudaEventRecord(ev[2], stream);
       return halves(t);

@@ -164,7 +164,7 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--experts", o.moeExperts, "moe: experts over every rank (64)");
   app.add_option(
       "--dispatch-dtype", dispatchType,
-      "moe: the dispatched values' type, bf16 or fp8 (e4m3, a scale per 128; host memory)");
+      "moe: the dispatched values' type, bf16 or fp8 (e4m3, a scale per 128)");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "

@@ -50,7 +50,7 @@ struct Options {
   std::vector<std::size_t> moeTokens{128, 4096};
   std::size_t moeHidden = 7168;
   int moeTopk = 8, moeExperts = 64;
-  bool moeFp8 = false;  // --dispatch-dtype fp8: e4m3 rows with a scale per 128 (host memory)
+  bool moeFp8 = false;  // --dispatch-dtype fp8: e4m3 rows with a scale per 128
 
   // The sweep: size = minBytes, then *stepFactor (when > 1) or +stepBytes, up to maxBytes.
   std::size_t minBytes = 32 << 20;

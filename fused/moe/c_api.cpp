@@ -16,7 +16,10 @@ struct weftMoeHandle {
   bool gpu = false;
   weft::fused::moe::MoeLayout layout;     // host memory's
   weft::fused::moe::GpuLayout gpuLayout;  // GPU memory's
-  bool combined = false;
+  // The next half the handle takes. On host memory dispatch's send does the whole dispatch, and
+  // combine's receive the whole combine (with the expert outputs its send was given).
+  enum class Next { dispatchRecv, combineSend, combineRecv, done } next = Next::dispatchRecv;
+  const void* expertOut = nullptr;
 };
 
 namespace {
@@ -35,8 +38,8 @@ weft::Status onHost(const char* what, std::initializer_list<const void*> buffers
 
 extern "C" {
 
-weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,
-                             weftComm_t comm, void* stream) {
+weftResult_t weftMoeDispatchSend(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,
+                                 weftComm_t comm, void* stream) {
   const char* what = "weftMoeDispatch";
   if (args == nullptr || handle == nullptr)
     return invalid(std::string(what) + ": args and handle must not be NULL");
@@ -65,7 +68,7 @@ weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* h
       return weft::invalidArgument(std::string(what) + ": fp8Dispatch must be 0 or 1");
     call.fp8 = args->fp8Dispatch == 1, call.recvScales = args->recvScales;
     if (gpu) {
-      auto layout = weft::fused::moe::dispatchGpu(c, shape, call, stream);
+      auto layout = weft::fused::moe::dispatchGpuSend(c, shape, call, stream);
       if (!layout) return layout.status();
       h->gpuLayout = std::move(*layout);
       return {};
@@ -83,16 +86,11 @@ weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* h
   return r;
 }
 
-weftResult_t weftMoeRows(weftMoeHandle_t handle, size_t* rows) {
-  if (handle == nullptr || rows == nullptr)
-    return invalid("weftMoeRows: handle and rows must not be NULL");
-  *rows = handle->gpu ? handle->gpuLayout.rows : handle->layout.rows;
-  return weftSuccess;
-}
+namespace {
 
-weftResult_t weftMoeCombine(weftMoeHandle_t handle, const void* expertOut, void* out,
-                            weftComm_t comm, void* stream) {
-  const char* what = "weftMoeCombine";
+// The handle's checks before one of its halves: `next` is the half asked for.
+weftResult_t ready(weftMoeHandle_t handle, weftComm_t comm, void* stream, weftMoeHandle::Next next,
+                   const char* what) {
   if (handle == nullptr) return invalid(std::string(what) + ": handle is NULL");
   if (handle->comm != comm)
     return invalid(std::string(what) + ": the handle is another communicator's dispatch");
@@ -100,19 +98,92 @@ weftResult_t weftMoeCombine(weftMoeHandle_t handle, const void* expertOut, void*
     if (weftResult_t r = checkStream(stream, what); r != weftSuccess) return r;
   }
   if (gGroupDepth > 0) return fail(weftInvalidUsage, std::string(what) + ": not inside a group");
-  return withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
-    if (handle->gpu) {
-      weft::Status s = weft::fused::moe::combineGpu(c, handle->gpuLayout, expertOut, out, stream);
-      handle->combined = handle->combined || s.isOk();
-      return s;
-    }
-    if (weft::Status s = onHost(what, {expertOut, out}); !s) return s;
-    return weft::fused::moe::combineHost(c, handle->layout, expertOut, out);
+  if (handle->next != next) {
+    static const char* const kNext[] = {"weftMoeDispatchRecv", "weftMoeCombineSend",
+                                        "weftMoeCombineRecv", "nothing (it was combined)"};
+    return fail(weftInvalidUsage, std::string(what) + ": out of order; the handle awaits " +
+                                      kNext[static_cast<int>(handle->next)]);
+  }
+  return weftSuccess;
+}
+
+}  // namespace
+
+weftResult_t weftMoeDispatchRecv(weftMoeHandle_t handle, weftComm_t comm, void* stream) {
+  const char* what = "weftMoeDispatchRecv";
+  if (weftResult_t r = ready(handle, comm, stream, weftMoeHandle::Next::dispatchRecv, what);
+      r != weftSuccess)
+    return r;
+  const weftResult_t r = withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
+    if (!handle->gpu) return {};  // the send did it all
+    return weft::fused::moe::dispatchGpuRecv(c, handle->gpuLayout, stream);
   });
+  if (r == weftSuccess) handle->next = weftMoeHandle::Next::combineSend;
+  return r;
+}
+
+weftResult_t weftMoeDispatch(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,
+                             weftComm_t comm, void* stream) {
+  if (weftResult_t r = weftMoeDispatchSend(args, handle, comm, stream); r != weftSuccess) return r;
+  if (weftResult_t r = weftMoeDispatchRecv(*handle, comm, stream); r != weftSuccess) {
+    (void)weftMoeHandleDestroy(*handle);  // keeps the error's text: it sets none
+    *handle = nullptr;
+    return r;
+  }
+  return weftSuccess;
+}
+
+weftResult_t weftMoeRows(weftMoeHandle_t handle, size_t* rows) {
+  if (handle == nullptr || rows == nullptr)
+    return invalid("weftMoeRows: handle and rows must not be NULL");
+  *rows = handle->gpu ? handle->gpuLayout.rows : handle->layout.rows;
+  return weftSuccess;
+}
+
+weftResult_t weftMoeCombineSend(weftMoeHandle_t handle, const void* expertOut, weftComm_t comm,
+                                void* stream) {
+  const char* what = "weftMoeCombine";
+  if (weftResult_t r = ready(handle, comm, stream, weftMoeHandle::Next::combineSend, what);
+      r != weftSuccess)
+    return r;
+  const weftResult_t r = withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
+    if (!handle->gpu) {
+      if (expertOut == nullptr && handle->layout.rows > 0)
+        return weft::invalidArgument(std::string(what) + ": expert_out is NULL");
+      return onHost(what, {expertOut});
+    }
+    return weft::fused::moe::combineGpuSend(c, handle->gpuLayout, expertOut, stream);
+  });
+  if (r == weftSuccess) {
+    handle->expertOut = expertOut;
+    handle->next = weftMoeHandle::Next::combineRecv;
+  }
+  return r;
+}
+
+weftResult_t weftMoeCombineRecv(weftMoeHandle_t handle, void* out, weftComm_t comm, void* stream) {
+  const char* what = "weftMoeCombineRecv";
+  if (weftResult_t r = ready(handle, comm, stream, weftMoeHandle::Next::combineRecv, what);
+      r != weftSuccess)
+    return r;
+  const weftResult_t r = withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
+    if (handle->gpu) return weft::fused::moe::combineGpuRecv(c, handle->gpuLayout, out, stream);
+    if (weft::Status s = onHost(what, {out}); !s) return s;
+    return weft::fused::moe::combineHost(c, handle->layout, handle->expertOut, out);
+  });
+  if (r == weftSuccess) handle->next = weftMoeHandle::Next::done;
+  return r;
+}
+
+weftResult_t weftMoeCombine(weftMoeHandle_t handle, const void* expertOut, void* out,
+                            weftComm_t comm, void* stream) {
+  if (weftResult_t r = weftMoeCombineSend(handle, expertOut, comm, stream); r != weftSuccess)
+    return r;
+  return weftMoeCombineRecv(handle, out, comm, stream);
 }
 
 weftResult_t weftMoeHandleDestroy(weftMoeHandle_t handle) {
-  if (handle != nullptr && handle->gpu && !handle->combined)
+  if (handle != nullptr && handle->gpu && handle->next != weftMoeHandle::Next::done)
     weft::fused::moe::forgetGpu(handle->gpuLayout);
   delete handle;
   return weftSuccess;

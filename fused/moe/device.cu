@@ -12,6 +12,7 @@
 #include <string>
 
 #include "fused/cuda_steps.hpp"
+#include "fused/fp8/codec_device.hpp"
 #include "fused/moe/device.hpp"
 
 namespace weft::fused::moe {
@@ -82,8 +83,8 @@ __global__ void __launch_bounds__(kThreads)
       const int slot = d.slotOf[static_cast<std::size_t>(t) * d.n + q];
       if (slot < 0) continue;
       const std::size_t at = static_cast<std::size_t>(d.me) * d.tokens + slot;
-      copyRow(d.peers[q] + d.rowsAt + at * d.rowBytes, x + static_cast<std::size_t>(t) * d.rowBytes,
-              d.rowBytes, false);
+      copyRow(d.peers[q] + d.rowsAt + at * d.sentBytes,
+              x + static_cast<std::size_t>(t) * d.sentBytes, d.sentBytes, false);
       auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) + at * d.metaInts;
       if (threadIdx.x == 0) meta[0] = t;
       const int j = static_cast<int>(threadIdx.x);
@@ -201,17 +202,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Each received row copied to its slots' rows of recvX.
-__global__ void __launch_bounds__(kThreads) gatherKernel(MoeDevice d, std::byte* recvX) {
+// Each received row copied to its slots' rows of recvX (fp8: the elements there, the scales to
+// recvScales).
+__global__ void __launch_bounds__(kThreads)
+    gatherKernel(MoeDevice d, std::byte* recvX, float* recvScales) {
   const std::size_t pairs = static_cast<std::size_t>(d.n) * d.tokens;
+  const std::size_t recvBytes = d.fp8 ? d.hidden : d.rowBytes, blocks = d.hidden / 128;
   for (std::size_t p = blockIdx.x; p < pairs; p += gridDim.x) {
     const int s = static_cast<int>(p / d.tokens), j = static_cast<int>(p % d.tokens);
     if (j >= receivedFrom(d, s)) continue;
-    const std::byte* from = d.peers[d.me] + d.rowsAt + p * d.rowBytes;
+    const std::byte* from = d.peers[d.me] + d.rowsAt + p * d.sentBytes;
     for (int slot = 0; slot < d.k; ++slot) {
       const std::int32_t row = d.rowPos[p * d.k + slot];
-      if (row >= 0)
-        copyRow(recvX + static_cast<std::size_t>(row) * d.rowBytes, from, d.rowBytes, true);
+      if (row < 0) continue;
+      copyRow(recvX + static_cast<std::size_t>(row) * recvBytes, from, recvBytes, true);
+      if (!d.fp8) continue;
+      const auto* scales = reinterpret_cast<const float*>(from + d.hidden);
+      for (std::size_t b = threadIdx.x; b < blocks; b += blockDim.x)
+        recvScales[static_cast<std::size_t>(row) * blocks + b] = __ldcg(scales + b);
     }
   }
 }
@@ -332,40 +340,60 @@ std::size_t layoutShared(MoeDevice& d) {
   d.countsAt = kFlagsBytes;
   d.metaAt = aligned(d.countsAt + sizeof(std::int32_t) * kGpuMaxRanks);
   d.rowsAt = aligned(d.metaAt + rows * static_cast<std::size_t>(d.metaInts) * sizeof(std::int32_t));
-  d.backAt = aligned(d.rowsAt + rows * d.rowBytes);
+  d.backAt = aligned(d.rowsAt + rows * d.sentBytes);
   return aligned(d.backAt + rows * d.rowBytes);
 }
 
-Status launchDispatch(const MoeDevice& d, const void* x, const std::int64_t* topkIdx,
-                      const float* topkWeights, void* recvX, std::int32_t* expertCounts,
-                      std::int32_t* recvSource, void* stream) {
+Status launchDispatchSend(const MoeDevice& d, const void* x, const std::int64_t* topkIdx,
+                          const float* topkWeights, void* stream) {
   auto* s = static_cast<cudaStream_t>(stream);
   if (cudaError_t e = cudaMemsetAsync(d.status, 0, 3 * sizeof(unsigned long long), s);
       e != cudaSuccess)
     return cudaStatus("moe dispatch: clearing its status", e);
+  const auto* rows = static_cast<const std::byte*>(x);
+  if (d.fp8 && d.tokens > 0) {
+    const auto n = static_cast<std::size_t>(d.tokens);
+    const auto seg = fp8::Segments::of(d.codec, n, d.hidden, n * d.hidden);
+    if (Status e = fp8::encodeSegmentsOnDevice(d.codec, d.type, x, seg, d.encoded, s); !e) return e;
+    rows = d.encoded;
+  }
   layoutKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx);
-  sendKernel<<<gridOf(static_cast<std::size_t>(d.tokens)), kThreads, 0, s>>>(
-      d, static_cast<const std::byte*>(x), topkIdx, topkWeights);
+  sendKernel<<<gridOf(static_cast<std::size_t>(d.tokens)), kThreads, 0, s>>>(d, rows, topkIdx,
+                                                                             topkWeights);
   signalKernel<<<1, 64, 0, s>>>(d, 0, 1);
+  return launched("moe dispatch (send)");
+}
+
+Status launchDispatchRecv(const MoeDevice& d, void* recvX, std::int32_t* expertCounts,
+                          std::int32_t* recvSource, float* recvScales, void* stream) {
+  auto* s = static_cast<cudaStream_t>(stream);
   awaitKernel<<<1, 64, 0, s>>>(d, 0);
   countKernel<<<static_cast<unsigned>(d.L), kThreads, 0, s>>>(d, expertCounts);
   placeKernel<<<static_cast<unsigned>(d.L), kThreads, 0, s>>>(d, expertCounts, recvSource);
   gatherKernel<<<gridOf(static_cast<std::size_t>(d.n) * d.tokens), kThreads, 0, s>>>(
-      d, static_cast<std::byte*>(recvX));
-  return launched("moe dispatch");
+      d, static_cast<std::byte*>(recvX), recvScales);
+  return launched("moe dispatch (receive)");
 }
 
-Status launchCombine(const MoeDevice& d, const void* expertOut, void* out, void* stream) {
+Status launchCombineSend(const MoeDevice& d, const void* expertOut, void* stream) {
   auto* s = static_cast<cudaStream_t>(stream);
   return withType(d.type, [&](auto* tag) -> Status {
     using T = std::remove_pointer_t<decltype(tag)>;
     combineSendKernel<T><<<gridOf(static_cast<std::size_t>(d.n) * d.tokens), kThreads, 0, s>>>(
         d, static_cast<const std::byte*>(expertOut));
     signalKernel<<<1, 64, 0, s>>>(d, kGpuMaxRanks, 0);
+    return launched("moe combine (send)");
+  });
+}
+
+Status launchCombineRecv(const MoeDevice& d, void* out, void* stream) {
+  auto* s = static_cast<cudaStream_t>(stream);
+  return withType(d.type, [&](auto* tag) -> Status {
+    using T = std::remove_pointer_t<decltype(tag)>;
     awaitKernel<<<1, 64, 0, s>>>(d, kGpuMaxRanks);
     combineKernel<T><<<gridOf(static_cast<std::size_t>(d.tokens)), kThreads, 0, s>>>(
         d, static_cast<std::byte*>(out));
-    return launched("moe combine");
+    return launched("moe combine (receive)");
   });
 }
 

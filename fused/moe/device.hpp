@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fused/fp8/codec.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 
@@ -25,6 +26,12 @@ struct MoeDevice {
   int tokens = 0;    // each rank's (the same on every rank): a source's rows at most
   int metaInts = 3;  // a row's record: its token, then (local expert, weight) per slot
   std::size_t hidden = 0, rowBytes = 0, capacity = 0;
+  // A row as it travels: rowBytes, or (fp8 dispatch) its e4m3 elements then its f32 scales, one
+  // per 128 values, padded to 16 bytes (fp8::Segments' share). Combine's rows are rowBytes.
+  std::size_t sentBytes = 0;
+  bool fp8 = false;
+  fp8::Codec codec;              // fp8: e4m3:128 (dispatchCodec)
+  std::byte* encoded = nullptr;  // fp8: this rank's tokens encoded, sentBytes apart
   DataType type = DataType::bf16;
   std::byte* peers[kGpuMaxRanks] = {};  // each rank's buffer
   std::size_t countsAt = 0, metaAt = 0, rowsAt = 0, backAt = 0;
@@ -42,16 +49,21 @@ struct MoeDevice {
 // The shared buffer's bytes for `d`'s shape, with its offsets set.
 std::size_t layoutShared(MoeDevice& d);
 
-// Dispatch: the call counted, the layout, the rows and records into the peers' buffers, the
-// counts and flags raised there; then, once every source's flag is up, each local expert's rows
-// counted, placed and copied into recvX.
-Status launchDispatch(const MoeDevice& d, const void* x, const std::int64_t* topkIdx,
-                      const float* topkWeights, void* recvX, std::int32_t* expertCounts,
-                      std::int32_t* recvSource, void* stream);
-// Combine: each received token's Σ weight · expert output over its local slots (f32, slot
-// order) written back into its source's buffer, flags raised; then each own token's partial
-// sums added in rank order (f32) into out.
-Status launchCombine(const MoeDevice& d, const void* expertOut, void* out, void* stream);
+// Dispatch, in two halves on one stream (whatever the caller runs between them overlaps the
+// rows' flight). Send: (fp8: x encoded first, fp8::encodeSegmentsOnDevice, the host's bytes)
+// the layout, the rows and records into the peers' buffers, the counts and flags raised there.
+// Receive: once every source's flag is up, each local expert's rows counted, placed and copied
+// into recvX (fp8: the elements, [capacity, hidden] bytes; the scales to recvScales,
+// [capacity, hidden / 128]). The call is counted (tp::countCall) before the send.
+Status launchDispatchSend(const MoeDevice& d, const void* x, const std::int64_t* topkIdx,
+                          const float* topkWeights, void* stream);
+Status launchDispatchRecv(const MoeDevice& d, void* recvX, std::int32_t* expertCounts,
+                          std::int32_t* recvSource, float* recvScales, void* stream);
+// Combine's halves. Send: each received token's Σ weight · expert output over its local slots
+// (f32, slot order) written back into its source's buffer, flags raised. Receive: each own
+// token's partial sums added in rank order (f32) into out.
+Status launchCombineSend(const MoeDevice& d, const void* expertOut, void* stream);
+Status launchCombineRecv(const MoeDevice& d, void* out, void* stream);
 // Each kernel loaded before any of them waits on a peer (lazy loading could otherwise wait for
 // a peer's spinning kernel).
 Status loadMoeKernels();

@@ -24,10 +24,16 @@ struct GpuLayout {
   std::size_t rows = 0;           // known outside a capture
 };
 
-Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
-                              const DispatchCall& call, void* stream);
-Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* expertOut, void* out,
-                  void* stream);
+// Each call in two halves on the caller's stream (device.hpp): what the caller launches between
+// a send and its receive overlaps the transfer. The halves come in order: dispatch's send, its
+// receive, combine's send, its receive; then the next dispatch. `layout.rows` is known after
+// dispatch's receive, outside a capture.
+Result<GpuLayout> dispatchGpuSend(Communicator& comm, const algo::MoeShape& shape,
+                                  const DispatchCall& call, void* stream);
+Status dispatchGpuRecv(Communicator& comm, GpuLayout& layout, void* stream);
+Status combineGpuSend(Communicator& comm, const GpuLayout& layout, const void* expertOut,
+                      void* stream);
+Status combineGpuRecv(Communicator& comm, const GpuLayout& layout, void* out, void* stream);
 // A dispatch that will not be combined (its handle destroyed): the next may come.
 void forgetGpu(const GpuLayout& layout);
 

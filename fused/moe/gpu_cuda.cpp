@@ -20,7 +20,9 @@ namespace weft::fused::moe {
 struct GpuState {
   MoeDevice dev;
   std::uint64_t generation = 0;
-  bool pending = false;  // a dispatch not combined yet
+  // Where the communicator's MoE call stands: the next half it takes.
+  enum class Phase { dispatch, dispatchRecv, combine, combineRecv } phase = Phase::dispatch;
+  DispatchCall call;  // the dispatch's buffers, for its receive
   std::array<std::size_t, 4> key{};
   std::vector<void*> memory;
   std::vector<std::shared_ptr<void>> mappings;
@@ -49,12 +51,12 @@ bool aligned16(const void* p) {
 
 // The state for `shape`: made (collectively, outside a capture) where the communicator has none
 // of this shape.
-Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, DataType type,
+Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, DataType type, bool fp8,
                            std::size_t capacity, cudaStream_t stream) {
   std::shared_ptr<void>& slot = comm.fusedState("moe");
   if (!slot) slot = std::make_shared<GpuState>();
   auto* st = static_cast<GpuState*>(slot.get());
-  const std::array<std::size_t, 4> key{shape.tokens, shape.hidden * sizeOf(type),
+  const std::array<std::size_t, 4> key{shape.tokens, 2 * shape.hidden * sizeOf(type) + fp8,
                                        static_cast<std::size_t>(shape.topk),
                                        static_cast<std::size_t>(shape.experts)};
   if (st->generation > 0 && st->key == key) {
@@ -85,6 +87,9 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   d.experts = shape.experts, d.tokens = static_cast<int>(shape.tokens);
   d.hidden = shape.hidden, d.rowBytes = shape.hidden * sizeOf(type), d.capacity = capacity;
   d.type = type;
+  d.fp8 = fp8, d.codec = dispatchCodec();
+  d.sentBytes =
+      fp8 ? fp8::Segments::of(d.codec, 1, shape.hidden, shape.hidden).segmentBytes : d.rowBytes;
   d.timeoutNs = static_cast<std::uint64_t>(comm.config().timeout.count()) * 1000000ULL;
   const std::size_t bytes = layoutShared(d);
   void* shared = nullptr;
@@ -93,7 +98,8 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
                       e);
   st->memory.push_back(shared);
   const std::size_t T = shape.tokens, k = static_cast<std::size_t>(shape.topk);
-  const std::size_t localBytes = 4 * (T * n + n + n * T * k) + 8 + 3 * 8 + 64;
+  const std::size_t layoutBytes = (4 * (T * n + n + n * T * k) + 64 + 255) / 256 * 256;
+  const std::size_t localBytes = layoutBytes + (fp8 ? T * d.sentBytes : 0);
   void* local = nullptr;
   if (cudaError_t e = cudaMalloc(&local, localBytes); e != cudaSuccess)
     return cudaStatus("moe: allocating the layout", e);
@@ -108,6 +114,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   d.slotOf = reinterpret_cast<std::int32_t*>(words + 64);
   d.sendCount = d.slotOf + T * n;
   d.rowPos = d.sendCount + n;
+  if (fp8) d.encoded = words + layoutBytes;
   auto peers = comm.mapPeerMemory(shared);
   if (!peers) return peers.status();
   if (peers->at.empty() || n > static_cast<std::size_t>(kGpuMaxRanks))
@@ -122,7 +129,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   st->dev = d;
   st->key = key;
   ++st->generation;
-  st->pending = false;
+  st->phase = GpuState::Phase::dispatch;
   return st;
 }
 
@@ -152,11 +159,9 @@ Status reportStatus(Communicator& comm, GpuState& st, cudaStream_t stream, const
 
 }  // namespace
 
-Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
-                              const DispatchCall& call, void* stream) {
+Result<GpuLayout> dispatchGpuSend(Communicator& comm, const algo::MoeShape& shape,
+                                  const DispatchCall& call, void* stream) {
   if (Status s = algo::checkMoeShape(shape); !s) return s;
-  if (call.fp8)
-    return Status(Code::unsupported, "moe dispatch: fp8 dispatch on GPU memory is not built yet");
   for (auto [p, role] : {std::pair<const void*, const char*>{call.x, "x"},
                          {call.topkIdx, "topk_idx"},
                          {call.topkWeights, "topk_weights"},
@@ -166,6 +171,12 @@ Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
     if (Status s = onDevice(p, role); !s) return s;
   }
   if (Status s = onDevice(call.recvSource, "recv_source", true); !s) return s;
+  if (call.fp8) {
+    if (Status s = onDevice(call.recvScales, "recv_scales", call.capacity == 0); !s) return s;
+    if (shape.hidden % 128 != 0)
+      return refuse("fp8 dispatch on GPU memory takes whole blocks of 128 values (hidden " +
+                    std::to_string(shape.hidden) + ")");
+  }
   const std::size_t rowBytes = shape.hidden * sizeOf(call.type);
   if (rowBytes % 16 != 0 || !aligned16(call.x) || !aligned16(call.recvX))
     return refuse(
@@ -174,58 +185,102 @@ Result<GpuLayout> dispatchGpu(Communicator& comm, const algo::MoeShape& shape,
   if (call.type != DataType::bf16 && call.type != DataType::f16 && call.type != DataType::f32)
     return refuse("bf16, f16 or f32 values");
   const auto s = static_cast<cudaStream_t>(stream);
-  auto st = stateFor(comm, shape, call.type, call.capacity, s);
+  auto st = stateFor(comm, shape, call.type, call.fp8, call.capacity, s);
   if (!st) return st.status();
   GpuState& state = **st;
-  if (state.pending)
+  if (state.phase != GpuState::Phase::dispatch)
     return Status(Code::invalidUsage,
                   "moe dispatch: the previous dispatch on this communicator was not combined "
                   "(combine it, or destroy its handle, first)");
+  Status run = comm.gpuOperation(stream, [&]() -> Status {
+    if (Status c = tp::countCall(state.dev.epoch, stream); !c) return c;
+    return launchDispatchSend(state.dev, call.x, call.topkIdx, call.topkWeights, stream);
+  });
+  if (!run) return run;
+  state.phase = GpuState::Phase::dispatchRecv;
+  state.call = call;
+  return GpuLayout{std::static_pointer_cast<GpuState>(comm.fusedState("moe")), state.generation, 0};
+}
+
+namespace {
+
+// The layout's state, where its call stands at `phase`; else why not.
+Result<GpuState*> expect(const GpuLayout& layout, GpuState::Phase phase, const char* what) {
+  GpuState* st = layout.state.lock().get();  // the handle's communicator holds it
+  if (st == nullptr || st->generation != layout.generation)
+    return invalidArgument(std::string(what) +
+                           ": the handle's dispatch is not the communicator's last (each "
+                           "dispatch is combined before the next)");
+  if (st->phase != phase) {
+    static const char* const kNext[] = {"a dispatch", "the dispatch's receive",
+                                        "the combine's send", "the combine's receive"};
+    return Status(Code::invalidUsage, std::string(what) +
+                                          ": out of order; the handle's call awaits " +
+                                          kNext[static_cast<int>(st->phase)]);
+  }
+  return st;
+}
+
+Status deviceBuffer(const void* p, const char* what, const char* role) {
+  if (p == nullptr || !exec::isDevicePointer(p) || !aligned16(p))
+    return invalidArgument(std::string(what) + ": " + role +
+                           " must be GPU memory, 16-byte aligned");
+  return {};
+}
+
+}  // namespace
+
+Status dispatchGpuRecv(Communicator& comm, GpuLayout& layout, void* stream) {
+  auto st = expect(layout, GpuState::Phase::dispatchRecv, "moe dispatch (receive)");
+  if (!st) return st.status();
+  GpuState& state = **st;
+  const DispatchCall& call = state.call;
+  const auto s = static_cast<cudaStream_t>(stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaError_t e = cudaStreamIsCapturing(s, &capture); e != cudaSuccess)
     return cudaStatus("moe: capture status", e);
-  Status run = comm.gpuOperation(stream, [&]() -> Status {
-    if (Status c = tp::countCall(state.dev.epoch, stream); !c) return c;
-    return launchDispatch(state.dev, call.x, call.topkIdx, call.topkWeights, call.recvX,
-                          call.expertCounts, call.recvSource, stream);
+  Status run = comm.gpuOperation(stream, [&] {
+    return launchDispatchRecv(state.dev, call.recvX, call.expertCounts, call.recvSource,
+                              call.recvScales, stream);
   });
   if (!run) return run;
-  state.pending = true;
-  GpuLayout layout{std::static_pointer_cast<GpuState>(comm.fusedState("moe")), state.generation, 0};
+  state.phase = GpuState::Phase::combine;
   if (capture == cudaStreamCaptureStatusNone) {
     if (Status r = reportStatus(comm, state, s, call, layout.rows); !r) {
       // Every rank stops here alike: the dispatch's peers may already hold its rows, so its
       // combine would still be owed; it is forgotten instead.
-      state.pending = false;
+      state.phase = GpuState::Phase::dispatch;
       return r;
     }
   }
-  return layout;
+  return {};
 }
 
-Status combineGpu(Communicator& comm, const GpuLayout& layout, const void* expertOut, void* out,
-                  void* stream) {
-  const std::shared_ptr<GpuState> held = layout.state.lock();
-  GpuState* st = held.get();
-  if (st == nullptr || st->generation != layout.generation || !st->pending)
-    return invalidArgument(
-        "moe combine: the handle's dispatch is not the communicator's last (each dispatch is "
-        "combined before the next)");
-  for (auto [p, role] :
-       {std::pair<const void*, const char*>{expertOut, "expert_out"}, {out, "out"}}) {
-    if (p == nullptr || !exec::isDevicePointer(p) || !aligned16(p))
-      return invalidArgument(std::string("moe combine: ") + role +
-                             " must be GPU memory, 16-byte aligned");
-  }
+Status combineGpuSend(Communicator& comm, const GpuLayout& layout, const void* expertOut,
+                      void* stream) {
+  auto st = expect(layout, GpuState::Phase::combine, "moe combine");
+  if (!st) return st.status();
+  if (Status b = deviceBuffer(expertOut, "moe combine", "expert_out"); !b) return b;
+  GpuState& state = **st;
   Status run =
-      comm.gpuOperation(stream, [&] { return launchCombine(st->dev, expertOut, out, stream); });
-  if (run) st->pending = false;
+      comm.gpuOperation(stream, [&] { return launchCombineSend(state.dev, expertOut, stream); });
+  if (run) state.phase = GpuState::Phase::combineRecv;
+  return run;
+}
+
+Status combineGpuRecv(Communicator& comm, const GpuLayout& layout, void* out, void* stream) {
+  auto st = expect(layout, GpuState::Phase::combineRecv, "moe combine (receive)");
+  if (!st) return st.status();
+  if (Status b = deviceBuffer(out, "moe combine", "out"); !b) return b;
+  GpuState& state = **st;
+  Status run = comm.gpuOperation(stream, [&] { return launchCombineRecv(state.dev, out, stream); });
+  if (run) state.phase = GpuState::Phase::dispatch;
   return run;
 }
 
 void forgetGpu(const GpuLayout& layout) {
   if (const auto st = layout.state.lock(); st && st->generation == layout.generation)
-    st->pending = false;
+    st->phase = GpuState::Phase::dispatch;
 }
 
 }  // namespace weft::fused::moe

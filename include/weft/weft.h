@@ -368,13 +368,15 @@ WEFT_API weftResult_t weftRingAttentionBackwardWorkspaceSize(const weftAttention
 WEFT_API weftResult_t weftZigzagLocal(const int32_t* cuSeqlens, int sequences, int nranks, int rank,
                                       int32_t* localCuSeqlens, int32_t* positions);
 
-/* Mixture-of-experts dispatch and combine (expert parallelism), on host memory for now (GPU
- * memory is weftUnsupported). The experts split evenly over the ranks in order: rank r holds
- * experts r * E/n ... (r + 1) * E/n - 1. Collective: every rank calls it with the same hidden,
- * topk, experts and datatype, `tokens` its own. Each token's row goes once to each rank that holds
- * one of its experts; recvX receives the rows grouped by local expert (each expert's by source
- * rank, then the source's token order), expertCounts each local expert's rows. A routing error
- * on any rank (an expert out of range, one listed twice), or more rows for a rank than its
+/* Mixture-of-experts dispatch and combine (expert parallelism), on host memory (stream NULL) or
+ * GPU memory (where recvX is; then every buffer is, the calls run on `stream`, nothing waits on
+ * the host inside a CUDA graph capture, and a shape's first call must come outside one; the ranks
+ * must map each other's memory: one host). The experts split evenly over the ranks in order: rank r
+ * holds experts r * E/n ... (r + 1) * E/n - 1. Collective: every rank calls it with the same
+ * hidden, topk, experts and datatype, `tokens` its own. Each token's row goes once to each rank
+ * that holds one of its experts; recvX receives the rows grouped by local expert (each expert's by
+ * source rank, then the source's token order), expertCounts each local expert's rows. A routing
+ * error on any rank (an expert out of range, one listed twice), or more rows for a rank than its
  * capacity, is every rank's error, saying which and by how many; nothing is written. The handle
  * is the layout combine needs (docs/algorithms-fused.md, "MoE dispatch and combine"). */
 typedef struct {
@@ -392,7 +394,8 @@ typedef struct {
   int32_t* recvSource;   /* NULL, or [capacity, 2]: each row's source rank and token */
   /* 1: rows travel and arrive as fp8 e4m3 with one f32 scale per 128 values (a value is about
    * element * scale): recvX [capacity, hidden] bytes, recvScales [capacity, ceil(hidden / 128)];
-   * combine stays in datatype. Host memory only for now. 0: rows of datatype. */
+   * combine stays in datatype; on GPU memory hidden must be a multiple of 128. 0: rows of
+   * datatype. */
   int fp8Dispatch;
   float* recvScales;
 } weftMoeDispatchArgs;
@@ -406,6 +409,19 @@ WEFT_API weftResult_t weftMoeRows(weftMoeHandle_t handle, size_t* rows);
  * so the same bits whatever the arrival order; 0 where every slot was dropped. */
 WEFT_API weftResult_t weftMoeCombine(weftMoeHandle_t handle, const void* expertOut, void* out,
                                      weftComm_t comm, void* stream);
+/* The same calls in halves, so that work the caller puts on `stream` between a send and its
+ * receive overlaps the rows' flight (GPU memory; on host memory the dispatch happens in its send
+ * and the combine in its receive). weftMoeDispatch is weftMoeDispatchSend then
+ * weftMoeDispatchRecv, weftMoeCombine weftMoeCombineSend then weftMoeCombineRecv; the halves come
+ * in that order (another order is weftInvalidUsage), and weftMoeRows is known after
+ * weftMoeDispatchRecv outside a capture. */
+WEFT_API weftResult_t weftMoeDispatchSend(const weftMoeDispatchArgs* args, weftMoeHandle_t* handle,
+                                          weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftMoeDispatchRecv(weftMoeHandle_t handle, weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftMoeCombineSend(weftMoeHandle_t handle, const void* expertOut,
+                                         weftComm_t comm, void* stream);
+WEFT_API weftResult_t weftMoeCombineRecv(weftMoeHandle_t handle, void* out, weftComm_t comm,
+                                         void* stream);
 WEFT_API weftResult_t weftMoeHandleDestroy(weftMoeHandle_t handle);
 
 #ifdef __cplusplus

@@ -301,6 +301,22 @@ class Comm {
                     void* stream = nullptr) {
     return detail::status(weftMoeCombine(handle.get(), expertOut, out, h_, stream));
   }
+  // The same in halves (weftMoeDispatchSend ... weftMoeCombineRecv): work put on `stream`
+  // between a send and its receive overlaps the transfer.
+  Result<MoeHandle> moeDispatchSend(const weftMoeDispatchArgs& args, void* stream = nullptr) {
+    weftMoeHandle_t h = nullptr;
+    if (Status s = detail::status(weftMoeDispatchSend(&args, &h, h_, stream)); !s) return s;
+    return MoeHandle(h);
+  }
+  Status moeDispatchRecv(const MoeHandle& handle, void* stream = nullptr) {
+    return detail::status(weftMoeDispatchRecv(handle.get(), h_, stream));
+  }
+  Status moeCombineSend(const MoeHandle& handle, const void* expertOut, void* stream = nullptr) {
+    return detail::status(weftMoeCombineSend(handle.get(), expertOut, h_, stream));
+  }
+  Status moeCombineRecv(const MoeHandle& handle, void* out, void* stream = nullptr) {
+    return detail::status(weftMoeCombineRecv(handle.get(), out, h_, stream));
+  }
 
   // Typed forms: the DataType follows from T.
   template <typename T>

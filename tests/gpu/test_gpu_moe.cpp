@@ -2,8 +2,9 @@
 // against the host path on the same communicator (the reference, itself checked against the
 // routing in test_moe_api.cpp and test_moe_host.cpp), bit for bit: recv_x, the expert counts,
 // the sources and combine's output; routings uniform, all to one expert, all dropped, top-1 to
-// top-8, bf16 and f32; ranks as threads (1-4) and as processes (2, 4); a CUDA graph of dispatch
-// and combine replayed with different routings; rows over the capacity, an error.
+// top-8, bf16 and f32, fp8 dispatch (recv_x's e4m3 bytes and recv_scales); ranks as threads
+// (1-4) and as processes (2, 4); a CUDA graph of dispatch and combine replayed with different
+// routings; rows over the capacity, an error.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +29,7 @@ struct Case {
   std::size_t tokens, hidden;
   weftDataType_t type;
   Routing routing;
+  bool fp8 = false;  // e4m3 with a scale per 128 values: hidden a multiple of 128
 };
 
 std::size_t sizeOfType(weftDataType_t t) {
@@ -145,16 +147,40 @@ std::vector<std::byte> expertOutputs(const Case& c, const std::vector<std::byte>
   return y;
 }
 
+// fp8 dispatch's expert outputs ([rows, hidden] of the values' type): a pattern of the row and
+// column, fed to both paths alike.
+std::vector<std::byte> patternOutputs(const Case& c, std::size_t rows) {
+  const std::size_t es = sizeOfType(c.type);
+  std::vector<std::byte> y(rows * c.hidden * es);
+  for (std::size_t i = 0; i < rows * c.hidden; ++i) {
+    const float v = static_cast<float>(static_cast<int>((i * 37) % 29) - 14) * 0.0625f;
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    const auto b = static_cast<std::uint16_t>(bits >> 16);
+    if (es == 4) {
+      std::memcpy(y.data() + 4 * i, &v, 4);
+    } else {
+      std::memcpy(y.data() + 2 * i, &b, 2);
+    }
+  }
+  return y;
+}
+
 // One rank's rounds: the host path and the GPU path on the same inputs, compared bit for bit.
 // Returns the mismatches (0: all equal); `graph`: the GPU calls captured once, replayed per round.
-int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, bool graph) {
+// `split`: each call in its halves, with other work on the stream between them.
+int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, bool graph,
+            bool split = false) {
   const int L = c.experts / c.n;
   const std::size_t es = sizeOfType(c.type), rowBytes = c.hidden * es;
   const std::size_t capacity = static_cast<std::size_t>(c.n) * c.tokens * c.topk;
+  // fp8: recv_x holds a row's e4m3 bytes, recv_scales its 128-value blocks' scales.
+  const std::size_t recvRow = c.fp8 ? c.hidden : rowBytes, blocks = c.fp8 ? c.hidden / 128 : 0;
   Device x(c.tokens * rowBytes, stream), idx(c.tokens * c.topk * 8, stream),
-      w(c.tokens * c.topk * 4, stream), recv(capacity * rowBytes, stream),
+      w(c.tokens * c.topk * 4, stream), recv(capacity * recvRow, stream),
       counts(static_cast<std::size_t>(L) * 4, stream), source(capacity * 8, stream),
-      y(capacity * rowBytes, stream), out(c.tokens * rowBytes, stream);
+      y(capacity * rowBytes, stream), out(c.tokens * rowBytes, stream),
+      scales(capacity * blocks * 4, stream), scratch(split ? 1 << 20 : 16, stream);
   int bad = 0;
   auto expectSame = [&](const auto& got, const auto& want, const char* what, int round) {
     if (got == want) return;
@@ -166,19 +192,21 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
   for (int round = 0; round < rounds; ++round) {
     Inputs in(c, r, round);
     // The host path: the reference.
-    std::vector<std::byte> hRecv(capacity * rowBytes);
+    std::vector<std::byte> hRecv(capacity * recvRow);
     std::vector<std::int32_t> hCounts(static_cast<std::size_t>(L)), hSource(2 * capacity);
-    weftMoeDispatchArgs a{in.x.data(),    in.idx.data(),  in.w.data(), c.tokens,     c.hidden,
-                          c.topk,         c.experts,      c.type,      hRecv.data(), capacity,
-                          hCounts.data(), hSource.data(), 0,           nullptr};
+    std::vector<float> hScales(capacity * blocks);
+    weftMoeDispatchArgs a{in.x.data(),    in.idx.data(),  in.w.data(), c.tokens,      c.hidden,
+                          c.topk,         c.experts,      c.type,      hRecv.data(),  capacity,
+                          hCounts.data(), hSource.data(), c.fp8,       hScales.data()};
     auto hh = comm.moeDispatch(a);
     if (!hh.isOk()) {
       ADD_FAILURE() << "rank " << r << ": host dispatch: " << hh.status().toString();
       return bad + 1;
     }
     const std::size_t rows = hh->rows();
-    hRecv.resize(rows * rowBytes);
-    const auto hY = expertOutputs(c, hRecv, hCounts);
+    hRecv.resize(rows * recvRow);
+    hScales.resize(rows * blocks);
+    const auto hY = c.fp8 ? patternOutputs(c, rows) : expertOutputs(c, hRecv, hCounts);
     std::vector<std::byte> hOut(c.tokens * rowBytes);
     if (Status s = comm.moeCombine(*hh, hY.data(), hOut.data()); !s) {
       ADD_FAILURE() << "rank " << r << ": host combine: " << s.toString();
@@ -186,21 +214,39 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
     }
     // The GPU path on the same inputs.
     x.put(in.x, stream), idx.put(in.idx, stream), w.put(in.w, stream);
-    const weftMoeDispatchArgs g = argsOn(c, x, idx, w, recv, capacity, counts, source.p);
+    weftMoeDispatchArgs g = argsOn(c, x, idx, w, recv, capacity, counts, source.p);
+    g.fp8Dispatch = c.fp8, g.recvScales = static_cast<float*>(scales.p);
     EXPECT_EQ(cudaMemsetAsync(recv.p, 0xA5, recv.bytes, stream), cudaSuccess);
+    EXPECT_EQ(cudaMemsetAsync(scales.p, 0xA5, scales.bytes, stream), cudaSuccess);
     EXPECT_EQ(cudaMemsetAsync(out.p, 0xA5, out.bytes, stream), cudaSuccess);
     if (!graph || round < 1) {
       weftMoeHandle_t h = nullptr;
-      if (weftMoeDispatch(&g, &h, comm.handle(), stream) != weftSuccess) {
+      weftResult_t sent = split ? weftMoeDispatchSend(&g, &h, comm.handle(), stream)
+                                : weftMoeDispatch(&g, &h, comm.handle(), stream);
+      if (sent == weftSuccess && split) {
+        EXPECT_EQ(cudaMemsetAsync(scratch.p, 0x3C, scratch.bytes, stream), cudaSuccess);  // overlap
+        sent = weftMoeDispatchRecv(h, comm.handle(), stream);
+      }
+      if (sent != weftSuccess) {
         ADD_FAILURE() << "rank " << r << ": GPU dispatch: " << weftGetLastError();
         return bad + 1;
       }
       size_t gRows = 0;
       EXPECT_EQ(weftMoeRows(h, &gRows), weftSuccess);
       expectSame(gRows, rows, "rows", round);
-      y.put(expertOutputs(c, recv.get<std::byte>(rows * rowBytes, stream), hCounts), stream);
-      EXPECT_EQ(weftMoeCombine(h, y.p, out.p, comm.handle(), stream), weftSuccess)
-          << weftGetLastError();
+      y.put(c.fp8 ? patternOutputs(c, rows)
+                  : expertOutputs(c, recv.get<std::byte>(rows * rowBytes, stream), hCounts),
+            stream);
+      if (split) {
+        EXPECT_EQ(weftMoeCombineSend(h, y.p, comm.handle(), stream), weftSuccess)
+            << weftGetLastError();
+        EXPECT_EQ(cudaMemsetAsync(scratch.p, 0x3C, scratch.bytes, stream), cudaSuccess);  // overlap
+        EXPECT_EQ(weftMoeCombineRecv(h, out.p, comm.handle(), stream), weftSuccess)
+            << weftGetLastError();
+      } else {
+        EXPECT_EQ(weftMoeCombine(h, y.p, out.p, comm.handle(), stream), weftSuccess)
+            << weftGetLastError();
+      }
       EXPECT_EQ(weftMoeHandleDestroy(h), weftSuccess);
     } else {
       // The expert outputs the host computed stand in for the experts between the two halves.
@@ -221,7 +267,8 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     expectSame(counts.get<std::int32_t>(static_cast<std::size_t>(L), stream), hCounts, "counts",
                round);
-    expectSame(recv.get<std::byte>(rows * rowBytes, stream), hRecv, "recv_x", round);
+    expectSame(recv.get<std::byte>(rows * recvRow, stream), hRecv, "recv_x", round);
+    if (c.fp8) expectSame(scales.get<float>(rows * blocks, stream), hScales, "recv_scales", round);
     auto gSource = source.get<std::int32_t>(2 * rows, stream);
     hSource.resize(2 * rows);
     expectSame(gSource, hSource, "recv_source", round);
@@ -258,22 +305,45 @@ std::string caseName(const ::testing::TestParamInfo<Case>& p) {
                         : c.routing == Routing::oneExpert ? "oneExpert"
                                                           : "dropped";
   return std::to_string(c.n) + "ranks_top" + std::to_string(c.topk) + "_" + routing +
-         (c.type == weftFloat32 ? "_f32" : "_bf16");
+         (c.type == weftFloat32 ? "_f32" : "_bf16") + (c.fp8 ? "_fp8" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Routings, GpuMoe,
-                         ::testing::Values(Case{1, 4, 2, 40, 64, weftBfloat16, Routing::uniform},
-                                           Case{2, 8, 1, 64, 128, weftBfloat16, Routing::uniform},
-                                           Case{2, 8, 8, 64, 128, weftFloat32, Routing::uniform},
-                                           Case{3, 6, 3, 50, 64, weftBfloat16, Routing::uniform},
-                                           Case{4, 16, 4, 96, 256, weftBfloat16, Routing::uniform},
-                                           Case{4, 16, 4, 32, 64, weftBfloat16, Routing::oneExpert},
-                                           Case{4, 8, 2, 32, 64, weftBfloat16, Routing::dropped}),
-                         caseName);
+INSTANTIATE_TEST_SUITE_P(
+    Routings, GpuMoe,
+    ::testing::Values(Case{1, 4, 2, 40, 64, weftBfloat16, Routing::uniform},
+                      Case{2, 8, 1, 64, 128, weftBfloat16, Routing::uniform},
+                      Case{2, 8, 8, 64, 128, weftFloat32, Routing::uniform},
+                      Case{3, 6, 3, 50, 64, weftBfloat16, Routing::uniform},
+                      Case{4, 16, 4, 96, 256, weftBfloat16, Routing::uniform},
+                      Case{4, 16, 4, 32, 64, weftBfloat16, Routing::oneExpert},
+                      Case{4, 8, 2, 32, 64, weftBfloat16, Routing::dropped},
+                      Case{1, 4, 2, 24, 128, weftBfloat16, Routing::uniform, true},
+                      Case{2, 8, 8, 64, 256, weftFloat32, Routing::uniform, true},
+                      Case{4, 16, 4, 96, 384, weftBfloat16, Routing::uniform, true}),
+    caseName);
+
+// Each call in its halves with other work between (weftMoeDispatchSend ... weftMoeCombineRecv):
+// the same bits as the host path.
+TEST(GpuMoeSplit, HalvesWithWorkBetweenEqualTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  for (const Case& c : {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform},
+                        Case{4, 16, 4, 48, 256, weftBfloat16, Routing::uniform, true}}) {
+    auto comms = threadRanks(c.n);
+    ASSERT_EQ(comms.size(), static_cast<std::size_t>(c.n));
+    Streams streams(c.n);
+    std::vector<int> bad(static_cast<std::size_t>(c.n));
+    onEveryRank(c.n, [&](int r) {
+      bad[static_cast<std::size_t>(r)] =
+          runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 2, false, true);
+    });
+    for (int b : bad) EXPECT_EQ(b, 0);
+  }
+}
 
 TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
   SKIP_WITHOUT_GPU();
   expectThreadRanks(Case{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform}, 4, true);
+  expectThreadRanks(Case{2, 8, 4, 64, 256, weftBfloat16, Routing::uniform, true}, 3, true);
 }
 
 TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {

@@ -226,5 +226,40 @@ TEST(MoeApi, BadArgumentsAreClearErrorsThatWriteNothing) {
   });
 }
 
+// The halves (weftMoeDispatchSend ... weftMoeCombineRecv) give the whole calls' bytes; a half out
+// of order is weftInvalidUsage naming the half the handle awaits, and changes nothing.
+TEST(MoeApi, HalvesEqualTheWholeCallsAndComeInOrder) {
+  auto comms = Comm::initAll(kRanks);
+  ASSERT_TRUE(comms.isOk()) << comms.status().toString();
+  onEveryRank(*comms, [&](int r, Comm& c) {
+    Inputs in = inputsOf(r);
+    std::vector<float> recv(kCapacity * kHidden, NAN), recv2(kCapacity * kHidden, NAN);
+    std::vector<std::int32_t> counts(kExperts / kRanks, -1), source(2 * kCapacity, -1);
+    std::vector<std::int32_t> counts2 = counts, source2 = source;
+    auto whole = c.moeDispatch(argsOf(in, recv, counts, source));
+    ASSERT_TRUE(whole.isOk()) << whole.status().toString();
+    std::vector<float> out(kTokens * kHidden, NAN), out2(kTokens * kHidden, NAN);
+    ASSERT_TRUE(c.moeCombine(*whole, recv.data(), out.data()).isOk());
+
+    auto half = c.moeDispatchSend(argsOf(in, recv2, counts2, source2));
+    ASSERT_TRUE(half.isOk()) << half.status().toString();
+    // Combine before the dispatch's receive: out of order.
+    EXPECT_EQ(weftMoeCombineSend(half->get(), recv2.data(), c.handle(), nullptr), weftInvalidUsage);
+    EXPECT_NE(std::string(weftGetLastError()).find("awaits weftMoeDispatchRecv"), std::string::npos)
+        << weftGetLastError();
+    ASSERT_TRUE(c.moeDispatchRecv(*half).isOk());
+    EXPECT_EQ(weftMoeDispatchRecv(half->get(), c.handle(), nullptr), weftInvalidUsage);
+    EXPECT_EQ(weftMoeCombineRecv(half->get(), out2.data(), c.handle(), nullptr), weftInvalidUsage);
+    EXPECT_EQ(half->rows(), whole->rows());
+    ASSERT_TRUE(c.moeCombineSend(*half, recv2.data()).isOk());
+    ASSERT_TRUE(c.moeCombineRecv(*half, out2.data()).isOk());
+    EXPECT_EQ(weftMoeCombineSend(half->get(), recv2.data(), c.handle(), nullptr), weftInvalidUsage);
+    EXPECT_EQ(std::memcmp(recv.data(), recv2.data(), whole->rows() * kHidden * 4), 0);
+    EXPECT_EQ(counts, counts2);
+    EXPECT_EQ(source, source2);
+    EXPECT_EQ(std::memcmp(out.data(), out2.data(), out.size() * 4), 0);
+  });
+}
+
 }  // namespace
 }  // namespace weft
