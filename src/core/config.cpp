@@ -139,7 +139,8 @@ const Setting kSettings[] = {
     {"WEFT_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", Kind::text, 0, 0, "first up, not lo or docker",
      false, Audience::user,
      "interface of this host's address: `eth0`, `eth,ib` (prefixes), `=eth0` (exact), "
-     "`^lo,docker` (excluded)",
+     "`^lo,docker` (excluded); UCX's traffic between hosts goes through the same interface (its "
+     "`NET_DEVICES`) unless `UCX_NET_DEVICES` is set",
      [](Config& c, const std::string&, const std::string& v, double) {
        c.socketIfname = v;
        return ok();
