@@ -3,10 +3,17 @@
 
 namespace weft::fused::moe {
 
-Result<GpuLayout> dispatchGpu(Communicator&, const algo::MoeShape&, const DispatchCall&, void*) {
+Result<GpuLayout> dispatchGpuSend(Communicator&, const algo::MoeShape&, const DispatchCall&,
+                                  void*) {
   return Status(Code::unsupported, "moe dispatch: GPU buffers, but this build has no CUDA");
 }
-Status combineGpu(Communicator&, const GpuLayout&, const void*, void*, void*) {
+Status dispatchGpuRecv(Communicator&, GpuLayout&, void*) {
+  return Status(Code::unsupported, "moe dispatch: GPU buffers, but this build has no CUDA");
+}
+Status combineGpuSend(Communicator&, const GpuLayout&, const void*, void*) {
+  return Status(Code::unsupported, "moe combine: GPU buffers, but this build has no CUDA");
+}
+Status combineGpuRecv(Communicator&, const GpuLayout&, void*, void*) {
   return Status(Code::unsupported, "moe combine: GPU buffers, but this build has no CUDA");
 }
 void forgetGpu(const GpuLayout&) {}
