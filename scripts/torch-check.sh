@@ -5,8 +5,9 @@
 # else the system's, or NCCL_INCLUDE), says in one line which, then runs tests/nccl/torch_check.py
 # under torchrun with 2 and 4 processes (NPS), local rank r on GPU r mod the GPU count: on one GPU
 # all share GPU 0 (MPS started and stopped here), LD_PRELOAD naming weft's libnccl.so.2. Needs
-# nvcc and a Python with PyTorch. Logs go to $OUT (default /tmp/torch-check). Exit 0 when every
-# rank of every run passed.
+# nvcc and a Python with PyTorch. Then scripts/torch-ops-check.sh runs weft.torch's tests on the
+# same library. Logs go to $OUT (default /tmp/torch-check). Exit 0 when every rank of every run
+# passed.
 #   WEFT_TORCH_CHECKS  the checks to run (torch_check.py; default every one)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,5 +74,12 @@ for np in ${NPS:-2 4}; do
   fi
   grep -E "^ok " "$out/torch-np$np.log" | sed "s/^/  np$np /"
 done
+# weft.torch (the custom ops and the "weft" backend) against the library just built, under the
+# same MPS daemon; WEFT_TORCH_OPS=0 skips it.
+if [[ "${WEFT_TORCH_OPS:-1}" == 1 ]]; then
+  WEFT_LIBRARY="$PWD/$build/lib/libweft.so.0" OUT="$out" scripts/torch-ops-check.sh
+  rc=$?
+  ((rc == 0 || rc == 77)) || status=1
+fi
 if ((started)); then echo quit | nvidia-cuda-mps-control; fi
 exit $status

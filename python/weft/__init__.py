@@ -204,6 +204,24 @@ class Comm:
             h, self._h = self._h, ctypes.c_void_p()
             check(lib.weftCommAbort(h))
 
+    def summary(self):
+        """One line: ranks, memory, transport, channels (weftCommSummary)."""
+        text = lib.weftCommSummary(self._handle())
+        return text.decode(errors="replace") if text else ""
+
+    def register(self, buf):
+        """Registers `buf` (GPU memory) for the low-latency path (weftCommRegister): when one rank
+        passes a registered buffer to a collective every rank must, at the same offset. Returns
+        the handle deregister takes."""
+        b = _buffer(buf, "uint8", False, "register")
+        h = ctypes.c_void_p()
+        check(lib.weftCommRegister(self._handle(), b.ptr, b.nbytes, ctypes.byref(h)))
+        return h.value
+
+    def deregister(self, handle):
+        """Waits for the communicator's enqueued GPU work, then forgets the buffer."""
+        check(lib.weftCommDeregister(self._handle(), handle))
+
     def async_error(self):
         """What stopped a GPU call after it was enqueued, or None."""
         v = ctypes.c_int()

@@ -44,6 +44,7 @@ ITEMSIZE = {0: 8, 1: 4, 2: 2, 3: 2, 4: 1, 5: 1, 6: 1, 7: 1, 8: 4, 9: 4, 10: 8, 1
 OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 RESULTS = ["success", "invalid argument", "invalid usage", "system error", "internal error",
            "remote error", "timeout", "unsupported", "in progress"]
+_P, _S, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
 
 
 class UniqueId(ctypes.Structure):
@@ -61,6 +62,28 @@ class MoeDispatchArgs(ctypes.Structure):
     ]
 
 
+# weft.h's compressed collectives, tensor-parallel GEMMs and ring attention.
+class Compression(ctypes.Structure):
+    _fields_ = [("format", _I), ("scale", _I), ("block", _I), ("always", _I)]
+
+
+class TpFp8(ctypes.Structure):
+    _fields_ = [("output", _I), ("aScale", _P), ("bScale", _P), ("scaling", _I),
+                ("aScaleGathered", _P)]
+
+
+class Attention(ctypes.Structure):
+    _fields_ = [
+        ("q", _P), ("k", _P), ("v", _P), ("out", _P), ("lse", _P), ("cuSeqlens", _P),
+        ("sequences", _I), ("tokens", _S), ("maxSeqlen", _S), ("heads", _I), ("kvHeads", _I),
+        ("headDim", _I), ("datatype", _I), ("causal", _I), ("softmaxScale", ctypes.c_float),
+    ]
+
+
+class AttentionGrads(ctypes.Structure):
+    _fields_ = [("dOut", _P), ("dq", _P), ("dk", _P), ("dv", _P)]
+
+
 class WeftError(RuntimeError):
     """A weft call's failure: `code` (weftResult_t) and weft's message for it."""
 
@@ -70,7 +93,7 @@ class WeftError(RuntimeError):
         super().__init__(f"{message} ({name})" if message else name)
 
 
-_P, _S, _I = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+_PI32 = ctypes.POINTER(ctypes.c_int32)
 _SIGNATURES = {
     "weftGetLastError": (ctypes.c_char_p, []),
     "weftGetVersion": (_I, [ctypes.POINTER(_I)]),
@@ -100,6 +123,36 @@ _SIGNATURES = {
     "weftMoeRows": (_I, [_P, ctypes.POINTER(_S)]),
     "weftMoeCombine": (_I, [_P, _P, _P, _P, _P]),
     "weftMoeHandleDestroy": (_I, [_P]),
+    "weftGetErrorString": (ctypes.c_char_p, [_I]),
+    "weftTypeSize": (_S, [_I]),
+    "weftCommDevice": (_I, [_P, ctypes.POINTER(_I)]),
+    "weftCommSummary": (ctypes.c_char_p, [_P]),
+    "weftCommPlan": (_I, [_P, _I, _S, _I, ctypes.c_char_p, _S]),
+    "weftCommRegister": (_I, [_P, _P, _S, ctypes.POINTER(_P)]),
+    "weftCommDeregister": (_I, [_P, _P]),
+    "weftCompressionParse": (_I, [ctypes.c_char_p, ctypes.POINTER(Compression)]),
+    "weftCommSetCompression": (_I, [_P, ctypes.POINTER(Compression)]),
+    "weftCommGetCompression": (_I, [_P, ctypes.POINTER(Compression)]),
+    "weftAllReduceEx": (_I, [_P, _P, _S, _I, _I, _P, _P, ctypes.POINTER(Compression)]),
+    "weftReduceScatterEx": (_I, [_P, _P, _S, _I, _I, _P, _P, ctypes.POINTER(Compression)]),
+    "weftAllGatherEx": (_I, [_P, _P, _S, _I, _P, _P, ctypes.POINTER(Compression)]),
+    "weftCommPlanEx": (_I, [_P, _I, _S, _I, _I, ctypes.POINTER(Compression), ctypes.c_char_p,
+                            _S]),
+    "weftAllGatherGemm": (_I, [_P, _P, _P, _P, _P, _S, _S, _S, _I, _P, _S, _P, _P]),
+    "weftGemmReduceScatter": (_I, [_P, _P, _P, _P, _S, _S, _S, _I, _P, _S, _P, _P]),
+    "weftAllGatherGemmFp8": (_I, [_P, _P, _P, _P, _P, _S, _S, _S, _I, ctypes.POINTER(TpFp8), _P,
+                                  _S, _P, _P]),
+    "weftGemmReduceScatterFp8": (_I, [_P, _P, _P, _P, _S, _S, _S, _I, ctypes.POINTER(TpFp8), _P,
+                                      _S, _P, _P]),
+    "weftTpWorkspaceSize": (_I, [_P, _I, _S, _S, _S, _I, ctypes.POINTER(_S)]),
+    "weftTpPlan": (_I, [_P, _I, _S, _S, _S, _I, ctypes.c_char_p, _S]),
+    "weftRingAttention": (_I, [ctypes.POINTER(Attention), _P, _S, _P, _P]),
+    "weftRingAttentionWorkspaceSize": (_I, [ctypes.POINTER(Attention), _P, ctypes.POINTER(_S)]),
+    "weftRingAttentionBackward": (_I, [ctypes.POINTER(Attention), ctypes.POINTER(AttentionGrads),
+                                       _P, _S, _P, _P]),
+    "weftRingAttentionBackwardWorkspaceSize": (_I, [ctypes.POINTER(Attention), _P,
+                                                    ctypes.POINTER(_S)]),
+    "weftZigzagLocal": (_I, [_PI32, _I, _I, _I, _PI32, _PI32]),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _f = getattr(lib, _name)
