@@ -167,7 +167,8 @@ Status readGraphs(const json& j, const std::string& where, GraphConstants& g) {
                         {"device_copy_gbs", &g.deviceCopyGBs},
                         {"device_p2p_gbs", &g.deviceP2pGBs},
                         {"device_all_peers_us", &g.deviceAllPeersUs},
-                        {"device_hop_latency_us", &g.deviceHopLatencyUs}});
+                        {"device_hop_latency_us", &g.deviceHopLatencyUs},
+                        {"net_gbs", &g.netGBs}});
 }
 
 Status readCodecs(const json& j, const std::string& where, CodecConstants& c) {
@@ -315,6 +316,7 @@ std::string CostConstants::toJson() const {
                  {"device_p2p_gbs", graphs.deviceP2pGBs},
                  {"device_all_peers_us", graphs.deviceAllPeersUs},
                  {"device_hop_latency_us", graphs.deviceHopLatencyUs}};
+  if (graphs.netGBs > 0) j["graphs"]["net_gbs"] = graphs.netGBs;
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};

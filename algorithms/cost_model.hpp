@@ -75,6 +75,9 @@ struct GraphConstants {
   double deviceAllPeersUs = 12.0;   // device_all_peers_us: an all-peers wait, per peer past one
   double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
   double deviceP2pGBs = 60;         // device_p2p_gbs: a large GPU send/recv, ranks sharing a GPU
+  // net_gbs: one host's rate to the others on host memory (weft-perf --calibrate measures it
+  // where ranks span hosts); 0: its fastest discovered NIC's, or 10 GbE where it lists none.
+  double netGBs = 0;
 };
 
 // How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written

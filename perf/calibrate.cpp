@@ -46,6 +46,9 @@ constexpr int kMidRounds = 500;                             // 64 KiB round trip
 constexpr int kSmallMessages = 20000;                       // 8-byte messages streamed
 constexpr int kMidMessages = 2000;                          // 64 KiB messages streamed
 constexpr int kLargeMessages = 8;                           // 64 MiB messages streamed
+constexpr int kNetRounds = 400;                             // 8-byte round trips between hosts
+constexpr int kNetMessages = 400;                           // 64 KiB messages between hosts
+constexpr std::size_t kNetLargeBytes = 16 * 1024 * 1024;    // messages between hosts
 constexpr int kBatches = 30;                                // of 8-byte all-reduces
 constexpr std::size_t kCodecValues = std::size_t{1} << 20;  // bf16 values the codec times
 constexpr int kCodecRounds = 5;
@@ -92,7 +95,15 @@ struct Measured {
   double midGBs = 0;        // 0 -> 1, kMidBytes messages
   double pairGBs = 0;       // 0 -> 1 alone, kLargeBytes messages
   double everyPairGBs = 0;  // per rank, every pair at once, kLargeBytes messages
-  int pairs = 1;
+  int pairs = 1;            // pairs of ranks of one host
+  // Between hosts: rank 0 and `remote`, and each host's first rank to another's at once.
+  struct Net {
+    double smallUs = 0, midUs = 0, midGBs = 0, everyHostGBs = 0;
+  } net;
+  int hosts = 1, hostPairs = 0;
+  int local = -1;           // the pcie keys' peer of rank 0: the next rank on its host (-1: none)
+  int remote = -1;          // the network's: the first rank on another host (-1: one host)
+  std::vector<int> hostOf;  // by rank: hosts numbered in the order of their first rank
   std::array<double, 2> allReduceUs{};  // by protocol
   std::array<std::string, 2> allReducePlan;
   double codecGBs = 0;  // the host fp8 codec's encode, bytes read + written, the ranks' mean
@@ -107,21 +118,33 @@ struct Measured {
 struct Derived {
   algo::CostConstants constants;
   double midHopUs = 0;                // 64 KiB one-way less its bytes at its streaming rate
+  double netMidHopUs = 0;             // the same between hosts
   std::array<double, 2> chargedUs{};  // the model's 8-byte all-reduce without its base
   double nominalGBs = 0;              // the shared-memory graph's copy rate
 };
 
 Result<Derived> derive(const Measured& m, int nranks) {
-  const algo::RankGraph graph = algo::sharedMemoryRankGraph(nranks);
   Derived d;
-  d.nominalGBs = graph.intraBandwidth;
   algo::CostConstants& c = d.constants;
-  c.hopLatency[kLl][kPcie] = m.smallUs;
-  // A hop of the simple protocol is never cheaper than a small message's.
-  d.midHopUs = m.midUs - double(kMidBytes) / (m.midGBs * 1e3);
-  c.hopLatency[kSimple][kPcie] = std::max(d.midHopUs, m.smallUs);
-  c.messageOverhead[kLl][kPcie] = c.messageOverhead[kSimple][kPcie] = m.messageUs;
-  c.bandwidthScale[kPcie] = m.everyPairGBs / graph.intraBandwidth;
+  d.nominalGBs = algo::sharedMemoryRankGraph(nranks).intraBandwidth;
+  if (m.local > 0) {
+    c.hopLatency[kLl][kPcie] = m.smallUs;
+    // A hop of the simple protocol is never cheaper than a small message's.
+    d.midHopUs = m.midUs - double(kMidBytes) / (m.midGBs * 1e3);
+    c.hopLatency[kSimple][kPcie] = std::max(d.midHopUs, m.smallUs);
+    c.messageOverhead[kLl][kPcie] = c.messageOverhead[kSimple][kPcie] = m.messageUs;
+    c.bandwidthScale[kPcie] = m.everyPairGBs / d.nominalGBs;
+  }
+  if (m.remote > 0) {
+    c.hopLatency[kLl][kNet] = m.net.smallUs;
+    d.netMidHopUs = m.net.midUs - double(kMidBytes) / (m.net.midGBs * 1e3);
+    c.hopLatency[kSimple][kNet] = std::max(d.netMidHopUs, m.net.smallUs);
+    c.graphs.netGBs = m.net.everyHostGBs;
+  }
+  algo::Placement placement;
+  placement.hostOf = m.hostOf;
+  placement.gpuOf.assign(m.hostOf.size(), -1);
+  const algo::RankGraph graph = algo::hostRankGraph(placement, c.graphs.netGBs, c.graphs);
   // What the model charges the measured call with the constants above but no base, taken from
   // the call's time: the model then reproduces the call.
   for (std::size_t p : {kLl, kSimple}) {
@@ -144,6 +167,26 @@ std::string crowdedNote(const Measured& m) {
          fixed(m.load, 1) + ") exceed its " + std::to_string(m.cores) +
          " core(s): ranks waited for each other's time slices, so these latencies measure the "
          "scheduler as much as weft";
+}
+
+// The tuning file's hop, message and bandwidth keys: pcie's where rank 0 had a rank beside it,
+// the network's hops where the ranks span hosts.
+std::string hopKeys(const Measured& m, const algo::CostConstants& c) {
+  auto classes = [&](const std::array<double, 3>& v, bool withNet) {
+    std::string out;
+    if (m.local > 0) out += "\"pcie\": " + digits(v[kPcie]);
+    if (withNet && m.remote > 0)
+      out += std::string(out.empty() ? "" : ", ") + "\"network\": " + digits(v[kNet]);
+    return "{" + out + "}";
+  };
+  std::string j = "  \"hop_latency_us\": {\"ll\": " + classes(c.hopLatency[kLl], true) +
+                  ", \"simple\": " + classes(c.hopLatency[kSimple], true) + "},\n";
+  if (m.local > 0) {
+    j += "  \"message_overhead_us\": {\"ll\": " + classes(c.messageOverhead[kLl], false) +
+         ", \"simple\": " + classes(c.messageOverhead[kSimple], false) + "},\n";
+    j += "  \"bandwidth_scale\": " + classes(c.bandwidthScale, false) + ",\n";
+  }
+  return j;
 }
 
 // The tuning file: the measured keys, where and when, and how each was measured.
@@ -170,16 +213,23 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
       " runs) on every rank at once, bytes read plus written, the ranks' mean: what the selector "
       "prices a compressed call's codec passes with.";
   std::vector<std::string> comment = {
-      "Written by weft-perf --calibrate on " + std::to_string(nranks) +
-          " ranks; keys not here keep CostConstants' defaults. The runtime models ranks on "
-          "host memory as pcie-class hops (sharedMemoryRankGraph: path class PHB at a nominal " +
-          digits(d.nominalGBs) + " GB/s copy rate), so only the pcie entries are measured.",
-      "hop_latency_us.ll.pcie: one-way time of an 8-byte message, ranks 0 and 1 ping-ponging "
-      "with weftSend/weftRecv while the others wait: the median of " +
+      "Written by weft-perf --calibrate on " + std::to_string(nranks) + " ranks on " +
+      std::to_string(m.hosts) +
+      " host(s); keys not here keep CostConstants' defaults. The runtime models ranks of one "
+      "host on host memory as pcie-class hops (sharedMemoryRankGraph: path class PHB at a "
+      "nominal " +
+      digits(d.nominalGBs) +
+      " GB/s copy rate) and hosts as network-class hops at net_gbs (hostRankGraph), so only "
+      "those entries are measured: the pcie ones between rank 0 and rank " +
+      std::to_string(m.local) + " (its host's next), the network ones between rank 0 and rank " +
+      std::to_string(m.remote) + " (another host's first); -1: none."};
+  const std::vector<std::string> pcie = {
+      "hop_latency_us.ll.pcie: one-way time of an 8-byte message, ranks 0 and its host's next "
+      "ping-ponging with weftSend/weftRecv while the others wait: the median of " +
           std::to_string(kSmallRounds) + " round trips / 2.",
       "hop_latency_us.simple.pcie: one-way time of a 64 KiB message (the median of " +
           std::to_string(kMidRounds) + " round trips / 2: " + digits(m.midUs) +
-          " us) minus 65536 B at the rate 64 KiB messages stream from rank 0 to rank 1 (" +
+          " us) minus 65536 B at the rate 64 KiB messages stream between them (" +
           std::to_string(kMidMessages) + " of them: " + digits(m.midGBs) + " GB/s)" +
           (d.midHopUs < m.smallUs ? "; that came to " + digits(d.midHopUs) +
                                         " us, under the 8-byte hop, which is written instead"
@@ -187,35 +237,45 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
           ".",
       "message_overhead_us.ll.pcie and .simple.pcie: rank 0 sends " +
           std::to_string(kSmallMessages) +
-          " 8-byte messages to rank 1 inside one weftGroupStart/weftGroupEnd and rank 1 "
-          "receives them inside one, so that each costs its FIFO work rather than an API call; "
-          "rank 1's time per message. Both protocols move messages through the same FIFO on "
+          " 8-byte messages to its host's next rank inside one weftGroupStart/weftGroupEnd, "
+          "received inside one, so that each costs its FIFO work rather than an API call; the "
+          "receiver's time per message. Both protocols move messages through the same FIFO on "
           "host memory, so both get this value.",
       "bandwidth_scale.pcie: the one-way bandwidth per rank of " + sizeName(kLargeBytes) +
           " messages (" + std::to_string(kLargeMessages) +
           " after an untimed one, timed at the receiver, the slowest receiver counting) with "
-          "every pair (0,1), (2,3), ... streaming at once (" +
+          "every pair of ranks of one host streaming at once (" +
           std::to_string(m.pairs) + " pair(s): " + digits(m.everyPairGBs) +
-          " GB/s; 0 -> 1 alone: " + digits(m.pairGBs) + " GB/s), divided by the " +
-          digits(d.nominalGBs) + " GB/s the runtime's shared-memory graph assumes.",
-      baseLine(kLl),
-      baseLine(kSimple),
-      codecs,
-  };
+          " GB/s; the first pair alone: " + digits(m.pairGBs) + " GB/s), divided by the " +
+          digits(d.nominalGBs) + " GB/s the runtime's shared-memory graph assumes."};
+  const std::vector<std::string> net = {
+      "hop_latency_us.ll.network: one-way time of an 8-byte message between hosts, the median of " +
+          std::to_string(kNetRounds) + " round trips / 2.",
+      "hop_latency_us.simple.network: one-way time of a 64 KiB message between hosts (" +
+          digits(m.net.midUs) +
+          " us) minus 65536 B at the rate such messages stream between them (" +
+          digits(m.net.midGBs) + " GB/s)" +
+          (d.netMidHopUs < m.net.smallUs ? ", floored at the 8-byte hop" : std::string()) + ".",
+      "graphs.net_gbs: one host's rate to another, " + sizeName(kNetLargeBytes) + " messages (" +
+          std::to_string(kLargeMessages) +
+          " after an untimed one) from each host's first rank to another host's at once (" +
+          std::to_string(m.hostPairs) +
+          " pair(s)), the slowest receiver counting: the rate hostRankGraph then gives each "
+          "host's network (instead of its fastest discovered NIC's, or 10 GbE)."};
+  if (m.local > 0) comment.insert(comment.end(), pcie.begin(), pcie.end());
+  if (m.remote > 0) comment.insert(comment.end(), net.begin(), net.end());
+  comment.insert(comment.end(), {baseLine(kLl), baseLine(kSimple), codecs});
   if (m.crowded()) comment.push_back("Caution: " + crowdedNote(m) + ".");
   std::ostringstream j;
   j << fileHead(comment, nranks,
                 ", \"ranks_on_host\": " + std::to_string(m.ranksHere) + ", \"cores\": " +
                     std::to_string(m.cores) + ", \"load_average\": " + fixed(m.load, 2) +
                     ", \"transport\": " + jsonString(summary))
-    << "  \"hop_latency_us\": {\"ll\": {\"pcie\": " << digits(c.hopLatency[kLl][kPcie])
-    << "}, \"simple\": {\"pcie\": " << digits(c.hopLatency[kSimple][kPcie]) << "}},\n"
-    << "  \"message_overhead_us\": {\"ll\": {\"pcie\": " << digits(c.messageOverhead[kLl][kPcie])
-    << "}, \"simple\": {\"pcie\": " << digits(c.messageOverhead[kSimple][kPcie]) << "}},\n"
-    << "  \"bandwidth_scale\": {\"pcie\": " << digits(c.bandwidthScale[kPcie]) << "},\n"
-    << "  \"base_latency_us\": {\"ll\": " << digits(c.baseLatency[kLl])
+    << hopKeys(m, c) << "  \"base_latency_us\": {\"ll\": " << digits(c.baseLatency[kLl])
     << ", \"simple\": " << digits(c.baseLatency[kSimple]) << "},\n"
-    << "  \"codecs\": {\"host_gbs\": " << digits(m.codecGBs) << "}\n}\n";
+    << "  \"codecs\": {\"host_gbs\": " << digits(m.codecGBs) << "}"
+    << (m.remote > 0 ? ",\n  \"graphs\": {\"net_gbs\": " + digits(c.graphs.netGBs) + "}" : "")
+    << "\n}\n";
   return j.str();
 }
 
@@ -245,18 +305,35 @@ void printCalibration(const Measured& m, const Derived& d, int nranks, const std
     std::printf("#   %-38s %11s  %s\n", what.c_str(), value.c_str(), how.c_str());
   };
   row("measured", "", "how");
-  row("one-way latency, 8 B", fixed(m.smallUs, 2) + " us",
-      "0 <-> 1 ping-pong, median of " + std::to_string(kSmallRounds) + " round trips / 2");
-  row("one-way latency, 64 KiB", fixed(m.midUs, 2) + " us",
-      "0 <-> 1 ping-pong, median of " + std::to_string(kMidRounds) + " round trips / 2");
-  row("time per message, 8 B stream", fixed(m.messageUs, 3) + " us",
-      std::to_string(kSmallMessages) + " messages 0 -> 1 in one group, at the receiver");
-  row("bandwidth 0 -> 1, 64 KiB messages", fixed(m.midGBs, 2) + " GB/s",
-      std::to_string(kMidMessages) + " messages, at the receiver");
-  row("bandwidth 0 -> 1 alone, 64 MiB", fixed(m.pairGBs, 2) + " GB/s",
-      std::to_string(kLargeMessages) + " messages, at the receiver");
-  row("bandwidth per rank, " + std::to_string(m.pairs) + " pair(s) at once",
-      fixed(m.everyPairGBs, 2) + " GB/s", "the same, the slowest receiver");
+  const std::string local = "0 <-> " + std::to_string(m.local);
+  if (m.local > 0) {
+    row("one-way latency, 8 B", fixed(m.smallUs, 2) + " us",
+        local + " ping-pong, median of " + std::to_string(kSmallRounds) + " round trips / 2");
+    row("one-way latency, 64 KiB", fixed(m.midUs, 2) + " us",
+        local + " ping-pong, median of " + std::to_string(kMidRounds) + " round trips / 2");
+    row("time per message, 8 B stream", fixed(m.messageUs, 3) + " us",
+        std::to_string(kSmallMessages) + " messages 0 -> " + std::to_string(m.local) +
+            " in one group, at the receiver");
+    row("bandwidth 0 -> " + std::to_string(m.local) + ", 64 KiB messages",
+        fixed(m.midGBs, 2) + " GB/s", std::to_string(kMidMessages) + " messages, at the receiver");
+    row("bandwidth 0 -> " + std::to_string(m.local) + " alone, 64 MiB",
+        fixed(m.pairGBs, 2) + " GB/s",
+        std::to_string(kLargeMessages) + " messages, at the receiver");
+    row("bandwidth per rank, " + std::to_string(m.pairs) + " pair(s) at once",
+        fixed(m.everyPairGBs, 2) + " GB/s", "the same, ranks of one host, the slowest receiver");
+  }
+  if (m.remote > 0) {
+    const std::string remote = "0 <-> " + std::to_string(m.remote);
+    row("between hosts: one-way, 8 B", fixed(m.net.smallUs, 2) + " us",
+        remote + " ping-pong, median of " + std::to_string(kNetRounds) + " round trips / 2");
+    row("between hosts: one-way, 64 KiB", fixed(m.net.midUs, 2) + " us",
+        remote + " ping-pong, median of " + std::to_string(kNetRounds / 4) + " round trips / 2");
+    row("between hosts: 64 KiB messages", fixed(m.net.midGBs, 3) + " GB/s",
+        std::to_string(kNetMessages) + " messages 0 -> " + std::to_string(m.remote));
+    row("between hosts: per host, " + std::to_string(m.hostPairs) + " pair(s)",
+        fixed(m.net.everyHostGBs, 3) + " GB/s",
+        sizeName(kNetLargeBytes) + " messages, hosts' first ranks at once, the slowest");
+  }
   for (std::size_t p : {kLl, kSimple}) {
     row("all-reduce 8 B, WEFT_PROTO=" + protoName(p), fixed(m.allReduceUs[p], 2) + " us",
         m.allReducePlan[p] + "; the model charges it " + fixed(d.chargedUs[p], 2) +
@@ -267,20 +344,31 @@ void printCalibration(const Measured& m, const Derived& d, int nranks, const std
     std::printf("#   %-32s %9s %11s  %s\n", name.c_str(), digits(before).c_str(),
                 digits(after).c_str(), formula.c_str());
   };
-  key("hop_latency_us.ll.pcie", defaults.hopLatency[kLl][kPcie], c.hopLatency[kLl][kPcie],
-      "8 B one-way latency");
-  key("hop_latency_us.simple.pcie", defaults.hopLatency[kSimple][kPcie],
-      c.hopLatency[kSimple][kPcie],
-      "64 KiB one-way - 64 KiB / its streaming bw" +
-          std::string(d.midHopUs < m.smallUs
-                          ? " (" + digits(d.midHopUs) + ", below the 8 B hop: that)"
-                          : ""));
-  for (std::size_t p : {kLl, kSimple}) {
-    key("message_overhead_us." + protoName(p) + ".pcie", defaults.messageOverhead[p][kPcie],
-        c.messageOverhead[p][kPcie], "time per message");
+  if (m.local > 0) {
+    key("hop_latency_us.ll.pcie", defaults.hopLatency[kLl][kPcie], c.hopLatency[kLl][kPcie],
+        "8 B one-way latency");
+    key("hop_latency_us.simple.pcie", defaults.hopLatency[kSimple][kPcie],
+        c.hopLatency[kSimple][kPcie],
+        "64 KiB one-way - 64 KiB / its streaming bw" +
+            std::string(d.midHopUs < m.smallUs
+                            ? " (" + digits(d.midHopUs) + ", below the 8 B hop: that)"
+                            : ""));
+    for (std::size_t p : {kLl, kSimple}) {
+      key("message_overhead_us." + protoName(p) + ".pcie", defaults.messageOverhead[p][kPcie],
+          c.messageOverhead[p][kPcie], "time per message");
+    }
+    key("bandwidth_scale.pcie", defaults.bandwidthScale[kPcie], c.bandwidthScale[kPcie],
+        "bw per rank, every pair at once / " + digits(d.nominalGBs) + " GB/s");
   }
-  key("bandwidth_scale.pcie", defaults.bandwidthScale[kPcie], c.bandwidthScale[kPcie],
-      "bw per rank, every pair at once / " + digits(d.nominalGBs) + " GB/s");
+  if (m.remote > 0) {
+    key("hop_latency_us.ll.network", defaults.hopLatency[kLl][kNet], c.hopLatency[kLl][kNet],
+        "8 B one-way latency between hosts");
+    key("hop_latency_us.simple.network", defaults.hopLatency[kSimple][kNet],
+        c.hopLatency[kSimple][kNet],
+        "64 KiB one-way - 64 KiB / its streaming bw, between hosts" +
+            std::string(d.netMidHopUs < m.net.smallUs ? " (below the 8 B hop: that)" : ""));
+    key("graphs.net_gbs", 0, c.graphs.netGBs, "per host, hosts' first ranks at once (0: NIC's)");
+  }
   for (std::size_t p : {kLl, kSimple}) {
     const double rest = m.allReduceUs[p] - d.chargedUs[p];
     key("base_latency_us." + protoName(p), defaults.baseLatency[p], c.baseLatency[p],
@@ -321,21 +409,21 @@ Status Calibration::failed(const Status& s, const std::string& what, int peer) c
                               s.message());
 }
 
-Result<double> Calibration::oneWayUs(std::size_t bytes, int rounds) {
+Result<double> Calibration::oneWayUs(std::size_t bytes, int rounds, int peer) {
   std::vector<double> trips;
-  if (rank_ <= 1) {
-    const int peer = 1 - rank_;
+  if (rank_ == 0 || rank_ == peer) {
+    const int other = rank_ == 0 ? peer : 0;
     std::byte* b = buffer_.data();
     trips.reserve(static_cast<std::size_t>(rounds));
     for (int i = -rounds / 10; i < rounds; ++i) {  // a tenth more first, untimed
       const auto start = Clock::now();
-      Status s = rank_ == 0 ? comm_.send(b, bytes, DataType::u8, peer)
-                            : comm_.recv(b, bytes, DataType::u8, peer);
+      Status s = rank_ == 0 ? comm_.send(b, bytes, DataType::u8, other)
+                            : comm_.recv(b, bytes, DataType::u8, other);
       if (s) {
-        s = rank_ == 0 ? comm_.recv(b, bytes, DataType::u8, peer)
-                       : comm_.send(b, bytes, DataType::u8, peer);
+        s = rank_ == 0 ? comm_.recv(b, bytes, DataType::u8, other)
+                       : comm_.send(b, bytes, DataType::u8, other);
       }
-      if (!s) return failed(s, "ping-pong of " + sizeName(bytes), peer);
+      if (!s) return failed(s, "ping-pong of " + sizeName(bytes), other);
       if (i >= 0) trips.push_back(microseconds(Clock::now() - start));
     }
   }
@@ -343,38 +431,38 @@ Result<double> Calibration::oneWayUs(std::size_t bytes, int rounds) {
   return median(trips) / 2;  // rank 0's round trips
 }
 
-Result<double> Calibration::perMessageUs(int messages) {
-  // Rank 0's sends and rank 1's receives each inside one group: each message then costs its
+Result<double> Calibration::perMessageUs(int messages, int peer) {
+  // Rank 0's sends and the peer's receives each inside one group: each message then costs its
   // FIFO work (a slot acquired, filled and posted; received, copied out and released), not a
-  // call's. Rank 1 times the second of two groups, the first a tenth as long.
+  // call's. The peer times the second of two groups, the first a tenth as long.
   double us = 0;
   for (int count : {messages / 10, messages}) {
     if (Status s = control_.barrier(); !s) return s;
-    if (rank_ > 1) continue;
-    const int peer = 1 - rank_;
+    if (rank_ != 0 && rank_ != peer) continue;
+    const int other = rank_ == 0 ? peer : 0;
     const auto start = Clock::now();
     if (Status s = checked(weftGroupStart(), "weftGroupStart"); !s) return s;
     for (int i = 0; i < count; ++i) {
-      const Status s = rank_ == 0 ? comm_.send(buffer_.data(), kSmallBytes, DataType::u8, peer)
-                                  : comm_.recv(buffer_.data(), kSmallBytes, DataType::u8, peer);
-      if (!s) return failed(s, "queueing 8-byte messages", peer);
+      const Status s = rank_ == 0 ? comm_.send(buffer_.data(), kSmallBytes, DataType::u8, other)
+                                  : comm_.recv(buffer_.data(), kSmallBytes, DataType::u8, other);
+      if (!s) return failed(s, "queueing 8-byte messages", other);
     }
     if (Status s = checked(weftGroupEnd(), "weftGroupEnd"); !s)
-      return failed(s, "streaming 8-byte messages", peer);
+      return failed(s, "streaming 8-byte messages", other);
     us = microseconds(Clock::now() - start) / count;
   }
-  return control_.from(1, us);
+  return control_.from(peer, us);
 }
 
-Result<double> Calibration::streamGBs(std::size_t bytes, int messages, bool everyPair) {
-  // Pairs (0, 1), (2, 3), ...: the even rank sends. One untimed message first; each receiver
-  // times the rest, and the slowest receiver's time counts.
-  const int pairs = everyPair ? nranks_ / 2 : 1;
+Result<double> Calibration::streamGBs(std::size_t bytes, int messages,
+                                      const std::vector<std::pair<int, int>>& pairs) {
+  // One untimed message first; each receiver times the rest, and the slowest receiver counts.
   double us = 0;
   if (Status s = control_.barrier(); !s) return s;
-  if (rank_ < 2 * pairs) {
-    const int peer = rank_ ^ 1;
-    const bool sender = rank_ % 2 == 0;
+  for (const auto& [from, to] : pairs) {
+    if (rank_ != from && rank_ != to) continue;
+    const bool sender = rank_ == from;
+    const int peer = sender ? to : from;
     std::byte* b = buffer_.data();
     Clock::time_point start;
     for (int i = 0; i <= messages; ++i) {
@@ -466,26 +554,75 @@ Status Calibration::runHost(bool& quietFailure) {
   m.cores = coresHere();
   if (getloadavg(&m.load, 1) != 1) m.load = 0;
 
+  // Who measures what: rank 0 and the next rank on its host the shared memory (pcie keys),
+  // rank 0 and the first rank of another host the network; pairs of ranks of one host stream at
+  // once for the pcie bandwidth, each host's first rank to another host's for net_gbs.
+  const std::vector<std::string>& on = *hosts;
+  std::vector<std::string> names;  // hosts in the order of their first rank
+  for (const std::string& h : on)
+    if (std::find(names.begin(), names.end(), h) == names.end()) names.push_back(h);
+  m.hosts = static_cast<int>(names.size());
+  for (const std::string& h : on)
+    m.hostOf.push_back(static_cast<int>(std::find(names.begin(), names.end(), h) - names.begin()));
+  for (int q = 1; q < nranks_; ++q) {
+    if (m.local < 0 && on[static_cast<std::size_t>(q)] == on[0]) m.local = q;
+    if (m.remote < 0 && on[static_cast<std::size_t>(q)] != on[0]) m.remote = q;
+  }
+  std::vector<std::pair<int, int>> samePairs, hostPairs;
+  std::vector<int> leaders;
+  for (const std::string& h : names) {
+    int waiting = -1;
+    for (int q = 0; q < nranks_; ++q) {
+      if (on[static_cast<std::size_t>(q)] != h) continue;
+      if (waiting < 0) {
+        waiting = q;
+      } else {
+        samePairs.emplace_back(waiting, q);
+        waiting = -1;
+      }
+    }
+    leaders.push_back(static_cast<int>(std::find(on.begin(), on.end(), h) - on.begin()));
+  }
+  for (std::size_t i = 0; i + 1 < leaders.size(); i += 2)
+    hostPairs.emplace_back(leaders[i], leaders[i + 1]);
+  m.pairs = static_cast<int>(samePairs.size());
+  m.hostPairs = static_cast<int>(hostPairs.size());
+
   // The measurements, in the order the formulas need them.
-  auto small = oneWayUs(kSmallBytes, kSmallRounds);
-  if (!small) return small.status();
-  m.smallUs = *small;
-  auto message = perMessageUs(kSmallMessages);
-  if (!message) return message.status();
-  m.messageUs = *message;
-  auto midRate = streamGBs(kMidBytes, kMidMessages, false);
-  if (!midRate) return midRate.status();
-  m.midGBs = *midRate;
-  auto mid = oneWayUs(kMidBytes, kMidRounds);
-  if (!mid) return mid.status();
-  m.midUs = *mid;
-  auto pair = streamGBs(kLargeBytes, kLargeMessages, false);
-  if (!pair) return pair.status();
-  m.pairGBs = *pair;
-  auto every = streamGBs(kLargeBytes, kLargeMessages, true);
-  if (!every) return every.status();
-  m.everyPairGBs = *every;
-  m.pairs = nranks_ / 2;
+  if (m.local > 0) {
+    auto small = oneWayUs(kSmallBytes, kSmallRounds, m.local);
+    if (!small) return small.status();
+    m.smallUs = *small;
+    auto message = perMessageUs(kSmallMessages, m.local);
+    if (!message) return message.status();
+    m.messageUs = *message;
+    auto midRate = streamGBs(kMidBytes, kMidMessages, {{0, m.local}});
+    if (!midRate) return midRate.status();
+    m.midGBs = *midRate;
+    auto mid = oneWayUs(kMidBytes, kMidRounds, m.local);
+    if (!mid) return mid.status();
+    m.midUs = *mid;
+    auto pair = streamGBs(kLargeBytes, kLargeMessages, {{0, m.local}});
+    if (!pair) return pair.status();
+    m.pairGBs = *pair;
+    auto every = streamGBs(kLargeBytes, kLargeMessages, samePairs);
+    if (!every) return every.status();
+    m.everyPairGBs = *every;
+  }
+  if (m.remote > 0) {
+    auto small = oneWayUs(kSmallBytes, kNetRounds, m.remote);
+    if (!small) return small.status();
+    m.net.smallUs = *small;
+    auto midRate = streamGBs(kMidBytes, kNetMessages, {{0, m.remote}});
+    if (!midRate) return midRate.status();
+    m.net.midGBs = *midRate;
+    auto mid = oneWayUs(kMidBytes, kNetRounds / 4, m.remote);
+    if (!mid) return mid.status();
+    m.net.midUs = *mid;
+    auto every = streamGBs(kNetLargeBytes, kLargeMessages, hostPairs);
+    if (!every) return every.status();
+    m.net.everyHostGBs = *every;
+  }
   for (std::size_t p : {kLl, kSimple}) {
     // The schedules' base latency: small calls would otherwise go through the slots, which
     // the cost model does not price.

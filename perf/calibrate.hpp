@@ -7,6 +7,9 @@
 //   bandwidth scale   per-rank one-way bandwidth of 64 MiB messages with every pair streaming at
 //                     once, over the graph's nominal copy rate
 //   base latency      an 8-byte all-reduce per protocol, less what the model charges it besides
+// Where the ranks span hosts, the network class too, between rank 0 and the first rank of another
+// host (its hop latencies) and from every host's first rank to another's at once (net_gbs, the
+// host graph's rate between hosts); the pcie keys then come from rank 0 and a rank on its host.
 // Then prints what weftCommPlan picks before and after (a communicator made with the file).
 // With --gpu it calibrates the GPU tuner instead: no point-to-point call takes GPU buffers, so it
 // times forced ring and pairwise calls on GPU buffers (small ones per protocol, large ones with
@@ -18,6 +21,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perf/bench.hpp"
@@ -46,12 +50,14 @@ class Calibration {
   Status shareRank0(const Status& onRank0, bool& quietFailure);
   // `s` naming this rank, what it was doing, and with whom (peer -1: every rank).
   Status failed(const Status& s, const std::string& what, int peer) const;
-  // Rank 0's median one-way time of `bytes` between ranks 0 and 1 (half a round trip).
-  Result<double> oneWayUs(std::size_t bytes, int rounds);
-  // Rank 1's time per message of 8-byte messages streamed from rank 0.
-  Result<double> perMessageUs(int messages);
-  // GB/s per rank of `bytes` messages streamed one way by pair (0, 1), or by every pair.
-  Result<double> streamGBs(std::size_t bytes, int messages, bool everyPair);
+  // Rank 0's median one-way time of `bytes` between ranks 0 and `peer` (half a round trip).
+  Result<double> oneWayUs(std::size_t bytes, int rounds, int peer);
+  // `peer`'s time per message of 8-byte messages streamed from rank 0.
+  Result<double> perMessageUs(int messages, int peer);
+  // GB/s per receiver of `bytes` messages streamed one way by each (sender, receiver) pair at
+  // once, the slowest receiver counting.
+  Result<double> streamGBs(std::size_t bytes, int messages,
+                           const std::vector<std::pair<int, int>>& pairs);
   // The mean over ranks of an 8-byte all-reduce on `comm`.
   Result<double> allReduceUs(Comm& comm);
   // The host fp8 codec's encode rate on every rank at once (GB/s read + written), the mean.

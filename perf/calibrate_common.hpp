@@ -26,6 +26,7 @@ inline constexpr double kLeastBaseUs = 0.1;
 inline constexpr auto kLl = static_cast<std::size_t>(algo::Protocol::ll);
 inline constexpr auto kSimple = static_cast<std::size_t>(algo::Protocol::simple);
 inline constexpr auto kPcie = static_cast<std::size_t>(algo::LinkClass::pcie);
+inline constexpr auto kNet = static_cast<std::size_t>(algo::LinkClass::network);
 inline constexpr auto kNvlink = static_cast<std::size_t>(algo::LinkClass::nvlink);
 
 inline double median(std::vector<double> v) {

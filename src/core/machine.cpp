@@ -143,7 +143,8 @@ Status Machine::learnDevices(boot::Bootstrap& bootstrap, int device, const std::
 algo::RankGraph Machine::hostGraph(const algo::GraphConstants& c) const {
   // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
   constexpr double kUnlistedNetGBs = 1.25;
-  return algo::hostRankGraph(placement, netGBs > 0 ? netGBs : kUnlistedNetGBs, c);
+  const double rate = c.netGBs > 0 ? c.netGBs : netGBs > 0 ? netGBs : kUnlistedNetGBs;
+  return algo::hostRankGraph(placement, rate, c);
 }
 
 algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape,

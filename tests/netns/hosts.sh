@@ -2,9 +2,9 @@
 # weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 4 hosts with two
 # interfaces each, shaped links. Every collective of weft-perf, checked, at 2 hosts x 2 ranks
 # (UCX between hosts, shared memory within), every type and op at 3 x 3 and 4 x 1, in and out of
-# place; launched by mpirun through the set's launch agent; WEFT_SOCKET_IFNAME moving the traffic
-# to eth0 or eth1; host 1's link pulled, a partition, a crashed host, each mid-sweep: every
-# survivor must report an error within the timeout. No /dev/shm segment may be left on any host,
+# place; launched by mpirun through the set's launch agent; --calibrate measuring the network;
+# WEFT_SOCKET_IFNAME moving the traffic to eth0 or eth1; host 1's link pulled, a partition, a
+# crashed host, each mid-sweep: every survivor must report an error within the timeout. No /dev/shm segment may be left on any host,
 # and nothing (namespaces, links, state) after. Exit 77 (skipped) where namespaces cannot be
 # made here.
 #   hosts.sh WEFT_PERF
@@ -103,6 +103,16 @@ body() {
     fi
   else
     echo "skip mpirun: not installed"
+  fi
+
+  # --calibrate across hosts: the network's hops and net_gbs beside the shared memory's keys.
+  codes=$(run_ranks calibrate 120 2 2 eth0 allreduce --calibrate "$TMPDIR/net.json")
+  if [[ $codes != "0 0" ]] || ! grep -q '"net_gbs"' "$TMPDIR/net.json" ||
+    ! grep -q '"network"' "$TMPDIR/net.json" || ! grep -q '"pcie"' "$TMPDIR/net.json"; then
+    fail "--calibrate across 2 hosts: exit codes $codes"
+    tail -n 5 "$TMPDIR"/calibrate.*.log
+  else
+    echo "ok   --calibrate across 2 hosts: $(grep -o 'graphs.net_gbs .*' "$TMPDIR/calibrate.0.log" | tr -s ' ' | cut -d' ' -f1,3) GB/s"
   fi
 
   # WEFT_SOCKET_IFNAME picks the interface of the bootstrap and of UCX's traffic alike.

@@ -11,6 +11,7 @@
 #include "algorithms/selector.hpp"
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/core/communicator.hpp"
+#include "src/core/machine.hpp"
 #include "src/transport/ucx.hpp"
 #include "topology/system.hpp"
 
@@ -85,6 +86,24 @@ TEST(RankGraphs, TheRuntimesOwnGraphsTakeTheTuningFilesFigures) {
   EXPECT_EQ(again->toJson(), c->toJson());
   EXPECT_FALSE(algo::CostConstants::fromJson(R"({"graphs": {"host_copy_gbs": 0}})", "t").isOk());
   EXPECT_FALSE(algo::CostConstants::fromJson(R"({"graphs": {"nic_gbs": 1}})", "t").isOk());
+}
+
+// graphs.net_gbs (weft-perf --calibrate across hosts) replaces the discovered NIC's rate, and the
+// 10 GbE assumed where a host lists none.
+TEST(RankGraphs, TheCalibratedNetworkRateBeatsTheNics) {
+  Machine m;
+  m.placement = algo::Placement::regular(4, 2, 0);
+  EXPECT_NEAR(m.hostGraph({}).netAlone, 1.25, 1e-9);  // no NIC listed
+  m.netGBs = 25;
+  EXPECT_NEAR(m.hostGraph({}).netAlone, 8, 1e-9);  // the shared-memory copy caps it
+  auto c = algo::CostConstants::fromJson(R"({"graphs": {"net_gbs": 0.6}})", "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_NEAR(m.hostGraph(c->graphs).netAlone, 0.6, 1e-9);
+  EXPECT_NEAR(m.hostGraph(c->graphs).netPerRank, 0.3, 1e-9);
+  auto again = algo::CostConstants::fromJson(c->toJson(), "dump");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->graphs.netGBs, 0.6);
+  EXPECT_EQ(algo::CostConstants{}.toJson().find("net_gbs"), std::string::npos);
 }
 
 TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
