@@ -10,6 +10,7 @@ docs/api.md, "Python".
 
 import contextlib
 import ctypes
+import os
 import sys
 import threading
 
@@ -155,6 +156,26 @@ class Comm:
             u = UniqueId()
             ctypes.memmove(ctypes.addressof(u), bytes(uid), ctypes.sizeof(u))
             check(lib.weftCommInitRank(ctypes.byref(self._h), nranks, u, rank))
+
+    @classmethod
+    def from_environment(cls, rank=None, nranks=None):
+        """Rank `rank` of `nranks` meeting at WEFT_COMM_ID (host:port, where rank 0 listens):
+        every rank computes the same id from it, so nothing is passed around. rank and nranks
+        default to WEFT_RANK and WEFT_NRANKS (else RANK and WORLD_SIZE, as torchrun sets)."""
+        if not os.environ.get("WEFT_COMM_ID"):
+            raise ValueError("weft: Comm.from_environment needs WEFT_COMM_ID=host:port")
+
+        def setting(value, names, what):
+            for name in names:
+                if value is None and os.environ.get(name):
+                    value = int(os.environ[name])
+            if value is None:
+                raise ValueError(f"weft: Comm.from_environment: no {what} (set {' or '.join(names)})")
+            return value
+
+        rank = setting(rank, ("WEFT_RANK", "RANK"), "rank")
+        nranks = setting(nranks, ("WEFT_NRANKS", "WORLD_SIZE"), "rank count")
+        return cls(nranks, unique_id(), rank)
 
     @classmethod
     def init_all(cls, nranks):

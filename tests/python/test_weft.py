@@ -229,7 +229,45 @@ def with_numpy(comm, rank, n):
         raise AssertionError("a strided array was taken")
 
 
+def _env_rank_main(rank, n, port, results):
+    try:
+        os.environ.update(WEFT_COMM_ID=f"127.0.0.1:{port}", WEFT_RANK=str(rank), WEFT_NRANKS=str(n))
+        import weft
+
+        with weft.Comm.from_environment() as comm:
+            assert (comm.rank, comm.size) == (rank, n), (comm.rank, comm.size)
+            collectives(comm, rank, n)
+        results.put((rank, None))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, traceback.format_exc()))
+
+
 class PythonLayer(unittest.TestCase):
+    def test_from_environment(self):
+        import socket
+
+        import weft
+
+        with socket.socket() as s:  # a free port for rank 0 to listen on
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_env_rank_main, args=(r, 2, port, results)) for r in range(2)]
+        for p in procs:
+            p.start()
+        errors = [e for _ in procs for (_, e) in [results.get(timeout=120)] if e]
+        for p in procs:
+            p.join(30)
+        self.assertEqual(errors, [], "\n".join(errors))
+        saved = os.environ.pop("WEFT_COMM_ID", None)
+        try:
+            with self.assertRaises(ValueError):
+                weft.Comm.from_environment(0, 1)
+        finally:
+            if saved is not None:
+                os.environ["WEFT_COMM_ID"] = saved
+
     def test_numpy(self):
         try:
             import numpy  # noqa: F401
