@@ -282,14 +282,14 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
 class GpuMoe : public ::testing::TestWithParam<Case> {};
 
 // c.n ranks as threads, each runRank's rounds; every rank's mismatches 0.
-void expectThreadRanks(const Case& c, int rounds, bool graph) {
+void expectThreadRanks(const Case& c, int rounds, bool graph, bool split = false) {
   auto comms = threadRanks(c.n);
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(c.n));
   Streams streams(c.n);
   std::vector<int> bad(static_cast<std::size_t>(c.n));
   onEveryRank(c.n, [&](int r) {
     bad[static_cast<std::size_t>(r)] =
-        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], rounds, graph);
+        runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], rounds, graph, split);
   });
   for (int b : bad) EXPECT_EQ(b, 0);
 }
@@ -326,18 +326,8 @@ INSTANTIATE_TEST_SUITE_P(
 // the same bits as the host path.
 TEST(GpuMoeSplit, HalvesWithWorkBetweenEqualTheHostPath) {
   SKIP_WITHOUT_GPU();
-  for (const Case& c : {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform},
-                        Case{4, 16, 4, 48, 256, weftBfloat16, Routing::uniform, true}}) {
-    auto comms = threadRanks(c.n);
-    ASSERT_EQ(comms.size(), static_cast<std::size_t>(c.n));
-    Streams streams(c.n);
-    std::vector<int> bad(static_cast<std::size_t>(c.n));
-    onEveryRank(c.n, [&](int r) {
-      bad[static_cast<std::size_t>(r)] =
-          runRank(c, r, comms[static_cast<std::size_t>(r)], streams[r], 2, false, true);
-    });
-    for (int b : bad) EXPECT_EQ(b, 0);
-  }
+  expectThreadRanks(Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, 2, false, true);
+  expectThreadRanks(Case{4, 16, 4, 48, 256, weftBfloat16, Routing::uniform, true}, 2, false, true);
 }
 
 TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
