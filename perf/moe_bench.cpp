@@ -287,6 +287,11 @@ class MoeBench {
     }
     auto bytes = control_.combine(static_cast<double>(received * H * 2), 1);
     if (!bytes) return bytes.status();
+    // fp8 dispatch's GB/s count its rows' bytes (elements and scales).
+    const double sent =
+        opt_.moeFp8
+            ? *bytes * static_cast<double>(fused::moe::dispatchCodec().encodedBytes(H)) / (2.0 * H)
+            : *bytes;
     std::vector<std::uint16_t> out(tokens * H);
     double worst = 0;
     std::int64_t wrong = 0;
@@ -334,7 +339,6 @@ class MoeBench {
       if (!weft) return weft.status();
       checkOut(opt_, r, out, worst, wrong);
       if (opt_.moeFp8) {  // the plain MoE sends bf16: no like-for-like speedup
-        const double sent = *bytes * static_cast<double>(codec.encodedBytes(H)) / (2.0 * H);
         if (Status s = print(tokens, "weft fp8", *weft, sent, 0, worst); !s) return s;
         return finish(wrong, exitCode);
       }
@@ -354,9 +358,6 @@ class MoeBench {
       if (Status s = print(tokens, "weft", *weft, *bytes, speedup, worst); !s) return s;
       if (Status s = print(tokens, "a2av", *plain, *bytes, 0, worst); !s) return s;
     } else {
-      const auto codec = fused::moe::dispatchCodec();
-      const double sent =
-          opt_.moeFp8 ? *bytes * static_cast<double>(codec.encodedBytes(H)) / (2.0 * H) : *bytes;
       if (Status s = onGpu(tokens, r, capacity, sent, out, worst, wrong); !s) return s;
     }
     return finish(wrong, exitCode);

@@ -25,8 +25,9 @@ struct GpuLayout {
 };
 
 // Each call in two halves on the caller's stream (device.hpp): what the caller launches between
-// a send and its receive overlaps the transfer. The halves come in order: dispatch's send, its
-// receive, combine's send, its receive; then the next dispatch. `layout.rows` is known after
+// a send and its receive overlaps the transfer. The caller keeps the halves in order (the C
+// API's handle checks it): dispatch's send, its receive, combine's send, its receive; a second
+// dispatch before the first's combine is refused here. `layout.rows` is known after
 // dispatch's receive, outside a capture.
 Result<GpuLayout> dispatchGpuSend(Communicator& comm, const algo::MoeShape& shape,
                                   const DispatchCall& call, void* stream);

@@ -20,10 +20,9 @@ namespace weft::fused::moe {
 struct GpuState {
   MoeDevice dev;
   std::uint64_t generation = 0;
-  // Where the communicator's MoE call stands: the next half it takes.
-  enum class Phase { dispatch, dispatchRecv, combine, combineRecv } phase = Phase::dispatch;
-  DispatchCall call;  // the dispatch's buffers, for its receive
-  std::array<std::size_t, 4> key{};
+  bool pending = false;  // a dispatch sent and not combined yet
+  DispatchCall call;     // the dispatch's buffers, for its receive
+  std::array<std::size_t, 5> key{};
   std::vector<void*> memory;
   std::vector<std::shared_ptr<void>> mappings;
   ~GpuState() {
@@ -56,9 +55,9 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   std::shared_ptr<void>& slot = comm.fusedState("moe");
   if (!slot) slot = std::make_shared<GpuState>();
   auto* st = static_cast<GpuState*>(slot.get());
-  const std::array<std::size_t, 4> key{shape.tokens, 2 * shape.hidden * sizeOf(type) + fp8,
+  const std::array<std::size_t, 5> key{shape.tokens, shape.hidden * sizeOf(type),
                                        static_cast<std::size_t>(shape.topk),
-                                       static_cast<std::size_t>(shape.experts)};
+                                       static_cast<std::size_t>(shape.experts), fp8 ? 1u : 0u};
   if (st->generation > 0 && st->key == key) {
     st->dev.capacity = capacity, st->dev.type = type, st->dev.hidden = shape.hidden;
     return st;
@@ -129,7 +128,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   st->dev = d;
   st->key = key;
   ++st->generation;
-  st->phase = GpuState::Phase::dispatch;
+  st->pending = false;
   return st;
 }
 
@@ -188,7 +187,7 @@ Result<GpuLayout> dispatchGpuSend(Communicator& comm, const algo::MoeShape& shap
   auto st = stateFor(comm, shape, call.type, call.fp8, call.capacity, s);
   if (!st) return st.status();
   GpuState& state = **st;
-  if (state.phase != GpuState::Phase::dispatch)
+  if (state.pending)
     return Status(Code::invalidUsage,
                   "moe dispatch: the previous dispatch on this communicator was not combined "
                   "(combine it, or destroy its handle, first)");
@@ -197,27 +196,21 @@ Result<GpuLayout> dispatchGpuSend(Communicator& comm, const algo::MoeShape& shap
     return launchDispatchSend(state.dev, call.x, call.topkIdx, call.topkWeights, stream);
   });
   if (!run) return run;
-  state.phase = GpuState::Phase::dispatchRecv;
+  state.pending = true;
   state.call = call;
   return GpuLayout{std::static_pointer_cast<GpuState>(comm.fusedState("moe")), state.generation, 0};
 }
 
 namespace {
 
-// The layout's state, where its call stands at `phase`; else why not.
-Result<GpuState*> expect(const GpuLayout& layout, GpuState::Phase phase, const char* what) {
+// The layout's state while its dispatch is the communicator's pending one; else why not. The
+// halves' order within a call is the caller's (the C API's handle keeps it).
+Result<GpuState*> expect(const GpuLayout& layout, const char* what) {
   GpuState* st = layout.state.lock().get();  // the handle's communicator holds it
-  if (st == nullptr || st->generation != layout.generation)
+  if (st == nullptr || st->generation != layout.generation || !st->pending)
     return invalidArgument(std::string(what) +
                            ": the handle's dispatch is not the communicator's last (each "
                            "dispatch is combined before the next)");
-  if (st->phase != phase) {
-    static const char* const kNext[] = {"a dispatch", "the dispatch's receive",
-                                        "the combine's send", "the combine's receive"};
-    return Status(Code::invalidUsage, std::string(what) +
-                                          ": out of order; the handle's call awaits " +
-                                          kNext[static_cast<int>(st->phase)]);
-  }
   return st;
 }
 
@@ -231,7 +224,7 @@ Status deviceBuffer(const void* p, const char* what, const char* role) {
 }  // namespace
 
 Status dispatchGpuRecv(Communicator& comm, GpuLayout& layout, void* stream) {
-  auto st = expect(layout, GpuState::Phase::dispatchRecv, "moe dispatch (receive)");
+  auto st = expect(layout, "moe dispatch (receive)");
   if (!st) return st.status();
   GpuState& state = **st;
   const DispatchCall& call = state.call;
@@ -244,12 +237,11 @@ Status dispatchGpuRecv(Communicator& comm, GpuLayout& layout, void* stream) {
                               call.recvScales, stream);
   });
   if (!run) return run;
-  state.phase = GpuState::Phase::combine;
   if (capture == cudaStreamCaptureStatusNone) {
     if (Status r = reportStatus(comm, state, s, call, layout.rows); !r) {
       // Every rank stops here alike: the dispatch's peers may already hold its rows, so its
       // combine would still be owed; it is forgotten instead.
-      state.phase = GpuState::Phase::dispatch;
+      state.pending = false;
       return r;
     }
   }
@@ -258,29 +250,26 @@ Status dispatchGpuRecv(Communicator& comm, GpuLayout& layout, void* stream) {
 
 Status combineGpuSend(Communicator& comm, const GpuLayout& layout, const void* expertOut,
                       void* stream) {
-  auto st = expect(layout, GpuState::Phase::combine, "moe combine");
+  auto st = expect(layout, "moe combine");
   if (!st) return st.status();
   if (Status b = deviceBuffer(expertOut, "moe combine", "expert_out"); !b) return b;
   GpuState& state = **st;
-  Status run =
-      comm.gpuOperation(stream, [&] { return launchCombineSend(state.dev, expertOut, stream); });
-  if (run) state.phase = GpuState::Phase::combineRecv;
-  return run;
+  return comm.gpuOperation(stream, [&] { return launchCombineSend(state.dev, expertOut, stream); });
 }
 
 Status combineGpuRecv(Communicator& comm, const GpuLayout& layout, void* out, void* stream) {
-  auto st = expect(layout, GpuState::Phase::combineRecv, "moe combine (receive)");
+  auto st = expect(layout, "moe combine (receive)");
   if (!st) return st.status();
   if (Status b = deviceBuffer(out, "moe combine", "out"); !b) return b;
   GpuState& state = **st;
   Status run = comm.gpuOperation(stream, [&] { return launchCombineRecv(state.dev, out, stream); });
-  if (run) state.phase = GpuState::Phase::dispatch;
+  if (run) state.pending = false;
   return run;
 }
 
 void forgetGpu(const GpuLayout& layout) {
   if (const auto st = layout.state.lock(); st && st->generation == layout.generation)
-    st->phase = GpuState::Phase::dispatch;
+    st->pending = false;
 }
 
 }  // namespace weft::fused::moe
