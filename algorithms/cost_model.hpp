@@ -85,7 +85,7 @@ struct GraphConstants {
 // "FP8 codecs against the device's copy" and "Compressed collectives").
 struct CodecConstants {
   double hostGBs = 1.0;         // host_gbs: one rank's codec on host memory (its encode)
-  double deviceGBs = 2800;      // device_gbs: one GPU's, shared by the ranks on it
+  double deviceGBs = 3500;      // device_gbs: one GPU's, shared by the ranks on it
   double deviceLaunchUs = 4.0;  // device_launch_us: one codec kernel's launch and tail
 };
 

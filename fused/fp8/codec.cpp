@@ -110,15 +110,16 @@ template <bool E4m3, bool Divide>
     out[i] = static_cast<std::uint8_t>(elementOf<E4m3>(Divide ? v[i] / factor : v[i] * factor));
 }
 
-WEFT_CODEC_CLONES void toElements(const float* v, std::size_t n, float factor, bool divide,
-                                  bool e4m3, std::uint8_t* out) {
-  if (e4m3) {
-    divide ? scaledElements<true, true>(v, n, factor, out)
-           : scaledElements<true, false>(v, n, factor, out);
-  } else {
-    divide ? scaledElements<false, true>(v, n, factor, out)
-           : scaledElements<false, false>(v, n, factor, out);
-  }
+WEFT_CODEC_CLONES void toElements(const float* v, std::size_t n, float factor, bool e4m3,
+                                  std::uint8_t* out) {
+  e4m3 ? scaledElements<true, false>(v, n, factor, out)
+       : scaledElements<false, false>(v, n, factor, out);
+}
+
+// Blocks so small that their scale's reciprocal overflows (codec_math.hpp): rare, one at a time.
+void dividedElements(const float* v, std::size_t n, float scale, bool e4m3, std::uint8_t* out) {
+  e4m3 ? scaledElements<true, true>(v, n, scale, out)
+       : scaledElements<false, true>(v, n, scale, out);
 }
 
 // n elements' values times `scale`.
@@ -157,11 +158,17 @@ void encodeBlock(const typename V::S* in, std::size_t n, std::uint8_t* elements,
     const int k = e8m0Exponent(amax, E4m3);
     scale[0] = std::byte(static_cast<std::uint8_t>(k + 127));
     // An exact power of two: the product rounds as ldexp(v, -k) does (once, to nearest even).
-    toElements(v, n, std::ldexp(1.0f, -k), false, E4m3, elements);
+    toElements(v, n, std::ldexp(1.0f, -k), E4m3, elements);
   } else {
     const float s = f32Scale(amax, E4m3 ? 448.0f : 57344.0f);
     std::memcpy(scale, &s, 4);
-    toElements(v, n, s, true, E4m3, elements);
+    // Times the scale's reciprocal (rounded once), as the device does: one division a block.
+    const float inverse = 1.0f / s;
+    if (reciprocalFinite(inverse)) {
+      toElements(v, n, inverse, E4m3, elements);
+    } else {
+      dividedElements(v, n, s, E4m3, elements);
+    }
   }
 }
 
@@ -225,7 +232,9 @@ double Codec::errorBound(double x, double blockScale) const {
   const double y = std::fabs(x) / blockScale;
   int e = minExponent();
   if (y > 0) e = std::max(e, static_cast<int>(std::floor(std::log2(y))));
-  return blockScale * std::ldexp(1.0, e - mantissaBits() - 1);
+  // f32 scales: the product by the scale's rounded reciprocal strays up to two f32 roundings.
+  const double reciprocal = scale == ScaleKind::f32 ? std::fabs(x) * 0x1p-22 : 0.0;
+  return blockScale * std::ldexp(1.0, e - mantissaBits() - 1) + reciprocal;
 }
 
 bool encodable(DataType type) {

@@ -48,7 +48,8 @@ struct Codec {
 
   // The most encode-then-decode (to f32) may move a finite value x of a block whose scale is
   // `blockScale`: half a unit in the last place of x / scale, or of the element's smallest normal
-  // where x / scale is subnormal, times the scale.
+  // where x / scale is subnormal, times the scale; f32 scales add |x| · 2^-22 (the values are
+  // multiplied by the scale's reciprocal, itself rounded).
   double errorBound(double x, double blockScale) const;
 };
 

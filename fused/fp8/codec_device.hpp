@@ -1,7 +1,6 @@
 // The fp8 codecs on the GPU: the host codec's bytes (codec.hpp), bit for bit, stream-ordered.
-// Each thread codes 8 consecutive values; the threads of a block of values find its largest
-// magnitude together (4 of them for blocks of 32, 16 for 128). Unsupported (an error) in builds
-// without CUDA.
+// Each thread encodes 16 consecutive values (decodes 8); the threads of a block of values find
+// its largest magnitude together. Unsupported (an error) in builds without CUDA.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
-// The fp8 codecs' kernels (codec_device.hpp). Eight values a thread, loaded and stored 16 or 32
-// bytes at a time where aligned; a block's scale by the host's arithmetic (codec_math.hpp) and
-// the element conversions by CUDA's, which the host's (src/exec/numeric.hpp) match.
+// The fp8 codecs' kernels (codec_device.hpp). Sixteen values a thread encode, eight decode,
+// loaded and stored 8 to 32 bytes at a time where aligned; a block's scale by the host's arithmetic
+// (codec_math.hpp) and the element conversions by CUDA's, which the host's (src/exec/numeric.hpp)
+// match.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -16,7 +17,10 @@
 namespace weft::fused::fp8 {
 namespace {
 
-constexpr int kVec = 8;  // values a thread codes
+constexpr int kVec = 8;         // values a thread sums, and a load or store's worth
+constexpr int kEncodeVec = 16;  // values a thread encodes: two 16-byte loads, one store
+constexpr int kDecodeVec = 8;   // and decodes: one 8-byte load, one 16-byte store (16 values a
+                                // thread, stored in two halves, ran 13 % slower)
 constexpr int kThreads = 256;
 constexpr std::uint32_t kNaN = 0x7fc00000u;  // what a non-finite block decodes to
 
@@ -44,12 +48,6 @@ __device__ std::uint8_t toElement(float y) {
   return __nv_cvt_float_to_fp8(y, __NV_SATFINITE, E4m3 ? __NV_E4M3 : __NV_E5M2);
 }
 
-template <bool E4m3>
-__device__ float fromElement(std::uint8_t q) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(q, E4m3 ? __NV_E4M3 : __NV_E5M2);
-  return __half2float(__half(h));
-}
-
 // Eight values from `p` at element i (count in all): vectorized where whole and aligned.
 template <typename T>
 __device__ void load8(const T* p, std::size_t i, std::size_t count, bool aligned, float* v) {
@@ -69,30 +67,30 @@ __device__ void load8(const T* p, std::size_t i, std::size_t count, bool aligned
   for (int j = 0; j < kVec; ++j) v[j] = i + j < count ? Value<T>::widen(p[i + j]) : 0.0f;
 }
 
-// Eight values at i of a block of values into fp8 elements and (the group's leader) its scale:
+// Two values as their elements, the first in the low byte (one conversion instruction).
+template <bool E4m3>
+__device__ std::uint32_t toElements2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, E4m3 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// N values at i of a block of values into fp8 elements and (the group's leader) its scale:
 // every lane of the warp calls it (the group finds the block's largest magnitude together);
-// `active` lanes store.
-template <bool E4m3, int Block, bool E8m0>
-__device__ void encode8(const float* v, std::size_t i, bool active, std::size_t kept,
-                        std::uint8_t* elements, std::uint8_t* scales, bool aligned) {
-  constexpr int kGroup = Block / kVec;  // lanes sharing a block of values
-  float amax = 0;
-  int finite = 1;
-  for (int j = 0; j < kVec; ++j) {
-    finite &= isfinite(v[j]) ? 1 : 0;
-    amax = fmaxf(amax, fabsf(v[j]));
-  }
-  for (int o = kGroup / 2; o > 0; o /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    finite &= __shfl_xor_sync(0xffffffffu, finite, o);
-  }
+// `active` lanes store. The largest magnitude travels as bits, ordered as the magnitudes are:
+// at or past infinity's, a value of the block was not finite.
+template <bool E4m3, int Block, bool E8m0, int N>
+__device__ void encodeValues(const float* v, std::size_t i, bool active, std::size_t kept,
+                             std::uint8_t* elements, std::uint8_t* scales, bool aligned) {
+  static_assert(N == 8 || N == 16, "8 or 16 values a thread");
+  constexpr int kGroup = Block / N;  // lanes sharing a block of values
+  std::uint32_t most = 0;
+  for (int j = 0; j < N; ++j) most = max(most, __float_as_uint(v[j]) & 0x7fffffffu);
+  for (int o = kGroup / 2; o > 0; o /= 2) most = max(most, __shfl_xor_sync(0xffffffffu, most, o));
   if (!active || i >= kept) return;
   const std::size_t b = i / Block;
-  const bool leader = (i / kVec) % kGroup == 0;
-  std::uint8_t q[kVec];
-  constexpr float kMax = E4m3 ? 448.0f : 57344.0f;
-  if (!finite) {
-    for (int j = 0; j < kVec; ++j) q[j] = 0x7f;
+  const bool leader = (i / N) % kGroup == 0;
+  std::uint32_t words[N / 4];
+  if (most >= 0x7f800000u) {
+    for (int w = 0; w < N / 4; ++w) words[w] = 0x7f7f7f7fu;
     if (leader) {
       if constexpr (E8m0) {
         scales[b] = 0xff;
@@ -100,53 +98,90 @@ __device__ void encode8(const float* v, std::size_t i, bool active, std::size_t 
         for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(kNaN >> (8 * k));
       }
     }
-  } else if constexpr (E8m0) {
-    const int k = e8m0Exponent(amax, E4m3);
-    const float inverse = scalbnf(1.0f, -k);  // exact: v * 2^-k rounds as scalbn(v, -k) does
-    for (int j = 0; j < kVec; ++j) q[j] = toElement<E4m3>(v[j] * inverse);
-    if (leader) scales[b] = static_cast<std::uint8_t>(k + 127);
   } else {
-    const float s = f32Scale(amax, kMax);
-    for (int j = 0; j < kVec; ++j) q[j] = toElement<E4m3>(v[j] / s);
-    if (leader) {
-      const std::uint32_t bits = __float_as_uint(s);
-      for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(bits >> (8 * k));
+    // Both schemes multiply by the scale's reciprocal: exact for E8M0's powers of two (v · 2^-k
+    // rounds as scalbn(v, -k) does), one IEEE reciprocal a block for f32 scales (codec.cpp too).
+    float scale = 1, inverse;
+    const float amax = __uint_as_float(most);
+    if constexpr (E8m0) {
+      const int k = e8m0Exponent(amax, E4m3);
+      inverse = scalbnf(1.0f, -k);
+      if (leader) scales[b] = static_cast<std::uint8_t>(k + 127);
+    } else {
+      scale = f32Scale(amax, E4m3 ? 448.0f : 57344.0f);
+      inverse = __frcp_rn(scale);
+      if (leader) {
+        const std::uint32_t bits = __float_as_uint(scale);
+        for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<std::uint8_t>(bits >> (8 * k));
+      }
+    }
+    float x[N];
+    if (reciprocalFinite(inverse)) {
+      for (int j = 0; j < N; ++j) x[j] = __fmul_rn(v[j], inverse);
+    } else {  // a block of subnormals (codec_math.hpp)
+      for (int j = 0; j < N; ++j) x[j] = __fdiv_rn(v[j], scale);
+    }
+    for (int w = 0; w < N / 4; ++w) {
+      words[w] = toElements2<E4m3>(x[4 * w], x[4 * w + 1]) |
+                 toElements2<E4m3>(x[4 * w + 2], x[4 * w + 3]) << 16;
     }
   }
-  if (aligned && i + kVec <= kept) {
-    uint2 packed;
-    std::uint8_t* p = reinterpret_cast<std::uint8_t*>(&packed);
-    for (int j = 0; j < kVec; ++j) p[j] = q[j];
-    *reinterpret_cast<uint2*>(elements + i) = packed;
+  if (aligned && i + N <= kept) {
+    if constexpr (N == 16) {
+      *reinterpret_cast<uint4*>(elements + i) = make_uint4(words[0], words[1], words[2], words[3]);
+    } else {
+      *reinterpret_cast<uint2*>(elements + i) = make_uint2(words[0], words[1]);
+    }
   } else {
-    for (int j = 0; j < kVec && i + j < kept; ++j) elements[i + j] = q[j];
+    for (int j = 0; j < N && i + j < kept; ++j)
+      elements[i + j] = static_cast<std::uint8_t>(words[j / 4] >> (8 * (j % 4)));
   }
 }
 
-// Eight decoded values at i of a segment (elements past `kept` read as zero).
-template <bool E4m3, int Block, bool E8m0>
-__device__ void decode8(const std::uint8_t* elements, const std::uint8_t* scales, std::size_t i,
-                        std::size_t kept, bool aligned, float* v) {
+// N decoded values at i of a segment (elements past `kept` read as zero), two elements a
+// conversion.
+template <bool E4m3, int Block, bool E8m0, int N>
+__device__ void decodeValues(const std::uint8_t* elements, const std::uint8_t* scales,
+                             std::size_t i, std::size_t kept, bool aligned, float* v) {
+  static_assert(N == 8 || N == 16, "8 or 16 values a thread");
   const std::size_t b = i / Block;
-  std::uint8_t q[kVec];
-  if (aligned && i + kVec <= kept) {
-    const uint2 packed = *reinterpret_cast<const uint2*>(elements + i);
-    const std::uint8_t* p = reinterpret_cast<const std::uint8_t*>(&packed);
-    for (int j = 0; j < kVec; ++j) q[j] = p[j];
+  std::uint32_t words[N / 4];
+  if (aligned && i + N <= kept) {
+    if constexpr (N == 16) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(elements + i);
+      words[0] = packed.x, words[1] = packed.y, words[2] = packed.z, words[3] = packed.w;
+    } else {
+      const uint2 packed = *reinterpret_cast<const uint2*>(elements + i);
+      words[0] = packed.x, words[1] = packed.y;
+    }
   } else {
-    for (int j = 0; j < kVec; ++j) q[j] = i + j < kept ? elements[i + j] : 0;
+    for (int w = 0; w < N / 4; ++w) words[w] = 0;
+    for (int j = 0; j < N && i + j < kept; ++j)
+      words[j / 4] |= static_cast<std::uint32_t>(elements[i + j]) << (8 * (j % 4));
   }
+  float scale;
+  bool nan;
   if constexpr (E8m0) {
     const std::uint8_t code = scales[b];
-    const float scale = code == 0xff ? __uint_as_float(kNaN) : scalbnf(1.0f, code - 127);
-    for (int j = 0; j < kVec; ++j)
-      v[j] = code == 0xff ? scale : __fmul_rn(fromElement<E4m3>(q[j]), scale);
+    nan = code == 0xff;
+    scale = scalbnf(1.0f, code - 127);
   } else {
     std::uint32_t bits = 0;
     for (int k = 0; k < 4; ++k) bits |= static_cast<std::uint32_t>(scales[4 * b + k]) << (8 * k);
-    const float s = __uint_as_float(bits);
-    for (int j = 0; j < kVec; ++j)
-      v[j] = isnan(s) ? __uint_as_float(kNaN) : __fmul_rn(fromElement<E4m3>(q[j]), s);
+    scale = __uint_as_float(bits);
+    nan = isnan(scale);
+  }
+  for (int w = 0; w < N / 4; ++w) {
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[w] >> (16 * h));
+      const float2 f =
+          __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, E4m3 ? __NV_E4M3 : __NV_E5M2)));
+      v[4 * w + 2 * h] = __fmul_rn(f.x, scale);
+      v[4 * w + 2 * h + 1] = __fmul_rn(f.y, scale);
+    }
+  }
+  if (nan) {
+    for (int j = 0; j < N; ++j) v[j] = __uint_as_float(kNaN);
   }
 }
 
@@ -224,22 +259,25 @@ struct Layout {
 // the device's copy").
 template <typename T, bool E4m3, int Block, bool E8m0>
 __global__ void encodeKernel(const T* in, Layout l, std::uint8_t* out, bool aligned) {
-  const std::size_t s = blockIdx.y, i = threadIndex() * kVec;
+  const std::size_t s = blockIdx.y, i = threadIndex() * kEncodeVec;
   const bool active = i < l.padded;
-  float v[kVec];
-  load8(in + s * l.stride, i, l.valid(s), aligned, v);
+  float v[kEncodeVec];
+  for (int h = 0; h < kEncodeVec; h += kVec)
+    load8(in + s * l.stride, i + h, l.valid(s), aligned, v + h);
   std::uint8_t* elements = out + s * l.segmentBytes;
-  encode8<E4m3, Block, E8m0>(v, i, active, l.kept, elements, elements + l.kept, aligned);
+  encodeValues<E4m3, Block, E8m0, kEncodeVec>(v, i, active, l.kept, elements, elements + l.kept,
+                                              aligned);
 }
 
 template <typename T, bool E4m3, int Block, bool E8m0>
 __global__ void decodeKernel(const std::uint8_t* in, Layout l, T* out, bool aligned) {
-  const std::size_t s = blockIdx.y, i = threadIndex() * kVec;
+  const std::size_t s = blockIdx.y, i = threadIndex() * kDecodeVec;
   if (i >= l.valid(s)) return;
   const std::uint8_t* elements = in + s * l.segmentBytes;
-  float v[kVec];
-  decode8<E4m3, Block, E8m0>(elements, elements + l.kept, i, l.kept, aligned, v);
-  store8(out + s * l.stride, i, l.valid(s), aligned, v);
+  float v[kDecodeVec];
+  decodeValues<E4m3, Block, E8m0, kDecodeVec>(elements, elements + l.kept, i, l.kept, aligned, v);
+  for (int h = 0; h < kDecodeVec; h += kVec)
+    store8(out + s * l.stride, i + h, l.valid(s), aligned, v + h);
 }
 
 // The shares of `in` summed in share order (then divided), stored as values of T (out) or
@@ -254,7 +292,7 @@ __global__ void sumKernel(const std::uint8_t* in, Layout l, float divisor, T* ou
     for (std::size_t s = 0; s < l.segments; ++s) {
       const std::uint8_t* elements = in + s * l.segmentBytes;
       float v[kVec];
-      decode8<E4m3, Block, E8m0>(elements, elements + l.padded, i, l.padded, aligned, v);
+      decodeValues<E4m3, Block, E8m0, kVec>(elements, elements + l.padded, i, l.padded, aligned, v);
       for (int j = 0; j < kVec; ++j) sum[j] = __fadd_rn(sum[j], v[j]);
     }
     if (divisor != 1.0f) {
@@ -262,15 +300,17 @@ __global__ void sumKernel(const std::uint8_t* in, Layout l, float divisor, T* ou
     }
   }
   if (encoded != nullptr) {
-    encode8<E4m3, Block, E8m0>(sum, i, active, l.padded, encoded, encoded + l.padded, aligned);
+    encodeValues<E4m3, Block, E8m0, kVec>(sum, i, active, l.padded, encoded, encoded + l.padded,
+                                          aligned);
   } else if (active && i < outCount) {
     store8(out, i, outCount, aligned, sum);
   }
 }
 
-// A row of thread blocks per segment (segments are ranks: far below gridDim.y's 65535).
-dim3 gridFor(const Layout& l) {
-  const std::size_t threads = l.padded / kVec;
+// A row of thread blocks per segment (segments are ranks: far below gridDim.y's 65535), each
+// thread `vec` values.
+dim3 gridFor(const Layout& l, int vec = kVec) {
+  const std::size_t threads = l.padded / static_cast<std::size_t>(vec);
   return dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads),
               static_cast<unsigned>(l.segments));
 }
@@ -289,10 +329,10 @@ Status encodeWith(const Codec& codec, DataType type, const void* in, const Layou
   if (l.count == 0) return {};
   return dispatch(codec, type, [&](auto t, auto e4m3, auto block, auto e8m0) -> Status {
     using T = decltype(t);
-    const bool aligned = alignedTo(in, 16) && alignedTo(out, 8) &&
-                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % 8 == 0;
+    const bool aligned = alignedTo(in, 16) && alignedTo(out, kEncodeVec) &&
+                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % kEncodeVec == 0;
     encodeKernel<T, decltype(e4m3)::value, decltype(block)::value, decltype(e8m0)::value>
-        <<<gridFor(l), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        <<<gridFor(l, kEncodeVec), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<const T*>(in), l, reinterpret_cast<std::uint8_t*>(out), aligned);
     return launched("fp8 encode");
   });
@@ -303,10 +343,10 @@ Status decodeWith(const Codec& codec, DataType type, const std::byte* in, const 
   if (l.count == 0) return {};
   return dispatch(codec, type, [&](auto t, auto e4m3, auto block, auto e8m0) -> Status {
     using T = decltype(t);
-    const bool aligned = alignedTo(in, 8) && alignedTo(out, 16) &&
-                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % 8 == 0;
+    const bool aligned = alignedTo(in, kDecodeVec) && alignedTo(out, 16) &&
+                         (l.stride * sizeof(T)) % 16 == 0 && l.segmentBytes % kDecodeVec == 0;
     decodeKernel<T, decltype(e4m3)::value, decltype(block)::value, decltype(e8m0)::value>
-        <<<gridFor(l), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        <<<gridFor(l, kDecodeVec), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
             reinterpret_cast<const std::uint8_t*>(in), l, static_cast<T*>(out), aligned);
     return launched("fp8 decode");
   });

@@ -32,4 +32,10 @@ WEFT_FP8_HD inline float f32Scale(float amax, float maxFinite) {
   return s;
 }
 
+// Whether a block's values are multiplied by its f32 scale's reciprocal: unless the scale is so
+// small (below 2^-128, a block of subnormals) that the reciprocal overflows; those divide.
+WEFT_FP8_HD inline bool reciprocalFinite(float inverse) {
+  return inverse <= 3.402823466e+38f;
+}
+
 }  // namespace weft::fused::fp8

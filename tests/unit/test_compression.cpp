@@ -5,10 +5,10 @@
 
 #include <string>
 
+#include "algorithms/compression.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 #include "fused/fp8/codec.hpp"
-#include "algorithms/compression.hpp"
 
 namespace weft {
 namespace {
@@ -43,7 +43,8 @@ TEST(Compression, WhatCannotBeCompressedIsNamed) {
   weftCompression c{weftCompressFp8E4M3, weftScaleF32, 32, 0};
   auto s = checkCompression(c, "call");
   EXPECT_EQ(s.code(), Code::invalidArgument);
-  EXPECT_NE(s.message().find("a block of 32 with f32 scales is not supported"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("a block of 32 with f32 scales is not supported"), std::string::npos)
+      << s.message();
   c = {weftCompressNone, weftScaleE8M0, 0, 0};  // off: nothing else is looked at
   EXPECT_TRUE(checkCompression(c, "call").isOk());
   EXPECT_TRUE(compressible(Collective::allGather, DataType::bf16, RedOp::max, "x").isOk());
@@ -104,6 +105,32 @@ TEST(Compression, TheSelectorPicksTheCheaperWayAndSaysWhy) {
     EXPECT_GT(always->estimateUs, slow->estimateUs);
   }
   EXPECT_FALSE(hostSelector(1).planCompressed(Collective::allToAll, bytes, e4m3Over32()).isOk());
+}
+
+// Ranks sharing one H200 under the default constants: compressing lost at every measured size
+// (docs/perf-fused.md, "Compressed all-reduce, ranks sharing one H200"), so it is never picked.
+TEST(Compression, RanksSharingOneDeviceKeepThePlainAllReduce) {
+  for (int n : {2, 4, 8}) {
+    algo::KernelSet k;
+    k.gpu = true;
+    k.sameDevice = true;
+    k.peerMemory = true;
+    const algo::Selector sel(algo::sameDeviceRankGraph(n), algo::TunerOptions{}, k);
+    for (std::size_t bytes = 64u << 10; bytes <= (256u << 20); bytes *= 4) {
+      auto p = sel.planCompressed(Collective::allReduce, bytes, e4m3Over32());
+      ASSERT_TRUE(p.isOk());
+      EXPECT_TRUE(p->codec.empty()) << n << " ranks, " << bytes << " B: " << p->reason;
+    }
+  }
+  // The pick is the price's: a codec a hundred times faster would be taken at 8 ranks, 256 MB.
+  algo::KernelSet k;
+  k.gpu = k.sameDevice = k.peerMemory = true;
+  algo::TunerOptions fast;
+  fast.constants.codecs.deviceGBs *= 100;
+  const algo::Selector sel(algo::sameDeviceRankGraph(8), fast, k);
+  auto p = sel.planCompressed(Collective::allReduce, 256u << 20, e4m3Over32());
+  ASSERT_TRUE(p.isOk());
+  EXPECT_EQ(p->codec, "e4m3:32") << p->reason;
 }
 
 TEST(Compression, TheTuningFileCarriesTheCodecsSpeed) {

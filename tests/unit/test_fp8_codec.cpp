@@ -99,12 +99,14 @@ std::vector<float> roundTrip(const Codec& c, DataType type, const std::vector<fl
     const double x = in.values[i];
     const auto q = static_cast<std::uint8_t>(encoded[i]);
     // The scale saturates nothing: the block's largest magnitude fits the element format.
-    // (f32 scales: as the codec divides, in float.)
+    // (f32 scales: as the codec multiplies by the reciprocal, in float, or divides where the
+    // reciprocal overflows.)
     EXPECT_LE(std::fabs(static_cast<float>(x) / scale), c.maxFinite())
         << c.name() << " element " << i;
-    const double y = c.scale == ScaleKind::e8m0
-                         ? std::ldexp(x, -std::ilogb(scale))
-                         : static_cast<double>(static_cast<float>(x) / scale);
+    const double y = c.scale == ScaleKind::e8m0 ? std::ldexp(x, -std::ilogb(scale))
+                     : std::isinf(1.0f / scale)
+                         ? static_cast<double>(static_cast<float>(x) / scale)
+                         : static_cast<double>(static_cast<float>(x) * (1.0f / scale));
     EXPECT_EQ(q, nearestCode(c, y)) << c.name() << " element " << i << ": " << x << " / " << scale;
     // The decoded value: within the codec's bound, plus the output type's own rounding.
     const double outUlp = type == DataType::f32    ? 0x1p-24

@@ -52,9 +52,9 @@ def all_reduce_compressed(x, comm, compression="fp8e4m3:32", op="sum"):
     from the exact sum by at most Σᵣ Bᵣᵢ + B′ᵢ, plus f32 accumulation (n · 2⁻²³ · Σᵣ|xᵣᵢ|) and
     the output type's rounding. Bᵣᵢ = scaleᵣ · 2^(eᵣᵢ − m − 1) bounds the quantization of rank r's
     value (scaleᵣ its block's scale, eᵣᵢ = ⌊log2(|xᵣᵢ| / scaleᵣ)⌋ but at least the element's
-    smallest normal exponent, m = 3 for E4M3 and 2 for E5M2) and B′ᵢ the same for the reduced
-    value in its block: about 2⁻⁴ (E4M3) or 2⁻³ (E5M2) of each block's largest magnitude per
-    quantization. For avg the first term is divided by n. Every rank gets the same bits; a block
+    smallest normal exponent, m = 3 for E4M3 and 2 for E5M2; f32 scales add |xᵣᵢ| · 2⁻²²) and
+    B′ᵢ the same for the reduced value in its block: about 2⁻⁴ (E4M3) or 2⁻³ (E5M2) of each
+    block's largest magnitude per quantization. For avg the first term is divided by n. Every rank gets the same bits; a block
     with a NaN or an infinity on any rank becomes NaN.
 
     Autograd: the gradient is all-reduced uncompressed (the quantization is taken as the
