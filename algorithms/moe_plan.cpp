@@ -139,7 +139,7 @@ Result<Routing> parseRouting(std::string_view text) {
                          "' is not a routing (uniform, or zipf:ALPHA with 0 < ALPHA <= 8)");
 }
 
-MoeTraffic simulateRouting(const MoeShape& s, const Routing& r) {
+MoeTraffic simulateRouting(const MoeShape& s, const Routing& r, const std::optional<Rails>& rails) {
   const auto n = static_cast<std::size_t>(s.nranks), E = static_cast<std::size_t>(s.experts);
   std::mt19937_64 rng(r.seed);
   // Expert popularity: the i-th most popular is order[i]; Zipf weights 1 / (i + 1)^alpha.
@@ -159,6 +159,7 @@ MoeTraffic simulateRouting(const MoeShape& s, const Routing& r) {
   std::vector<std::int64_t> table(s.tokens * k);
   std::vector<char> taken(E, 0);
   std::vector<std::size_t> picked(k);  // a token's experts by popularity
+  std::vector<std::size_t> hostRows;   // [rank · hosts + h]
   for (std::size_t rank = 0; rank < n; ++rank) {
     for (std::size_t t = 0; t < s.tokens; ++t) {
       std::int64_t* row = table.data() + t * k;
@@ -180,11 +181,115 @@ MoeTraffic simulateRouting(const MoeShape& s, const Routing& r) {
     }
     auto route = routeTokens(s, table.data());
     ranks.push_back(route ? std::move(*route) : RankRoute{});
+    if (rails) {
+      const auto toHost = tokensToHosts(s, table.data(), *rails);
+      hostRows.insert(hostRows.end(), toHost.begin(), toHost.end());
+    }
   }
-  return trafficOf(ranks);
+  MoeTraffic traffic = trafficOf(ranks);
+  if (rails) traffic.rails = rails, traffic.toHost = std::move(hostRows);
+  return traffic;
 }
 
-Result<MoePlan> Selector::planMoe(const MoeShape& s, const MoeTraffic& traffic) const {
+std::optional<Rails> Rails::of(const std::vector<int>& hostOf) {
+  Rails r;
+  r.hostOf = hostOf;
+  r.hosts = hostOf.empty() ? 0 : *std::max_element(hostOf.begin(), hostOf.end()) + 1;
+  if (r.hosts < 2) return std::nullopt;
+  std::vector<int> count(static_cast<std::size_t>(r.hosts), 0);
+  r.localOf.resize(hostOf.size());
+  for (std::size_t q = 0; q < hostOf.size(); ++q) {
+    if (hostOf[q] < 0) return std::nullopt;
+    r.localOf[q] = count[static_cast<std::size_t>(hostOf[q])]++;
+  }
+  r.perHost = count[0];
+  for (int c : count)
+    if (c != r.perHost) return std::nullopt;
+  r.rankAt.resize(hostOf.size());
+  for (std::size_t q = 0; q < hostOf.size(); ++q)
+    r.rankAt[static_cast<std::size_t>(hostOf[q] * r.perHost + r.localOf[q])] = static_cast<int>(q);
+  return r;
+}
+
+std::vector<std::size_t> tokensToHosts(const MoeShape& s, const std::int64_t* topkIdx,
+                                       const Rails& rails) {
+  std::vector<std::size_t> count(static_cast<std::size_t>(rails.hosts), 0);
+  std::vector<std::size_t> last(count.size(), s.tokens);  // the last token counted per host
+  const auto k = static_cast<std::size_t>(s.topk);
+  for (std::size_t t = 0; t < s.tokens; ++t) {
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::int64_t e = topkIdx[t * k + j];
+      if (e < 0 || e >= s.experts) continue;
+      const auto h = static_cast<std::size_t>(
+          rails.hostOf[static_cast<std::size_t>(s.rankOf(static_cast<int>(e)))]);
+      if (last[h] != t) last[h] = t, ++count[h];
+    }
+  }
+  return count;
+}
+
+namespace {
+
+// One way of a dispatch or combine across hosts, `bytes` a token's: the busiest host's network
+// rows (sent or received, to or from other hosts) at the host's network rate, and the busiest
+// rank's rows through shared memory (received, or forwarded, from its own host) at a rank's
+// copy rate, after `fixedUs` (an all-to-all's; twice for the hierarchical path's two).
+struct WayCost {
+  std::vector<std::size_t> netOut, netIn, local;  // per host, per host, per rank
+  double us(std::size_t bytes, double netGBs, double copyGBs, double fixedUs) const {
+    std::size_t net = 0, shm = 0;
+    for (std::size_t h = 0; h < netOut.size(); ++h) net = std::max({net, netOut[h], netIn[h]});
+    for (std::size_t r : local) shm = std::max(shm, r);
+    return fixedUs + static_cast<double>(net * bytes) / (netGBs * 1e3) +
+           static_cast<double>(shm * bytes) / (copyGBs * 1e3);
+  }
+};
+
+WayCost flatWay(const MoeTraffic& t) {
+  const Rails& r = *t.rails;
+  const auto n = static_cast<std::size_t>(t.nranks), H = static_cast<std::size_t>(r.hosts);
+  WayCost w{std::vector<std::size_t>(H, 0), std::vector<std::size_t>(H, 0),
+            std::vector<std::size_t>(n, 0)};
+  for (std::size_t s = 0; s < n; ++s) {
+    for (std::size_t q = 0; q < n; ++q) {
+      const std::size_t rows = t.tokens[s * n + q];
+      const auto hs = static_cast<std::size_t>(r.hostOf[s]),
+                 hq = static_cast<std::size_t>(r.hostOf[q]);
+      if (hs != hq) {
+        w.netOut[hs] += rows, w.netIn[hq] += rows;
+      } else if (s != q) {
+        w.local[q] += rows;
+      }
+    }
+  }
+  return w;
+}
+
+WayCost hierarchicalWay(const MoeTraffic& t) {
+  const Rails& r = *t.rails;
+  const auto n = static_cast<std::size_t>(t.nranks), H = static_cast<std::size_t>(r.hosts);
+  WayCost w{std::vector<std::size_t>(H, 0), std::vector<std::size_t>(H, 0),
+            std::vector<std::size_t>(n, 0)};
+  for (std::size_t s = 0; s < n; ++s) {
+    const auto hs = static_cast<std::size_t>(r.hostOf[s]);
+    for (std::size_t h = 0; h < H; ++h) {
+      if (h == hs) continue;
+      w.netOut[hs] += t.toHost[s * H + h], w.netIn[h] += t.toHost[s * H + h];
+    }
+    // The rail's rank on q's host forwards s's rows to q: both copy them.
+    for (std::size_t q = 0; q < n; ++q) {
+      const auto f = static_cast<std::size_t>(r.peer(static_cast<int>(s), r.hostOf[q]));
+      if (f == q) continue;
+      w.local[q] += t.tokens[s * n + q], w.local[f] += t.tokens[s * n + q];
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+Result<MoePlan> Selector::planMoe(const MoeShape& s, const MoeTraffic& traffic,
+                                  std::optional<bool> hierarchical) const {
   if (Status st = checkMoeShape(s); !st) return st;
   MoePlan p;
   p.skew = traffic.skew();
@@ -206,6 +311,25 @@ Result<MoePlan> Selector::planMoe(const MoeShape& s, const MoeTraffic& traffic) 
   p.dispatchUs = *d, p.combineUs = *c;
   p.reason = "busiest rank " + std::to_string(busiest) + " tokens one way (skew " +
              std::to_string(p.skew).substr(0, 4) + ")";
+  const RankGraph& g = tuner_.graph();
+  if (!traffic.rails || traffic.toHost.empty() || kernels_.gpu || g.netPerRank <= 0) return p;
+  // Across hosts: both paths by the same measure, so that the comparison is fair.
+  auto fixed = plan(Collective::allToAll, n * 64);
+  if (!fixed) return fixed.status();
+  const double net = g.netPerRank * g.ranksPerHost, copy = options_.constants.graphs.hostCopyGBs;
+  const WayCost flat = flatWay(traffic), hier = hierarchicalWay(traffic);
+  const double f[2] = {flat.us(s.dispatchBytes, net, copy, fixed->estimateUs),
+                       flat.us(s.combineBytes, net, copy, fixed->estimateUs)};
+  const double h[2] = {hier.us(s.dispatchBytes, net, copy, 2 * fixed->estimateUs),
+                       hier.us(s.combineBytes, net, copy, 2 * fixed->estimateUs)};
+  p.flatUs = f[0] + f[1], p.hierarchicalUs = h[0] + h[1];
+  p.hierarchical = hierarchical.value_or(p.hierarchicalUs < p.flatUs);
+  p.dispatchUs = p.hierarchical ? h[0] : f[0], p.combineUs = p.hierarchical ? h[1] : f[1];
+  p.reason += std::string(p.hierarchical ? "; hierarchical " : "; flat ") +
+              std::to_string(static_cast<int>(p.hierarchical ? p.hierarchicalUs : p.flatUs)) +
+              " us against " +
+              std::to_string(static_cast<int>(p.hierarchical ? p.flatUs : p.hierarchicalUs)) +
+              (p.hierarchical ? " flat" : " hierarchical") + (hierarchical ? " (forced)" : "");
   return p;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,12 +46,29 @@ struct RankRoute {
 // expert twice, is an error naming the token.
 Result<RankRoute> routeTokens(const MoeShape& s, const std::int64_t* topkIdx);
 
+// Where ranks span hosts: the rails (a rank's index among its host's ranks) that the
+// hierarchical path sends along. Only where every host has the same number of ranks.
+struct Rails {
+  int hosts = 1, perHost = 1;
+  std::vector<int> hostOf, localOf;  // by rank
+  std::vector<int> rankAt;           // [h · perHost + l]: host h's rank of rail l
+  int peer(int rank, int host) const {
+    return rankAt[static_cast<std::size_t>(host * perHost +
+                                           localOf[static_cast<std::size_t>(rank)])];
+  }
+  // From each rank's host (numbered from 0); none (nullopt) unless every host has as many ranks
+  // and there are two hosts or more.
+  static std::optional<Rails> of(const std::vector<int>& hostOf);
+};
 // Every rank's traffic: tokens[s · n + q] the tokens rank s sends rank q (s = q: stays), and
 // the slots each expert takes.
 struct MoeTraffic {
   int nranks = 1;
   std::vector<std::size_t> tokens;
   std::vector<std::size_t> perExpert;
+  // Across hosts (Rails): toHost[s · hosts + h] the tokens rank s sends host h, each once.
+  std::optional<Rails> rails;
+  std::vector<std::size_t> toHost;
   std::size_t sentBy(int s) const;      // to other ranks
   std::size_t receivedBy(int q) const;  // from other ranks
   // The busiest rank's tokens crossing it one way (sent or received), and that over the mean.
@@ -58,6 +76,11 @@ struct MoeTraffic {
   double skew() const;
 };
 MoeTraffic trafficOf(const std::vector<RankRoute>& ranks);
+
+// The tokens of a routing table that go to each host: a token once per host however many of
+// its experts live there (the hierarchical path's network rows).
+std::vector<std::size_t> tokensToHosts(const MoeShape& s, const std::int64_t* topkIdx,
+                                       const Rails& rails);
 
 // How the simulated tokens pick their experts: uniformly, or by a Zipf law of exponent `alpha`
 // over the experts (expert popularity ranked in a seeded random order).
@@ -68,12 +91,19 @@ struct Routing {
 };
 // "uniform" or "zipf:ALPHA"; an error names them.
 Result<Routing> parseRouting(std::string_view text);
-// Every rank's tokens routed to top-k distinct experts as `r` says.
-MoeTraffic simulateRouting(const MoeShape& s, const Routing& r);
+// Every rank's tokens routed to top-k distinct experts as `r` says; across `rails`' hosts,
+// with the tokens each rank sends each host.
+MoeTraffic simulateRouting(const MoeShape& s, const Routing& r,
+                           const std::optional<Rails>& rails = std::nullopt);
 
 struct MoePlan {
   double dispatchUs = 0, combineUs = 0;
-  std::size_t busiestBytes = 0;  // dispatch: the busiest rank's bytes one way
+  // Across hosts: each token once per host over the network to the rank of its rail there,
+  // which forwards it to the host's ranks (DeepEP's network-then-NVLink), rather than once
+  // per rank straight from its owner.
+  bool hierarchical = false;
+  double flatUs = 0, hierarchicalUs = 0;  // dispatch + combine each way (0: not priced)
+  std::size_t busiestBytes = 0;           // dispatch: the busiest rank's bytes one way
   double skew = 1;
   std::string reason;
 };

@@ -82,8 +82,11 @@ class Selector {
                                       std::optional<CpAlgo> forced = std::nullopt,
                                       std::optional<AttentionKernel> kernel = std::nullopt) const;
   // MoE dispatch and combine (moe_plan.hpp) of a routing's traffic: each way priced as an
-  // all-to-all of the busiest rank's bytes.
-  Result<MoePlan> planMoe(const MoeShape& shape, const MoeTraffic& traffic) const;
+  // all-to-all of the busiest rank's bytes; across hosts (traffic.rails) the flat and the
+  // hierarchical path priced by their busiest host's network bytes, the cheaper picked unless
+  // `hierarchical` forces one.
+  Result<MoePlan> planMoe(const MoeShape& shape, const MoeTraffic& traffic,
+                          std::optional<bool> hierarchical = std::nullopt) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

@@ -12,9 +12,12 @@ namespace {
 // What every rank tells every other before the exchange: its routing's state, its capacity,
 // and for each rank q the tokens it sends q and the slots of each of q's experts.
 struct Counts {
-  std::size_t n, L;
+  std::size_t n, L, hosts;         // hosts: 0 unless the hierarchical path may run
   std::vector<std::uint64_t> all;  // rank s's record at s · width()
-  std::size_t width() const { return 2 + n * (1 + L); }
+  std::size_t width() const { return 2 + n * (1 + L) + hosts; }
+  std::uint64_t& toHost(std::size_t s, std::size_t h) {
+    return all[s * width() + 2 + n * (1 + L) + h];
+  }
   std::uint64_t& bad(std::size_t s) { return all[s * width()]; }
   std::uint64_t& capacity(std::size_t s) { return all[s * width() + 1]; }
   std::uint64_t& tokens(std::size_t s, std::size_t q) { return all[s * width() + 2 + q * (1 + L)]; }
@@ -45,6 +48,181 @@ void addBf16(float* acc, const std::uint16_t* b, std::size_t count, float w) {
   }
 }
 
+// A sent token's record at r: its row (encoded in fp8 dispatch), its index, and per slot
+// `slot(expert)` (a local expert, an expert, or −1) and the weight.
+template <typename Slot>
+Status writeRecord(std::byte* r, std::size_t t, const algo::MoeShape& shape,
+                   const DispatchCall& call, Slot slot) {
+  const std::size_t rowBytes = shape.hidden * sizeOf(call.type), sent = sentRowBytes(shape, call);
+  const auto* x = static_cast<const std::byte*>(call.x);
+  if (call.fp8) {
+    if (Status e = fp8::encode(dispatchCodec(), call.type, x + t * rowBytes, shape.hidden, r); !e)
+      return e;
+  } else {
+    std::memcpy(r, x + t * rowBytes, rowBytes);
+  }
+  const auto source = static_cast<std::int32_t>(t);
+  std::memcpy(r + sent, &source, 4);
+  const auto k = static_cast<std::size_t>(shape.topk);
+  for (std::size_t j = 0; j < k; ++j) {
+    const std::int32_t v = slot(call.topkIdx[t * k + j]);
+    std::memcpy(r + sent + 4 + 8 * j, &v, 4);
+    std::memcpy(r + sent + 8 + 8 * j, &call.topkWeights[t * k + j], 4);
+  }
+  return {};
+}
+
+// Counts and displacements (in elements of `unit` bytes) from per-rank record counts.
+struct Exchange {
+  std::vector<std::size_t> counts, displs;
+  Exchange(const std::vector<std::size_t>& records, std::size_t unit) {
+    counts.resize(records.size()), displs.resize(records.size());
+    std::size_t at = 0;
+    for (std::size_t q = 0; q < records.size(); ++q) {
+      counts[q] = records[q] * unit, displs[q] = at * unit;
+      at += records[q];
+    }
+  }
+};
+
+std::size_t total(const std::vector<std::size_t>& v) {
+  std::size_t sum = 0;
+  for (std::size_t x : v) sum += x;
+  return sum;
+}
+
+// Counts and displacements of records laid out in an order of our own: rank q's
+// `records[q]` at `at[q]`.
+struct Placed {
+  std::vector<std::size_t> counts, displs;
+  Placed(std::size_t n) : counts(n, 0), displs(n, 0) {}
+  void put(std::size_t q, std::size_t records, std::size_t at, std::size_t unit) {
+    counts[q] = records * unit, displs[q] = at * unit;
+  }
+};
+
+// The hierarchical dispatch: this rank's tokens once per host, to the rank of its rail there
+// (slots as experts, −1 off that host); as its rail's forwarder on this host, the records it
+// got re-addressed to each rank of the host (slots as that rank's local experts), in (source
+// rank, token) order. `records`: the received tokens' records, in source order.
+Status forwardAlongRails(Communicator& comm, Counts& c, const algo::Rails& rails,
+                         const DispatchCall& call, MoeLayout& layout,
+                         std::vector<const std::byte*>& records) {
+  const algo::MoeShape& shape = layout.shape;
+  const std::size_t n = c.n, L = c.L, hosts = c.hosts, me = static_cast<std::size_t>(comm.rank());
+  const auto k = static_cast<std::size_t>(shape.topk);
+  const std::size_t rec = recordBytes(shape, call), sent = sentRowBytes(shape, call);
+  const int myHost = rails.hostOf[me], rail = rails.localOf[me];
+  auto hostOfExpert = [&](std::int64_t e) {
+    return rails.hostOf[static_cast<std::size_t>(shape.rankOf(static_cast<int>(e)))];
+  };
+  layout.hostOffsets.assign(hosts + 1, 0);
+  for (std::size_t h = 0; h < hosts; ++h)
+    layout.hostOffsets[h + 1] = layout.hostOffsets[h] + c.toHost(me, h);
+  layout.hostTokens.resize(layout.hostOffsets[hosts]);
+  std::vector<std::size_t> at(layout.hostOffsets.begin(), layout.hostOffsets.end() - 1);
+  std::vector<std::size_t> last(hosts, shape.tokens);
+  for (std::size_t t = 0; t < shape.tokens; ++t) {
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::int64_t e = call.topkIdx[t * k + j];
+      if (e < 0) continue;
+      const auto h = static_cast<std::size_t>(hostOfExpert(e));
+      if (last[h] != t) last[h] = t, layout.hostTokens[at[h]++] = static_cast<std::int32_t>(t);
+    }
+  }
+  // Records each way, by rank.
+  layout.fromRail.assign(n, 0), layout.toLocal.assign(n, 0), layout.fromForwarder.assign(n, 0);
+  for (std::size_t s = 0; s < n; ++s) {
+    if (rails.localOf[s] == rail)
+      layout.fromRail[s] = c.toHost(s, static_cast<std::size_t>(myHost));
+    layout.fromForwarder[static_cast<std::size_t>(rails.peer(static_cast<int>(s), myHost))] +=
+        c.tokens(s, me);
+    for (std::size_t q = 0; q < n; ++q)
+      if (rails.localOf[s] == rail && rails.hostOf[q] == myHost)
+        layout.toLocal[q] += c.tokens(s, q);
+  }
+  const std::size_t sent1 = layout.hostTokens.size(), got1 = total(layout.fromRail),
+                    sent2 = total(layout.toLocal), got2 = total(layout.fromForwarder);
+  auto ws = comm.workspace((sent1 + got1 + sent2 + got2) * rec, false);
+  if (!ws) return ws.status();
+  std::byte* send1 = *ws;
+  std::byte* recv1 = send1 + sent1 * rec;
+  std::byte* send2 = recv1 + got1 * rec;
+  std::byte* recv2 = send2 + sent2 * rec;
+  // Over the network: each token once per host, its slots as experts there.
+  Placed out1(n);
+  for (std::size_t h = 0; h < hosts; ++h) {
+    for (std::size_t i = layout.hostOffsets[h]; i < layout.hostOffsets[h + 1]; ++i) {
+      auto expert = [&](std::int64_t e) -> std::int32_t {
+        return e >= 0 && static_cast<std::size_t>(hostOfExpert(e)) == h
+                   ? static_cast<std::int32_t>(e)
+                   : -1;
+      };
+      if (Status e = writeRecord(send1 + i * rec, static_cast<std::size_t>(layout.hostTokens[i]),
+                                 shape, call, expert);
+          !e)
+        return e;
+    }
+    out1.put(static_cast<std::size_t>(rails.peer(static_cast<int>(me), static_cast<int>(h))),
+             c.toHost(me, h), layout.hostOffsets[h], rec);
+  }
+  const Exchange in1(layout.fromRail, rec);
+  if (Status s = comm.allToAllv(send1, out1.counts.data(), out1.displs.data(), recv1,
+                                in1.counts.data(), in1.displs.data(), DataType::u8);
+      !s)
+    return s;
+  // Within the host: each record to every rank holding one of its experts, in ascending rank
+  // order, where the rank's chunk takes it next; combine's parts come back to the same places.
+  const Exchange out2(layout.toLocal, rec), in2(layout.fromForwarder, rec);
+  std::vector<std::size_t> fill(n);
+  for (std::size_t q = 0; q < n; ++q) fill[q] = out2.displs[q] / rec;
+  layout.partOffsets.assign(1, 0);
+  std::vector<std::size_t> qs;
+  for (std::size_t i = 0; i < got1; ++i) {
+    const std::byte* r = recv1 + i * rec;
+    qs.clear();
+    for (std::size_t j = 0; j < k; ++j) {
+      std::int32_t e;
+      std::memcpy(&e, r + sent + 4 + 8 * j, 4);
+      if (e >= 0) qs.push_back(static_cast<std::size_t>(shape.rankOf(e)));
+    }
+    std::sort(qs.begin(), qs.end());
+    qs.erase(std::unique(qs.begin(), qs.end()), qs.end());
+    for (std::size_t q : qs) {
+      const std::size_t pos = fill[q]++;
+      std::byte* r2 = send2 + pos * rec;
+      std::memcpy(r2, r, sent + 4);  // the row and the token's index
+      for (std::size_t j = 0; j < k; ++j) {
+        std::int32_t e;
+        std::memcpy(&e, r + sent + 4 + 8 * j, 4);
+        const std::int32_t local = e >= 0 && static_cast<std::size_t>(shape.rankOf(e)) == q
+                                       ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L)
+                                       : -1;
+        std::memcpy(r2 + sent + 4 + 8 * j, &local, 4);
+        std::memcpy(r2 + sent + 8 + 8 * j, r + sent + 8 + 8 * j, 4);
+      }
+      layout.partAt.push_back(pos);
+    }
+    layout.partOffsets.push_back(layout.partAt.size());
+  }
+  if (Status s = comm.allToAllv(send2, out2.counts.data(), out2.displs.data(), recv2,
+                                in2.counts.data(), in2.displs.data(), DataType::u8);
+      !s)
+    return s;
+  // In source order: each source's tokens come from the forwarder of its rail, in order.
+  std::vector<std::size_t> cursor(n);
+  for (std::size_t f = 0; f < n; ++f) cursor[f] = in2.displs[f] / rec;
+  layout.atForwarded.clear();
+  for (std::size_t s = 0; s < n; ++s) {
+    const auto f = static_cast<std::size_t>(rails.peer(static_cast<int>(s), myHost));
+    for (std::size_t i = 0; i < c.tokens(s, me); ++i) {
+      layout.atForwarded.push_back(cursor[f]);
+      records[layout.atForwarded.size() - 1] = recv2 + cursor[f]++ * rec;
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 fp8::Codec dispatchCodec() {
@@ -63,7 +241,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   const auto n = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
   const auto L = static_cast<std::size_t>(shape.localExperts());
   const auto k = static_cast<std::size_t>(shape.topk);
-  const std::size_t es = sizeOf(call.type), rowBytes = shape.hidden * es;
+  const std::size_t rowBytes = shape.hidden * sizeOf(call.type);
   // This rank's routing; a bad one still takes part in the counts, so that every rank refuses.
   Status mine;
   if (shape.tokens > 0 &&
@@ -72,12 +250,20 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   if (call.capacity > 0 && (call.recvX == nullptr || call.expertCounts == nullptr))
     mine = invalidArgument("moe dispatch: recv_x and expert_counts must not be NULL");
   Result<algo::RankRoute> route = mine ? algo::routeTokens(shape, call.topkIdx) : mine;
-  Counts c{n, L, std::vector<std::uint64_t>(n * (2 + n * (1 + L)), 0)};
+  // Across hosts with as many ranks on each, the counts carry the tokens to each host too.
+  const std::optional<algo::Rails> rails = algo::Rails::of(comm.hostOf());
+  const std::size_t hosts = rails ? static_cast<std::size_t>(rails->hosts) : 0;
+  Counts c{n, L, hosts, {}};
+  c.all.assign(n * c.width(), 0);
   c.bad(me) = route ? 0 : 1;
   c.capacity(me) = call.capacity;
   if (route) {
     for (std::size_t q = 0; q < n; ++q) c.tokens(me, q) = route->toRank(static_cast<int>(q));
     for (std::size_t e = 0; e < n * L; ++e) c.slots(me, e / L, e % L) = route->perExpert[e];
+    if (rails) {
+      const auto toHost = algo::tokensToHosts(shape, call.topkIdx, *rails);
+      for (std::size_t h = 0; h < hosts; ++h) c.toHost(me, h) = toHost[h];
+    }
   }
   const std::vector<std::uint64_t> own(
       c.all.begin() + static_cast<std::ptrdiff_t>(me * c.width()),
@@ -102,60 +288,61 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   }
   MoeLayout layout;
   layout.shape = shape, layout.type = call.type, layout.route = std::move(*route);
-  // Each token once per destination: its values and its slots there.
   if (call.fp8 && call.capacity > 0 && call.recvScales == nullptr)
     return invalidArgument("moe dispatch: fp8 dispatch needs recv_scales");
+  // Across hosts, the path the selector prices cheaper from every rank's counts (the same on
+  // every rank).
+  if (rails) {
+    algo::MoeTraffic traffic;
+    traffic.nranks = static_cast<int>(n);
+    traffic.tokens.resize(n * n);
+    traffic.toHost.resize(n * hosts);
+    for (std::size_t s = 0; s < n; ++s) {
+      for (std::size_t q = 0; q < n; ++q) traffic.tokens[s * n + q] = c.tokens(s, q);
+      for (std::size_t h = 0; h < hosts; ++h) traffic.toHost[s * hosts + h] = c.toHost(s, h);
+    }
+    traffic.rails = rails;
+    auto plan = comm.moePlanFor(shape, traffic);
+    if (!plan) return plan.status();
+    layout.hierarchical = plan->hierarchical;
+  }
+  layout.fromRank.resize(n);
+  for (std::size_t q = 0; q < n; ++q) layout.fromRank[q] = c.tokens(q, me);
   const std::size_t rec = recordBytes(shape, call);
   const std::size_t sent = sentRowBytes(shape, call);  // a row's bytes in the record
-  const auto* x = static_cast<const std::byte*>(call.x);
-  std::size_t received = 0;
-  for (std::size_t q = 0; q < n; ++q) received += c.tokens(q, me);
-  // The communicator's host workspace, reused from call to call: fresh buffers of this size
-  // would fault their pages in at every call.
-  const std::size_t sendBytes = layout.route.tokens.size() * rec;
-  auto ws = comm.workspace(sendBytes + received * rec, false);
-  if (!ws) return ws.status();
-  std::byte* send = *ws;
-  std::byte* recv = *ws + sendBytes;
-  for (std::size_t q = 0; q < n; ++q) {
-    for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i) {
-      const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
-      std::byte* r = send + i * rec;
-      if (call.fp8) {
-        if (Status e = fp8::encode(dispatchCodec(), call.type, x + t * rowBytes, shape.hidden, r);
-            !e)
-          return e;
-      } else {
-        std::memcpy(r, x + t * rowBytes, rowBytes);
-      }
-      const auto source = static_cast<std::int32_t>(t);
-      std::memcpy(r + sent, &source, 4);
-      for (std::size_t j = 0; j < k; ++j) {
-        const std::int64_t e = call.topkIdx[t * k + j];
-        const bool there =
-            e >= 0 && static_cast<std::size_t>(shape.rankOf(static_cast<int>(e))) == q;
-        const std::int32_t local =
-            there ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L) : -1;
-        std::memcpy(r + sent + 4 + 8 * j, &local, 4);
-        std::memcpy(r + sent + 8 + 8 * j, &call.topkWeights[t * k + j], 4);
+  const std::size_t received = total(layout.fromRank);
+  std::vector<const std::byte*> records(received);  // each received token's, in source order
+  if (!layout.hierarchical) {
+    // Each token once per destination: its values and its slots there.
+    // The communicator's host workspace, reused from call to call: fresh buffers of this size
+    // would fault their pages in at every call.
+    const std::size_t sendBytes = layout.route.tokens.size() * rec;
+    auto ws = comm.workspace(sendBytes + received * rec, false);
+    if (!ws) return ws.status();
+    std::byte* send = *ws;
+    std::byte* recv = *ws + sendBytes;
+    for (std::size_t q = 0; q < n; ++q) {
+      for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i) {
+        const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
+        auto local = [&](std::int64_t e) -> std::int32_t {
+          const bool there =
+              e >= 0 && static_cast<std::size_t>(shape.rankOf(static_cast<int>(e))) == q;
+          return there ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L) : -1;
+        };
+        if (Status e = writeRecord(send + i * rec, t, shape, call, local); !e) return e;
       }
     }
-  }
-  std::vector<std::size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
-  layout.fromRank.resize(n);
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < n; ++q) {
-    sendCounts[q] = layout.route.toRank(static_cast<int>(q)) * rec;
-    sendDispls[q] = layout.route.offsets[q] * rec;
-    layout.fromRank[q] = c.tokens(q, me);
-    recvCounts[q] = layout.fromRank[q] * rec;
-    recvDispls[q] = at * rec;
-    at += layout.fromRank[q];
-  }
-  if (Status s = comm.allToAllv(send, sendCounts.data(), sendDispls.data(), recv, recvCounts.data(),
-                                recvDispls.data(), DataType::u8);
-      !s)
+    std::vector<std::size_t> toRank(n);
+    for (std::size_t q = 0; q < n; ++q) toRank[q] = layout.route.toRank(static_cast<int>(q));
+    const Exchange out(toRank, rec), in(layout.fromRank, rec);
+    if (Status s = comm.allToAllv(send, out.counts.data(), out.displs.data(), recv,
+                                  in.counts.data(), in.displs.data(), DataType::u8);
+        !s)
+      return s;
+    for (std::size_t j = 0; j < received; ++j) records[j] = recv + j * rec;
+  } else if (Status s = forwardAlongRails(comm, c, *rails, call, layout, records); !s) {
     return s;
+  }
   // Each local expert's rows: by source rank, then the source's token order.
   std::vector<std::size_t> next(L + 1, 0);
   for (std::size_t e = 0; e < L; ++e) {
@@ -170,7 +357,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   std::size_t j = 0;
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t i = 0; i < layout.fromRank[s]; ++i, ++j) {
-      const std::byte* r = recv + j * rec;
+      const std::byte* r = records[j];
       std::int32_t source;
       std::memcpy(&source, r + sent, 4);
       for (std::size_t slot = 0; slot < k; ++slot) {
@@ -210,55 +397,107 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
     return invalidArgument("moe combine: expert_out and out must not be NULL");
   const DataType t = layout.type;
   const std::size_t es = sizeOf(t), H = shape.hidden, rowBytes = H * es;
-  // Each received token's weighted sum over its local experts, in its slots' order, in f32.
   const auto* y = static_cast<const std::byte*>(expertOut);
-  // Sent rows, returned rows and the f32 sums in the communicator's reused host workspace.
-  const std::size_t sendBytes = received * rowBytes,
-                    backBytes = layout.route.tokens.size() * rowBytes;
-  const std::size_t sumAt = (sendBytes + backBytes + 63) / 64 * 64;
+  // The rows each way and the f32 sums, in the communicator's reused host workspace. Flat:
+  // the received tokens' parts out, this rank's tokens' back. Hierarchical: the parts to the
+  // forwarders, the parts a forwarder gets, its sums for its rail, and this rank's tokens' back
+  // from each host.
+  const bool rails = layout.hierarchical;
+  const std::size_t sendRows = received, gotRows = rails ? total(layout.toLocal) : 0,
+                    sumsRows = rails ? total(layout.fromRail) : 0,
+                    backRows = rails ? layout.hostTokens.size() : layout.route.tokens.size();
+  const std::size_t rows = sendRows + gotRows + sumsRows + backRows;
+  const std::size_t sumAt = (rows * rowBytes + 63) / 64 * 64;
   auto ws = comm.workspace(sumAt + shape.tokens * H * sizeof(float), false);
   if (!ws) return ws.status();
   std::byte* send = *ws;
-  std::byte* back = *ws + sendBytes;
+  std::byte* got = send + sendRows * rowBytes;
+  std::byte* sums = got + gotRows * rowBytes;
+  std::byte* back = sums + sumsRows * rowBytes;
   auto* sum = reinterpret_cast<float*>(*ws + sumAt);
-  std::vector<float> acc(H), row(H);
-  for (std::size_t j = 0; j < received; ++j) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s) {
-      const std::byte* from = y + layout.slotRows[s] * rowBytes;
-      const float w = layout.slotWeights[s];
-      if (t == DataType::bf16) {  // widened in the loop, which then vectorizes
-        addBf16(acc.data(), reinterpret_cast<const std::uint16_t*>(from), H, w);
-        continue;
-      }
-      if (Status st = fp8::toFloats(t, from, H, row.data()); !st) return st;
+  // acc (f32) += row of type t at `from`, times w.
+  std::vector<float> row(H);
+  auto add = [&](float* acc, const std::byte* from, float w) -> Status {
+    if (t == DataType::bf16) {  // widened in the loop, which then vectorizes
+      addBf16(acc, reinterpret_cast<const std::uint16_t*>(from), H, w);
+      return {};
+    }
+    if (Status st = fp8::toFloats(t, from, H, row.data()); !st) return st;
+    if (w == 1.0f) {
+      for (std::size_t c = 0; c < H; ++c) acc[c] += row[c];
+    } else {
       for (std::size_t c = 0; c < H; ++c) acc[c] += w * row[c];
     }
-    if (Status st = fp8::fromFloats(t, acc.data(), H, send + j * rowBytes); !st) return st;
+    return {};
+  };
+  // Each received token's weighted sum over its local experts, in its slots' order, in f32,
+  // rounded once to the type.
+  std::vector<float> acc(H);
+  for (std::size_t j = 0; j < received; ++j) {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s)
+      if (Status st = add(acc.data(), y + layout.slotRows[s] * rowBytes, layout.slotWeights[s]);
+          !st)
+        return st;
+    const std::size_t at = rails ? layout.atForwarded[j] : j;
+    if (Status st = fp8::fromFloats(t, acc.data(), H, send + at * rowBytes); !st) return st;
   }
-  std::vector<std::size_t> sendCounts(n), sendDispls(n), recvCounts(n), recvDispls(n);
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < n; ++q) {
-    sendCounts[q] = layout.fromRank[q] * rowBytes;
-    sendDispls[q] = at * rowBytes;
-    at += layout.fromRank[q];
-    recvCounts[q] = layout.route.toRank(static_cast<int>(q)) * rowBytes;
-    recvDispls[q] = layout.route.offsets[q] * rowBytes;
-  }
-  if (Status s = comm.allToAllv(send, sendCounts.data(), sendDispls.data(), back, recvCounts.data(),
-                                recvDispls.data(), DataType::u8);
-      !s)
-    return s;
-  // Each token's partial sums, in rank order, in f32.
-  std::fill(sum, sum + shape.tokens * H, 0.0f);
-  for (std::size_t i = 0; i < layout.route.tokens.size(); ++i) {
-    const auto tok = static_cast<std::size_t>(layout.route.tokens[i]);
-    if (t == DataType::bf16) {
-      addBf16(sum + tok * H, reinterpret_cast<const std::uint16_t*>(back + i * rowBytes), H, 1.0f);
-      continue;
+  if (!rails) {
+    std::vector<std::size_t> toRank(n);
+    for (std::size_t q = 0; q < n; ++q) toRank[q] = layout.route.toRank(static_cast<int>(q));
+    const Exchange outgoing(layout.fromRank, rowBytes);
+    Placed incoming(n);
+    for (std::size_t q = 0; q < n; ++q)
+      incoming.put(q, toRank[q], layout.route.offsets[q], rowBytes);
+    if (Status s = comm.allToAllv(send, outgoing.counts.data(), outgoing.displs.data(), back,
+                                  incoming.counts.data(), incoming.displs.data(), DataType::u8);
+        !s)
+      return s;
+  } else {
+    // To the forwarders; each sums a record's parts in rank order (f32, rounded once) and sends
+    // the sums back along its rail.
+    const Exchange toForwarders(layout.fromForwarder, rowBytes),
+        atForwarder(layout.toLocal, rowBytes);
+    if (Status s =
+            comm.allToAllv(send, toForwarders.counts.data(), toForwarders.displs.data(), got,
+                           atForwarder.counts.data(), atForwarder.displs.data(), DataType::u8);
+        !s)
+      return s;
+    for (std::size_t i = 0; i + 1 < layout.partOffsets.size(); ++i) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (std::size_t p = layout.partOffsets[i]; p < layout.partOffsets[i + 1]; ++p)
+        if (Status st = add(acc.data(), got + layout.partAt[p] * rowBytes, 1.0f); !st) return st;
+      if (Status st = fp8::fromFloats(t, acc.data(), H, sums + i * rowBytes); !st) return st;
     }
-    if (Status st = fp8::toFloats(t, back + i * rowBytes, H, row.data()); !st) return st;
-    for (std::size_t c = 0; c < H; ++c) sum[tok * H + c] += row[c];
+    const Exchange alongRail(layout.fromRail, rowBytes);
+    const auto me = comm.rank();
+    const std::vector<int>& hostOf = comm.hostOf();
+    const auto hosts = layout.hostOffsets.size() - 1;
+    Placed fromHosts(n);
+    // The rank of this rank's rail on each host: the h-th host's forwarder.
+    std::vector<int> peerOf(hosts, -1);
+    {
+      std::vector<int> local(n), count(hosts, 0);
+      for (std::size_t q = 0; q < n; ++q) local[q] = count[static_cast<std::size_t>(hostOf[q])]++;
+      for (std::size_t q = 0; q < n; ++q)
+        if (local[q] == local[static_cast<std::size_t>(me)])
+          peerOf[static_cast<std::size_t>(hostOf[q])] = static_cast<int>(q);
+    }
+    for (std::size_t h = 0; h < hosts; ++h)
+      fromHosts.put(static_cast<std::size_t>(peerOf[h]),
+                    layout.hostOffsets[h + 1] - layout.hostOffsets[h], layout.hostOffsets[h],
+                    rowBytes);
+    if (Status s = comm.allToAllv(sums, alongRail.counts.data(), alongRail.displs.data(), back,
+                                  fromHosts.counts.data(), fromHosts.displs.data(), DataType::u8);
+        !s)
+      return s;
+  }
+  // Each token's parts (ranks', or hosts'), in rank or host order, in f32.
+  const std::vector<std::int32_t>& tokens = rails ? layout.hostTokens : layout.route.tokens;
+  std::fill(sum, sum + shape.tokens * H, 0.0f);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const auto tok = static_cast<std::size_t>(tokens[i]);
+    if (Status st = add(sum + tok * H, back + i * rowBytes, 1.0f); !st) return st;
   }
   if (Status st = fp8::fromFloats(t, sum, shape.tokens * H, out); !st) return st;
   return {};

@@ -3,8 +3,10 @@
 // destination rank (with its slots' local experts and weights) by one all-to-all-v, laid out
 // grouped by local expert on arrival; combine sends each received token's weighted sum over
 // its local experts back, summed at its owner in rank order (f32), so the result is the same
-// bits whatever the arrival order. The reference the device kernels are checked against, and
-// the host path. docs/algorithms-fused.md, "MoE dispatch and combine".
+// bits whatever the arrival order. Across hosts the selector may pick the hierarchical path:
+// a token once per host over the network, forwarded there, its parts summed there first. The
+// reference the device kernels are checked against, and the host path. docs/algorithms-fused.md,
+// "MoE dispatch and combine".
 #pragma once
 
 #include <cstddef>
@@ -48,6 +50,18 @@ struct MoeLayout {
   std::vector<std::size_t> slotRows;     // slotRows[slotOffsets[j] …] (rows of recvX),
   std::vector<float> slotWeights;        // with their weights
   std::size_t rows = 0;                  // recvX's rows written
+  // The hierarchical path (algo::MoePlan::hierarchical; ranks on several hosts): this rank's
+  // tokens to each host, sent to the rank of its rail there, which forwards them to the host's
+  // ranks; each received token's record among the forwarders' (atForwarded), and as a forwarder,
+  // the records it got from its rail (fromRail, by rank), those it sent each rank of its host
+  // (toLocal) and where each got record's parts come back in combine (partAt).
+  bool hierarchical = false;
+  std::vector<std::size_t> hostOffsets;                       // hosts + 1: host h's tokens are
+  std::vector<std::int32_t> hostTokens;                       // hostTokens[hostOffsets[h] …)
+  std::vector<std::size_t> fromRail, toLocal, fromForwarder;  // records, by rank
+  std::vector<std::size_t> atForwarded;  // received tokens: index among the forwarded records
+  std::vector<std::size_t> partOffsets;  // records from the rail + 1: record i's parts are at
+  std::vector<std::size_t> partAt;       // partAt[partOffsets[i] …) of the forwarded records
 };
 
 // Collective: every rank calls it with the same shape (`tokens` its own). A routing error on any

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -162,6 +163,12 @@ class Communicator {
   // The plan of a tensor-parallel operation (algo::Selector::planTp on the GPU selector, or
   // WEFT_TP_OVERLAP's chunks), made once per shape; rank 0 logs it under TUNING.
   Result<algo::TpPlan> tpPlanFor(const algo::TpShape& shape);
+  // MoE dispatch and combine on host memory (algo::Selector::planMoe on the host selector):
+  // across hosts, flat or hierarchical (WEFT_MOE_PATH forces one). Every rank that passes the
+  // same traffic gets the same plan.
+  Result<algo::MoePlan> moePlanFor(const algo::MoeShape& shape, const algo::MoeTraffic& traffic);
+  // Each rank's host, numbered in the order of their first rank.
+  const std::vector<int>& hostOf() const { return machine_.placement.hostOf; }
   // Context-parallel attention's: ring or Ulysses (WEFT_CP_ATTENTION forces one); logged at
   // INFO on rank 0 the first time a shape is planned.
   Result<algo::AttentionPlan> attentionPlanFor(const algo::AttentionShape& shape);
@@ -291,6 +298,8 @@ class Communicator {
   std::map<std::tuple<std::size_t, int, int, int, std::size_t, bool, bool, bool>,
            algo::AttentionPlan>
       attentionPlans_;
+  // The MoE plans rank 0 logged (shape and pick), so that each is logged once.
+  std::set<std::tuple<std::size_t, std::size_t, int, bool>> moeLogged_;
   // The direct path: whether it may run (every rank on this host through shared memory; the
   // same on every rank), the ranks' control pages, stages and this rank's threads, and what its
   // calls carry from one to the next.

@@ -82,6 +82,17 @@ Result<algo::TpPlan> Communicator::tpPlanFor(const algo::TpShape& shape) {
   return plan;
 }
 
+Result<algo::MoePlan> Communicator::moePlanFor(const algo::MoeShape& shape,
+                                               const algo::MoeTraffic& traffic) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  auto plan = selector_->planMoe(shape, traffic, config_.moeHierarchical);
+  if (plan && rank_ == 0 && traffic.rails &&
+      moeLogged_.emplace(shape.tokens, shape.hidden, shape.topk, plan->hierarchical).second)
+    WEFT_INFO(log::kTuning, "moe %zu tokens a rank, hidden %zu, top-%d: %s", shape.tokens,
+              shape.hidden, shape.topk, plan->reason.c_str());
+  return plan;
+}
+
 Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::AttentionShape& shape) {
   if (Status s = checkUsable("plan"); !s) return s;
   const auto key = std::make_tuple(shape.tokens, shape.heads, shape.kvHeads, shape.dim,

@@ -323,6 +323,21 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_MOE_PATH", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
+     "`flat` or `hierarchical`: how MoE dispatch and combine on host memory cross hosts "
+     "instead of the selector's pick; hierarchical (each token once per host, to the rank of "
+     "its rail there, which forwards it) where every host has as many ranks",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v == "auto") {
+         c.moeHierarchical.reset();
+       } else if (v == "flat" || v == "hierarchical") {
+         c.moeHierarchical = v == "hierarchical";
+       } else {
+         return invalidArgument(n + ": " + v + " (flat, hierarchical or auto)");
+       }
+       return ok();
+     }},
+
     {"WEFT_ATTENTION_KERNEL", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
      "`weft` or `cudnn`: the local attention kernel of context-parallel attention instead of "
      "the selector's pick; cudnn where libcudnn.so.9 loads, in the forward pass of one sequence",

@@ -45,6 +45,9 @@ struct Config {
   int tpChunks = 0;
   // WEFT_CP_ATTENTION: ring or Ulysses for context-parallel attention; none: the selector's.
   std::optional<algo::CpAlgo> cpAttention;
+  // WEFT_MOE_PATH: MoE dispatch and combine across hosts, flat (false) or hierarchical (true);
+  // none: the selector's.
+  std::optional<bool> moeHierarchical;
   // WEFT_ATTENTION_KERNEL: weft's or cuDNN's local attention kernel; none: the selector's.
   std::optional<algo::AttentionKernel> attentionKernel;
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for

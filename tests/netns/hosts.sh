@@ -2,11 +2,12 @@
 # weft across "hosts" made of network namespaces (scripts/netns-hosts.sh): 4 hosts with two
 # interfaces each, shaped links. Every collective of weft-perf, checked, at 2 hosts x 2 ranks
 # (UCX between hosts, shared memory within), every type and op at 3 x 3 and 4 x 1, in and out of
-# place; launched by mpirun through the set's launch agent; --calibrate measuring the network;
-# WEFT_SOCKET_IFNAME moving the traffic to eth0 or eth1; host 1's link pulled, a partition, a
-# crashed host, each mid-sweep: every survivor must report an error within the timeout. No /dev/shm segment may be left on any host,
-# and nothing (namespaces, links, state) after. Exit 77 (skipped) where namespaces cannot be
-# made here.
+# place; MoE dispatch and combine by the flat and the hierarchical path; launched by mpirun
+# through the set's launch agent; --calibrate measuring the network; WEFT_SOCKET_IFNAME moving
+# the traffic to eth0 or eth1; host 1's link pulled, a partition, a crashed host, each
+# mid-sweep: every survivor must report an error within the timeout. No /dev/shm segment may be
+# left on any host, and nothing (namespaces, links, state) after. Exit 77 (skipped) where
+# namespaces cannot be made here.
 #   hosts.sh WEFT_PERF
 set -uo pipefail
 perf=$(readlink -f "$1")
@@ -88,6 +89,25 @@ body() {
     done
   done
   shm_clean "after the collectives"
+
+  # MoE dispatch and combine across hosts, checked, by both paths: the hierarchical one sends a
+  # token once per host, so host 1 receives fewer bytes (fp8 dispatch: no plain all-to-all-v
+  # MoE runs beside it).
+  local moe_rx=()
+  for path in flat hierarchical; do
+    local before=$(rx)
+    codes=$(WEFT_MOE_PATH=$path WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=TUNING run_ranks "moe-$path" 120 2 2 eth0 \
+      moe --tokens 64,512 --hidden 1024 --topk 8 --experts 16 --dispatch-dtype fp8 -n 2 -w 1)
+    moe_rx+=($(($(rx) - before)))
+    if [[ $codes != "0 0" ]] || ! grep -q "INFO moe .*; $path" "$TMPDIR/moe-$path.0.log"; then
+      fail "moe across 2 hosts, $path: exit codes $codes"
+      tail -n 5 "$TMPDIR/moe-$path".*.log
+    else
+      echo "ok   moe across 2 hosts x 2 ranks, $path: checked, host 1 received $((moe_rx[-1] >> 20)) MiB"
+    fi
+  done
+  ((moe_rx[1] < moe_rx[0] * 3 / 4)) ||
+    fail "moe: the hierarchical path's host 1 received ${moe_rx[1]} B, the flat one's ${moe_rx[0]}"
 
   # Open MPI across the hosts through the set's launch agent, weft beside MPI.
   if command -v mpirun >/dev/null; then

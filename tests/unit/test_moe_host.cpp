@@ -3,13 +3,15 @@
 // token) order with the right counts and sources; combine of expert outputs (each expert
 // scaling its rows) equals Σ weight · output in double within two bf16 roundings, the same bits
 // on a second run; routings uniform, all to one expert, all dropped, top-1 to top-4, 1–4 ranks;
-// a bad expert index or a rank over its capacity is every rank's error, nothing written.
+// ranks on several hosts through the flat and the hierarchical path; a bad expert index or a rank
+// over its capacity is every rank's error, nothing written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -65,7 +67,14 @@ struct World {
   float scaleOf(int expert) const { return 1.0f + static_cast<float>(expert) / 8; }
 };
 
-std::vector<std::unique_ptr<Communicator>> ranks(int n) {
+// Ranks across hosts: each rank's host (claimed through the test host id), and the path
+// across them (WEFT_MOE_PATH's; none: the selector's).
+struct Hosts {
+  std::vector<int> of;  // by rank; empty: one host
+  std::optional<bool> hierarchical;
+};
+
+std::vector<std::unique_ptr<Communicator>> ranks(int n, const Hosts& hosts = {}) {
   boot::BootstrapOptions bo;
   bo.timeoutSeconds = 30;
   auto boots = boot::makeInProcess(n, bo);
@@ -74,7 +83,11 @@ std::vector<std::unique_ptr<Communicator>> ranks(int n) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      auto c = Communicator::create(std::move((*boots)[static_cast<std::size_t>(r)]), Config{});
+      Config config;
+      if (!hosts.of.empty())
+        config.testHostId = std::to_string(hosts.of[static_cast<std::size_t>(r)]);
+      config.moeHierarchical = hosts.hierarchical;
+      auto c = Communicator::create(std::move((*boots)[static_cast<std::size_t>(r)]), config);
       EXPECT_TRUE(c.isOk()) << c.status().toString();
       if (c) comms[static_cast<std::size_t>(r)] = std::move(*c);
     });
@@ -91,8 +104,8 @@ void everyRank(int n, F f) {
 }
 
 // Dispatch, check every row, let each expert scale its rows, combine, check against double.
-void expectRoundTrip(const World& wd) {
-  auto comms = ranks(wd.n);
+void expectRoundTrip(const World& wd, const Hosts& hosts = {}) {
+  auto comms = ranks(wd.n, hosts);
   ASSERT_EQ(comms.size(), static_cast<std::size_t>(wd.n));
   const algo::MoeShape shape = wd.shape();
   const int L = shape.localExperts();
@@ -107,6 +120,9 @@ void expectRoundTrip(const World& wd) {
     call.expertCounts = counts.data(), call.recvSource = source.data();
     auto layout = dispatchHost(*comms[R], shape, call);
     ASSERT_TRUE(layout.isOk()) << layout.status().toString();
+    if (hosts.hierarchical) {
+      EXPECT_EQ(layout->hierarchical, *hosts.hierarchical);
+    }
     // Each local expert's rows: every (source rank, token) routed to it, in that order.
     std::size_t row = 0;
     for (int e = 0; e < L; ++e) {
@@ -159,8 +175,10 @@ void expectRoundTrip(const World& wd) {
           size += std::fabs(wd.w[R][slot] * v);
         }
         const double got = exec::bf16ToFloat(out[t * H + c]);
-        // Each rank's partial and the sum rounded to bf16 (2^-8 relative each).
-        if (!(std::fabs(got - want) <= 2 * std::ldexp(size, -8) + 1e-30) && bad++ < 3)
+        // Each rank's partial and the sum rounded to bf16 (2^-8 relative each); the
+        // hierarchical path rounds each host's sum of them too.
+        const double roundings = layout->hierarchical ? 3 : 2;
+        if (!(std::fabs(got - want) <= roundings * std::ldexp(size, -8) + 1e-30) && bad++ < 3)
           ADD_FAILURE() << "rank " << r << " token " << t << " [" << c << "]: " << got
                         << ", expected " << want;
       }
@@ -182,6 +200,24 @@ TEST(MoeHost, EveryTokenToOneExpertAndEverySlotDropped) {
   expectRoundTrip(World(3, 6, 2, 29, Pattern::oneExpert));
   expectRoundTrip(World(3, 6, 2, 29, Pattern::dropped));
   expectRoundTrip(World(2, 4, 2, 0, Pattern::uniform));  // no tokens
+}
+
+// Ranks on several hosts, host-major or interleaved, every routing pattern, both paths: the
+// same rows, the same layout, the combine within its roundings.
+TEST(MoeHost, AcrossHostsFlatAndHierarchical) {
+  const std::vector<std::vector<int>> placements = {{0, 0, 1, 1}, {0, 1, 0, 1}, {0, 0, 1, 1, 2, 2}};
+  for (const auto& of : placements) {
+    const int n = static_cast<int>(of.size());
+    for (bool hierarchical : {false, true}) {
+      for (int k : {1, 2, 4}) {
+        SCOPED_TRACE(std::to_string(n) + " ranks, " + std::to_string(of[1]) + " second, top-" +
+                     std::to_string(k) + (hierarchical ? ", hierarchical" : ", flat"));
+        expectRoundTrip(World(n, 4 * n, k, 23, Pattern::uniform), Hosts{of, hierarchical});
+      }
+      expectRoundTrip(World(n, 2 * n, 2, 9, Pattern::oneExpert), Hosts{of, hierarchical});
+      expectRoundTrip(World(n, 2 * n, 2, 9, Pattern::dropped), Hosts{of, hierarchical});
+    }
+  }
 }
 
 // A bad index on one rank, or one rank over its capacity: every rank fails, naming it; the

@@ -107,5 +107,36 @@ TEST(MoePlan, TheEstimatesFollowTheBusiestRank) {
   EXPECT_EQ(p1->dispatchUs, 0);
 }
 
+// Across hosts on host memory: the hierarchical path sends a token once per host, so it wins
+// where tokens go to several ranks of a host (top-8 of 64 experts on 4 ranks a host) and loses
+// its second exchange where each goes to one rank (top-1); forcing picks either.
+TEST(MoePlan, AcrossHostsTheHierarchicalPathWhereTokensShareAHost) {
+  const algo::Placement placement = algo::Placement::regular(8, 2, 0);
+  const algo::Selector sel(algo::hostRankGraph(placement, 1.25), algo::TunerOptions{},
+                           algo::KernelSet{});
+  const auto rails = algo::Rails::of(placement.hostOf);
+  ASSERT_TRUE(rails.has_value());
+  EXPECT_EQ(rails->peer(1, 1), 5);
+  EXPECT_FALSE(algo::Rails::of({0, 0, 1}).has_value());  // hosts of unequal rank counts
+  EXPECT_FALSE(algo::Rails::of({0, 0}).has_value());     // one host
+  algo::Routing uniform;
+  const MoeShape wide = MoeShape::of(4096, 7168, 8, 64, 8, false);
+  const algo::MoeTraffic t8 = algo::simulateRouting(wide, uniform, rails);
+  ASSERT_EQ(t8.toHost.size(), 16u);
+  auto p8 = sel.planMoe(wide, t8);
+  ASSERT_TRUE(p8.isOk()) << p8.status().toString();
+  EXPECT_TRUE(p8->hierarchical) << p8->reason;
+  EXPECT_LT(p8->hierarchicalUs, p8->flatUs);
+  EXPECT_DOUBLE_EQ(p8->dispatchUs + p8->combineUs, p8->hierarchicalUs);
+  const MoeShape narrow = MoeShape::of(64, 256, 1, 64, 8, false);
+  auto p1 = sel.planMoe(narrow, algo::simulateRouting(narrow, uniform, rails));
+  ASSERT_TRUE(p1.isOk());
+  EXPECT_FALSE(p1->hierarchical) << p1->reason;
+  auto forced = sel.planMoe(narrow, algo::simulateRouting(narrow, uniform, rails), true);
+  ASSERT_TRUE(forced.isOk());
+  EXPECT_TRUE(forced->hierarchical);
+  EXPECT_NE(forced->reason.find("forced"), std::string::npos) << forced->reason;
+}
+
 }  // namespace
 }  // namespace weft
