@@ -1,10 +1,13 @@
 #include "algorithms/tools/plan_moe.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
+#include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 #include "algorithms/tools/plan_tune.hpp"
 #include "src/tools/cli.hpp"
@@ -49,11 +52,35 @@ int runMoe(const MoeArgs& args) {
       "receives (others'), skew that over the mean; GB/s: the busiest rank's bytes over the "
       "estimate\n",
       args.topo.c_str(), args.tokens, args.hidden, args.topk, args.experts, args.dispatch.c_str());
-  std::printf("%6s %12s %10s %10s %6s %12s %12s %10s %10s\n", "ranks", "routing", "mean", "busiest",
-              "skew", "dispatch us", "combine us", "disp GB/s", "comb GB/s");
+  // Host memory: the host's network from the tuning file, else its fastest NIC, else 10 GbE
+  // (as the runtime's Machine::hostGraph).
+  double netGBs = machine->options.constants.graphs.netGBs;
+  if (netGBs <= 0) {
+    for (int nic : machine->host.nics())
+      netGBs = std::max(netGBs, machine->host.nodes()[static_cast<std::size_t>(nic)].speedGBs);
+  }
+  if (netGBs <= 0) netGBs = 1.25;
+  const bool host = args.hostRanks > 0;
+  if (host)
+    std::printf(
+        "# host memory, %d ranks a host, %.2f GB/s a host's network; flat and "
+        "hierarchical: each path's estimate over both halves, the pick's halves beside\n",
+        args.hostRanks, netGBs);
+  std::printf("%6s %12s %10s %10s %6s %12s %12s %10s %10s%s\n", "ranks", "routing", "mean",
+              "busiest", "skew", "dispatch us", "combine us", "disp GB/s", "comb GB/s",
+              host ? "      flat us      hier us  pick" : "");
   for (int hosts : nodes) {
-    const topo::System system(machine->host, hosts);
-    const Selector selector = gpuSelectorFor(system, machine->options);
+    std::optional<Selector> chosen;
+    std::optional<Rails> rails;
+    if (host) {
+      const Placement placement = Placement::regular(args.hostRanks * hosts, hosts, 0);
+      chosen.emplace(hostRankGraph(placement, netGBs, machine->options.constants.graphs),
+                     machine->options, KernelSet{});
+      rails = Rails::of(placement.hostOf);
+    } else {
+      chosen.emplace(gpuSelectorFor(topo::System(machine->host, hosts), machine->options));
+    }
+    const Selector& selector = *chosen;
     const int n = selector.tuner().graph().nranks;
     const MoeShape shape =
         MoeShape::of(args.tokens, args.hidden, args.topk, args.experts, n, args.dispatch == "fp8");
@@ -62,7 +89,7 @@ int runMoe(const MoeArgs& args) {
       return tools::kExitUsage;
     }
     for (std::size_t i = 0; i < routings.size(); ++i) {
-      const MoeTraffic traffic = simulateRouting(shape, routings[i]);
+      const MoeTraffic traffic = simulateRouting(shape, routings[i], rails);
       auto plan = selector.planMoe(shape, traffic);
       if (!plan) {
         std::cerr << "weft-plan: " << plan.status().toString() << "\n";
@@ -72,11 +99,18 @@ int runMoe(const MoeArgs& args) {
       for (int r = 0; r < n; ++r) all += traffic.sentBy(r);
       const std::size_t busiest = traffic.busiest();
       auto gbs = [](double bytes, double us) { return us > 0 ? bytes / us / 1e3 : 0.0; };
-      std::printf("%6d %12s %10.0f %10zu %6.2f %12.1f %12.1f %10.1f %10.1f\n", n, names[i].c_str(),
+      std::printf("%6d %12s %10.0f %10zu %6.2f %12.1f %12.1f %10.1f %10.1f", n, names[i].c_str(),
                   static_cast<double>(all) / n, busiest, plan->skew, plan->dispatchUs,
                   plan->combineUs,
                   gbs(static_cast<double>(busiest * shape.dispatchBytes), plan->dispatchUs),
                   gbs(static_cast<double>(busiest * shape.combineBytes), plan->combineUs));
+      if (host && rails) {
+        std::printf(" %12.1f %12.1f  %s", plan->flatUs, plan->hierarchicalUs,
+                    plan->hierarchical ? "hierarchical" : "flat");
+      } else if (host) {
+        std::printf(" %12s %12s  %s", "-", "-", "flat (one host)");
+      }
+      std::printf("\n");
     }
   }
   return tools::kExitOk;

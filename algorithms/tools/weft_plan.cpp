@@ -371,6 +371,12 @@ int main(int argc, char** argv) {
   moeCmd->add_option("--routing", moe.routing, "uniform or zipf:ALPHA, a list")
       ->capture_default_str();
   moeCmd->add_option("--seed", moe.seed, "the simulation's seed")->capture_default_str();
+  moeCmd
+      ->add_option("--host-ranks", moe.hostRanks,
+                   "host memory, this many ranks a host: across hosts the flat and the "
+                   "hierarchical path, each priced, and the pick (0: GPU memory, a rank a GPU)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   moeCmd->add_option("--tuning", moe.tuningFile,
                      "a tuning file's constants instead of the defaults");
   if (auto rc = weft::tools::parse(app, argc, argv)) return *rc;
