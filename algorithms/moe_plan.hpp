@@ -52,6 +52,7 @@ struct Rails {
   int hosts = 1, perHost = 1;
   std::vector<int> hostOf, localOf;  // by rank
   std::vector<int> rankAt;           // [h · perHost + l]: host h's rank of rail l
+  // The rank of `rank`'s rail on `host`.
   int peer(int rank, int host) const {
     return rankAt[static_cast<std::size_t>(host * perHost +
                                            localOf[static_cast<std::size_t>(rank)])];

@@ -91,8 +91,8 @@ std::size_t total(const std::vector<std::size_t>& v) {
   return sum;
 }
 
-// Counts and displacements of records laid out in an order of our own: rank q's
-// `records[q]` at `at[q]`.
+// Counts and displacements of records laid out in an order of our own (put: rank q's records
+// at record `at`).
 struct Placed {
   std::vector<std::size_t> counts, displs;
   Placed(std::size_t n) : counts(n, 0), displs(n, 0) {}
@@ -470,21 +470,13 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
       if (Status st = fp8::fromFloats(t, acc.data(), H, sums + i * rowBytes); !st) return st;
     }
     const Exchange alongRail(layout.fromRail, rowBytes);
+    // Host h's sums come from the rank of this rank's rail there.
+    const std::optional<algo::Rails> hostRails = algo::Rails::of(comm.hostOf());
+    if (!hostRails) return invalidArgument("moe combine: the layout is another communicator's");
     const auto me = comm.rank();
-    const std::vector<int>& hostOf = comm.hostOf();
-    const auto hosts = layout.hostOffsets.size() - 1;
     Placed fromHosts(n);
-    // The rank of this rank's rail on each host: the h-th host's forwarder.
-    std::vector<int> peerOf(hosts, -1);
-    {
-      std::vector<int> local(n), count(hosts, 0);
-      for (std::size_t q = 0; q < n; ++q) local[q] = count[static_cast<std::size_t>(hostOf[q])]++;
-      for (std::size_t q = 0; q < n; ++q)
-        if (local[q] == local[static_cast<std::size_t>(me)])
-          peerOf[static_cast<std::size_t>(hostOf[q])] = static_cast<int>(q);
-    }
-    for (std::size_t h = 0; h < hosts; ++h)
-      fromHosts.put(static_cast<std::size_t>(peerOf[h]),
+    for (std::size_t h = 0; h + 1 < layout.hostOffsets.size(); ++h)
+      fromHosts.put(static_cast<std::size_t>(hostRails->peer(me, static_cast<int>(h))),
                     layout.hostOffsets[h + 1] - layout.hostOffsets[h], layout.hostOffsets[h],
                     rowBytes);
     if (Status s = comm.allToAllv(sums, alongRail.counts.data(), alongRail.displs.data(), back,
