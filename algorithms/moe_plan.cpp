@@ -182,8 +182,9 @@ MoeTraffic simulateRouting(const MoeShape& s, const Routing& r, const std::optio
     auto route = routeTokens(s, table.data());
     ranks.push_back(route ? std::move(*route) : RankRoute{});
     if (rails) {
-      const auto toHost = tokensToHosts(s, table.data(), *rails);
-      hostRows.insert(hostRows.end(), toHost.begin(), toHost.end());
+      const HostRoute toHosts = routeToHosts(s, table.data(), *rails);
+      for (std::size_t h = 0; h + 1 < toHosts.offsets.size(); ++h)
+        hostRows.push_back(toHosts.toHost(h));
     }
   }
   MoeTraffic traffic = trafficOf(ranks);
@@ -211,21 +212,27 @@ std::optional<Rails> Rails::of(const std::vector<int>& hostOf) {
   return r;
 }
 
-std::vector<std::size_t> tokensToHosts(const MoeShape& s, const std::int64_t* topkIdx,
-                                       const Rails& rails) {
-  std::vector<std::size_t> count(static_cast<std::size_t>(rails.hosts), 0);
-  std::vector<std::size_t> last(count.size(), s.tokens);  // the last token counted per host
-  const auto k = static_cast<std::size_t>(s.topk);
+HostRoute routeToHosts(const MoeShape& s, const std::int64_t* topkIdx, const Rails& rails) {
+  const auto H = static_cast<std::size_t>(rails.hosts), k = static_cast<std::size_t>(s.topk);
+  // Each host's tokens, in token order: a token once per host (the last one listed per host).
+  std::vector<std::vector<std::int32_t>> per(H);
   for (std::size_t t = 0; t < s.tokens; ++t) {
     for (std::size_t j = 0; j < k; ++j) {
       const std::int64_t e = topkIdx[t * k + j];
       if (e < 0 || e >= s.experts) continue;
-      const auto h = static_cast<std::size_t>(
-          rails.hostOf[static_cast<std::size_t>(s.rankOf(static_cast<int>(e)))]);
-      if (last[h] != t) last[h] = t, ++count[h];
+      auto& list = per[static_cast<std::size_t>(
+          rails.hostOf[static_cast<std::size_t>(s.rankOf(static_cast<int>(e)))])];
+      if (list.empty() || list.back() != static_cast<std::int32_t>(t))
+        list.push_back(static_cast<std::int32_t>(t));
     }
   }
-  return count;
+  HostRoute r;
+  r.offsets.assign(H + 1, 0);
+  for (std::size_t h = 0; h < H; ++h) {
+    r.offsets[h + 1] = r.offsets[h] + per[h].size();
+    r.tokens.insert(r.tokens.end(), per[h].begin(), per[h].end());
+  }
+  return r;
 }
 
 namespace {
@@ -236,6 +243,10 @@ namespace {
 // copy rate, after `fixedUs` (an all-to-all's; twice for the hierarchical path's two).
 struct WayCost {
   std::vector<std::size_t> netOut, netIn, local;  // per host, per host, per rank
+  explicit WayCost(const MoeTraffic& t)
+      : netOut(static_cast<std::size_t>(t.rails->hosts), 0),
+        netIn(netOut.size(), 0),
+        local(static_cast<std::size_t>(t.nranks), 0) {}
   double us(std::size_t bytes, double netGBs, double copyGBs, double fixedUs) const {
     std::size_t net = 0, shm = 0;
     for (std::size_t h = 0; h < netOut.size(); ++h) net = std::max({net, netOut[h], netIn[h]});
@@ -247,9 +258,8 @@ struct WayCost {
 
 WayCost flatWay(const MoeTraffic& t) {
   const Rails& r = *t.rails;
-  const auto n = static_cast<std::size_t>(t.nranks), H = static_cast<std::size_t>(r.hosts);
-  WayCost w{std::vector<std::size_t>(H, 0), std::vector<std::size_t>(H, 0),
-            std::vector<std::size_t>(n, 0)};
+  const auto n = static_cast<std::size_t>(t.nranks);
+  WayCost w(t);
   for (std::size_t s = 0; s < n; ++s) {
     for (std::size_t q = 0; q < n; ++q) {
       const std::size_t rows = t.tokens[s * n + q];
@@ -268,8 +278,7 @@ WayCost flatWay(const MoeTraffic& t) {
 WayCost hierarchicalWay(const MoeTraffic& t) {
   const Rails& r = *t.rails;
   const auto n = static_cast<std::size_t>(t.nranks), H = static_cast<std::size_t>(r.hosts);
-  WayCost w{std::vector<std::size_t>(H, 0), std::vector<std::size_t>(H, 0),
-            std::vector<std::size_t>(n, 0)};
+  WayCost w(t);
   for (std::size_t s = 0; s < n; ++s) {
     const auto hs = static_cast<std::size_t>(r.hostOf[s]);
     for (std::size_t h = 0; h < H; ++h) {

@@ -78,10 +78,14 @@ struct MoeTraffic {
 };
 MoeTraffic trafficOf(const std::vector<RankRoute>& ranks);
 
-// The tokens of a routing table that go to each host: a token once per host however many of
-// its experts live there (the hierarchical path's network rows).
-std::vector<std::size_t> tokensToHosts(const MoeShape& s, const std::int64_t* topkIdx,
-                                       const Rails& rails);
+// The tokens of a routing table that go to each host, in token order: a token once per host
+// however many of its experts live there (the hierarchical path's network rows).
+struct HostRoute {
+  std::vector<std::size_t> offsets;  // hosts + 1: host h's tokens are
+  std::vector<std::int32_t> tokens;  // tokens[offsets[h] … offsets[h + 1])
+  std::size_t toHost(std::size_t h) const { return offsets[h + 1] - offsets[h]; }
+};
+HostRoute routeToHosts(const MoeShape& s, const std::int64_t* topkIdx, const Rails& rails);
 
 // How the simulated tokens pick their experts: uniformly, or by a Zipf law of exponent `alpha`
 // over the experts (expert popularity ranked in a seeded random order).

@@ -116,20 +116,7 @@ Status forwardAlongRails(Communicator& comm, Counts& c, const algo::Rails& rails
   auto hostOfExpert = [&](std::int64_t e) {
     return rails.hostOf[static_cast<std::size_t>(shape.rankOf(static_cast<int>(e)))];
   };
-  layout.hostOffsets.assign(hosts + 1, 0);
-  for (std::size_t h = 0; h < hosts; ++h)
-    layout.hostOffsets[h + 1] = layout.hostOffsets[h] + c.toHost(me, h);
-  layout.hostTokens.resize(layout.hostOffsets[hosts]);
-  std::vector<std::size_t> at(layout.hostOffsets.begin(), layout.hostOffsets.end() - 1);
-  std::vector<std::size_t> last(hosts, shape.tokens);
-  for (std::size_t t = 0; t < shape.tokens; ++t) {
-    for (std::size_t j = 0; j < k; ++j) {
-      const std::int64_t e = call.topkIdx[t * k + j];
-      if (e < 0) continue;
-      const auto h = static_cast<std::size_t>(hostOfExpert(e));
-      if (last[h] != t) last[h] = t, layout.hostTokens[at[h]++] = static_cast<std::int32_t>(t);
-    }
-  }
+  const algo::HostRoute& toHosts = layout.hostRoute;
   // Records each way, by rank.
   layout.fromRail.assign(n, 0), layout.toLocal.assign(n, 0), layout.fromForwarder.assign(n, 0);
   for (std::size_t s = 0; s < n; ++s) {
@@ -141,7 +128,7 @@ Status forwardAlongRails(Communicator& comm, Counts& c, const algo::Rails& rails
       if (rails.localOf[s] == rail && rails.hostOf[q] == myHost)
         layout.toLocal[q] += c.tokens(s, q);
   }
-  const std::size_t sent1 = layout.hostTokens.size(), got1 = total(layout.fromRail),
+  const std::size_t sent1 = toHosts.tokens.size(), got1 = total(layout.fromRail),
                     sent2 = total(layout.toLocal), got2 = total(layout.fromForwarder);
   auto ws = comm.workspace((sent1 + got1 + sent2 + got2) * rec, false);
   if (!ws) return ws.status();
@@ -152,19 +139,19 @@ Status forwardAlongRails(Communicator& comm, Counts& c, const algo::Rails& rails
   // Over the network: each token once per host, its slots as experts there.
   Placed out1(n);
   for (std::size_t h = 0; h < hosts; ++h) {
-    for (std::size_t i = layout.hostOffsets[h]; i < layout.hostOffsets[h + 1]; ++i) {
+    for (std::size_t i = toHosts.offsets[h]; i < toHosts.offsets[h + 1]; ++i) {
       auto expert = [&](std::int64_t e) -> std::int32_t {
         return e >= 0 && static_cast<std::size_t>(hostOfExpert(e)) == h
                    ? static_cast<std::int32_t>(e)
                    : -1;
       };
-      if (Status e = writeRecord(send1 + i * rec, static_cast<std::size_t>(layout.hostTokens[i]),
+      if (Status e = writeRecord(send1 + i * rec, static_cast<std::size_t>(toHosts.tokens[i]),
                                  shape, call, expert);
           !e)
         return e;
     }
     out1.put(static_cast<std::size_t>(rails.peer(static_cast<int>(me), static_cast<int>(h))),
-             c.toHost(me, h), layout.hostOffsets[h], rec);
+             toHosts.toHost(h), toHosts.offsets[h], rec);
   }
   const Exchange in1(layout.fromRail, rec);
   if (Status s = comm.allToAllv(send1, out1.counts.data(), out1.displs.data(), recv1,
@@ -253,6 +240,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   // Across hosts with as many ranks on each, the counts carry the tokens to each host too.
   const std::optional<algo::Rails> rails = algo::Rails::of(comm.hostOf());
   const std::size_t hosts = rails ? static_cast<std::size_t>(rails->hosts) : 0;
+  algo::HostRoute hostRoute;  // this rank's tokens to each host, where the ranks span hosts
   Counts c{n, L, hosts, {}};
   c.all.assign(n * c.width(), 0);
   c.bad(me) = route ? 0 : 1;
@@ -261,8 +249,8 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
     for (std::size_t q = 0; q < n; ++q) c.tokens(me, q) = route->toRank(static_cast<int>(q));
     for (std::size_t e = 0; e < n * L; ++e) c.slots(me, e / L, e % L) = route->perExpert[e];
     if (rails) {
-      const auto toHost = algo::tokensToHosts(shape, call.topkIdx, *rails);
-      for (std::size_t h = 0; h < hosts; ++h) c.toHost(me, h) = toHost[h];
+      hostRoute = algo::routeToHosts(shape, call.topkIdx, *rails);
+      for (std::size_t h = 0; h < hosts; ++h) c.toHost(me, h) = hostRoute.toHost(h);
     }
   }
   const std::vector<std::uint64_t> own(
@@ -305,6 +293,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
     auto plan = comm.moePlanFor(shape, traffic);
     if (!plan) return plan.status();
     layout.hierarchical = plan->hierarchical;
+    if (layout.hierarchical) layout.hostRoute = std::move(hostRoute);
   }
   layout.fromRank.resize(n);
   for (std::size_t q = 0; q < n; ++q) layout.fromRank[q] = c.tokens(q, me);
@@ -405,7 +394,7 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
   const bool rails = layout.hierarchical;
   const std::size_t sendRows = received, gotRows = rails ? total(layout.toLocal) : 0,
                     sumsRows = rails ? total(layout.fromRail) : 0,
-                    backRows = rails ? layout.hostTokens.size() : layout.route.tokens.size();
+                    backRows = rails ? layout.hostRoute.tokens.size() : layout.route.tokens.size();
   const std::size_t rows = sendRows + gotRows + sumsRows + backRows;
   const std::size_t sumAt = (rows * rowBytes + 63) / 64 * 64;
   auto ws = comm.workspace(sumAt + shape.tokens * H * sizeof(float), false);
@@ -475,17 +464,17 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
     if (!hostRails) return invalidArgument("moe combine: the layout is another communicator's");
     const auto me = comm.rank();
     Placed fromHosts(n);
-    for (std::size_t h = 0; h + 1 < layout.hostOffsets.size(); ++h)
+    const algo::HostRoute& toHosts = layout.hostRoute;
+    for (std::size_t h = 0; h + 1 < toHosts.offsets.size(); ++h)
       fromHosts.put(static_cast<std::size_t>(hostRails->peer(me, static_cast<int>(h))),
-                    layout.hostOffsets[h + 1] - layout.hostOffsets[h], layout.hostOffsets[h],
-                    rowBytes);
+                    toHosts.toHost(h), toHosts.offsets[h], rowBytes);
     if (Status s = comm.allToAllv(sums, alongRail.counts.data(), alongRail.displs.data(), back,
                                   fromHosts.counts.data(), fromHosts.displs.data(), DataType::u8);
         !s)
       return s;
   }
   // Each token's parts (ranks', or hosts'), in rank or host order, in f32.
-  const std::vector<std::int32_t>& tokens = rails ? layout.hostTokens : layout.route.tokens;
+  const std::vector<std::int32_t>& tokens = rails ? layout.hostRoute.tokens : layout.route.tokens;
   std::fill(sum, sum + shape.tokens * H, 0.0f);
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const auto tok = static_cast<std::size_t>(tokens[i]);

@@ -56,8 +56,7 @@ struct MoeLayout {
   // the records it got from its rail (fromRail, by rank), those it sent each rank of its host
   // (toLocal) and where each got record's parts come back in combine (partAt).
   bool hierarchical = false;
-  std::vector<std::size_t> hostOffsets;                       // hosts + 1: host h's tokens are
-  std::vector<std::int32_t> hostTokens;                       // hostTokens[hostOffsets[h] …)
+  algo::HostRoute hostRoute;                                  // this rank's tokens, by host
   std::vector<std::size_t> fromRail, toLocal, fromForwarder;  // records, by rank
   std::vector<std::size_t> atForwarded;  // received tokens: index among the forwarded records
   std::vector<std::size_t> partOffsets;  // records from the rail + 1: record i's parts are at
