@@ -190,6 +190,16 @@ Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
                         {"attention_cudnn_tflops", &g.attentionCudnnTflops}});
 }
 
+Status readMoe(const json& j, const std::string& where, MoeConstants& m) {
+  return readPositives(j, where,
+                       {{"kernel_us", &m.kernelUs},
+                        {"low_latency_kernel_us", &m.lowLatencyKernelUs},
+                        {"peer_us", &m.peerUs},
+                        {"scan_us", &m.scanUs},
+                        {"half_rate_blocks", &m.halfRateBlocks},
+                        {"spin_blocks", &m.spinBlocks}});
+}
+
 json kernelsJson(const KernelConstants& k) {
   json j;
   for (const auto& [n, rounds] : k.gpuDirectRounds)
@@ -263,6 +273,8 @@ Result<CostConstants> CostConstants::fromJson(const std::string& text, const std
       s = readCodecs(*it, where, c.codecs);
     } else if (key == "gemm") {
       s = readGemm(*it, where, c.gemm);
+    } else if (key == "moe") {
+      s = readMoe(*it, where, c.moe);
     } else if (key == "settings") {
       if (!it->is_object()) return invalidArgument(where + " must be an object");
       for (auto v = it->begin(); v != it->end(); ++v) {
@@ -320,6 +332,12 @@ std::string CostConstants::toJson() const {
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};
+  j["moe"] = {{"kernel_us", moe.kernelUs},
+              {"low_latency_kernel_us", moe.lowLatencyKernelUs},
+              {"peer_us", moe.peerUs},
+              {"scan_us", moe.scanUs},
+              {"half_rate_blocks", moe.halfRateBlocks},
+              {"spin_blocks", moe.spinBlocks}};
   j["gemm"] = {{"tflops", gemm.tflops},
                {"fp8_tflops", gemm.fp8Tflops},
                {"half_gflop", gemm.halfGflop},

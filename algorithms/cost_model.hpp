@@ -107,6 +107,20 @@ struct GemmConstants {
   double attentionCudnnTflops = 600;  // attention_cudnn_tflops: cuDNN's forward kernel's
 };
 
+// How the MoE kernels on GPU memory run (fused/moe/device.cu), for pricing their two modes and
+// their channels (algorithms/moe_gpu_plan.cpp). A tuning file's "moe"; the defaults are fitted
+// to the H200 machine's sweeps (docs/perf-fused.md, "Modes and channels").
+struct MoeConstants {
+  double kernelUs = 1.4;             // kernel_us: one kernel of a call's chain (normal mode's)
+  double lowLatencyKernelUs = 11.7;  // low_latency_kernel_us: each of low latency's dispatch two
+  double peerUs = 4.5;               // peer_us: an all-peers wait, per peer past the rank itself
+  double scanUs = 2.65;              // scan_us: a block's scan step over 256 tokens or records
+  // half_rate_blocks: a device's copies run at rate · blocks / (blocks + this), the blocks of
+  // every rank on it counted.
+  double halfRateBlocks = 146;
+  double spinBlocks = 256;  // spin_blocks: blocks that may wait on peers at once on one GPU
+};
+
 struct CostConstants {
   // Per protocol: fixed cost of a collective (launch, setup), us.
   std::array<double, 2> baseLatency{6.6, 8.4};
@@ -127,6 +141,7 @@ struct CostConstants {
   GraphConstants graphs;    // "graphs"
   CodecConstants codecs;    // "codecs"
   GemmConstants gemm;       // "gemm"
+  MoeConstants moe;         // "moe"
   // "settings": the runtime's tuning settings by key (gpu_ll_blocks, host_slot_bytes, ...: the
   // environment variable's name in lower case without WEFT_), as text; the runtime checks them
   // (src/core/config.cpp) and its environment overrides them.

@@ -113,4 +113,21 @@ struct MoePlan {
   std::string reason;
 };
 
+// On GPU memory (fused/moe/device.cu): the mode and the channels. Normal runs the layout, the
+// counts and the placing each as a kernel of its own; low latency runs one kernel each way and
+// half (the sender numbers each expert's rows, the receiver places them from a table), limited
+// to kLowLatency* below and to the blocks that may wait on peers at once. Channels: the thread
+// blocks of each copy kernel, the fewest within 2 % of the fastest (the rest of the GPU stays
+// free for work the caller overlaps).
+struct MoeGpuPlan {
+  bool lowLatency = false;
+  int channels = 1;
+  double dispatchUs = 0, combineUs = 0;   // the pick's
+  double normalUs = 0, lowLatencyUs = 0;  // each mode's best, dispatch + combine (0: not offered)
+  std::string reason;
+};
+// What the low-latency mode takes: local experts, and the [ranks, local experts] table.
+inline constexpr int kMoeLowLatencyMaxLocal = 64;
+inline constexpr int kMoeLowLatencyMaxTable = 4096;
+
 }  // namespace weft::algo

@@ -233,7 +233,9 @@ class MoeBench {
           : opt_.average == 3 ? "max"
                               : "combined",
           opt_.iters, opt_.warmupIters,
-          gpu_ ? "normal: eager calls; low-latency: replayed from CUDA graphs"
+          gpu_ ? "eager: the calls as made; graph: replayed from CUDA graphs; the kernels' mode "
+                 "and channels the selector's (WEFT_MOE_MODE, WEFT_MOE_CHANNELS force them; "
+                 "WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=TUNING says which)"
                : "a2av: a plain all-to-all-v MoE in the same run; speedup = a2av / weft, both "
                  "halves");
       std::printf("# %7s %-12s %11s %11s %9s %9s %9s %9s\n", "tokens", "mode", "dispatch",
@@ -445,7 +447,7 @@ class MoeBench {
       t.dispatch += d * 1e-3, t.combine += c * 1e-3;
       return {};
     };
-    // Normal: eager calls (dispatch waits for its status outside a capture).
+    // Eager calls (dispatch waits for its status outside a capture).
     auto normal = timed([&](Times& t) -> Status {
       cudaEventRecord(ev[0], stream);
       auto h = comm_.moeDispatch(a, stream);
@@ -460,8 +462,8 @@ class MoeBench {
     if (!normal) return normal.status();
     if (Status s = gpu_->copyOut(out.data(), dout, out.size() * 2); !s) return s;
     checkOut(opt_, r, out, severalHosts_, worst, wrong);
-    if (Status s = print(tokens, "normal", *normal, bytes, 0, worst); !s) return s;
-    // Low-latency: dispatch and combine captured once each, replayed.
+    if (Status s = print(tokens, "eager", *normal, bytes, 0, worst); !s) return s;
+    // Dispatch and combine captured once each, replayed.
     cudaGraph_t g[2] = {};
     cudaGraphExec_t exec[2] = {};
     MoeHandle h;
@@ -498,7 +500,7 @@ class MoeBench {
       (void)cudaGraphDestroy(g[i]);
     }
     for (auto& e : ev) (void)cudaEventDestroy(e);
-    return print(tokens, "low-latency", *replayed, bytes, 0, worst);
+    return print(tokens, "graph", *replayed, bytes, 0, worst);
   }
 #else
   Status onGpu(std::size_t, const Routing&, std::size_t, double, std::vector<std::uint16_t>&,

@@ -111,6 +111,10 @@ int runMoe(const MoeArgs& args) {
         std::printf(" %12s %12s  %s", "-", "-", "flat (one host)");
       }
       std::printf("\n");
+      // GPUs of one host map each other's memory: the GPU kernels' mode and channels.
+      if (host || selector.tuner().graph().hosts != 1) continue;
+      auto gpu = selector.planMoeGpu(shape, traffic);
+      if (gpu) std::printf("#   on GPU memory: %s\n", gpu->reason.c_str());
     }
   }
   return tools::kExitOk;

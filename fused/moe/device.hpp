@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/moe_plan.hpp"
 #include "fused/fp8/codec.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
@@ -18,13 +19,24 @@ inline constexpr int kGpuMaxRanks = 64;
 inline constexpr std::size_t kFlagStride = 64;
 // Flags at the buffer's start: dispatch's from source s at s, combine's at kGpuMaxRanks + s.
 inline constexpr std::size_t kFlagsBytes = 2 * kGpuMaxRanks * kFlagStride;
+// The low-latency mode's limits: a rank's local experts, and the [sources, local experts] table
+// of rows its receive keeps in shared memory.
+inline constexpr int kLowLatencyMaxLocal = algo::kMoeLowLatencyMaxLocal;
+inline constexpr int kLowLatencyMaxTable = algo::kMoeLowLatencyMaxTable;
 
 // What every kernel of a call reads: the shape, where each rank's buffer is, and this rank's
 // own device state.
 struct MoeDevice {
   int n = 1, me = 0, k = 1, L = 1, experts = 1;
-  int tokens = 0;    // each rank's (the same on every rank): a source's rows at most
-  int metaInts = 3;  // a row's record: its token, then (local expert, weight) per slot
+  int tokens = 0;  // each rank's (the same on every rank): a source's rows at most
+  // A row's record: its token, then per slot its local expert, weight and (low-latency mode)
+  // index among the rows the source sent that expert.
+  int metaInts = 4;
+  // The mode (algo::MoeGpuPlan): normal (the layout, counts and places each a kernel of their
+  // own) or low latency (one kernel each way and half; the sender numbers each expert's rows, so
+  // the receiver places them from a table); channels: thread blocks of each copy kernel.
+  bool lowLatency = false;
+  int channels = 1;
   std::size_t hidden = 0, rowBytes = 0, capacity = 0;
   // A row as it travels: rowBytes, or (fp8 dispatch) its e4m3 elements then its f32 scales, one
   // per 128 values, padded to 16 bytes (fp8::Segments' share). Combine's rows are rowBytes.
@@ -34,7 +46,9 @@ struct MoeDevice {
   std::byte* encoded = nullptr;  // fp8: this rank's tokens encoded, sentBytes apart
   DataType type = DataType::bf16;
   std::byte* peers[kGpuMaxRanks] = {};  // each rank's buffer
-  std::size_t countsAt = 0, metaAt = 0, rowsAt = 0, backAt = 0;
+  // countsAt: [kGpuMaxRanks] rows from each source; expertRowsAt: [n, L] rows each source sent
+  // each local expert (low latency).
+  std::size_t countsAt = 0, expertRowsAt = 0, metaAt = 0, rowsAt = 0, backAt = 0;
   // This rank's: [tokens, n] slot of each token at each rank (−1: not sent there), [n] rows
   // sent to each, [n, tokens, k] recvX row of each received slot (−1: none), the call count,
   // and [3] what went wrong: bad expert indices, repeated experts, rows over the capacity.
@@ -42,6 +56,8 @@ struct MoeDevice {
   std::int32_t* sendCount = nullptr;
   std::int32_t* rowPos = nullptr;
   std::uint64_t* epoch = nullptr;
+  unsigned* arrived = nullptr;  // [n + 1] blocks done sending to each rank, and combine's
+
   unsigned long long* status = nullptr;
   std::uint64_t timeoutNs = 0;
 };

@@ -167,6 +167,10 @@ class Communicator {
   // across hosts, flat or hierarchical (WEFT_MOE_PATH forces one). Every rank that passes the
   // same traffic gets the same plan.
   Result<algo::MoePlan> moePlanFor(const algo::MoeShape& shape, const algo::MoeTraffic& traffic);
+  // On GPU memory (algo::Selector::planMoeGpu on the GPU selector, for a uniform routing of the
+  // shape; WEFT_MOE_MODE and WEFT_MOE_CHANNELS force either): the mode and the channels, the
+  // same on every rank; rank 0 logs it under TUNING.
+  Result<algo::MoeGpuPlan> moeGpuPlanFor(const algo::MoeShape& shape);
   // Each rank's host, numbered in the order of their first rank.
   const std::vector<int>& hostOf() const { return machine_.placement.hostOf; }
   // Context-parallel attention's: ring or Ulysses (WEFT_CP_ATTENTION forces one); logged at

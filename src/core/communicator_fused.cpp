@@ -93,6 +93,21 @@ Result<algo::MoePlan> Communicator::moePlanFor(const algo::MoeShape& shape,
   return plan;
 }
 
+Result<algo::MoeGpuPlan> Communicator::moeGpuPlanFor(const algo::MoeShape& shape) {
+  if (Status s = checkUsable("plan"); !s) return s;
+  // An all-to-all of the rows, to make the GPU selector on the device's channels.
+  if (auto p = gpuPlanFor(Collective::allToAll,
+                          std::max<std::size_t>(shape.tokens * shape.dispatchBytes, 1));
+      !p)
+    return p.status();
+  const algo::MoeTraffic traffic = algo::simulateRouting(shape, algo::Routing{});
+  auto plan = gpuSelector_->planMoeGpu(shape, traffic, config_.moeLowLatency, config_.moeChannels);
+  if (plan && rank_ == 0)
+    WEFT_INFO(log::kTuning, "moe on GPU memory, %zu tokens a rank, hidden %zu, top-%d: %s",
+              shape.tokens, shape.hidden, shape.topk, plan->reason.c_str());
+  return plan;
+}
+
 Result<algo::AttentionPlan> Communicator::attentionPlanFor(const algo::AttentionShape& shape) {
   if (Status s = checkUsable("plan"); !s) return s;
   const auto key = std::make_tuple(shape.tokens, shape.heads, shape.kvHeads, shape.dim,

@@ -338,6 +338,29 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_MOE_MODE", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
+     "`normal` or `low-latency`: how MoE dispatch and combine run on GPU memory instead of the "
+     "selector's pick; low-latency (one kernel each way and half) where a rank holds at most 64 "
+     "experts",
+     [](Config& c, const std::string& n, const std::string& v, double) {
+       if (v == "auto") {
+         c.moeLowLatency.reset();
+       } else if (v == "normal" || v == "low-latency") {
+         c.moeLowLatency = v == "low-latency";
+       } else {
+         return invalidArgument(n + ": " + v + " (normal, low-latency or auto)");
+       }
+       return ok();
+     }},
+
+    {"WEFT_MOE_CHANNELS", nullptr, Kind::number, 0, 4096, "0", true, Audience::tuning,
+     "the thread blocks of each MoE copy kernel on GPU memory instead of the selector's pick "
+     "(in low-latency mode at most the blocks that may wait on peers at once); 0: the pick",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.moeChannels = static_cast<int>(x);
+       return ok();
+     }},
+
     {"WEFT_ATTENTION_KERNEL", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
      "`weft` or `cudnn`: the local attention kernel of context-parallel attention instead of "
      "the selector's pick; cudnn where libcudnn.so.9 loads, in the forward pass of one sequence",

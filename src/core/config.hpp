@@ -48,6 +48,10 @@ struct Config {
   // WEFT_MOE_PATH: MoE dispatch and combine across hosts, flat (false) or hierarchical (true);
   // none: the selector's.
   std::optional<bool> moeHierarchical;
+  // WEFT_MOE_MODE, WEFT_MOE_CHANNELS: MoE on GPU memory, normal (false) or low latency (true),
+  // and the copy kernels' blocks; none, 0: the selector's (algo::Selector::planMoeGpu).
+  std::optional<bool> moeLowLatency;
+  int moeChannels = 0;
   // WEFT_ATTENTION_KERNEL: weft's or cuDNN's local attention kernel; none: the selector's.
   std::optional<algo::AttentionKernel> attentionKernel;
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for

@@ -281,6 +281,19 @@ int runRank(const Case& c, int r, Comm& comm, cudaStream_t stream, int rounds, b
 
 class GpuMoe : public ::testing::TestWithParam<Case> {};
 
+// The communicators made while it lives run MoE on GPU memory in `mode` (WEFT_MOE_MODE), with
+// `channels` (WEFT_MOE_CHANNELS; 0: the selector's).
+struct MoeMode {
+  MoeMode(const char* mode, int channels = 0) {
+    EXPECT_EQ(setenv("WEFT_MOE_MODE", mode, 1), 0);
+    EXPECT_EQ(setenv("WEFT_MOE_CHANNELS", std::to_string(channels).c_str(), 1), 0);
+  }
+  ~MoeMode() {
+    unsetenv("WEFT_MOE_MODE");
+    unsetenv("WEFT_MOE_CHANNELS");
+  }
+};
+
 // c.n ranks as threads, each runRank's rounds; every rank's mismatches 0.
 void expectThreadRanks(const Case& c, int rounds, bool graph, bool split = false) {
   auto comms = threadRanks(c.n);
@@ -297,6 +310,19 @@ void expectThreadRanks(const Case& c, int rounds, bool graph, bool split = false
 TEST_P(GpuMoe, DispatchAndCombineEqualTheHostPath) {
   SKIP_WITHOUT_GPU();
   expectThreadRanks(GetParam(), 2, false);
+}
+
+// Both modes, with few channels (a block copies many rows, a destination's blocks share its
+// tokens) and many, give the host path's bits.
+TEST_P(GpuMoe, EachModeAndChannelCountEqualsTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  for (const char* mode : {"normal", "low-latency"}) {
+    for (int channels : {1, 3, 64}) {
+      SCOPED_TRACE(std::string(mode) + ", " + std::to_string(channels) + " channels");
+      MoeMode m(mode, channels);
+      expectThreadRanks(GetParam(), 2, false);
+    }
+  }
 }
 
 std::string caseName(const ::testing::TestParamInfo<Case>& p) {
@@ -326,18 +352,46 @@ INSTANTIATE_TEST_SUITE_P(
 // the same bits as the host path.
 TEST(GpuMoeSplit, HalvesWithWorkBetweenEqualTheHostPath) {
   SKIP_WITHOUT_GPU();
-  expectThreadRanks(Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, 2, false, true);
-  expectThreadRanks(Case{4, 16, 4, 48, 256, weftBfloat16, Routing::uniform, true}, 2, false, true);
+  for (const char* mode : {"normal", "low-latency"}) {
+    SCOPED_TRACE(mode);
+    MoeMode m(mode);
+    expectThreadRanks(Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, 2, false, true);
+    expectThreadRanks(Case{4, 16, 4, 48, 256, weftBfloat16, Routing::uniform, true}, 2, false,
+                      true);
+  }
 }
 
 TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
   SKIP_WITHOUT_GPU();
-  expectThreadRanks(Case{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform}, 4, true);
-  expectThreadRanks(Case{2, 8, 4, 64, 256, weftBfloat16, Routing::uniform, true}, 3, true);
+  for (const char* mode : {"normal", "low-latency"}) {
+    SCOPED_TRACE(mode);
+    MoeMode m(mode);
+    expectThreadRanks(Case{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform}, 4, true);
+    expectThreadRanks(Case{2, 8, 4, 64, 256, weftBfloat16, Routing::uniform, true}, 3, true);
+  }
 }
+
+// More tokens than a block scans at once (the low-latency send's chunks carry each expert's
+// count over) and 40 experts a rank (six packed words of counts).
+TEST(GpuMoeLowLatency, ManyTokensAndExpertsEqualTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  MoeMode m("low-latency", 8);
+  expectThreadRanks(Case{2, 80, 8, 700, 64, weftBfloat16, Routing::uniform}, 2, false);
+  expectThreadRanks(Case{2, 80, 8, 600, 64, weftBfloat16, Routing::oneExpert}, 1, false);
+}
+
+void expectCapacityError();
 
 TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
   SKIP_WITHOUT_GPU();
+  for (const char* mode : {"normal", "low-latency"}) {
+    SCOPED_TRACE(mode);
+    MoeMode m(mode);
+    expectCapacityError();
+  }
+}
+
+void expectCapacityError() {
   const Case c{2, 4, 2, 32, 64, weftBfloat16, Routing::uniform};
   auto comms = threadRanks(c.n);
   ASSERT_EQ(comms.size(), 2u);
@@ -361,8 +415,12 @@ TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
 TEST(GpuMoeProcesses, DispatchAndCombineAcrossProcesses) {
   SKIP_UNLESS_FORKABLE();
   if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  for (const Case& c : {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform},
-                        Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}}) {
+  const std::pair<Case, const char*> cases[] = {
+      {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, "normal"},
+      {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "normal"},
+      {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "low-latency"}};
+  for (const auto& [c, mode] : cases) {
+    MoeMode m(mode);
     std::vector<pid_t> pids;
     const std::vector<int> codes = forkRanks(
         c.n,

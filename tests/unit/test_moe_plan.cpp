@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "algorithms/cost_model.hpp"
 #include "algorithms/moe_plan.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
@@ -136,6 +137,76 @@ TEST(MoePlan, AcrossHostsTheHierarchicalPathWhereTokensShareAHost) {
   ASSERT_TRUE(forced.isOk());
   EXPECT_TRUE(forced->hierarchical);
   EXPECT_NE(forced->reason.find("forced"), std::string::npos) << forced->reason;
+}
+
+// On GPU memory: each mode's channels are the fewest within 2 % of its fastest, the pick is the
+// cheaper mode, low latency keeps its spinning blocks under the device's share and is not
+// offered past 64 experts a rank, and forcing either is said.
+TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
+  algo::KernelSet k;
+  k.gpu = k.sameDevice = k.peerMemory = true;
+  const algo::Selector sel(algo::sameDeviceRankGraph(8), algo::TunerOptions{}, k);
+  algo::Routing uniform;
+  for (std::size_t tokens : {1, 128, 4096}) {
+    SCOPED_TRACE(tokens);
+    MoeShape s = MoeShape::of(tokens, 7168, 8, 64, 8, false);
+    const algo::MoeTraffic t = algo::simulateRouting(s, uniform);
+    auto p = sel.planMoeGpu(s, t);
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    EXPECT_GT(p->normalUs, 0);
+    EXPECT_GT(p->lowLatencyUs, 0);
+    EXPECT_EQ(p->lowLatency, p->lowLatencyUs < p->normalUs) << p->reason;
+    EXPECT_DOUBLE_EQ(p->dispatchUs + p->combineUs, p->lowLatency ? p->lowLatencyUs : p->normalUs);
+    if (p->lowLatency) {
+      EXPECT_LE(p->channels, 256 / 8);  // spin_blocks over the ranks sharing the GPU
+    }
+    // Half the channels is slower (by more than 2 % of the fastest); the same forced cost the same.
+    auto same = sel.planMoeGpu(s, t, p->lowLatency, p->channels);
+    ASSERT_TRUE(same.isOk());
+    EXPECT_DOUBLE_EQ(same->dispatchUs + same->combineUs, p->dispatchUs + p->combineUs);
+    EXPECT_NE(same->reason.find("forced"), std::string::npos) << same->reason;
+    if (p->channels > 1) {
+      auto half = sel.planMoeGpu(s, t, p->lowLatency, p->channels / 2);
+      ASSERT_TRUE(half.isOk());
+      EXPECT_GT(half->dispatchUs + half->combineUs, p->dispatchUs + p->combineUs);
+    }
+  }
+  // What the H200's sweeps measured fastest (docs/perf-fused.md): 8 ranks sharing it, low latency
+  // for one token and normal for 4096, on the most channels.
+  const MoeShape one = MoeShape::of(1, 7168, 8, 64, 8, false);
+  auto p1 = sel.planMoeGpu(one, algo::simulateRouting(one, uniform));
+  ASSERT_TRUE(p1.isOk());
+  EXPECT_TRUE(p1->lowLatency) << p1->reason;
+  // More tokens take more channels.
+  const MoeShape few = MoeShape::of(1, 7168, 8, 64, 8, false),
+                 many = MoeShape::of(4096, 7168, 8, 64, 8, false);
+  auto pf = sel.planMoeGpu(few, algo::simulateRouting(few, uniform), false);
+  auto pm = sel.planMoeGpu(many, algo::simulateRouting(many, uniform), false);
+  ASSERT_TRUE(pf.isOk() && pm.isOk());
+  EXPECT_LT(pf->channels, pm->channels);
+  auto auto4096 = sel.planMoeGpu(many, algo::simulateRouting(many, uniform));
+  ASSERT_TRUE(auto4096.isOk());
+  EXPECT_FALSE(auto4096->lowLatency) << auto4096->reason;
+  // 128 experts a rank: normal only.
+  const MoeShape wide = MoeShape::of(128, 1024, 8, 256, 2, false);
+  const algo::Selector two(algo::sameDeviceRankGraph(2), algo::TunerOptions{}, k);
+  auto pw = two.planMoeGpu(wide, algo::simulateRouting(wide, uniform));
+  ASSERT_TRUE(pw.isOk());
+  EXPECT_FALSE(pw->lowLatency);
+  EXPECT_EQ(pw->lowLatencyUs, 0);
+  auto refused = two.planMoeGpu(wide, algo::simulateRouting(wide, uniform), true);
+  EXPECT_EQ(refused.status().code(), Code::unsupported);
+  // The tuning file's "moe" section.
+  auto c = algo::CostConstants::fromJson(
+      R"({"moe": {"kernel_us": 2.5, "half_rate_blocks": 60, "peer_us": 3}})", "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  EXPECT_EQ(c->moe.kernelUs, 2.5);
+  EXPECT_EQ(c->moe.halfRateBlocks, 60);
+  auto again = algo::CostConstants::fromJson(c->toJson(), "again");
+  ASSERT_TRUE(again.isOk());
+  EXPECT_EQ(again->moe.halfRateBlocks, 60);
+  EXPECT_EQ(again->moe.peerUs, 3);
+  EXPECT_FALSE(algo::CostConstants::fromJson(R"({"moe": {"kernel": 1}})", "bad").isOk());
 }
 
 }  // namespace

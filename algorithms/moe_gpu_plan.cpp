@@ -1,0 +1,151 @@
+// Selector::planMoeGpu (selector.hpp): MoE dispatch and combine on GPU memory, each mode with each
+// channel count priced from the busiest rank's bytes, its kernels and its scans.
+// docs/algorithms-fused.md, "MoE dispatch and combine".
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "algorithms/moe_plan.hpp"
+#include "algorithms/selector.hpp"
+
+namespace weft::algo {
+namespace {
+
+// The busiest rank's share of a call: tokens it sends or receives, its own included (on GPU
+// memory its own rows go through its buffer too), and the expert slots it receives.
+struct Busiest {
+  double tokens = 0, slots = 0;
+};
+
+Busiest busiestOf(const MoeShape& s, const MoeTraffic& t) {
+  const auto n = static_cast<std::size_t>(t.nranks);
+  Busiest b;
+  for (std::size_t r = 0; r < n; ++r) {
+    std::size_t out = 0, in = 0, slots = 0;
+    for (std::size_t q = 0; q < n; ++q) out += t.tokens[r * n + q], in += t.tokens[q * n + r];
+    const auto L = static_cast<std::size_t>(s.localExperts());
+    for (std::size_t e = r * L; e < (r + 1) * L && e < t.perExpert.size(); ++e)
+      slots += t.perExpert[e];
+    b.tokens = std::max({b.tokens, static_cast<double>(out), static_cast<double>(in)});
+    b.slots = std::max(b.slots, static_cast<double>(slots));
+  }
+  return b;
+}
+
+constexpr int kMostChannels = 4096;
+
+int steps(double items) {
+  return static_cast<int>(std::ceil(items / 256.0));
+}
+
+}  // namespace
+
+Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& traffic,
+                                        std::optional<bool> lowLatency, int channels) const {
+  if (Status st = checkMoeShape(s); !st) return st;
+  const MoeConstants& m = options_.constants.moe;
+  const RankGraph& g = tuner_.graph();
+  const int n = s.nranks, L = s.localExperts();
+  const auto T = static_cast<double>(s.tokens);
+  const Busiest b = busiestOf(s, traffic);
+  // Rates, read + written: ranks sharing a device share its memory; a rank of its own writes its
+  // peers' rows over its links and copies its own through its memory. A device's copies run at
+  // rate · B / (B + half_rate_blocks), B the blocks of every rank on it.
+  const bool shared = g.deviceCopyGBs > 0;
+  const int onDevice = shared ? n : 1;
+  const double local = shared ? g.deviceCopyGBs : options_.constants.graphs.deviceCopyGBs;
+  const double link = g.allPairsBw > 0 ? g.allPairsBw * std::max(1, n - 1) : g.intraBandwidth;
+  const double send = shared || n == 1 || link <= 0 ? local : std::min(local, 2 * link);
+  const auto copyUs = [&](double bytes, double rate, double blocks) {
+    const double all = blocks * onDevice;
+    return bytes / (rate / onDevice * all / (all + m.halfRateBlocks) * 1e3);
+  };
+  const bool fits = L <= kMoeLowLatencyMaxLocal && n * L <= kMoeLowLatencyMaxTable;
+  const int spin = std::max(1, static_cast<int>(m.spinBlocks) / onDevice);
+  const double dBytes = static_cast<double>(s.dispatchBytes),
+               cBytes = static_cast<double>(s.combineBytes);
+  const double encode = s.dispatchBytes < s.combineBytes ? 1 : 0;  // fp8: the encode kernel
+  const double waits = (n - 1) * m.peerUs;
+  struct Priced {
+    double dispatch = 0, combine = 0;
+    double total() const { return dispatch + combine; }
+  };
+  // Dispatch: the rows sent (read, written at the peer), then fanned out (read once, written a
+  // slot each); combine: each slot's output read and a token's sum written back, then the
+  // ranks' sums read and the token written.
+  const auto price = [&](bool ll, int c) {
+    const double sendBlocks = ll ? n * std::max(1, c / n) : std::min<double>(T, c);
+    const double pairBlocks = std::min<double>(n * T, c), tokenBlocks = std::min<double>(T, c);
+    Priced p;
+    p.dispatch = copyUs(2 * b.tokens * dBytes, send, sendBlocks) +
+                 copyUs((b.tokens + b.slots) * dBytes, local, pairBlocks) + waits;
+    p.combine = copyUs((b.slots + b.tokens) * cBytes, send, pairBlocks) +
+                copyUs((b.tokens + T) * cBytes, local, tokenBlocks) + waits;
+    if (ll) {
+      p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs +
+                    steps(T) * (1 + (L + 6) / 7) * m.scanUs;
+      p.combine += 2 * m.kernelUs;
+    } else {
+      p.dispatch += (9 + encode) * m.kernelUs +
+                    (steps(T) + 2 * std::max<double>(n, steps(b.tokens))) * m.scanUs;
+      p.combine += 4 * m.kernelUs;
+    }
+    return p;
+  };
+  // Each mode's channels: the fewest within 2 % of its fastest.
+  struct Best {
+    bool offered = false;
+    int channels = 0;
+    Priced priced;
+  };
+  const auto best = [&](bool ll) {
+    Best out;
+    if (ll && !fits) return out;
+    const int most = ll ? spin : kMostChannels;
+    if (channels > 0) {
+      out.offered = true, out.channels = std::min(channels, most);
+      out.priced = price(ll, out.channels);
+      return out;
+    }
+    double fastest = 0;
+    for (int c = 1; c <= most; c *= 2) {
+      const double t = price(ll, c).total();
+      if (fastest == 0 || t < fastest) fastest = t;
+    }
+    for (int c = 1; c <= most; c *= 2) {
+      const Priced p = price(ll, c);
+      if (p.total() <= 1.02 * fastest) return Best{true, c, p};
+    }
+    return out;
+  };
+  const Best normal = best(false), ll = best(true);
+  MoeGpuPlan p;
+  p.normalUs = normal.priced.total();
+  p.lowLatencyUs = ll.offered ? ll.priced.total() : 0;
+  if (lowLatency == true && !ll.offered)
+    return Status(Code::unsupported,
+                  "moe: the low-latency mode takes at most " +
+                      std::to_string(kMoeLowLatencyMaxLocal) + " experts a rank and " +
+                      std::to_string(kMoeLowLatencyMaxTable) + " (ranks × experts a rank); " +
+                      std::to_string(n) + " ranks of " + std::to_string(L) + " experts");
+  p.lowLatency = lowLatency.value_or(ll.offered && p.lowLatencyUs < p.normalUs);
+  const Best& pick = p.lowLatency ? ll : normal;
+  p.channels = pick.channels;
+  p.dispatchUs = pick.priced.dispatch, p.combineUs = pick.priced.combine;
+  const auto us = [](double v) { return std::to_string(static_cast<long>(std::lround(v))); };
+  p.reason = std::string(p.lowLatency ? "low latency" : "normal") + ", " +
+             std::to_string(p.channels) + " channels: " + us(pick.priced.total()) + " us";
+  if (p.lowLatency && normal.offered) {
+    p.reason += " against normal's " + us(p.normalUs);
+  } else if (!p.lowLatency && ll.offered) {
+    p.reason += " against low latency's " + us(p.lowLatencyUs);
+  } else if (!p.lowLatency) {
+    p.reason += " (low latency takes at most " + std::to_string(kMoeLowLatencyMaxLocal) +
+                " experts a rank)";
+  }
+  if (lowLatency) p.reason += " (mode forced)";
+  if (channels > 0) p.reason += " (channels forced)";
+  return p;
+}
+
+}  // namespace weft::algo
