@@ -196,6 +196,7 @@ Status readMoe(const json& j, const std::string& where, MoeConstants& m) {
                         {"low_latency_kernel_us", &m.lowLatencyKernelUs},
                         {"peer_us", &m.peerUs},
                         {"scan_us", &m.scanUs},
+                        {"number_us", &m.numberUs},
                         {"half_rate_blocks", &m.halfRateBlocks},
                         {"spin_blocks", &m.spinBlocks}});
 }
@@ -332,11 +333,9 @@ std::string CostConstants::toJson() const {
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};
-  j["moe"] = {{"kernel_us", moe.kernelUs},
-              {"low_latency_kernel_us", moe.lowLatencyKernelUs},
-              {"peer_us", moe.peerUs},
-              {"scan_us", moe.scanUs},
-              {"half_rate_blocks", moe.halfRateBlocks},
+  j["moe"] = {{"kernel_us", moe.kernelUs},    {"low_latency_kernel_us", moe.lowLatencyKernelUs},
+              {"peer_us", moe.peerUs},        {"scan_us", moe.scanUs},
+              {"number_us", moe.numberUs},    {"half_rate_blocks", moe.halfRateBlocks},
               {"spin_blocks", moe.spinBlocks}};
   j["gemm"] = {{"tflops", gemm.tflops},
                {"fp8_tflops", gemm.fp8Tflops},

@@ -41,7 +41,8 @@ int steps(double items) {
 }  // namespace
 
 Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& traffic,
-                                        std::optional<bool> lowLatency, int channels) const {
+                                        std::optional<bool> lowLatency, int channels,
+                                        std::optional<bool> placeFromTable) const {
   if (Status st = checkMoeShape(s); !st) return st;
   const MoeConstants& m = options_.constants.moe;
   const RankGraph& g = tuner_.graph();
@@ -60,7 +61,7 @@ Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& tra
     const double all = blocks * onDevice;
     return bytes / (rate / onDevice * all / (all + m.halfRateBlocks) * 1e3);
   };
-  const bool fits = L <= kMoeLowLatencyMaxLocal && n * L <= kMoeLowLatencyMaxTable;
+  const bool fits = moeTableFits(n, L);
   const int spin = std::max(1, static_cast<int>(m.spinBlocks) / onDevice);
   const double dBytes = static_cast<double>(s.dispatchBytes),
                cBytes = static_cast<double>(s.combineBytes);
@@ -73,7 +74,9 @@ Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& tra
   // Dispatch: the rows sent (read, written at the peer), then fanned out (read once, written a
   // slot each); combine: each slot's output read and a token's sum written back, then the
   // ranks' sums read and the token written.
-  const auto price = [&](bool ll, int c) {
+  enum Way { kCounted, kTable, kLowLatency };
+  const auto price = [&](Way way, int c) {
+    const bool ll = way == kLowLatency;
     const double sendBlocks = ll ? n * std::max(1, c / n) : std::min<double>(T, c);
     const double pairBlocks = std::min<double>(n * T, c), tokenBlocks = std::min<double>(T, c);
     Priced p;
@@ -81,69 +84,81 @@ Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& tra
                  copyUs((b.tokens + b.slots) * dBytes, local, pairBlocks) + waits;
     p.combine = copyUs((b.slots + b.tokens) * cBytes, send, pairBlocks) +
                 copyUs((b.tokens + T) * cBytes, local, tokenBlocks) + waits;
+    // Numbering each expert's rows: a block scans every token, 7 experts to a step.
+    const double numbering = steps(T) * (1 + (L + 6) / 7) * m.numberUs;
     if (ll) {
-      p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs +
-                    steps(T) * (1 + (L + 6) / 7) * m.scanUs;
+      p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs + numbering;
       p.combine += 2 * m.kernelUs;
-    } else {
+    } else if (way == kTable) {  // numbered by a block per rank, placed from the table
+      p.dispatch += (7 + encode) * m.kernelUs + numbering;
+      p.combine += 4 * m.kernelUs;
+    } else {  // laid out, then counted and placed by a block per expert
       p.dispatch += (9 + encode) * m.kernelUs +
                     (steps(T) + 2 * std::max<double>(n, steps(b.tokens))) * m.scanUs;
       p.combine += 4 * m.kernelUs;
     }
     return p;
   };
-  // Each mode's channels: the fewest within 2 % of its fastest.
+  // Each way's channels: the fewest within 2 % of its fastest.
   struct Best {
     bool offered = false;
     int channels = 0;
     Priced priced;
   };
-  const auto best = [&](bool ll) {
+  const auto best = [&](Way way) {
     Best out;
-    if (ll && !fits) return out;
-    const int most = ll ? spin : kMostChannels;
+    if (way != kCounted && !fits) return out;
+    const int most = way == kLowLatency ? spin : kMostChannels;
     if (channels > 0) {
       out.offered = true, out.channels = std::min(channels, most);
-      out.priced = price(ll, out.channels);
+      out.priced = price(way, out.channels);
       return out;
     }
     double fastest = 0;
     for (int c = 1; c <= most; c *= 2) {
-      const double t = price(ll, c).total();
+      const double t = price(way, c).total();
       if (fastest == 0 || t < fastest) fastest = t;
     }
     for (int c = 1; c <= most; c *= 2) {
-      const Priced p = price(ll, c);
+      const Priced p = price(way, c);
       if (p.total() <= 1.02 * fastest) return Best{true, c, p};
     }
     return out;
   };
-  const Best normal = best(false), ll = best(true);
+  const Best counted = best(kCounted), table = best(kTable), ll = best(kLowLatency);
+  if ((lowLatency == true || placeFromTable == true) && !ll.offered)
+    return Status(Code::unsupported,
+                  std::string("moe: ") +
+                      (lowLatency == true ? "the low-latency mode" : "placing from the table") +
+                      " takes at most " + std::to_string(kMoeLowLatencyMaxLocal) +
+                      " experts a rank and " + std::to_string(kMoeLowLatencyMaxTable) +
+                      " (ranks × experts a rank); " + std::to_string(n) + " ranks of " +
+                      std::to_string(L) + " experts");
   MoeGpuPlan p;
+  // Normal mode's placing: from the table where it fits and is cheaper (or forced).
+  p.table = placeFromTable.value_or(table.offered && table.priced.total() < counted.priced.total());
+  const Best& normal = p.table ? table : counted;
   p.normalUs = normal.priced.total();
   p.lowLatencyUs = ll.offered ? ll.priced.total() : 0;
-  if (lowLatency == true && !ll.offered)
-    return Status(Code::unsupported,
-                  "moe: the low-latency mode takes at most " +
-                      std::to_string(kMoeLowLatencyMaxLocal) + " experts a rank and " +
-                      std::to_string(kMoeLowLatencyMaxTable) + " (ranks × experts a rank); " +
-                      std::to_string(n) + " ranks of " + std::to_string(L) + " experts");
-  p.lowLatency = lowLatency.value_or(ll.offered && p.lowLatencyUs < p.normalUs);
+  p.lowLatency = lowLatency.value_or(!placeFromTable && ll.offered && p.lowLatencyUs < p.normalUs);
+  if (p.lowLatency) p.table = true;
   const Best& pick = p.lowLatency ? ll : normal;
   p.channels = pick.channels;
   p.dispatchUs = pick.priced.dispatch, p.combineUs = pick.priced.combine;
   const auto us = [](double v) { return std::to_string(static_cast<long>(std::lround(v))); };
-  p.reason = std::string(p.lowLatency ? "low latency" : "normal") + ", " +
-             std::to_string(p.channels) + " channels: " + us(pick.priced.total()) + " us";
-  if (p.lowLatency && normal.offered) {
+  p.reason = std::string(p.lowLatency ? "low latency"
+                         : p.table    ? "normal (table)"
+                                      : "normal") +
+             ", " + std::to_string(p.channels) + " channels: " + us(pick.priced.total()) + " us";
+  if (p.lowLatency) {
     p.reason += " against normal's " + us(p.normalUs);
-  } else if (!p.lowLatency && ll.offered) {
+  } else if (ll.offered) {
     p.reason += " against low latency's " + us(p.lowLatencyUs);
-  } else if (!p.lowLatency) {
+  } else {
     p.reason += " (low latency takes at most " + std::to_string(kMoeLowLatencyMaxLocal) +
                 " experts a rank)";
   }
-  if (lowLatency) p.reason += " (mode forced)";
+  if (lowLatency || placeFromTable) p.reason += " (mode forced)";
   if (channels > 0) p.reason += " (channels forced)";
   return p;
 }

@@ -113,14 +113,18 @@ struct MoePlan {
   std::string reason;
 };
 
-// On GPU memory (fused/moe/device.cu): the mode and the channels. Normal runs the layout, the
-// counts and the placing each as a kernel of its own; low latency runs one kernel each way and
-// half (the sender numbers each expert's rows, the receiver places them from a table), limited
-// to kLowLatency* below and to the blocks that may wait on peers at once. Channels: the thread
+// On GPU memory (fused/moe/device.cu): the mode and the channels. Normal runs its steps each as
+// a kernel: the senders lay the tokens out and the receivers count and place each expert's rows,
+// or (the table) the senders number each expert's rows and the receivers place them from a table
+// of the counts. Low latency runs one kernel each way and half, from the table, limited to
+// kLowLatency* below and to the blocks that may wait on peers at once. Channels: the thread
 // blocks of each copy kernel, the fewest within 2 % of the fastest (the rest of the GPU stays
 // free for work the caller overlaps).
 struct MoeGpuPlan {
   bool lowLatency = false;
+  // Placed from the table of the senders' counts (low latency; normal mode where it fits and is
+  // cheaper), or counted and placed by a block per local expert.
+  bool table = false;
   int channels = 1;
   double dispatchUs = 0, combineUs = 0;   // the pick's
   double normalUs = 0, lowLatencyUs = 0;  // each mode's best, dispatch + combine (0: not offered)
@@ -129,5 +133,10 @@ struct MoeGpuPlan {
 // What the low-latency mode takes: local experts, and the [ranks, local experts] table.
 inline constexpr int kMoeLowLatencyMaxLocal = 64;
 inline constexpr int kMoeLowLatencyMaxTable = 4096;
+// Whether the receivers place rows from a table of the senders' counts (low latency; normal
+// mode too where it fits): n ranks of L experts each.
+inline bool moeTableFits(int n, int L) {
+  return L <= kMoeLowLatencyMaxLocal && n * L <= kMoeLowLatencyMaxTable;
+}
 
 }  // namespace weft::algo

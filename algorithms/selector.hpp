@@ -89,11 +89,11 @@ class Selector {
                           std::optional<bool> hierarchical = std::nullopt) const;
   // MoE on GPU memory (every rank `shape.tokens`; the ranks of one host): the mode and channels
   // priced from the traffic's busiest rank through the device's memory (ranks sharing one) or
-  // its links, with each mode's kernels and scans (the tuning file's "moe"); `lowLatency` and
-  // `channels` (> 0) force either.
+  // its links, with each mode's kernels and scans (the tuning file's "moe"); `lowLatency`,
+  // `channels` (> 0) and normal mode's `placeFromTable` force them.
   Result<MoeGpuPlan> planMoeGpu(const MoeShape& shape, const MoeTraffic& traffic,
-                                std::optional<bool> lowLatency = std::nullopt,
-                                int channels = 0) const;
+                                std::optional<bool> lowLatency = std::nullopt, int channels = 0,
+                                std::optional<bool> placeFromTable = std::nullopt) const;
   // Whether the GPU direct kernel runs `algorithm` for a call of `bytes` (one-shot or two-shot
   // all-reduce; one-shot all-gather, reduce-scatter, all-to-all).
   bool directServes(Collective coll, std::string_view algorithm, std::size_t bytes) const;

@@ -1,7 +1,7 @@
-// The MoE kernels (device.hpp). Rows move in 16-byte vectors; peer-written data is read through
-// L2 (ld.cg), where every rank's writes to this rank's memory land; arithmetic is f32 with
-// explicit roundings (no fused multiply-add), as the host reference computes it, so that both
-// give the same bits.
+// MoE dispatch on GPU memory (device.hpp), in either mode, and the shared buffer's layout. Rows
+// move in 16-byte vectors; peer-written data is read through L2 (ld.cg), where every rank's
+// writes to this rank's memory land. Combine is in device_combine.cu, what both use in
+// device_kernels.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -13,51 +13,15 @@
 
 #include "fused/cuda_steps.hpp"
 #include "fused/fp8/codec_device.hpp"
-#include "fused/moe/device.hpp"
+#include "fused/moe/device_kernels.cuh"
 
 namespace weft::fused::moe {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kInFlight = 4;  // 16-byte loads a thread keeps in flight in the copy loops
 constexpr std::size_t kAlign = 256;
 
 std::size_t aligned(std::size_t b) {
   return (b + kAlign - 1) / kAlign * kAlign;
-}
-
-__device__ std::uint64_t now() {
-  std::uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ std::uint64_t* flagAt(const MoeDevice& d, int rank, int index) {
-  return reinterpret_cast<std::uint64_t*>(d.peers[rank] +
-                                          static_cast<std::size_t>(index) * kFlagStride);
-}
-
-// A record's fields: its token at 0, then per slot its local expert, weight and index.
-__device__ constexpr int localAt(int slot) {
-  return 1 + 3 * slot;
-}
-
-// A row by the block, four 16-byte loads a thread in flight before their stores (one at a time,
-// a block's copies wait out a load's latency per vector).
-__device__ void copyRow(std::byte* to, const std::byte* from, std::size_t bytes, bool peerWritten) {
-  auto* t = reinterpret_cast<uint4*>(to);
-  const auto* f = reinterpret_cast<const uint4*>(from);
-  const std::size_t vectors = bytes / 16, step = blockDim.x;
-  for (std::size_t base = threadIdx.x; base < vectors; base += step * kInFlight) {
-    uint4 v[kInFlight];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (const std::size_t i = base + u * step; i < vectors)
-        v[u] = peerWritten ? __ldcg(f + i) : f[i];
-#pragma unroll
-    for (int u = 0; u < kInFlight; ++u)
-      if (const std::size_t i = base + u * step; i < vectors) t[i] = v[u];
-  }
 }
 
 // Tokens' slots at rank blockIdx.x, in token order (a block scan); block 0 also counts bad and
@@ -94,7 +58,8 @@ __global__ void __launch_bounds__(kThreads) layoutKernel(MoeDevice d, const std:
 
 // Each token's row and record into each destination's buffer, at its slot there.
 __global__ void __launch_bounds__(kThreads)
-    sendKernel(MoeDevice d, const std::byte* x, const std::int64_t* idx, const float* w) {
+    sendKernel(MoeDevice d, const std::byte* x, const std::int64_t* idx, const float* w,
+               bool records) {
   for (int t = static_cast<int>(blockIdx.x); t < d.tokens; t += static_cast<int>(gridDim.x)) {
     for (int q = 0; q < d.n; ++q) {
       const int slot = d.slotOf[static_cast<std::size_t>(t) * d.n + q];
@@ -102,6 +67,7 @@ __global__ void __launch_bounds__(kThreads)
       const std::size_t at = static_cast<std::size_t>(d.me) * d.tokens + slot;
       copyRow(d.peers[q] + d.rowsAt + at * d.sentBytes,
               x + static_cast<std::size_t>(t) * d.sentBytes, d.sentBytes, false);
+      if (!records) continue;  // numberKernel wrote them
       auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) + at * d.metaInts;
       if (threadIdx.x == 0) meta[0] = t;
       const int j = static_cast<int>(threadIdx.x);
@@ -123,6 +89,9 @@ __global__ void signalKernel(MoeDevice d, int flagBase, int withCounts) {
   for (int q = static_cast<int>(threadIdx.x); q < d.n; q += static_cast<int>(blockDim.x)) {
     if (withCounts != 0) {
       reinterpret_cast<volatile std::int32_t*>(d.peers[q] + d.countsAt)[d.me] = d.sendCount[q];
+      auto* rows =
+          reinterpret_cast<volatile std::int32_t*>(d.peers[q] + d.expertRowsAt) + d.me * d.L;
+      for (int e = 0; withCounts == 2 && e < d.L; ++e) rows[e] = d.sentRows[q * d.L + e];
       __threadfence_system();
     }
     *reinterpret_cast<volatile std::uint64_t*>(flagAt(d, q, flagBase + d.me)) = epoch;
@@ -130,33 +99,8 @@ __global__ void signalKernel(MoeDevice d, int flagBase, int withCounts) {
   __threadfence_system();
 }
 
-// Until every rank's flag of this call is up in this rank's buffer (the block's threads wait on
-// a rank each); past the timeout the kernel traps (the stream fails rather than hang on a dead
-// peer).
-__device__ void awaitFlags(const MoeDevice& d, int flagBase) {
-  const std::uint64_t want = *d.epoch, start = now();
-  for (int s = static_cast<int>(threadIdx.x); s < d.n; s += static_cast<int>(blockDim.x)) {
-    const auto* flag =
-        reinterpret_cast<const volatile std::uint64_t*>(flagAt(d, d.me, flagBase + s));
-    while (*flag < want) {
-      if (now() - start > d.timeoutNs) __trap();
-      __nanosleep(200);
-    }
-  }
-  __syncthreads();
-  __threadfence_system();
-}
-
 __global__ void awaitKernel(MoeDevice d, int flagBase) {
   awaitFlags(d, flagBase);
-}
-
-__device__ int receivedFrom(const MoeDevice& d, int s) {
-  return __ldcg(reinterpret_cast<const std::int32_t*>(d.peers[d.me] + d.countsAt) + s);
-}
-__device__ const std::int32_t* recordOf(const MoeDevice& d, int s, int j) {
-  return reinterpret_cast<const std::int32_t*>(d.peers[d.me] + d.metaAt) +
-         (static_cast<std::size_t>(s) * d.tokens + j) * d.metaInts;
 }
 
 // Local expert blockIdx.x's rows; block 0 also marks every slot that is no local expert's.
@@ -274,166 +218,27 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <typename T>
-__device__ float widen(T v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else {
-    return __half2float(v);
-  }
-}
-template <typename T>
-__device__ T narrow(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return __float2half_rn(v);
-  }
-}
-
-// 16 bytes of T: V values.
-template <typename T>
-struct Vec {
-  static constexpr int V = 16 / sizeof(T);
-  union {
-    uint4 raw;
-    T v[V];
-  };
-};
-
-// Each received token's Σ weight · expert output over its local slots, into its source's buffer.
-template <typename T>
-__device__ void combineSendRows(const MoeDevice& d, const std::byte* expertOut) {
-  constexpr int V = Vec<T>::V;
-  const std::size_t pairs = static_cast<std::size_t>(d.n) * d.tokens, chunks = d.hidden / V;
-  for (std::size_t p = blockIdx.x; p < pairs; p += gridDim.x) {
-    const int s = static_cast<int>(p / d.tokens), j = static_cast<int>(p % d.tokens);
-    if (j >= receivedFrom(d, s)) continue;
-    const std::int32_t* m = recordOf(d, s, j);
-    auto* to = reinterpret_cast<uint4*>(
-        d.peers[s] + d.backAt + (static_cast<std::size_t>(d.me) * d.tokens + j) * d.rowBytes);
-    // kInFlight vectors a thread, so that a slot's loads are in flight together.
-    const std::size_t step = blockDim.x;
-    for (std::size_t c0 = threadIdx.x; c0 < chunks; c0 += step * kInFlight) {
-      float acc[kInFlight][V] = {};
-      for (int slot = 0; slot < d.k; ++slot) {
-        const std::int32_t row = d.rowPos[p * d.k + slot];
-        if (row < 0) continue;
-        const float w = __int_as_float(__ldcg(m + localAt(slot) + 1));
-        const auto* from =
-            reinterpret_cast<const uint4*>(expertOut + static_cast<std::size_t>(row) * d.rowBytes);
-        Vec<T> y[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (c0 + u * step < chunks) y[u].raw = from[c0 + u * step];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            acc[u][i] = __fadd_rn(acc[u][i], __fmul_rn(w, widen(y[u].v[i])));
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        if (c0 + u * step >= chunks) continue;
-        Vec<T> out;
-#pragma unroll
-        for (int i = 0; i < V; ++i) out.v[i] = narrow<T>(acc[u][i]);
-        to[c0 + u * step] = out.raw;
-      }
-    }
-  }
-}
-
-// Each own token's partial sums from every rank, in rank order, into out.
-template <typename T>
-__device__ void combineRows(const MoeDevice& d, std::byte* out) {
-  constexpr int V = Vec<T>::V;
-  const std::size_t chunks = d.hidden / V;
-  for (int t = static_cast<int>(blockIdx.x); t < d.tokens; t += static_cast<int>(gridDim.x)) {
-    const std::size_t step = blockDim.x;
-    for (std::size_t c0 = threadIdx.x; c0 < chunks; c0 += step * kInFlight) {
-      float sum[kInFlight][V] = {};
-      for (int q = 0; q < d.n; ++q) {
-        const int slot = d.slotOf[static_cast<std::size_t>(t) * d.n + q];
-        if (slot < 0) continue;
-        const auto* from = reinterpret_cast<const uint4*>(
-            d.peers[d.me] + d.backAt +
-            (static_cast<std::size_t>(q) * d.tokens + slot) * d.rowBytes);
-        Vec<T> y[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (c0 + u * step < chunks) y[u].raw = __ldcg(from + c0 + u * step);
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-#pragma unroll
-          for (int i = 0; i < V; ++i) sum[u][i] = __fadd_rn(sum[u][i], widen(y[u].v[i]));
-      }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        if (c0 + u * step >= chunks) continue;
-        Vec<T> o;
-#pragma unroll
-        for (int i = 0; i < V; ++i) o.v[i] = narrow<T>(sum[u][i]);
-        reinterpret_cast<uint4*>(out + static_cast<std::size_t>(t) * d.rowBytes)[c0 + u * step] =
-            o.raw;
-      }
-    }
-  }
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    combineSendKernel(MoeDevice d, const std::byte* expertOut) {
-  combineSendRows<T>(d, expertOut);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads) combineKernel(MoeDevice d, std::byte* out) {
-  combineRows<T>(d, out);
-}
-
-// Whether this block is the last of `blocks` to be done with counter `c` (which it resets for the
-// next call). The barrier orders the block's writes before its thread 0's system fence, and the
-// last block fences again after the count, so the flags it raises next follow every block's
-// writes.
-__device__ bool lastDone(unsigned* c, unsigned blocks) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    last = atomicAdd(c, 1u) == blocks - 1;
-    if (last) {
-      *c = 0;
-      __threadfence_system();
-    }
-  }
-  __syncthreads();
-  return last;
-}
-
 // The low-latency dispatch's send, a grid of n × cs blocks. Block (q, ch) finds every token's slot
 // at rank q and its index among the rows each of q's experts takes from this rank (block scans,
 // the experts' counts 7 to a 64-bit word), writes the records and rows of every cs-th slot from
 // ch, and the last of q's blocks writes q the rows and raises its flag.
 constexpr int kPacked = 7, kFieldBits = 9;  // a field holds up to 256 tokens' hits, and more
 
-__global__ void __launch_bounds__(kThreads)
-    lowLatencySendKernel(MoeDevice d, const std::byte* x, const std::int64_t* idx, const float* w) {
+// The block's scan of every token for rank q, in token order: each token's slot there (slotOf,
+// written by every block that scans q), and the records of the slots of channel ch of cs (each
+// slot's local expert, weight and index among the rows that expert takes from this rank: block
+// scans, 7 experts' counts to a 64-bit word). Leaves the tokens sent q in *sent and the rows each
+// of its experts takes in perExpert (both shared); block (0, 0) counts bad and repeated indices.
+__device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const std::int64_t* idx,
+                             const float* w, int* sent, int* perExpert) {
   using Scan = cub::BlockScan<int, kThreads>;
   using WideScan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ union {
     typename Scan::TempStorage narrow;
     typename WideScan::TempStorage wide;
   } tmp;
-  __shared__ int sent, perExpert[kLowLatencyMaxLocal];
-  const int cs = static_cast<int>(gridDim.x) / d.n;
-  const int q = static_cast<int>(blockIdx.x) / cs, ch = static_cast<int>(blockIdx.x) % cs;
   for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) perExpert[e] = 0;
-  if (threadIdx.x == 0) sent = 0;
+  if (threadIdx.x == 0) *sent = 0;
   __syncthreads();
   const auto field = [](unsigned long long word, int i) {
     return static_cast<int>((word >> (kFieldBits * i)) & ((1u << kFieldBits) - 1));
@@ -457,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     int prefix = 0, total = 0;
     Scan(tmp.narrow).ExclusiveSum(going, prefix, total);
-    const int slot = sent + prefix;
+    const int slot = *sent + prefix;
     // Every block of q writes the same slots; each reads its own back to copy its rows.
     if (t < d.tokens) d.slotOf[static_cast<std::size_t>(t) * d.n + q] = going != 0 ? slot : -1;
     std::int32_t* meta = nullptr;
@@ -486,9 +291,29 @@ __global__ void __launch_bounds__(kThreads)
         perExpert[l] += field(all, static_cast<int>(threadIdx.x));
     }
     __syncthreads();
-    if (threadIdx.x == 0) sent += total;
+    if (threadIdx.x == 0) *sent += total;
     __syncthreads();
   }
+}
+
+// Normal mode where the table fits (moeTableFits): block q numbers the tokens for rank q and keeps
+// the counts for signalKernel to send.
+__global__ void __launch_bounds__(kThreads)
+    numberKernel(MoeDevice d, const std::int64_t* idx, const float* w) {
+  __shared__ int sent, perExpert[kLowLatencyMaxLocal];
+  const int q = static_cast<int>(blockIdx.x);
+  numberTokens(d, q, 0, 1, idx, w, &sent, perExpert);
+  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads)
+    d.sentRows[q * d.L + e] = perExpert[e];
+  if (threadIdx.x == 0) d.sendCount[q] = sent;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    lowLatencySendKernel(MoeDevice d, const std::byte* x, const std::int64_t* idx, const float* w) {
+  __shared__ int sent, perExpert[kLowLatencyMaxLocal];
+  const int cs = static_cast<int>(gridDim.x) / d.n;
+  const int q = static_cast<int>(blockIdx.x) / cs, ch = static_cast<int>(blockIdx.x) % cs;
+  numberTokens(d, q, ch, cs, idx, w, &sent, perExpert);
   // This block's rows (every cs-th slot from ch), a warp a row: each warp looks at 32 tokens at a
   // time and copies those of them that are this block's.
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -530,11 +355,9 @@ __global__ void __launch_bounds__(kThreads)
 // table of where each source's rows of each local expert start (the lower experts' rows first,
 // then the lower sources'), and copies its share of the received rows to their slots' rows of
 // recvX, where the sender's index puts them: the rows, counts and sources of the normal mode.
-__global__ void __launch_bounds__(kThreads)
-    lowLatencyRecvKernel(MoeDevice d, std::byte* recvX, std::int32_t* expertCounts,
-                         std::int32_t* recvSource, float* recvScales) {
+__device__ void placeFromTable(const MoeDevice& d, std::byte* recvX, std::int32_t* expertCounts,
+                               std::int32_t* recvSource, float* recvScales) {
   __shared__ int first[kLowLatencyMaxTable], before[kLowLatencyMaxLocal];
-  awaitFlags(d, 0);
   const int cells = d.n * d.L;
   const auto* sent = reinterpret_cast<const std::int32_t*>(d.peers[d.me] + d.expertRowsAt);
   for (int i = static_cast<int>(threadIdx.x); i < cells; i += kThreads) first[i] = __ldcg(sent + i);
@@ -595,45 +418,31 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The low-latency combine's halves: the sums sent back and, by the last block done, every rank's
-// flag raised; every block waits for the flags, then sums its tokens.
-template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    lowLatencyCombineSendKernel(MoeDevice d, const std::byte* expertOut) {
-  combineSendRows<T>(d, expertOut);
-  if (!lastDone(d.arrived + d.n, gridDim.x)) return;
-  const std::uint64_t epoch = *d.epoch;
-  for (int q = static_cast<int>(threadIdx.x); q < d.n; q += kThreads)
-    *reinterpret_cast<volatile std::uint64_t*>(flagAt(d, q, kGpuMaxRanks + d.me)) = epoch;
+    lowLatencyRecvKernel(MoeDevice d, std::byte* recvX, std::int32_t* expertCounts,
+                         std::int32_t* recvSource, float* recvScales) {
+  awaitFlags(d, 0);
+  placeFromTable(d, recvX, expertCounts, recvSource, recvScales);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) lowLatencyCombineKernel(MoeDevice d, std::byte* out) {
-  awaitFlags(d, kGpuMaxRanks);
-  combineRows<T>(d, out);
-}
-
-// A copy kernel's blocks: one per item of work, at most the plan's channels.
-unsigned gridOf(const MoeDevice& d, std::size_t work) {
-  return static_cast<unsigned>(
-      std::clamp<std::size_t>(work, 1, static_cast<std::size_t>(std::max(1, d.channels))));
-}
-
-template <typename Fn>
-Status withType(DataType t, Fn&& fn) {
-  switch (t) {
-    case DataType::bf16:
-      return fn(static_cast<__nv_bfloat16*>(nullptr));
-    case DataType::f16:
-      return fn(static_cast<__half*>(nullptr));
-    case DataType::f32:
-      return fn(static_cast<float*>(nullptr));
-    default:
-      return invalidArgument("moe: bf16, f16 or f32 values");
-  }
+// Normal mode where the table fits: the same after awaitKernel, on as many blocks as the plan's.
+__global__ void __launch_bounds__(kThreads)
+    tableGatherKernel(MoeDevice d, std::byte* recvX, std::int32_t* expertCounts,
+                      std::int32_t* recvSource, float* recvScales) {
+  placeFromTable(d, recvX, expertCounts, recvSource, recvScales);
 }
 
 }  // namespace
+
+Status launchSignal(const MoeDevice& d, int flagBase, bool withCounts, cudaStream_t s) {
+  signalKernel<<<1, 64, 0, s>>>(d, flagBase, withCounts ? 1 : 0);
+  return launched("moe: raising the flags");
+}
+
+Status launchAwait(const MoeDevice& d, int flagBase, cudaStream_t s) {
+  awaitKernel<<<1, 64, 0, s>>>(d, flagBase);
+  return launched("moe: awaiting the flags");
+}
 
 std::size_t layoutShared(MoeDevice& d) {
   const auto rows = static_cast<std::size_t>(d.n) * static_cast<std::size_t>(d.tokens);
@@ -665,10 +474,15 @@ Status launchDispatchSend(const MoeDevice& d, const void* x, const std::int64_t*
                                                                                   topkWeights);
     return launched("moe dispatch (send)");
   }
-  layoutKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx);
-  sendKernel<<<gridOf(d, static_cast<std::size_t>(d.tokens)), kThreads, 0, s>>>(d, rows, topkIdx,
-                                                                                topkWeights);
-  signalKernel<<<1, 64, 0, s>>>(d, 0, 1);
+  const bool table = d.table;
+  if (table) {
+    numberKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx, topkWeights);
+  } else {
+    layoutKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx);
+  }
+  sendKernel<<<gridOf(d, static_cast<std::size_t>(d.tokens)), kThreads, 0, s>>>(
+      d, rows, topkIdx, topkWeights, !table);
+  signalKernel<<<1, 64, 0, s>>>(d, 0, table ? 2 : 1);
   return launched("moe dispatch (send)");
 }
 
@@ -681,6 +495,11 @@ Status launchDispatchRecv(const MoeDevice& d, void* recvX, std::int32_t* expertC
     return launched("moe dispatch (receive)");
   }
   awaitKernel<<<1, 64, 0, s>>>(d, 0);
+  if (d.table) {
+    tableGatherKernel<<<gridOf(d, static_cast<std::size_t>(d.n) * d.tokens), kThreads, 0, s>>>(
+        d, static_cast<std::byte*>(recvX), expertCounts, recvSource, recvScales);
+    return launched("moe dispatch (receive)");
+  }
   countKernel<<<static_cast<unsigned>(d.L), kThreads, 0, s>>>(d, expertCounts);
   placeKernel<<<static_cast<unsigned>(d.L), kThreads, 0, s>>>(d, expertCounts, recvSource);
   gatherKernel<<<gridOf(d, static_cast<std::size_t>(d.n) * d.tokens), kThreads, 0, s>>>(
@@ -688,64 +507,20 @@ Status launchDispatchRecv(const MoeDevice& d, void* recvX, std::int32_t* expertC
   return launched("moe dispatch (receive)");
 }
 
-Status launchCombineSend(const MoeDevice& d, const void* expertOut, void* stream) {
-  auto* s = static_cast<cudaStream_t>(stream);
-  return withType(d.type, [&](auto* tag) -> Status {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const unsigned grid = gridOf(d, static_cast<std::size_t>(d.n) * d.tokens);
-    const auto* rows = static_cast<const std::byte*>(expertOut);
-    if (d.lowLatency) {
-      lowLatencyCombineSendKernel<T><<<grid, kThreads, 0, s>>>(d, rows);
-      return launched("moe combine (send)");
-    }
-    combineSendKernel<T><<<grid, kThreads, 0, s>>>(d, rows);
-    signalKernel<<<1, 64, 0, s>>>(d, kGpuMaxRanks, 0);
-    return launched("moe combine (send)");
-  });
-}
-
-Status launchCombineRecv(const MoeDevice& d, void* out, void* stream) {
-  auto* s = static_cast<cudaStream_t>(stream);
-  return withType(d.type, [&](auto* tag) -> Status {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const unsigned grid = gridOf(d, static_cast<std::size_t>(d.tokens));
-    if (d.lowLatency) {
-      lowLatencyCombineKernel<T><<<grid, kThreads, 0, s>>>(d, static_cast<std::byte*>(out));
-    } else {
-      awaitKernel<<<1, 64, 0, s>>>(d, kGpuMaxRanks);
-      combineKernel<T><<<grid, kThreads, 0, s>>>(d, static_cast<std::byte*>(out));
-    }
-    return launched("moe combine (receive)");
-  });
-}
-
 Status loadMoeKernels() {
   cudaFuncAttributes a{};
   cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(layoutKernel),
-                        reinterpret_cast<const void*>(sendKernel),
-                        reinterpret_cast<const void*>(signalKernel),
-                        reinterpret_cast<const void*>(awaitKernel),
-                        reinterpret_cast<const void*>(countKernel),
-                        reinterpret_cast<const void*>(placeKernel),
-                        reinterpret_cast<const void*>(gatherKernel),
-                        reinterpret_cast<const void*>(combineSendKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(combineSendKernel<__half>),
-                        reinterpret_cast<const void*>(combineSendKernel<float>),
-                        reinterpret_cast<const void*>(combineKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(combineKernel<__half>),
-                        reinterpret_cast<const void*>(combineKernel<float>),
-                        reinterpret_cast<const void*>(lowLatencySendKernel),
-                        reinterpret_cast<const void*>(lowLatencyRecvKernel),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<__half>),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<float>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<__half>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<float>)}) {
+  for (const void* f :
+       {reinterpret_cast<const void*>(layoutKernel), reinterpret_cast<const void*>(sendKernel),
+        reinterpret_cast<const void*>(signalKernel), reinterpret_cast<const void*>(awaitKernel),
+        reinterpret_cast<const void*>(countKernel), reinterpret_cast<const void*>(placeKernel),
+        reinterpret_cast<const void*>(gatherKernel),
+        reinterpret_cast<const void*>(lowLatencySendKernel),
+        reinterpret_cast<const void*>(lowLatencyRecvKernel)}) {
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);
   }
-  return cudaStatus("moe: loading the kernels", e);
+  if (e != cudaSuccess) return cudaStatus("moe: loading the kernels", e);
+  return loadCombineKernels();
 }
 
 }  // namespace weft::fused::moe

@@ -36,6 +36,7 @@ struct MoeDevice {
   // own) or low latency (one kernel each way and half; the sender numbers each expert's rows, so
   // the receiver places them from a table); channels: thread blocks of each copy kernel.
   bool lowLatency = false;
+  bool table = false;  // placed from the senders' counts (low latency; normal where planned)
   int channels = 1;
   std::size_t hidden = 0, rowBytes = 0, capacity = 0;
   // A row as it travels: rowBytes, or (fp8 dispatch) its e4m3 elements then its f32 scales, one
@@ -56,7 +57,8 @@ struct MoeDevice {
   std::int32_t* sendCount = nullptr;
   std::int32_t* rowPos = nullptr;
   std::uint64_t* epoch = nullptr;
-  unsigned* arrived = nullptr;  // [n + 1] blocks done sending to each rank, and combine's
+  unsigned* arrived = nullptr;       // [n + 1] blocks done sending to each rank, and combine's
+  std::int32_t* sentRows = nullptr;  // [n, L] rows sent each rank's experts (normal, table)
 
   unsigned long long* status = nullptr;
   std::uint64_t timeoutNs = 0;
@@ -83,5 +85,6 @@ Status launchCombineRecv(const MoeDevice& d, void* out, void* stream);
 // Each kernel loaded before any of them waits on a peer (lazy loading could otherwise wait for
 // a peer's spinning kernel).
 Status loadMoeKernels();
+Status loadCombineKernels();  // device_combine.cu's, by loadMoeKernels
 
 }  // namespace weft::fused::moe

@@ -93,7 +93,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   priced.dispatchBytes = d.sentBytes, priced.combineBytes = d.rowBytes;
   auto plan = comm.moeGpuPlanFor(priced);
   if (!plan) return plan.status();
-  d.lowLatency = plan->lowLatency, d.channels = plan->channels;
+  d.lowLatency = plan->lowLatency, d.table = plan->table, d.channels = plan->channels;
   d.timeoutNs = static_cast<std::uint64_t>(comm.config().timeout.count()) * 1000000ULL;
   const std::size_t bytes = layoutShared(d);
   void* shared = nullptr;
@@ -102,7 +102,9 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
                       e);
   st->memory.push_back(shared);
   const std::size_t T = shape.tokens, k = static_cast<std::size_t>(shape.topk);
-  const std::size_t layoutBytes = (4 * (T * n + n + n * T * k + n + 1) + 64 + 255) / 256 * 256;
+  const auto L = static_cast<std::size_t>(shape.localExperts());
+  const std::size_t layoutBytes =
+      (4 * (T * n + n + n * T * k + n + 1 + n * L) + 64 + 255) / 256 * 256;
   const std::size_t localBytes = layoutBytes + (fp8 ? T * d.sentBytes : 0);
   void* local = nullptr;
   if (cudaError_t e = cudaMalloc(&local, localBytes); e != cudaSuccess)
@@ -119,6 +121,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   d.sendCount = d.slotOf + T * n;
   d.rowPos = d.sendCount + n;
   d.arrived = reinterpret_cast<unsigned*>(d.rowPos + n * T * k);
+  d.sentRows = reinterpret_cast<std::int32_t*>(d.arrived + n + 1);
   if (fp8) d.encoded = words + layoutBytes;
   auto peers = comm.mapPeerMemory(shared);
   if (!peers) return peers.status();

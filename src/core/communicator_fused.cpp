@@ -101,7 +101,8 @@ Result<algo::MoeGpuPlan> Communicator::moeGpuPlanFor(const algo::MoeShape& shape
       !p)
     return p.status();
   const algo::MoeTraffic traffic = algo::simulateRouting(shape, algo::Routing{});
-  auto plan = gpuSelector_->planMoeGpu(shape, traffic, config_.moeLowLatency, config_.moeChannels);
+  auto plan = gpuSelector_->planMoeGpu(shape, traffic, config_.moeLowLatency, config_.moeChannels,
+                                       config_.moeTable);
   if (plan && rank_ == 0)
     WEFT_INFO(log::kTuning, "moe on GPU memory, %zu tokens a rank, hidden %zu, top-%d: %s",
               shape.tokens, shape.hidden, shape.topk, plan->reason.c_str());

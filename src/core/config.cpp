@@ -339,16 +339,22 @@ const Setting kSettings[] = {
      }},
 
     {"WEFT_MOE_MODE", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
-     "`normal` or `low-latency`: how MoE dispatch and combine run on GPU memory instead of the "
-     "selector's pick; low-latency (one kernel each way and half) where a rank holds at most 64 "
-     "experts",
+     "`normal`, `normal-table`, `normal-counted` or `low-latency`: how MoE dispatch and combine "
+     "run on GPU memory instead of the selector's pick; normal places the rows from a table of "
+     "the senders' counts (`normal-table`) or counts and places each expert's rows "
+     "(`normal-counted`), the selector's way unless named; the table and low-latency (one "
+     "kernel each way and half) where a rank holds at most 64 experts",
      [](Config& c, const std::string& n, const std::string& v, double) {
-       if (v == "auto") {
-         c.moeLowLatency.reset();
-       } else if (v == "normal" || v == "low-latency") {
-         c.moeLowLatency = v == "low-latency";
+       c.moeLowLatency.reset(), c.moeTable.reset();
+       if (v == "auto") return ok();
+       if (v == "low-latency") {
+         c.moeLowLatency = true;
+       } else if (v == "normal" || v == "normal-table" || v == "normal-counted") {
+         c.moeLowLatency = false;
+         if (v != "normal") c.moeTable = v == "normal-table";
        } else {
-         return invalidArgument(n + ": " + v + " (normal, low-latency or auto)");
+         return invalidArgument(n + ": " + v +
+                                " (normal, normal-table, normal-counted, low-latency or auto)");
        }
        return ok();
      }},

@@ -51,6 +51,7 @@ struct Config {
   // WEFT_MOE_MODE, WEFT_MOE_CHANNELS: MoE on GPU memory, normal (false) or low latency (true),
   // and the copy kernels' blocks; none, 0: the selector's (algo::Selector::planMoeGpu).
   std::optional<bool> moeLowLatency;
+  std::optional<bool> moeTable;  // normal mode placing from the table (true) or counting
   int moeChannels = 0;
   // WEFT_ATTENTION_KERNEL: weft's or cuDNN's local attention kernel; none: the selector's.
   std::optional<algo::AttentionKernel> attentionKernel;

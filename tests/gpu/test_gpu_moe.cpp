@@ -316,7 +316,7 @@ TEST_P(GpuMoe, DispatchAndCombineEqualTheHostPath) {
 // tokens) and many, give the host path's bits.
 TEST_P(GpuMoe, EachModeAndChannelCountEqualsTheHostPath) {
   SKIP_WITHOUT_GPU();
-  for (const char* mode : {"normal", "low-latency"}) {
+  for (const char* mode : {"normal-counted", "normal-table", "low-latency"}) {
     for (int channels : {1, 3, 64}) {
       SCOPED_TRACE(std::string(mode) + ", " + std::to_string(channels) + " channels");
       MoeMode m(mode, channels);
@@ -352,7 +352,7 @@ INSTANTIATE_TEST_SUITE_P(
 // the same bits as the host path.
 TEST(GpuMoeSplit, HalvesWithWorkBetweenEqualTheHostPath) {
   SKIP_WITHOUT_GPU();
-  for (const char* mode : {"normal", "low-latency"}) {
+  for (const char* mode : {"normal-counted", "normal-table", "low-latency"}) {
     SCOPED_TRACE(mode);
     MoeMode m(mode);
     expectThreadRanks(Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, 2, false, true);
@@ -363,7 +363,7 @@ TEST(GpuMoeSplit, HalvesWithWorkBetweenEqualTheHostPath) {
 
 TEST(GpuMoeGraph, ReplaysWithDifferentRoutings) {
   SKIP_WITHOUT_GPU();
-  for (const char* mode : {"normal", "low-latency"}) {
+  for (const char* mode : {"normal-counted", "normal-table", "low-latency"}) {
     SCOPED_TRACE(mode);
     MoeMode m(mode);
     expectThreadRanks(Case{4, 16, 4, 64, 128, weftBfloat16, Routing::uniform}, 4, true);
@@ -380,11 +380,22 @@ TEST(GpuMoeLowLatency, ManyTokensAndExpertsEqualTheHostPath) {
   expectThreadRanks(Case{2, 80, 8, 600, 64, weftBfloat16, Routing::oneExpert}, 1, false);
 }
 
+// 80 experts a rank: past the table the receivers place from (algo::moeTableFits), normal mode
+// counts and places each expert's rows in a block of its own; low latency is refused.
+TEST(GpuMoeWide, ManyExpertsARankAreCountedAndPlaced) {
+  SKIP_WITHOUT_GPU();
+  for (int channels : {0, 5}) {
+    MoeMode m("auto", channels);
+    expectThreadRanks(Case{2, 160, 6, 300, 64, weftBfloat16, Routing::uniform}, 2, false);
+    expectThreadRanks(Case{2, 160, 4, 64, 128, weftBfloat16, Routing::uniform, true}, 2, true);
+  }
+}
+
 void expectCapacityError();
 
 TEST(GpuMoeCapacity, RowsOverTheCapacityAreEveryRanksError) {
   SKIP_WITHOUT_GPU();
-  for (const char* mode : {"normal", "low-latency"}) {
+  for (const char* mode : {"normal-counted", "normal-table", "low-latency"}) {
     SCOPED_TRACE(mode);
     MoeMode m(mode);
     expectCapacityError();
@@ -417,7 +428,8 @@ TEST(GpuMoeProcesses, DispatchAndCombineAcrossProcesses) {
   if (kSetHardwareQueues) unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
   const std::pair<Case, const char*> cases[] = {
       {Case{2, 8, 4, 64, 128, weftBfloat16, Routing::uniform}, "normal"},
-      {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "normal"},
+      {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "normal-counted"},
+      {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "normal-table"},
       {Case{4, 16, 8, 96, 256, weftBfloat16, Routing::uniform}, "low-latency"}};
   for (const auto& [c, mode] : cases) {
     MoeMode m(mode);

@@ -171,12 +171,6 @@ TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
       EXPECT_GT(half->dispatchUs + half->combineUs, p->dispatchUs + p->combineUs);
     }
   }
-  // What the H200's sweeps measured fastest (docs/perf-fused.md): 8 ranks sharing it, low latency
-  // for one token and normal for 4096, on the most channels.
-  const MoeShape one = MoeShape::of(1, 7168, 8, 64, 8, false);
-  auto p1 = sel.planMoeGpu(one, algo::simulateRouting(one, uniform));
-  ASSERT_TRUE(p1.isOk());
-  EXPECT_TRUE(p1->lowLatency) << p1->reason;
   // More tokens take more channels.
   const MoeShape few = MoeShape::of(1, 7168, 8, 64, 8, false),
                  many = MoeShape::of(4096, 7168, 8, 64, 8, false);
@@ -194,8 +188,18 @@ TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   ASSERT_TRUE(pw.isOk());
   EXPECT_FALSE(pw->lowLatency);
   EXPECT_EQ(pw->lowLatencyUs, 0);
+  EXPECT_FALSE(pw->table);
   auto refused = two.planMoeGpu(wide, algo::simulateRouting(wide, uniform), true);
   EXPECT_EQ(refused.status().code(), Code::unsupported);
+  auto noTable = two.planMoeGpu(wide, algo::simulateRouting(wide, uniform), false, 0, true);
+  EXPECT_EQ(noTable.status().code(), Code::unsupported);
+  // Normal mode's placing, as measured on the H200: from the table at 8 ranks (8 experts a
+  // rank), counted at 2 (32 experts a rank: the numbering's scans cost more).
+  EXPECT_TRUE(auto4096->table) << auto4096->reason;
+  const MoeShape pair = MoeShape::of(4096, 7168, 8, 64, 2, false);
+  auto pp = two.planMoeGpu(pair, algo::simulateRouting(pair, uniform));
+  ASSERT_TRUE(pp.isOk());
+  EXPECT_FALSE(pp->lowLatency || pp->table) << pp->reason;
   // The tuning file's "moe" section.
   auto c = algo::CostConstants::fromJson(
       R"({"moe": {"kernel_us": 2.5, "half_rate_blocks": 60, "peer_us": 3}})", "t");
