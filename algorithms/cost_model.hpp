@@ -111,11 +111,11 @@ struct GemmConstants {
 // their channels (algorithms/moe_gpu_plan.cpp). A tuning file's "moe"; the defaults are fitted
 // to the H200 machine's sweeps (docs/perf-fused.md, "Modes and channels").
 struct MoeConstants {
-  double kernelUs = 1.48;           // kernel_us: one kernel of a call's chain (normal mode's)
-  double lowLatencyKernelUs = 4.2;  // low_latency_kernel_us: each of low latency's dispatch two
-  double peerUs = 4.9;              // peer_us: an all-peers wait, per peer past the rank itself
-  double scanUs = 2.5;    // scan_us: a layout, count or place step over 256 tokens or records
-  double numberUs = 5.5;  // number_us: a numbering step, 256 tokens and 7 experts
+  double kernelUs = 1.53;           // kernel_us: one kernel of a call's chain (normal mode's)
+  double lowLatencyKernelUs = 4.0;  // low_latency_kernel_us: each of low latency's dispatch two
+  double peerUs = 4.45;             // peer_us: an all-peers wait, per peer past the rank itself
+  double scanUs = 2.6;     // scan_us: a layout, count or place step over 256 tokens or records
+  double numberUs = 13.5;  // number_us: a numbering step over 256 tokens
   // half_rate_blocks: a device's copies run at rate · blocks / (blocks + this), the blocks of
   // every rank on it counted.
   double halfRateBlocks = 132;

@@ -84,8 +84,8 @@ Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& tra
                  copyUs((b.tokens + b.slots) * dBytes, local, pairBlocks) + waits;
     p.combine = copyUs((b.slots + b.tokens) * cBytes, send, pairBlocks) +
                 copyUs((b.tokens + T) * cBytes, local, tokenBlocks) + waits;
-    // Numbering each expert's rows: a block scans every token, 7 experts to a step.
-    const double numbering = steps(T) * (1 + (L + 6) / 7) * m.numberUs;
+    // Numbering each expert's rows: a block scans every token, 256 a step.
+    const double numbering = steps(T) * m.numberUs;
     if (ll) {
       p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs + numbering;
       p.combine += 2 * m.kernelUs;

@@ -218,31 +218,23 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The low-latency dispatch's send, a grid of n × cs blocks. Block (q, ch) finds every token's slot
-// at rank q and its index among the rows each of q's experts takes from this rank (block scans,
-// the experts' counts 7 to a 64-bit word), writes the records and rows of every cs-th slot from
-// ch, and the last of q's blocks writes q the rows and raises its flag.
-constexpr int kPacked = 7, kFieldBits = 9;  // a field holds up to 256 tokens' hits, and more
-
 // The block's scan of every token for rank q, in token order: each token's slot there (slotOf,
 // written by every block that scans q), and the records of the slots of channel ch of cs (each
-// slot's local expert, weight and index among the rows that expert takes from this rank: block
-// scans, 7 experts' counts to a 64-bit word). Leaves the tokens sent q in *sent and the rows each
-// of its experts takes in perExpert (both shared); block (0, 0) counts bad and repeated indices.
+// slot's local expert, weight and index among the rows that expert takes from this rank: the
+// chunk's tokens of each expert as bits, the index the bits below). Leaves the tokens sent q in
+// *sent and the rows each of its experts takes in perExpert (both shared); block (0, 0) counts bad
+// and repeated indices.
 __device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const std::int64_t* idx,
                              const float* w, int* sent, int* perExpert) {
   using Scan = cub::BlockScan<int, kThreads>;
-  using WideScan = cub::BlockScan<unsigned long long, kThreads>;
-  __shared__ union {
-    typename Scan::TempStorage narrow;
-    typename WideScan::TempStorage wide;
-  } tmp;
+  constexpr int kWords = kThreads / 32;
+  __shared__ typename Scan::TempStorage tmp;
+  // [expert][word]: the chunk's tokens (a bit each, in thread order) that go to each expert.
+  __shared__ unsigned chunkOf[kLowLatencyMaxLocal * kWords];
   for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) perExpert[e] = 0;
   if (threadIdx.x == 0) *sent = 0;
-  __syncthreads();
-  const auto field = [](unsigned long long word, int i) {
-    return static_cast<int>((word >> (kFieldBits * i)) & ((1u << kFieldBits) - 1));
-  };
+  const int word = static_cast<int>(threadIdx.x) / 32;
+  const unsigned bit = 1u << (threadIdx.x % 32);
   for (int base = 0; base < d.tokens; base += kThreads) {
     const int t = base + static_cast<int>(threadIdx.x);
     const std::int64_t* row = idx + static_cast<std::size_t>(t) * d.k;
@@ -251,9 +243,14 @@ __device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const st
       const std::int64_t e = row[j];
       return e >= 0 && e < d.experts && e / d.L == q ? static_cast<int>(e % d.L) : -1;
     };
+    for (int i = static_cast<int>(threadIdx.x); i < d.L * kWords; i += kThreads) chunkOf[i] = 0;
+    __syncthreads();
     int going = 0;
     for (int j = 0; t < d.tokens && j < d.k; ++j) {
-      going |= localAtQ(j) >= 0 ? 1 : 0;
+      if (const int l = localAtQ(j); l >= 0) {
+        going = 1;
+        atomicOr(&chunkOf[l * kWords + word], bit);
+      }
       if (q != 0 || ch != 0) continue;
       const std::int64_t e = row[j];
       if (e < -1 || e >= d.experts) atomicAdd(&d.status[0], 1ULL);
@@ -261,36 +258,29 @@ __device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const st
         if (row[i] == e) atomicAdd(&d.status[1], 1ULL);
     }
     int prefix = 0, total = 0;
-    Scan(tmp.narrow).ExclusiveSum(going, prefix, total);
+    Scan(tmp).ExclusiveSum(going, prefix, total);
+    __syncthreads();  // every token's bits set
     const int slot = *sent + prefix;
     // Every block of q writes the same slots; each reads its own back to copy its rows.
     if (t < d.tokens) d.slotOf[static_cast<std::size_t>(t) * d.n + q] = going != 0 ? slot : -1;
-    std::int32_t* meta = nullptr;
     if (going != 0 && slot % cs == ch) {
-      meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) +
-             (static_cast<std::size_t>(d.me) * d.tokens + slot) * d.metaInts;
+      auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) +
+                   (static_cast<std::size_t>(d.me) * d.tokens + slot) * d.metaInts;
       meta[0] = t;
       for (int j = 0; j < d.k; ++j) {
-        meta[localAt(j)] = localAtQ(j);
+        const int l = localAtQ(j);
+        meta[localAt(j)] = l;
         meta[localAt(j) + 1] = __float_as_int(w[static_cast<std::size_t>(t) * d.k + j]);
+        if (l < 0) continue;
+        // Its index among the rows of expert l: those of the chunks before, then the bits below.
+        int below = __popc(chunkOf[l * kWords + word] & (bit - 1));
+        for (int i = 0; i < word; ++i) below += __popc(chunkOf[l * kWords + i]);
+        meta[localAt(j) + 2] = perExpert[l] + below;
       }
     }
-    for (int g = 0; g * kPacked < d.L; ++g) {
-      unsigned long long mine = 0, before = 0, all = 0;
-      for (int j = 0; going != 0 && j < d.k; ++j)
-        if (const int l = localAtQ(j); l >= 0 && l / kPacked == g)
-          mine += 1ULL << (kFieldBits * (l % kPacked));
-      __syncthreads();
-      WideScan(tmp.wide).ExclusiveSum(mine, before, all);
-      for (int j = 0; meta != nullptr && j < d.k; ++j)
-        if (const int l = localAtQ(j); l >= 0 && l / kPacked == g)
-          meta[localAt(j) + 2] = perExpert[l] + field(before, l % kPacked);
-      __syncthreads();
-      if (const int l = g * kPacked + static_cast<int>(threadIdx.x);
-          threadIdx.x < kPacked && l < d.L)
-        perExpert[l] += field(all, static_cast<int>(threadIdx.x));
-    }
     __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads)
+      for (int i = 0; i < kWords; ++i) perExpert[e] += __popc(chunkOf[e * kWords + i]);
     if (threadIdx.x == 0) *sent += total;
     __syncthreads();
   }
@@ -308,6 +298,10 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) d.sendCount[q] = sent;
 }
 
+// The low-latency dispatch's send, a grid of n × cs blocks. Block (q, ch) finds every token's slot
+// at rank q and its index among the rows each of q's experts takes from this rank (numberTokens),
+// writes the records and rows of every cs-th slot from ch, and the last of q's blocks writes q
+// the rows and raises its flag.
 __global__ void __launch_bounds__(kThreads)
     lowLatencySendKernel(MoeDevice d, const std::byte* x, const std::int64_t* idx, const float* w) {
   __shared__ int sent, perExpert[kLowLatencyMaxLocal];

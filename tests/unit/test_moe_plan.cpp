@@ -193,13 +193,8 @@ TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   EXPECT_EQ(refused.status().code(), Code::unsupported);
   auto noTable = two.planMoeGpu(wide, algo::simulateRouting(wide, uniform), false, 0, true);
   EXPECT_EQ(noTable.status().code(), Code::unsupported);
-  // Normal mode's placing, as measured on the H200: from the table at 8 ranks (8 experts a
-  // rank), counted at 2 (32 experts a rank: the numbering's scans cost more).
+  // Normal mode's placing at 8 ranks and 4096 tokens, as measured on the H200: from the table.
   EXPECT_TRUE(auto4096->table) << auto4096->reason;
-  const MoeShape pair = MoeShape::of(4096, 7168, 8, 64, 2, false);
-  auto pp = two.planMoeGpu(pair, algo::simulateRouting(pair, uniform));
-  ASSERT_TRUE(pp.isOk());
-  EXPECT_FALSE(pp->lowLatency || pp->table) << pp->reason;
   // The tuning file's "moe" section.
   auto c = algo::CostConstants::fromJson(
       R"({"moe": {"kernel_us": 2.5, "half_rate_blocks": 60, "peer_us": 3}})", "t");
