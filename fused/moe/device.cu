@@ -311,7 +311,6 @@ __global__ void __launch_bounds__(kThreads)
   // This block's rows (every cs-th slot from ch), a warp a row: each warp looks at 32 tokens at a
   // time and copies those of them that are this block's.
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const std::size_t vectors = d.sentBytes / 16;
   for (int t0 = 32 * warp; t0 < d.tokens; t0 += kThreads) {
     const int t = t0 + lane;
     const int slot = t < d.tokens ? d.slotOf[static_cast<std::size_t>(t) * d.n + q] : -1;
@@ -320,19 +319,10 @@ __global__ void __launch_bounds__(kThreads)
       const int i0 = __ffs(rows) - 1;
       rows &= rows - 1;
       const int token = t0 + i0, at = __shfl_sync(0xffffffffu, slot, i0);
-      const auto* from =
-          reinterpret_cast<const uint4*>(x + static_cast<std::size_t>(token) * d.sentBytes);
-      auto* to = reinterpret_cast<uint4*>(
-          d.peers[q] + d.rowsAt + (static_cast<std::size_t>(d.me) * d.tokens + at) * d.sentBytes);
-      for (std::size_t i = static_cast<std::size_t>(lane); i < vectors; i += 32 * kInFlight) {
-        uint4 v[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (i + 32 * u < vectors) v[u] = from[i + 32 * u];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          if (i + 32 * u < vectors) to[i + 32 * u] = v[u];
-      }
+      copyVectors(
+          d.peers[q] + d.rowsAt + (static_cast<std::size_t>(d.me) * d.tokens + at) * d.sentBytes,
+          x + static_cast<std::size_t>(token) * d.sentBytes, d.sentBytes,
+          static_cast<std::size_t>(lane), 32, false);
     }
   }
   if (!lastDone(d.arrived + q, static_cast<unsigned>(cs))) return;

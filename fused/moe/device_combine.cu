@@ -42,14 +42,7 @@ __device__ void combineSendRows(const MoeDevice& d, const std::byte* expertOut) 
           for (int i = 0; i < V; ++i)
             acc[u][i] = __fadd_rn(acc[u][i], __fmul_rn(w, widen(y[u].v[i])));
       }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        if (c0 + u * step >= chunks) continue;
-        Vec<T> out;
-#pragma unroll
-        for (int i = 0; i < V; ++i) out.v[i] = narrow<T>(acc[u][i]);
-        to[c0 + u * step] = out.raw;
-      }
+      storeSums<T>(to, acc, c0, step, chunks);
     }
   }
 }
@@ -78,15 +71,8 @@ __device__ void combineRows(const MoeDevice& d, std::byte* out) {
 #pragma unroll
           for (int i = 0; i < V; ++i) sum[u][i] = __fadd_rn(sum[u][i], widen(y[u].v[i]));
       }
-#pragma unroll
-      for (int u = 0; u < kInFlight; ++u) {
-        if (c0 + u * step >= chunks) continue;
-        Vec<T> o;
-#pragma unroll
-        for (int i = 0; i < V; ++i) o.v[i] = narrow<T>(sum[u][i]);
-        reinterpret_cast<uint4*>(out + static_cast<std::size_t>(t) * d.rowBytes)[c0 + u * step] =
-            o.raw;
-      }
+      storeSums<T>(reinterpret_cast<uint4*>(out + static_cast<std::size_t>(t) * d.rowBytes), sum,
+                   c0, step, chunks);
     }
   }
 }

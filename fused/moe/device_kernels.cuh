@@ -33,14 +33,15 @@ __device__ constexpr int localAt(int slot) {
   return 1 + 3 * slot;
 }
 
-// A row by the block, four 16-byte loads a thread in flight before their stores (one at a time,
-// a block's copies wait out a load's latency per vector).
-__device__ inline void copyRow(std::byte* to, const std::byte* from, std::size_t bytes,
-                               bool peerWritten) {
+// A row's 16-byte vectors by the threads first, first + step, ... (a block, or a warp's lanes),
+// kInFlight loads a thread in flight before their stores (one at a time, the copies would wait
+// out a load's latency per vector).
+__device__ inline void copyVectors(std::byte* to, const std::byte* from, std::size_t bytes,
+                                   std::size_t first, std::size_t step, bool peerWritten) {
   auto* t = reinterpret_cast<uint4*>(to);
   const auto* f = reinterpret_cast<const uint4*>(from);
-  const std::size_t vectors = bytes / 16, step = blockDim.x;
-  for (std::size_t base = threadIdx.x; base < vectors; base += step * kInFlight) {
+  const std::size_t vectors = bytes / 16;
+  for (std::size_t base = first; base < vectors; base += step * kInFlight) {
     uint4 v[kInFlight];
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u)
@@ -50,6 +51,12 @@ __device__ inline void copyRow(std::byte* to, const std::byte* from, std::size_t
     for (int u = 0; u < kInFlight; ++u)
       if (const std::size_t i = base + u * step; i < vectors) t[i] = v[u];
   }
+}
+
+// A row by the block.
+__device__ inline void copyRow(std::byte* to, const std::byte* from, std::size_t bytes,
+                               bool peerWritten) {
+  copyVectors(to, from, bytes, threadIdx.x, blockDim.x, peerWritten);
 }
 
 // Until every rank's flag of this call is up in this rank's buffer (the block's threads wait on
@@ -107,6 +114,20 @@ struct Vec {
     T v[V];
   };
 };
+
+// A thread's kInFlight sums (vectors c0, c0 + step, ...) rounded to T into `to`.
+template <typename T>
+__device__ void storeSums(uint4* to, const float (&sums)[kInFlight][Vec<T>::V], std::size_t c0,
+                          std::size_t step, std::size_t chunks) {
+#pragma unroll
+  for (int u = 0; u < kInFlight; ++u) {
+    if (c0 + u * step >= chunks) continue;
+    Vec<T> out;
+#pragma unroll
+    for (int i = 0; i < Vec<T>::V; ++i) out.v[i] = narrow<T>(sums[u][i]);
+    to[c0 + u * step] = out.raw;
+  }
+}
 
 // Whether this block is the last of `blocks` to be done with counter `c` (which it resets for the
 // next call). The barrier orders the block's writes before its thread 0's system fence, and the
