@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "fused/fp8/codec.hpp"
@@ -38,7 +39,11 @@ std::size_t recordBytes(const algo::MoeShape& s, const DispatchCall& call) {
 }
 
 // acc[c] += w · b[c] (bf16 widened exactly), each product and sum rounded to f32 as the
-// device's combine rounds them (w = 1: the product is b[c] itself).
+// device's combine rounds them (w = 1: the product is b[c] itself); compiled for the wider x86
+// vector units too, the widest this CPU runs picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("default", "avx2", "avx512f")))
+#endif
 void addBf16(float* acc, const std::uint16_t* b, std::size_t count, float w) {
   for (std::size_t c = 0; c < count; ++c) {
     const std::uint32_t bits = static_cast<std::uint32_t>(b[c]) << 16;
@@ -69,6 +74,19 @@ Status writeRecord(std::byte* r, std::size_t t, const algo::MoeShape& shape,
     std::memcpy(r + sent + 4 + 8 * j, &v, 4);
     std::memcpy(r + sent + 8 + 8 * j, &call.topkWeights[t * k + j], 4);
   }
+  return {};
+}
+
+// body(begin, end) over [0, count) in contiguous ranges, on as many of the rank's threads as
+// have a MiB of `itemBytes` each to move (Communicator::parallel); the first failure, if any.
+Status inParallel(Communicator& comm, std::size_t count, std::size_t itemBytes,
+                  const std::function<Status(std::size_t, std::size_t)>& body) {
+  const std::size_t worth = count * itemBytes >> 20;
+  const std::size_t k = std::max<std::size_t>(1, std::min({comm.hostThreads(), worth, count}));
+  std::vector<Status> failed(k);
+  comm.parallel(k, [&](std::size_t i) { failed[i] = body(count * i / k, count * (i + 1) / k); });
+  for (Status& f : failed)
+    if (!f) return f;
   return {};
 }
 
@@ -301,34 +319,65 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   const std::size_t sent = sentRowBytes(shape, call);  // a row's bytes in the record
   const std::size_t received = total(layout.fromRank);
   std::vector<const std::byte*> records(received);  // each received token's, in source order
+  std::vector<const std::byte*> peers;              // flat, on one host: every rank's workspace
   if (!layout.hierarchical) {
     // Each token once per destination: its values and its slots there.
     // The communicator's host workspace, reused from call to call: fresh buffers of this size
     // would fault their pages in at every call.
-    const std::size_t sendBytes = layout.route.tokens.size() * rec;
-    auto ws = comm.workspace(sendBytes + received * rec, false);
+    const std::size_t sendBytes = layout.route.tokens.size() * rec,
+                      wsBytes = sendBytes + received * rec;
+    auto ws = comm.workspace(wsBytes, false);
     if (!ws) return ws.status();
     std::byte* send = *ws;
     std::byte* recv = *ws + sendBytes;
-    for (std::size_t q = 0; q < n; ++q) {
-      for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i) {
-        const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
-        auto local = [&](std::int64_t e) -> std::int32_t {
-          const bool there =
-              e >= 0 && static_cast<std::size_t>(shape.rankOf(static_cast<int>(e))) == q;
-          return there ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L) : -1;
-        };
-        if (Status e = writeRecord(send + i * rec, t, shape, call, local); !e) return e;
+    const std::vector<std::size_t>& offsets = layout.route.offsets;
+    if (Status failed = inParallel(
+            comm, layout.route.tokens.size(), rec,
+            [&](std::size_t begin, std::size_t end) -> Status {
+              // Destination q's records are offsets[q] .. offsets[q + 1].
+              auto q = static_cast<std::size_t>(
+                  std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin() - 1);
+              for (std::size_t i = begin; i < end; ++i) {
+                while (i >= offsets[q + 1]) ++q;
+                auto local = [&](std::int64_t e) -> std::int32_t {
+                  const bool there =
+                      e >= 0 && static_cast<std::size_t>(shape.rankOf(static_cast<int>(e))) == q;
+                  return there ? static_cast<std::int32_t>(static_cast<std::size_t>(e) % L) : -1;
+                };
+                const auto t = static_cast<std::size_t>(layout.route.tokens[i]);
+                if (Status e = writeRecord(send + i * rec, t, shape, call, local); !e) return e;
+              }
+              return {};
+            });
+        !failed)
+      return failed;
+    // Where the ranks share a host, each reads its records straight from their senders'
+    // workspaces (rank s's for q after those for the ranks before q), else they cross by an
+    // all-to-all-v. The same way on every rank.
+    auto views = comm.peerWorkspaces(wsBytes);
+    if (!views) return views.status();
+    peers = std::move(*views);
+    layout.atPeer.assign(n, 0);
+    for (std::size_t q = 0; q < n; ++q)
+      for (std::size_t s = 0; s < me; ++s) layout.atPeer[q] += c.tokens(s, q);
+    if (!peers.empty()) {
+      std::size_t j = 0;
+      for (std::size_t s = 0; s < n; ++s) {
+        std::size_t at = 0;  // rank s's records for the ranks before this one
+        for (std::size_t q = 0; q < me; ++q) at += c.tokens(s, q);
+        for (std::size_t i = 0; i < layout.fromRank[s]; ++i)
+          records[j++] = peers[s] + (at + i) * rec;
       }
+    } else {
+      std::vector<std::size_t> toRank(n);
+      for (std::size_t q = 0; q < n; ++q) toRank[q] = layout.route.toRank(static_cast<int>(q));
+      const Exchange out(toRank, rec), in(layout.fromRank, rec);
+      if (Status s = comm.allToAllv(send, out.counts.data(), out.displs.data(), recv,
+                                    in.counts.data(), in.displs.data(), DataType::u8);
+          !s)
+        return s;
+      for (std::size_t j = 0; j < received; ++j) records[j] = recv + j * rec;
     }
-    std::vector<std::size_t> toRank(n);
-    for (std::size_t q = 0; q < n; ++q) toRank[q] = layout.route.toRank(static_cast<int>(q));
-    const Exchange out(toRank, rec), in(layout.fromRank, rec);
-    if (Status s = comm.allToAllv(send, out.counts.data(), out.displs.data(), recv,
-                                  in.counts.data(), in.displs.data(), DataType::u8);
-        !s)
-      return s;
-    for (std::size_t j = 0; j < received; ++j) records[j] = recv + j * rec;
   } else if (Status s = forwardAlongRails(comm, c, *rails, call, layout, records); !s) {
     return s;
   }
@@ -341,7 +390,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
     next[e + 1] = next[e] + rows;
   }
   layout.rows = next[L];
-  auto* out = static_cast<std::byte*>(call.recvX);
+  // Each slot's row, in order; then the rows copied, on the rank's threads.
   layout.slotOffsets.assign(1, 0);
   std::size_t j = 0;
   for (std::size_t s = 0; s < n; ++s) {
@@ -356,13 +405,6 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
         std::memcpy(&weight, r + sent + 8 + 8 * slot, 4);
         if (local < 0) continue;
         const std::size_t row = next[static_cast<std::size_t>(local)]++;
-        if (call.fp8) {  // the elements to recv_x, the scales to recv_scales
-          const std::size_t blocks = dispatchCodec().blocks(shape.hidden);
-          std::memcpy(out + row * shape.hidden, r, shape.hidden);
-          std::memcpy(call.recvScales + row * blocks, r + shape.hidden, blocks * 4);
-        } else {
-          std::memcpy(out + row * rowBytes, r, rowBytes);
-        }
         if (call.recvSource != nullptr) {
           call.recvSource[2 * row] = static_cast<std::int32_t>(s);
           call.recvSource[2 * row + 1] = source;
@@ -372,6 +414,26 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
       }
       layout.slotOffsets.push_back(layout.slotRows.size());
     }
+  }
+  auto* out = static_cast<std::byte*>(call.recvX);
+  const std::size_t blocks = call.fp8 ? dispatchCodec().blocks(shape.hidden) : 0;
+  (void)inParallel(comm, received, rowBytes * k, [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i) {
+      for (std::size_t slot = layout.slotOffsets[i]; slot < layout.slotOffsets[i + 1]; ++slot) {
+        const std::size_t row = layout.slotRows[slot];
+        if (call.fp8) {  // the elements to recv_x, the scales to recv_scales
+          std::memcpy(out + row * shape.hidden, records[i], shape.hidden);
+          std::memcpy(call.recvScales + row * blocks, records[i] + shape.hidden, blocks * 4);
+        } else {
+          std::memcpy(out + row * rowBytes, records[i], rowBytes);
+        }
+      }
+    }
+    return Status{};
+  });
+  // Nobody writes its workspace again while a peer may still read it.
+  if (!peers.empty()) {
+    if (Status s = comm.barrier(); !s) return s;
   }
   return layout;
 }
@@ -391,26 +453,29 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
   // the received tokens' parts out, this rank's tokens' back. Hierarchical: the parts to the
   // forwarders, the parts a forwarder gets, its sums for its rail, and this rank's tokens' back
   // from each host.
+  // Flat on one host, the peers read the parts straight from this rank's workspace
+  // (layout.atPeer), and nothing comes back through it.
   const bool rails = layout.hierarchical;
   const std::size_t sendRows = received, gotRows = rails ? total(layout.toLocal) : 0,
                     sumsRows = rails ? total(layout.fromRail) : 0,
                     backRows = rails ? layout.hostRoute.tokens.size() : layout.route.tokens.size();
   const std::size_t rows = sendRows + gotRows + sumsRows + backRows;
   const std::size_t sumAt = (rows * rowBytes + 63) / 64 * 64;
-  auto ws = comm.workspace(sumAt + shape.tokens * H * sizeof(float), false);
+  const std::size_t wsBytes = sumAt + shape.tokens * H * sizeof(float);
+  auto ws = comm.workspace(wsBytes, false);
   if (!ws) return ws.status();
   std::byte* send = *ws;
   std::byte* got = send + sendRows * rowBytes;
   std::byte* sums = got + gotRows * rowBytes;
   std::byte* back = sums + sumsRows * rowBytes;
   auto* sum = reinterpret_cast<float*>(*ws + sumAt);
-  // acc (f32) += row of type t at `from`, times w.
-  std::vector<float> row(H);
-  auto add = [&](float* acc, const std::byte* from, float w) -> Status {
+  // acc (f32) += row of type t at `from`, times w (`row`: a thread's scratch of H floats).
+  auto add = [&](float* acc, const std::byte* from, float w, std::vector<float>& row) -> Status {
     if (t == DataType::bf16) {  // widened in the loop, which then vectorizes
       addBf16(acc, reinterpret_cast<const std::uint16_t*>(from), H, w);
       return {};
     }
+    row.resize(H);
     if (Status st = fp8::toFloats(t, from, H, row.data()); !st) return st;
     if (w == 1.0f) {
       for (std::size_t c = 0; c < H; ++c) acc[c] += row[c];
@@ -420,16 +485,60 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
     return {};
   };
   // Each received token's weighted sum over its local experts, in its slots' order, in f32,
-  // rounded once to the type.
-  std::vector<float> acc(H);
-  for (std::size_t j = 0; j < received; ++j) {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s)
-      if (Status st = add(acc.data(), y + layout.slotRows[s] * rowBytes, layout.slotWeights[s]);
-          !st)
-        return st;
-    const std::size_t at = rails ? layout.atForwarded[j] : j;
-    if (Status st = fp8::fromFloats(t, acc.data(), H, send + at * rowBytes); !st) return st;
+  // rounded once to the type; on the rank's threads.
+  const std::size_t perToken = rowBytes * (1 + static_cast<std::size_t>(shape.topk));
+  if (Status st = inParallel(
+          comm, received, perToken,
+          [&](std::size_t begin, std::size_t end) {
+            std::vector<float> acc(H), row;
+            for (std::size_t j = begin; j < end; ++j) {
+              std::fill(acc.begin(), acc.end(), 0.0f);
+              for (std::size_t s = layout.slotOffsets[j]; s < layout.slotOffsets[j + 1]; ++s)
+                if (Status e = add(acc.data(), y + layout.slotRows[s] * rowBytes,
+                                   layout.slotWeights[s], row);
+                    !e)
+                  return e;
+              const std::size_t at = rails ? layout.atForwarded[j] : j;
+              if (Status e = fp8::fromFloats(t, acc.data(), H, send + at * rowBytes); !e) return e;
+            }
+            return Status{};
+          });
+      !st)
+    return st;
+  std::vector<const std::byte*> peers;  // flat: every rank's workspace, or empty
+  if (!rails) {
+    auto views = comm.peerWorkspaces(wsBytes);
+    if (!views) return views.status();
+    peers = std::move(*views);
+  }
+  // Each token's parts (ranks', or hosts'), in rank or host order, in f32, rounded once into
+  // out; each of the rank's threads sums a range of the tokens. parts[i]: tokens[i]'s.
+  auto sumParts = [&](const std::vector<std::int32_t>& tokens,
+                      const std::vector<const std::byte*>& parts) -> Status {
+    const std::size_t each = tokens.size() * rowBytes / std::max<std::size_t>(1, shape.tokens);
+    return inParallel(comm, shape.tokens, each, [&](std::size_t begin, std::size_t end) {
+      std::fill(sum + begin * H, sum + end * H, 0.0f);
+      std::vector<float> row;
+      for (std::size_t i = 0; i < tokens.size(); ++i) {
+        const auto tok = static_cast<std::size_t>(tokens[i]);
+        if (tok < begin || tok >= end) continue;
+        if (Status e = add(sum + tok * H, parts[i], 1.0f, row); !e) return e;
+      }
+      return fp8::fromFloats(t, sum + begin * H, (end - begin) * H,
+                             static_cast<std::byte*>(out) + begin * rowBytes);
+    });
+  };
+  const std::vector<std::int32_t>& tokens = rails ? layout.hostRoute.tokens : layout.route.tokens;
+  std::vector<const std::byte*> parts(tokens.size());
+  if (!rails && !peers.empty()) {
+    // Rank q's parts for this rank's tokens, straight from its workspace.
+    for (std::size_t q = 0; q < n; ++q)
+      for (std::size_t i = layout.route.offsets[q]; i < layout.route.offsets[q + 1]; ++i)
+        parts[i] = peers[q] + (layout.atPeer[q] + i - layout.route.offsets[q]) * rowBytes;
+    const Status st = sumParts(tokens, parts);
+    // Nobody writes its workspace again while a peer may still read it.
+    if (Status s = comm.barrier(); !s) return s;
+    return st;
   }
   if (!rails) {
     std::vector<std::size_t> toRank(n);
@@ -452,10 +561,12 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
                            atForwarder.counts.data(), atForwarder.displs.data(), DataType::u8);
         !s)
       return s;
+    std::vector<float> acc(H), row;
     for (std::size_t i = 0; i + 1 < layout.partOffsets.size(); ++i) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (std::size_t p = layout.partOffsets[i]; p < layout.partOffsets[i + 1]; ++p)
-        if (Status st = add(acc.data(), got + layout.partAt[p] * rowBytes, 1.0f); !st) return st;
+        if (Status st = add(acc.data(), got + layout.partAt[p] * rowBytes, 1.0f, row); !st)
+          return st;
       if (Status st = fp8::fromFloats(t, acc.data(), H, sums + i * rowBytes); !st) return st;
     }
     const Exchange alongRail(layout.fromRail, rowBytes);
@@ -473,15 +584,8 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
         !s)
       return s;
   }
-  // Each token's parts (ranks', or hosts'), in rank or host order, in f32.
-  const std::vector<std::int32_t>& tokens = rails ? layout.hostRoute.tokens : layout.route.tokens;
-  std::fill(sum, sum + shape.tokens * H, 0.0f);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto tok = static_cast<std::size_t>(tokens[i]);
-    if (Status st = add(sum + tok * H, back + i * rowBytes, 1.0f); !st) return st;
-  }
-  if (Status st = fp8::fromFloats(t, sum, shape.tokens * H, out); !st) return st;
-  return {};
+  for (std::size_t i = 0; i < tokens.size(); ++i) parts[i] = back + i * rowBytes;
+  return sumParts(tokens, parts);
 }
 
 }  // namespace weft::fused::moe

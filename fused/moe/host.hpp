@@ -1,9 +1,10 @@
 // MoE dispatch and combine on host memory through the communicator's collectives: the counts
 // every rank routes to every rank's experts gathered once, each token's values sent once per
-// destination rank (with its slots' local experts and weights) by one all-to-all-v, laid out
-// grouped by local expert on arrival; combine sends each received token's weighted sum over
-// its local experts back, summed at its owner in rank order (f32), so the result is the same
-// bits whatever the arrival order. Across hosts the selector may pick the hierarchical path:
+// destination rank (with its slots' local experts and weights) — read by the destination
+// straight from the sender's workspace where the ranks share a host, else by one all-to-all-v
+// — and laid out grouped by local expert on arrival; combine sends each received token's weighted
+// sum over its local experts back, summed at its owner in rank order (f32), so the result is the
+// same bits whatever the arrival order. Across hosts the selector may pick the hierarchical path:
 // a token once per host over the network, forwarded there, its parts summed there first. The
 // reference the device kernels are checked against, and the host path. docs/algorithms-fused.md,
 // "MoE dispatch and combine".
@@ -44,8 +45,11 @@ fp8::Codec dispatchCodec();
 struct MoeLayout {
   algo::MoeShape shape;
   DataType type = DataType::bf16;
-  algo::RankRoute route;                 // this rank's tokens to each rank
-  std::vector<std::size_t> fromRank;     // tokens received from each rank
+  algo::RankRoute route;              // this rank's tokens to each rank
+  std::vector<std::size_t> fromRank;  // tokens received from each rank
+  // Flat, through the peers' workspaces (Communicator::peerWorkspaces): where this rank's
+  // tokens stand among each rank's received ones (the tokens of the ranks before it there).
+  std::vector<std::size_t> atPeer;
   std::vector<std::size_t> slotOffsets;  // received tokens + 1: token j's slots are
   std::vector<std::size_t> slotRows;     // slotRows[slotOffsets[j] …] (rows of recvX),
   std::vector<float> slotWeights;        // with their weights

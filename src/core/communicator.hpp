@@ -145,8 +145,18 @@ class Communicator {
                                        const algo::CodecShape& codec, bool always, bool gpu);
   // Memory an operation of fused/ keeps between its steps, the communicator's (freed with it),
   // at least `bytes`: on the GPU (CudaExecutor::workspace; the first GPU call sets up the GPU
-  // transport) or this rank's host memory. Valid until the next request.
+  // transport) or this rank's host memory, which is weftHostAlloc memory that peers in other
+  // processes can map (peerWorkspaces). Valid until the next request.
   Result<std::byte*> workspace(std::size_t bytes, bool gpu);
+  // Every rank's host workspace of at least `bytes` (each rank its own size) as this rank reads
+  // it: its own at its rank, the peers' mapped read-only (threads of one process: their
+  // addresses). Collective; empty on every rank alike unless every rank is on this host through
+  // shared memory and could map every other's. Valid until the next request.
+  Result<std::vector<const std::byte*>> peerWorkspaces(std::size_t bytes);
+  // fused/'s loops on host memory: this rank's threads (its caller and channel workers, no more
+  // than its cores), and fn(0) .. fn(k − 1), on up to hostThreads() of them at once.
+  std::size_t hostThreads() const { return hostThreads_; }
+  void parallel(std::size_t k, const std::function<void(std::size_t)>& fn);
   // What an operation of fused/ keeps from call to call (streams, library handles), by name;
   // null until it sets it. Destroyed with the communicator, before its GPU transport.
   std::shared_ptr<void>& fusedState(std::string_view name);
@@ -289,7 +299,10 @@ class Communicator {
   std::vector<std::unique_ptr<Registration>> registrations_;
   Registration* registrationHolding(const void* p, std::size_t bytes);
   std::vector<std::byte> scratch_;
-  std::vector<std::byte> hostWorkspace_;        // workspace(…, false)
+  // workspace(…, false): weftHostAlloc memory; and the peers' as peerWorkspaces mapped them.
+  std::shared_ptr<std::byte> hostWorkspace_;
+  std::size_t hostWorkspaceBytes_ = 0;
+  std::unique_ptr<transport::PeerAllocations> peerWorkspaces_;
   std::optional<weftCompression> compression_;  // set by weftCommSetCompression
   std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
   std::vector<Communicator*> children_;  // adopt()'s, which fusedStates_ own
@@ -309,7 +322,10 @@ class Communicator {
   // calls carry from one to the next.
   bool directPossible_ = false;
   bool directThreads_ = false;  // every rank is a thread of this process
-  int directFewestCores_ = 0;   // between processes: the fewest cores of any rank
+  // Every rank on this host through shared memory, WEFT_HOST_DIRECT not 0: peerWorkspaces may
+  // map (the same on every rank).
+  bool workspacesShared_ = false;
+  int directFewestCores_ = 0;  // between processes: the fewest cores of any rank
   exec::DirectGroup directGroup_;
   exec::DirectState directState_;
   // Small calls through the slots: whether every rank shares this host's memory (the same on
@@ -368,6 +384,7 @@ class Communicator {
   std::atomic<bool> mismatchRaised_{false};
   bool created_ = false;         // create() finished: a destructor before that aborts the peers
   bool channelsInline_ = false;  // a schedule's channels one after another on the caller
+  std::size_t hostThreads_ = 1;  // hostThreads()
   std::unique_ptr<ChannelWorkers> workers_;  // last: stopped before anything they use goes
 };
 

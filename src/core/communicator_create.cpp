@@ -214,6 +214,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   c->directThreads_ =
       std::all_of(c->pids_.begin(), c->pids_.end(), [&](int pid) { return pid == c->pids_[ME]; });
   c->directPossible_ = n >= 2 && config.hostDirect != 0 && !anyUcx;
+  c->workspacesShared_ = config.hostDirect != 0 && !anyUcx;
 
   // 2. This rank's inbox (FIFOs when a peer on this host uses them; else the control page
   // that carries aborts between ranks of one host) and its UCX workers.
@@ -408,6 +409,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
   c->workers_ = std::make_unique<ChannelWorkers>(
       c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
+  c->hostThreads_ =
+      c->channelsInline_
+          ? 1
+          : static_cast<std::size_t>(std::min(c->geometry_.channels, coresOfThisRank(ranksHere)));
   c->slotsPossible_ =
       n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
   if (c->slotsPossible_) {

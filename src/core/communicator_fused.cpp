@@ -4,6 +4,7 @@
 
 #include "src/core/communicator.hpp"
 #include "src/core/log.hpp"
+#include "src/transport/host_alloc.hpp"
 
 namespace weft {
 
@@ -35,9 +36,69 @@ Result<std::byte*> Communicator::workspace(std::size_t bytes, bool gpu) {
     if (Status s = ensureGpu(); !s) return s;
     return gpu_->workspace(bytes);
   }
-  if (hostWorkspace_.size() < bytes)
-    hostWorkspace_.resize(std::max(bytes, 2 * hostWorkspace_.size()));
-  return hostWorkspace_.data();
+  if (hostWorkspaceBytes_ < bytes || !hostWorkspace_) {
+    const std::size_t size = std::max({bytes, 2 * hostWorkspaceBytes_, std::size_t{4096}});
+    hostWorkspace_.reset();  // its memory goes before the larger one is made
+    hostWorkspaceBytes_ = 0;
+    auto p = transport::hostAlloc(size);
+    if (!p) return p.status();
+    hostWorkspace_.reset(static_cast<std::byte*>(*p),
+                         [](std::byte* q) { (void)transport::hostFree(q); });
+    hostWorkspaceBytes_ = size;
+  }
+  return hostWorkspace_.get();
+}
+
+void Communicator::parallel(std::size_t k, const std::function<void(std::size_t)>& fn) {
+  const std::size_t m = std::min(k, hostThreads_);  // threads; each runs every m-th share
+  if (m <= 1) {
+    for (std::size_t i = 0; i < k; ++i) fn(i);
+    return;
+  }
+  workers_->run(m, [&](std::size_t t) {
+    for (std::size_t i = t; i < k; i += m) fn(i);
+  });
+}
+
+Result<std::vector<const std::byte*>> Communicator::peerWorkspaces(std::size_t bytes) {
+  if (Status s = checkUsable("peerWorkspaces"); !s) return s;
+  auto ws = workspace(bytes, false);
+  if (!ws) return ws.status();
+  // Each rank's workspace as its peers name it: its address (threads of one process), its
+  // allocation (other processes) and its size.
+  struct Named {
+    std::uint64_t address, id, offset, allocBytes, fd, bytes;
+  };
+  const auto n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+  const transport::HostRef ref = transport::hostRefOf(*ws, hostWorkspaceBytes_);
+  std::vector<Named> all(n);
+  all[me] = {reinterpret_cast<std::uintptr_t>(*ws),
+             ref.id,
+             ref.offset,
+             ref.allocBytes,
+             static_cast<std::uint64_t>(static_cast<std::int64_t>(ref.fd)),
+             hostWorkspaceBytes_};
+  static_assert(sizeof(Named) == 6 * sizeof(std::uint64_t));
+  if (Status s = allGather(&all[me], all.data(), 6, DataType::u64); !s) return s;
+  std::vector<const std::byte*> at(n, nullptr);
+  bool mapped = workspacesShared_;
+  if (!peerWorkspaces_) peerWorkspaces_ = std::make_unique<transport::PeerAllocations>();
+  for (std::size_t q = 0; q < n && mapped; ++q) {
+    if (q == me || directThreads_) {
+      at[q] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(all[q].address));
+    } else {
+      transport::HostRef r;
+      r.id = all[q].id, r.offset = all[q].offset, r.allocBytes = all[q].allocBytes;
+      r.fd = static_cast<std::int32_t>(static_cast<std::int64_t>(all[q].fd));
+      at[q] = r.id == 0 ? nullptr : peerWorkspaces_->view(pids_[q], r, all[q].bytes);
+    }
+    mapped = at[q] != nullptr;
+  }
+  // Every rank takes the same way: through the mappings only where every rank could map.
+  std::uint8_t mine = mapped ? 1 : 0, every = 0;
+  if (Status s = allReduce(&mine, &every, 1, DataType::u8, RedOp::min); !s) return s;
+  if (every == 0) at.clear();
+  return at;
 }
 
 std::shared_ptr<void>& Communicator::fusedState(std::string_view name) {

@@ -34,8 +34,8 @@ struct World {
   std::vector<std::vector<std::uint16_t>> x;  // bf16
   std::vector<std::vector<std::int64_t>> idx;
   std::vector<std::vector<float>> w;
-  World(int ranks, int e, int k, std::size_t count, Pattern p)
-      : n(ranks), experts(e), topk(k), tokens(count), pattern(p) {
+  World(int ranks, int e, int k, std::size_t count, Pattern p, std::size_t h = 64)
+      : n(ranks), experts(e), topk(k), tokens(count), hidden(h), pattern(p) {
     std::mt19937 rng(static_cast<unsigned>(7 * ranks + 3 * k + static_cast<int>(p)));
     std::normal_distribution<float> normal(0, 1);
     std::uniform_real_distribution<float> weight(0.1f, 1);
@@ -72,6 +72,7 @@ struct World {
 struct Hosts {
   std::vector<int> of;  // by rank; empty: one host
   std::optional<bool> hierarchical;
+  bool direct = true;  // false: WEFT_HOST_DIRECT=0, so no rank reads another's workspace
 };
 
 std::vector<std::unique_ptr<Communicator>> ranks(int n, const Hosts& hosts = {}) {
@@ -87,6 +88,7 @@ std::vector<std::unique_ptr<Communicator>> ranks(int n, const Hosts& hosts = {})
       if (!hosts.of.empty())
         config.testHostId = std::to_string(hosts.of[static_cast<std::size_t>(r)]);
       config.moeHierarchical = hosts.hierarchical;
+      if (!hosts.direct) config.hostDirect = 0;
       auto c = Communicator::create(std::move((*boots)[static_cast<std::size_t>(r)]), config);
       EXPECT_TRUE(c.isOk()) << c.status().toString();
       if (c) comms[static_cast<std::size_t>(r)] = std::move(*c);
@@ -103,10 +105,13 @@ void everyRank(int n, F f) {
   for (auto& t : threads) t.join();
 }
 
-// Dispatch, check every row, let each expert scale its rows, combine, check against double.
-void expectRoundTrip(const World& wd, const Hosts& hosts = {}) {
+// Dispatch, check every row, let each expert scale its rows, combine, check against double;
+// each rank's combined output.
+std::vector<std::vector<std::uint16_t>> expectRoundTrip(const World& wd, const Hosts& hosts = {}) {
+  std::vector<std::vector<std::uint16_t>> outs(static_cast<std::size_t>(wd.n));
   auto comms = ranks(wd.n, hosts);
-  ASSERT_EQ(comms.size(), static_cast<std::size_t>(wd.n));
+  EXPECT_EQ(comms.size(), static_cast<std::size_t>(wd.n));
+  if (comms.size() != static_cast<std::size_t>(wd.n)) return outs;
   const algo::MoeShape shape = wd.shape();
   const int L = shape.localExperts();
   const std::size_t H = wd.hidden, capacity = wd.tokens * static_cast<std::size_t>(wd.n * wd.topk);
@@ -184,7 +189,9 @@ void expectRoundTrip(const World& wd, const Hosts& hosts = {}) {
       }
     }
     EXPECT_EQ(bad, 0) << "rank " << r;
+    outs[R] = std::move(out);
   });
+  return outs;
 }
 
 TEST(MoeHost, UniformRoutingsAtEveryRankCountAndTopK) {
@@ -193,6 +200,43 @@ TEST(MoeHost, UniformRoutingsAtEveryRankCountAndTopK) {
       SCOPED_TRACE(std::to_string(n) + " ranks, top-" + std::to_string(k));
       expectRoundTrip(World(n, 4 * n, k, 37, Pattern::uniform));
     }
+  }
+}
+
+// What the host path builds on: every rank's workspace as each reads it (empty on every rank
+// with WEFT_HOST_DIRECT=0), and the rank's threads running every share of a loop once.
+TEST(MoeHost, PeersWorkspacesAndTheRanksThreads) {
+  for (bool direct : {true, false}) {
+    auto comms = ranks(3, Hosts{{}, std::nullopt, direct});
+    ASSERT_EQ(comms.size(), 3u);
+    everyRank(3, [&](int r) {
+      Communicator& c = *comms[static_cast<std::size_t>(r)];
+      auto mine = c.workspace(100, false);
+      ASSERT_TRUE(mine.isOk());
+      (*mine)[99] = static_cast<std::byte>(40 + r);
+      auto all = c.peerWorkspaces(100);  // written before: every rank's is there to read
+      ASSERT_TRUE(all.isOk()) << all.status().toString();
+      ASSERT_EQ(all->size(), direct ? 3u : 0u);
+      for (std::size_t q = 0; q < all->size(); ++q)
+        EXPECT_EQ((*all)[q][99], static_cast<std::byte>(40 + q)) << "rank " << r;
+      ASSERT_TRUE(c.barrier().isOk());  // nobody writes again while a peer reads
+      std::vector<int> ran(7, 0);
+      c.parallel(ran.size(), [&](std::size_t i) { ++ran[i]; });
+      EXPECT_EQ(ran, std::vector<int>(7, 1));
+      EXPECT_GE(c.hostThreads(), 1u);
+    });
+  }
+}
+
+// Ranks reading each other's workspaces, or going through all-to-all-v (WEFT_HOST_DIRECT=0):
+// the same bits; rows of 4 KiB, so that calls split across a rank's threads where it has two.
+TEST(MoeHost, PeersWorkspacesAndAllToAllvGiveTheSameBits) {
+  for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const World wd(n, 4 * n, 4, 300, Pattern::uniform, 2048);
+    const auto direct = expectRoundTrip(wd);
+    const auto through = expectRoundTrip(wd, Hosts{{}, std::nullopt, false});
+    EXPECT_EQ(direct, through);
   }
 }
 
