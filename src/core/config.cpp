@@ -184,7 +184,8 @@ const Setting kSettings[] = {
      }},
     {"WEFT_HOST_DIRECT", nullptr, Kind::tri, 0, 0, "auto", true, Audience::tuning,
      "the direct path on host memory (ranks of one host read each other's buffers): auto, among "
-     "threads always and between processes where every rank has two cores; 1 always; 0 never",
+     "threads always and between processes where every rank has two cores; 1 always; 0 never, "
+     "and MoE on host memory then goes through all-to-all-v instead of the peers' workspaces",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.hostDirect = static_cast<int>(x);
        return ok();
