@@ -197,6 +197,7 @@ Status readMoe(const json& j, const std::string& where, MoeConstants& m) {
                         {"peer_us", &m.peerUs},
                         {"scan_us", &m.scanUs},
                         {"number_us", &m.numberUs},
+                        {"chunk_us", &m.chunkUs},
                         {"half_rate_blocks", &m.halfRateBlocks},
                         {"spin_blocks", &m.spinBlocks}});
 }
@@ -333,9 +334,13 @@ std::string CostConstants::toJson() const {
   j["codecs"] = {{"host_gbs", codecs.hostGBs},
                  {"device_gbs", codecs.deviceGBs},
                  {"device_launch_us", codecs.deviceLaunchUs}};
-  j["moe"] = {{"kernel_us", moe.kernelUs},    {"low_latency_kernel_us", moe.lowLatencyKernelUs},
-              {"peer_us", moe.peerUs},        {"scan_us", moe.scanUs},
-              {"number_us", moe.numberUs},    {"half_rate_blocks", moe.halfRateBlocks},
+  j["moe"] = {{"kernel_us", moe.kernelUs},
+              {"low_latency_kernel_us", moe.lowLatencyKernelUs},
+              {"peer_us", moe.peerUs},
+              {"scan_us", moe.scanUs},
+              {"number_us", moe.numberUs},
+              {"chunk_us", moe.chunkUs},
+              {"half_rate_blocks", moe.halfRateBlocks},
               {"spin_blocks", moe.spinBlocks}};
   j["gemm"] = {{"tflops", gemm.tflops},
                {"fp8_tflops", gemm.fp8Tflops},

@@ -115,7 +115,8 @@ struct MoeConstants {
   double lowLatencyKernelUs = 4.0;  // low_latency_kernel_us: each of low latency's dispatch two
   double peerUs = 4.45;             // peer_us: an all-peers wait, per peer past the rank itself
   double scanUs = 2.6;     // scan_us: a layout, count or place step over 256 tokens or records
-  double numberUs = 13.5;  // number_us: a numbering step over 256 tokens
+  double numberUs = 13.5;  // number_us: a numbering step over 256 tokens (low latency's)
+  double chunkUs = 8.5;    // chunk_us: each of normal mode's two kernels numbering 256-token chunks
   // half_rate_blocks: a device's copies run at rate · blocks / (blocks + this), the blocks of
   // every rank on it counted.
   double halfRateBlocks = 132;

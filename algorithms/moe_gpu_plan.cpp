@@ -84,13 +84,13 @@ Result<MoeGpuPlan> Selector::planMoeGpu(const MoeShape& s, const MoeTraffic& tra
                  copyUs((b.tokens + b.slots) * dBytes, local, pairBlocks) + waits;
     p.combine = copyUs((b.slots + b.tokens) * cBytes, send, pairBlocks) +
                 copyUs((b.tokens + T) * cBytes, local, tokenBlocks) + waits;
-    // Numbering each expert's rows: a block scans every token, 256 a step.
-    const double numbering = steps(T) * m.numberUs;
+    // Numbering each expert's rows, 256 tokens a step: low latency's blocks scan every token;
+    // normal mode counts every chunk at once, then numbers every chunk at once.
     if (ll) {
-      p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs + numbering;
+      p.dispatch += (2 + encode) * m.kernelUs + 2 * m.lowLatencyKernelUs + steps(T) * m.numberUs;
       p.combine += 2 * m.kernelUs;
-    } else if (way == kTable) {  // numbered by a block per rank, placed from the table
-      p.dispatch += (7 + encode) * m.kernelUs + numbering;
+    } else if (way == kTable) {  // numbered by chunks, placed from the table
+      p.dispatch += (8 + encode) * m.kernelUs + 2 * m.chunkUs;
       p.combine += 4 * m.kernelUs;
     } else {  // laid out, then counted and placed by a block per expert
       p.dispatch += (9 + encode) * m.kernelUs +

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads)
       const std::size_t at = static_cast<std::size_t>(d.me) * d.tokens + slot;
       copyRow(d.peers[q] + d.rowsAt + at * d.sentBytes,
               x + static_cast<std::size_t>(t) * d.sentBytes, d.sentBytes, false);
-      if (!records) continue;  // numberKernel wrote them
+      if (!records) continue;  // numberChunksKernel wrote them
       auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) + at * d.metaInts;
       if (threadIdx.x == 0) meta[0] = t;
       const int j = static_cast<int>(threadIdx.x);
@@ -218,81 +218,118 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The block's scan of every token for rank q, in token order: each token's slot there (slotOf,
-// written by every block that scans q), and the records of the slots of channel ch of cs (each
-// slot's local expert, weight and index among the rows that expert takes from this rank: the
-// chunk's tokens of each expert as bits, the index the bits below). Leaves the tokens sent q in
-// *sent and the rows each of its experts takes in perExpert (both shared); block (0, 0) counts bad
-// and repeated indices.
-__device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const std::int64_t* idx,
-                             const float* w, int* sent, int* perExpert) {
+// One 256-token chunk of the scan for rank q, from `base`, with *sent and perExpert (shared) the
+// chunks' before: each token's slot there (slotOf, written by every block that scans q) and the
+// records of the slots of channel ch of cs (each slot's local expert, weight and index among the
+// rows that expert takes from this rank: the chunk's tokens of each expert as bits, the index
+// the bits below); `write` false only counts. Adds the chunk's tokens and rows to both; `check`
+// counts bad and repeated indices.
+__device__ void numberChunk(const MoeDevice& d, int q, int base, int ch, int cs,
+                            const std::int64_t* idx, const float* w, int* sent, int* perExpert,
+                            bool check, bool write) {
   using Scan = cub::BlockScan<int, kThreads>;
   constexpr int kWords = kThreads / 32;
   __shared__ typename Scan::TempStorage tmp;
   // [expert][word]: the chunk's tokens (a bit each, in thread order) that go to each expert.
   __shared__ unsigned chunkOf[kLowLatencyMaxLocal * kWords];
-  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) perExpert[e] = 0;
-  if (threadIdx.x == 0) *sent = 0;
   const int word = static_cast<int>(threadIdx.x) / 32;
   const unsigned bit = 1u << (threadIdx.x % 32);
-  for (int base = 0; base < d.tokens; base += kThreads) {
-    const int t = base + static_cast<int>(threadIdx.x);
-    const std::int64_t* row = idx + static_cast<std::size_t>(t) * d.k;
-    // The expert's local index where it lives at q, else -1.
-    const auto localAtQ = [&](int j) {
-      const std::int64_t e = row[j];
-      return e >= 0 && e < d.experts && e / d.L == q ? static_cast<int>(e % d.L) : -1;
-    };
-    for (int i = static_cast<int>(threadIdx.x); i < d.L * kWords; i += kThreads) chunkOf[i] = 0;
-    __syncthreads();
-    int going = 0;
-    for (int j = 0; t < d.tokens && j < d.k; ++j) {
-      if (const int l = localAtQ(j); l >= 0) {
-        going = 1;
-        atomicOr(&chunkOf[l * kWords + word], bit);
-      }
-      if (q != 0 || ch != 0) continue;
-      const std::int64_t e = row[j];
-      if (e < -1 || e >= d.experts) atomicAdd(&d.status[0], 1ULL);
-      for (int i = 0; e >= 0 && e < d.experts && i < j; ++i)
-        if (row[i] == e) atomicAdd(&d.status[1], 1ULL);
+  const int t = base + static_cast<int>(threadIdx.x);
+  const std::int64_t* row = idx + static_cast<std::size_t>(t) * d.k;
+  // The expert's local index where it lives at q, else -1.
+  const auto localAtQ = [&](int j) {
+    const std::int64_t e = row[j];
+    return e >= 0 && e < d.experts && e / d.L == q ? static_cast<int>(e % d.L) : -1;
+  };
+  for (int i = static_cast<int>(threadIdx.x); i < d.L * kWords; i += kThreads) chunkOf[i] = 0;
+  __syncthreads();
+  int going = 0;
+  for (int j = 0; t < d.tokens && j < d.k; ++j) {
+    if (const int l = localAtQ(j); l >= 0) {
+      going = 1;
+      atomicOr(&chunkOf[l * kWords + word], bit);
     }
-    int prefix = 0, total = 0;
-    Scan(tmp).ExclusiveSum(going, prefix, total);
-    __syncthreads();  // every token's bits set
-    const int slot = *sent + prefix;
-    // Every block of q writes the same slots; each reads its own back to copy its rows.
-    if (t < d.tokens) d.slotOf[static_cast<std::size_t>(t) * d.n + q] = going != 0 ? slot : -1;
-    if (going != 0 && slot % cs == ch) {
-      auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) +
-                   (static_cast<std::size_t>(d.me) * d.tokens + slot) * d.metaInts;
-      meta[0] = t;
-      for (int j = 0; j < d.k; ++j) {
-        const int l = localAtQ(j);
-        meta[localAt(j)] = l;
-        meta[localAt(j) + 1] = __float_as_int(w[static_cast<std::size_t>(t) * d.k + j]);
-        if (l < 0) continue;
-        // Its index among the rows of expert l: those of the chunks before, then the bits below.
-        int below = __popc(chunkOf[l * kWords + word] & (bit - 1));
-        for (int i = 0; i < word; ++i) below += __popc(chunkOf[l * kWords + i]);
-        meta[localAt(j) + 2] = perExpert[l] + below;
-      }
-    }
-    __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads)
-      for (int i = 0; i < kWords; ++i) perExpert[e] += __popc(chunkOf[e * kWords + i]);
-    if (threadIdx.x == 0) *sent += total;
-    __syncthreads();
+    if (!check) continue;
+    const std::int64_t e = row[j];
+    if (e < -1 || e >= d.experts) atomicAdd(&d.status[0], 1ULL);
+    for (int i = 0; e >= 0 && e < d.experts && i < j; ++i)
+      if (row[i] == e) atomicAdd(&d.status[1], 1ULL);
   }
+  int prefix = 0, total = 0;
+  Scan(tmp).ExclusiveSum(going, prefix, total);
+  __syncthreads();  // every token's bits set
+  const int slot = *sent + prefix;
+  // Every block of q writes the same slots; each reads its own back to copy its rows.
+  if (write && t < d.tokens) d.slotOf[static_cast<std::size_t>(t) * d.n + q] = going ? slot : -1;
+  if (write && going != 0 && slot % cs == ch) {
+    auto* meta = reinterpret_cast<std::int32_t*>(d.peers[q] + d.metaAt) +
+                 (static_cast<std::size_t>(d.me) * d.tokens + slot) * d.metaInts;
+    meta[0] = t;
+    for (int j = 0; j < d.k; ++j) {
+      const int l = localAtQ(j);
+      meta[localAt(j)] = l;
+      meta[localAt(j) + 1] = __float_as_int(w[static_cast<std::size_t>(t) * d.k + j]);
+      if (l < 0) continue;
+      // Its index among the rows of expert l: those of the chunks before, then the bits below.
+      int below = __popc(chunkOf[l * kWords + word] & (bit - 1));
+      for (int i = 0; i < word; ++i) below += __popc(chunkOf[l * kWords + i]);
+      meta[localAt(j) + 2] = perExpert[l] + below;
+    }
+  }
+  __syncthreads();
+  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads)
+    for (int i = 0; i < kWords; ++i) perExpert[e] += __popc(chunkOf[e * kWords + i]);
+  if (threadIdx.x == 0) *sent += total;
+  __syncthreads();
 }
 
-// Normal mode where the table fits (moeTableFits): block q numbers the tokens for rank q and keeps
-// the counts for signalKernel to send.
+// The block's scan of every token for rank q, chunk by chunk (numberChunk); leaves the tokens
+// sent q in *sent and the rows each of its experts takes in perExpert; block (0, 0) counts bad
+// and repeated indices.
+__device__ void numberTokens(const MoeDevice& d, int q, int ch, int cs, const std::int64_t* idx,
+                             const float* w, int* sent, int* perExpert) {
+  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) perExpert[e] = 0;
+  if (threadIdx.x == 0) *sent = 0;
+  __syncthreads();
+  for (int base = 0; base < d.tokens; base += kThreads)
+    numberChunk(d, q, base, ch, cs, idx, w, sent, perExpert, q == 0 && ch == 0, true);
+}
+
+// Normal mode where the table fits (moeTableFits), every chunk of 256 tokens at once, in two
+// kernels on a grid of (chunks, n). First each chunk's tokens and rows for rank q (chunkRows);
+// blocks for rank 0 count bad and repeated indices.
 __global__ void __launch_bounds__(kThreads)
-    numberKernel(MoeDevice d, const std::int64_t* idx, const float* w) {
+    countChunksKernel(MoeDevice d, const std::int64_t* idx, const float* w) {
   __shared__ int sent, perExpert[kLowLatencyMaxLocal];
-  const int q = static_cast<int>(blockIdx.x);
-  numberTokens(d, q, 0, 1, idx, w, &sent, perExpert);
+  const int c = static_cast<int>(blockIdx.x), q = static_cast<int>(blockIdx.y);
+  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) perExpert[e] = 0;
+  if (threadIdx.x == 0) sent = 0;
+  __syncthreads();
+  numberChunk(d, q, c * kThreads, 0, 1, idx, w, &sent, perExpert, q == 0, false);
+  std::int32_t* mine = d.chunkRows + (static_cast<std::size_t>(q) * gridDim.x + c) * (1 + d.L);
+  for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads) mine[1 + e] = perExpert[e];
+  if (threadIdx.x == 0) mine[0] = sent;
+}
+
+// Then each chunk numbered from the chunks' before it; the last keeps the counts for
+// signalKernel to send.
+__global__ void __launch_bounds__(kThreads)
+    numberChunksKernel(MoeDevice d, const std::int64_t* idx, const float* w) {
+  __shared__ int sent, perExpert[kLowLatencyMaxLocal];
+  const int c = static_cast<int>(blockIdx.x), q = static_cast<int>(blockIdx.y);
+  const std::int32_t* all = d.chunkRows + static_cast<std::size_t>(q) * gridDim.x * (1 + d.L);
+  for (int i = static_cast<int>(threadIdx.x); i <= d.L; i += kThreads) {
+    int before = 0;
+    for (int b = 0; b < c; ++b) before += all[static_cast<std::size_t>(b) * (1 + d.L) + i];
+    if (i == 0) {
+      sent = before;
+    } else {
+      perExpert[i - 1] = before;
+    }
+  }
+  __syncthreads();
+  numberChunk(d, q, c * kThreads, 0, 1, idx, w, &sent, perExpert, false, true);
+  if (c + 1 != static_cast<int>(gridDim.x)) return;
   for (int e = static_cast<int>(threadIdx.x); e < d.L; e += kThreads)
     d.sentRows[q * d.L + e] = perExpert[e];
   if (threadIdx.x == 0) d.sendCount[q] = sent;
@@ -460,7 +497,10 @@ Status launchDispatchSend(const MoeDevice& d, const void* x, const std::int64_t*
   }
   const bool table = d.table;
   if (table) {
-    numberKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx, topkWeights);
+    const dim3 grid(static_cast<unsigned>(std::max(1, (d.tokens + kThreads - 1) / kThreads)),
+                    static_cast<unsigned>(d.n));
+    countChunksKernel<<<grid, kThreads, 0, s>>>(d, topkIdx, topkWeights);
+    numberChunksKernel<<<grid, kThreads, 0, s>>>(d, topkIdx, topkWeights);
   } else {
     layoutKernel<<<static_cast<unsigned>(d.n), kThreads, 0, s>>>(d, topkIdx);
   }
@@ -499,6 +539,8 @@ Status loadMoeKernels() {
         reinterpret_cast<const void*>(signalKernel), reinterpret_cast<const void*>(awaitKernel),
         reinterpret_cast<const void*>(countKernel), reinterpret_cast<const void*>(placeKernel),
         reinterpret_cast<const void*>(gatherKernel),
+        reinterpret_cast<const void*>(countChunksKernel),
+        reinterpret_cast<const void*>(numberChunksKernel),
         reinterpret_cast<const void*>(lowLatencySendKernel),
         reinterpret_cast<const void*>(lowLatencyRecvKernel)}) {
     if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);

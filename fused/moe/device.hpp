@@ -59,6 +59,8 @@ struct MoeDevice {
   std::uint64_t* epoch = nullptr;
   unsigned* arrived = nullptr;       // [n + 1] blocks done sending to each rank, and combine's
   std::int32_t* sentRows = nullptr;  // [n, L] rows sent each rank's experts (normal, table)
+  // [n, chunks, 1 + L] each 256-token chunk's tokens and rows for each rank (normal, table).
+  std::int32_t* chunkRows = nullptr;
 
   unsigned long long* status = nullptr;
   std::uint64_t timeoutNs = 0;

@@ -103,8 +103,9 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   st->memory.push_back(shared);
   const std::size_t T = shape.tokens, k = static_cast<std::size_t>(shape.topk);
   const auto L = static_cast<std::size_t>(shape.localExperts());
+  const std::size_t chunks = std::max<std::size_t>(1, (T + 255) / 256);
   const std::size_t layoutBytes =
-      (4 * (T * n + n + n * T * k + n + 1 + n * L) + 64 + 255) / 256 * 256;
+      (4 * (T * n + n + n * T * k + n + 1 + n * L + n * chunks * (1 + L)) + 64 + 255) / 256 * 256;
   const std::size_t localBytes = layoutBytes + (fp8 ? T * d.sentBytes : 0);
   void* local = nullptr;
   if (cudaError_t e = cudaMalloc(&local, localBytes); e != cudaSuccess)
@@ -122,6 +123,7 @@ Result<GpuState*> stateFor(Communicator& comm, const algo::MoeShape& shape, Data
   d.rowPos = d.sendCount + n;
   d.arrived = reinterpret_cast<unsigned*>(d.rowPos + n * T * k);
   d.sentRows = reinterpret_cast<std::int32_t*>(d.arrived + n + 1);
+  d.chunkRows = d.sentRows + n * L;
   if (fp8) d.encoded = words + layoutBytes;
   auto peers = comm.mapPeerMemory(shared);
   if (!peers) return peers.status();

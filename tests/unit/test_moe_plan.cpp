@@ -142,6 +142,30 @@ TEST(MoePlan, AcrossHostsTheHierarchicalPathWhereTokensShareAHost) {
 // On GPU memory: each mode's channels are the fewest within 2 % of its fastest, the pick is the
 // cheaper mode, low latency keeps its spinning blocks under the device's share and is not
 // offered past 64 experts a rank, and forcing either is said.
+// The fastest way measured on the H200 under MPS (2, 4 and 8 ranks sharing it; hidden 7168,
+// top-8 of 64 experts; docs/perf-fused.md, "Modes and channels") is the one the defaults pick.
+TEST(MoePlan, OnOneSharedGpuTheDefaultsPickTheWayMeasuredFastest) {
+  struct Measured {
+    int ranks;
+    std::size_t tokens;
+    bool lowLatency;
+  };
+  for (const Measured m :
+       {Measured{2, 1, true}, Measured{2, 128, true}, Measured{2, 4096, false},
+        Measured{4, 1, true}, Measured{4, 128, false}, Measured{4, 4096, false},
+        Measured{8, 1, true}, Measured{8, 128, false}, Measured{8, 4096, false}}) {
+    SCOPED_TRACE(std::to_string(m.ranks) + " ranks, " + std::to_string(m.tokens) + " tokens");
+    algo::KernelSet k;
+    k.gpu = k.sameDevice = k.peerMemory = true;
+    const algo::Selector sel(algo::sameDeviceRankGraph(m.ranks), algo::TunerOptions{}, k);
+    const MoeShape s = MoeShape::of(m.tokens, 7168, 8, 64, m.ranks, false);
+    auto p = sel.planMoeGpu(s, algo::simulateRouting(s, algo::Routing{}));
+    ASSERT_TRUE(p.isOk()) << p.status().toString();
+    EXPECT_EQ(p->lowLatency, m.lowLatency) << p->reason;
+    EXPECT_TRUE(p->table) << p->reason;  // normal mode placed from the table
+  }
+}
+
 TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   algo::KernelSet k;
   k.gpu = k.sameDevice = k.peerMemory = true;
@@ -197,7 +221,7 @@ TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   EXPECT_TRUE(auto4096->table) << auto4096->reason;
   // The tuning file's "moe" section.
   auto c = algo::CostConstants::fromJson(
-      R"({"moe": {"kernel_us": 2.5, "half_rate_blocks": 60, "peer_us": 3}})", "t");
+      R"({"moe": {"kernel_us": 2.5, "half_rate_blocks": 60, "peer_us": 3, "chunk_us": 7}})", "t");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->moe.kernelUs, 2.5);
   EXPECT_EQ(c->moe.halfRateBlocks, 60);
@@ -205,6 +229,7 @@ TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   ASSERT_TRUE(again.isOk());
   EXPECT_EQ(again->moe.halfRateBlocks, 60);
   EXPECT_EQ(again->moe.peerUs, 3);
+  EXPECT_EQ(again->moe.chunkUs, 7);
   EXPECT_FALSE(algo::CostConstants::fromJson(R"({"moe": {"kernel": 1}})", "bad").isOk());
 }
 
