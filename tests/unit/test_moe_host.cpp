@@ -2,7 +2,8 @@
 // received is its source token's values, bit for bit, grouped by local expert in (source rank,
 // token) order with the right counts and sources; combine of expert outputs (each expert
 // scaling its rows) equals Σ weight · output in double within two bf16 roundings, the same bits
-// on a second run; routings uniform, all to one expert, all dropped, top-1 to top-4, 1–4 ranks;
+// on a second run; routings uniform, skewed, all to one expert, all dropped, top-1 to top-8,
+// 1–8 ranks; ranks reading each other's workspaces or going through all-to-all-v, the same bits;
 // ranks on several hosts through the flat and the hierarchical path; a bad expert index or a rank
 // over its capacity is every rank's error, nothing written.
 #include <gtest/gtest.h>
@@ -24,7 +25,9 @@
 namespace weft::fused::moe {
 namespace {
 
-enum class Pattern { uniform, oneExpert, dropped };
+// skewed: each token's experts drawn without replacement with weights 1 / (expert + 1) (a
+// Zipf law: the low experts, and so rank 0, get most rows).
+enum class Pattern { uniform, skewed, oneExpert, dropped };
 
 struct World {
   int n, experts, topk;
@@ -48,6 +51,19 @@ struct World {
         std::vector<int> all(static_cast<std::size_t>(e));
         for (int i = 0; i < e; ++i) all[static_cast<std::size_t>(i)] = i;
         std::shuffle(all.begin(), all.end(), rng);
+        if (pattern == Pattern::skewed) {  // by u^(1/weight), largest first
+          std::uniform_real_distribution<double> u(0, 1);
+          std::vector<double> key(all.size());
+          for (std::size_t i = 0; i < all.size(); ++i)
+            key[i] = std::pow(u(rng), static_cast<double>(all[i] + 1));
+          std::vector<std::size_t> order(all.size());
+          for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+          std::sort(order.begin(), order.end(),
+                    [&](std::size_t a, std::size_t b) { return key[a] > key[b]; });
+          std::vector<int> drawn;
+          for (std::size_t i : order) drawn.push_back(all[i]);
+          all = drawn;
+        }
         for (int j = 0; j < k; ++j) {
           const std::size_t at = t * static_cast<std::size_t>(k) + static_cast<std::size_t>(j);
           is[at] = pattern == Pattern::dropped               ? -1
@@ -237,6 +253,16 @@ TEST(MoeHost, PeersWorkspacesAndAllToAllvGiveTheSameBits) {
     const auto direct = expectRoundTrip(wd);
     const auto through = expectRoundTrip(wd, Hosts{{}, std::nullopt, false});
     EXPECT_EQ(direct, through);
+  }
+}
+
+// Skewed routings (most rows to rank 0) at up to 8 ranks and top-8.
+TEST(MoeHost, SkewedRoutingsAtEightRanksAndTopEight) {
+  for (int n : {2, 5, 8}) {
+    for (int k : {3, 8}) {
+      SCOPED_TRACE(std::to_string(n) + " ranks, top-" + std::to_string(k));
+      expectRoundTrip(World(n, 2 * n * k, k, 41, Pattern::skewed));
+    }
   }
 }
 
