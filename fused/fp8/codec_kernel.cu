@@ -139,21 +139,16 @@ __device__ void encodeValues(const float* v, std::size_t i, bool active, std::si
 }
 
 // N decoded values at i of a segment (elements past `kept` read as zero), two elements a
-// conversion.
+// conversion. 16 a thread, the output in two halves, ran slower (docs/perf-fused.md).
 template <bool E4m3, int Block, bool E8m0, int N>
 __device__ void decodeValues(const std::uint8_t* elements, const std::uint8_t* scales,
                              std::size_t i, std::size_t kept, bool aligned, float* v) {
-  static_assert(N == 8 || N == 16, "8 or 16 values a thread");
+  static_assert(N == 8, "8 values a thread: one 8-byte load");
   const std::size_t b = i / Block;
   std::uint32_t words[N / 4];
   if (aligned && i + N <= kept) {
-    if constexpr (N == 16) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(elements + i);
-      words[0] = packed.x, words[1] = packed.y, words[2] = packed.z, words[3] = packed.w;
-    } else {
-      const uint2 packed = *reinterpret_cast<const uint2*>(elements + i);
-      words[0] = packed.x, words[1] = packed.y;
-    }
+    const uint2 packed = *reinterpret_cast<const uint2*>(elements + i);
+    words[0] = packed.x, words[1] = packed.y;
   } else {
     for (int w = 0; w < N / 4; ++w) words[w] = 0;
     for (int j = 0; j < N && i + j < kept; ++j)
