@@ -27,6 +27,9 @@ namespace {
 struct HostRecord {
   char hostname[64];
   std::uint64_t hostId;  // hostname and boot id: ranks with equal ids share memory
+  // The machine and the CPUs this rank may run on: ranks of one machine whose CPUs overlap
+  // share cores, whatever host (network namespace, container) they claim.
+  CpuClaim cpus;
   std::int32_t pid;
   std::int32_t channels, slots;
   char transport[8];
@@ -40,17 +43,8 @@ struct ReachRecord {
   std::uint64_t probeAddress, probeValue;  // a word peers try to read (single copy)
 };
 
-// The cores this rank may use: those it is bound to, and no more than its share of the host's
-// (0 where the ranks outnumber the cores).
-long coresOfThisRankOrNone(int ranksOnHost) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  const long bound = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : online;
-  return std::min(bound, online / std::max(1, ranksOnHost));
-}
-int coresOfThisRank(int ranksOnHost) {
-  return static_cast<int>(std::max(1L, coresOfThisRankOrNone(ranksOnHost)));
+int coresOrOne(long cores) {
+  return static_cast<int>(std::max(1L, cores));
 }
 
 // Where every rank has a core for each of its threads, waits spin this long before they nap and
@@ -75,6 +69,7 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
     std::fclose(f);
   }
   r.hostId = fnv1a(std::string(r.hostname) + "/" + line);
+  r.cpus = CpuClaim::ofThisProcess(r.hostId);
 }
 
 // NAME -> value of Config::agreed's lines.
@@ -321,9 +316,12 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // A rank's cores: the direct path's threads take no more (below). Between processes it wants two
   // on every rank (with one it lost to the FIFOs, with two it won); among threads one is enough
   // (docs/perf.md, "The direct path through the stages").
-  const int ranksHere =
-      static_cast<int>(std::count(c->sameHost_.begin(), c->sameHost_.end(), true));
-  const int cores = coresOfThisRank(ranksHere);
+  // Ranks of other hosts count where they share this machine's cores (network namespaces or
+  // containers of one machine).
+  std::vector<CpuClaim> claims;
+  for (const HostRecord& r : hosts) claims.push_back(r.cpus);
+  const long coresOrNone = coresOf(claims, ME);
+  const int cores = coresOrOne(coresOrNone);
   if (c->directPossible_ && !c->directThreads_ && config.hostDirect < 0) {
     std::vector<std::int32_t> all(N);
     all[ME] = cores;
@@ -395,24 +393,22 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   // (docs/perf.md, "Host all-reduce on 2 ranks, the 2-core CI-class machine"). Every channel's
   // traffic stays in its own FIFOs and part of the buffers, so any channel order is one every
   // peer can meet.
-  c->channelsInline_ = config.hostChannelThreads == 0 ||
-                       (config.hostChannelThreads < 0 && coresOfThisRankOrNone(ranksHere) <= 1);
+  c->channelsInline_ =
+      config.hostChannelThreads == 0 || (config.hostChannelThreads < 0 && coresOrNone <= 1);
   // Where each of the rank's threads has a core, waits spin longer before they nap, and the
   // channel workers spin for their next job before they sleep: a nap oversleeps a peer's reply
   // (docs/perf.md, "spinning waits"). A rank whose channels run on its caller has one thread.
   const int threads = c->channelsInline_ ? 1 : c->geometry_.channels;
-  const bool spins = coresOfThisRankOrNone(ranksHere) >= threads;
+  const bool spins = coresOrNone >= threads;
   if (spins) c->waiter_->spinFor(kLongSpin);
   // Where the ranks outnumber the host's cores, a spinning wait holds the core its peer needs:
   // waits yield it instead (docs/perf.md, "Oversubscribed: more ranks than cores"). Not where
   // only a rank's channel threads outnumber them: no faster there, and slower at small sizes.
-  if (coresOfThisRankOrNone(ranksHere) == 0) c->waiter_->yieldWhileSpinning(true);
+  if (coresOrNone == 0) c->waiter_->yieldWhileSpinning(true);
   c->workers_ = std::make_unique<ChannelWorkers>(
       c->geometry_.channels - 1, spins ? kWorkerSpin : std::chrono::microseconds(0));
   c->hostThreads_ =
-      c->channelsInline_
-          ? 1
-          : static_cast<std::size_t>(std::min(c->geometry_.channels, coresOfThisRank(ranksHere)));
+      c->channelsInline_ ? 1 : static_cast<std::size_t>(std::min(c->geometry_.channels, cores));
   c->slotsPossible_ =
       n >= 2 && std::none_of(c->viaUcx_.begin(), c->viaUcx_.end(), [](bool ucx) { return ucx; });
   if (c->slotsPossible_) {

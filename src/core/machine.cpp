@@ -1,7 +1,12 @@
 #include "src/core/machine.hpp"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <bit>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -153,6 +158,44 @@ algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape,
   g.description +=
       std::string(gpusKnown ? "" : ", GPUs assumed by local rank") + "; topology " + source;
   return g;
+}
+
+CpuClaim CpuClaim::ofThisProcess(std::uint64_t fallbackId) {
+  CpuClaim c;
+  char line[64] = {};
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
+    std::fclose(f);
+  }
+  c.machineId = line[0] != '\0' ? fnv1a(std::string("boot/") + line) : fallbackId;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const bool known = sched_getaffinity(0, sizeof set, &set) == 0;
+  const long online = std::min(sysconf(_SC_NPROCESSORS_ONLN), 1024L);
+  for (int cpu = 0; cpu < 1024; ++cpu)
+    if (known ? CPU_ISSET(cpu, &set) : cpu < online)
+      c.cpus[cpu / 64] |= std::uint64_t{1} << (cpu % 64);
+  return c;
+}
+
+long coresOf(const std::vector<CpuClaim>& all, std::size_t me) {
+  const CpuClaim& mine = all[me];
+  int sharing = 0;
+  std::uint64_t pool[16] = {};
+  for (const CpuClaim& r : all) {
+    if (r.machineId != mine.machineId) continue;
+    bool overlaps = false;
+    for (int w = 0; w < 16; ++w) overlaps = overlaps || (r.cpus[w] & mine.cpus[w]) != 0;
+    if (!overlaps) continue;
+    ++sharing;
+    for (int w = 0; w < 16; ++w) pool[w] |= r.cpus[w];
+  }
+  long cpus = 0, own = 0;
+  for (int w = 0; w < 16; ++w) {
+    cpus += std::popcount(pool[w]);
+    own += std::popcount(mine.cpus[w]);
+  }
+  return std::min(std::max(1L, own), std::max(1L, cpus) / std::max(1, sharing));
 }
 
 }  // namespace weft

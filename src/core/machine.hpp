@@ -41,4 +41,16 @@ struct Machine {
   algo::GpuGraph gpuGraph(const algo::DeviceShape& shape, const algo::GraphConstants& c) const;
 };
 
+// Where a rank may run: its machine (the boot id; ranks in network namespaces or containers of
+// one machine share it) and its CPUs, a bit each (CPUs 0..1023).
+struct CpuClaim {
+  std::uint64_t machineId = 0;
+  std::uint64_t cpus[16] = {};
+  static CpuClaim ofThisProcess(std::uint64_t fallbackId);  // fallbackId: no boot id readable
+};
+// The cores rank `me` has: its share of the CPUs that every rank of its machine whose CPUs
+// overlap its own (itself included) may run on, and no more than its own CPUs; 0 where those
+// ranks outnumber the CPUs.
+long coresOf(const std::vector<CpuClaim>& all, std::size_t me);
+
 }  // namespace weft

@@ -327,5 +327,37 @@ TEST(RuntimePicks, EqualWeftPlanTuneOnTwoHosts) {
   expectRuntimePicksEqualTune("hgx_h100.xml", 2);
 }
 
+// A rank's cores: its share of the CPUs among the ranks of its machine whose CPUs overlap its own,
+// whatever host they claim.
+TEST(Cores, RanksOfOneMachineShareTheCpusTheyOverlap) {
+  const auto claim = [](std::uint64_t machine, std::uint64_t cpus) {
+    CpuClaim c;
+    c.machineId = machine;
+    c.cpus[0] = cpus;
+    return c;
+  };
+  // Four ranks (say two network namespaces of two) on the same 2 CPUs: none has a core.
+  std::vector<CpuClaim> netns(4, claim(7, 0b11));
+  EXPECT_EQ(coresOf(netns, 0), 0);
+  // Two ranks on 16 CPUs: 8 each; bound to 2 of them, no more than those.
+  std::vector<CpuClaim> two(2, claim(7, 0xffff));
+  EXPECT_EQ(coresOf(two, 1), 8);
+  two[0] = claim(7, 0b11);
+  EXPECT_EQ(coresOf(two, 0), 2);
+  // Ranks bound to disjoint CPUs (containers with cpusets of their own) or on other machines do
+  // not count.
+  const std::vector<CpuClaim> apart = {claim(7, 0b0011), claim(7, 0b1100), claim(8, 0b0011)};
+  EXPECT_EQ(coresOf(apart, 0), 2);
+  EXPECT_EQ(coresOf(apart, 2), 2);
+  // CPUs past the first 64.
+  std::vector<CpuClaim> wide(3, claim(7, 0));
+  for (auto& c : wide) c.cpus[1] = 0xff;  // CPUs 64..71
+  EXPECT_EQ(coresOf(wide, 2), 2);
+  // This process: some CPU, on some machine.
+  const CpuClaim self = CpuClaim::ofThisProcess(42);
+  EXPECT_NE(self.machineId, 0u);
+  EXPECT_GE(coresOf({self}, 0), 1);
+}
+
 }  // namespace
 }  // namespace weft
