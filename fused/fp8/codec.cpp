@@ -95,8 +95,9 @@ inline float valueOf(std::uint32_t c) {
 }
 
 // The loops every block runs, compiled for the baseline and the wider x86 vector units, the
-// widest this CPU runs picked at load time (GCC's target clones).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// widest this CPU runs picked at load time (GCC's target clones). Not under ThreadSanitizer,
+// whose instrumented resolvers would run before its runtime is up.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define WEFT_CODEC_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define WEFT_CODEC_CLONES

@@ -40,8 +40,9 @@ std::size_t recordBytes(const algo::MoeShape& s, const DispatchCall& call) {
 
 // acc[c] += w · b[c] (bf16 widened exactly), each product and sum rounded to f32 as the
 // device's combine rounds them (w = 1: the product is b[c] itself); compiled for the wider x86
-// vector units too, the widest this CPU runs picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// vector units too, the widest this CPU runs picked at load time (not under ThreadSanitizer,
+// as fp8/codec.cpp's).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("default", "avx2", "avx512f")))
 #endif
 void addBf16(float* acc, const std::uint16_t* b, std::size_t count, float w) {
@@ -433,7 +434,7 @@ Result<MoeLayout> dispatchHost(Communicator& comm, const algo::MoeShape& shape,
   });
   // Nobody writes its workspace again while a peer may still read it.
   if (!peers.empty()) {
-    if (Status s = comm.barrier(); !s) return s;
+    if (Status s = comm.doneWithPeerWorkspaces(peers); !s) return s;
   }
   return layout;
 }
@@ -537,7 +538,7 @@ Status combineHost(Communicator& comm, const MoeLayout& layout, const void* expe
         parts[i] = peers[q] + (layout.atPeer[q] + i - layout.route.offsets[q]) * rowBytes;
     const Status st = sumParts(tokens, parts);
     // Nobody writes its workspace again while a peer may still read it.
-    if (Status s = comm.barrier(); !s) return s;
+    if (Status s = comm.doneWithPeerWorkspaces(peers); !s) return s;
     return st;
   }
   if (!rails) {

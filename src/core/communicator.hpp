@@ -153,6 +153,9 @@ class Communicator {
   // addresses). Collective; empty on every rank alike unless every rank is on this host through
   // shared memory and could map every other's. Valid until the next request.
   Result<std::vector<const std::byte*>> peerWorkspaces(std::size_t bytes);
+  // Collective, after reading what peerWorkspaces returned: no rank writes its workspace again
+  // before every rank has stopped reading it.
+  Status doneWithPeerWorkspaces(const std::vector<const std::byte*>& peers);
   // fused/'s loops on host memory: this rank's threads (its caller and channel workers, no more
   // than its cores), and fn(0) .. fn(k − 1), on up to hostThreads() of them at once.
   std::size_t hostThreads() const { return hostThreads_; }

@@ -79,6 +79,7 @@ Result<std::vector<const std::byte*>> Communicator::peerWorkspaces(std::size_t b
              static_cast<std::uint64_t>(static_cast<std::int64_t>(ref.fd)),
              hostWorkspaceBytes_};
   static_assert(sizeof(Named) == 6 * sizeof(std::uint64_t));
+  transport::handOff(*ws);  // what this rank wrote there, to the peers that read it
   if (Status s = allGather(&all[me], all.data(), 6, DataType::u64); !s) return s;
   std::vector<const std::byte*> at(n, nullptr);
   bool mapped = workspacesShared_;
@@ -98,7 +99,15 @@ Result<std::vector<const std::byte*>> Communicator::peerWorkspaces(std::size_t b
   std::uint8_t mine = mapped ? 1 : 0, every = 0;
   if (Status s = allReduce(&mine, &every, 1, DataType::u8, RedOp::min); !s) return s;
   if (every == 0) at.clear();
+  for (const std::byte* p : at) transport::takeOver(p);
   return at;
+}
+
+Status Communicator::doneWithPeerWorkspaces(const std::vector<const std::byte*>& peers) {
+  for (const std::byte* p : peers) transport::handOff(p);  // this rank's reads, to their owners
+  if (Status s = barrier(); !s) return s;
+  if (!peers.empty()) transport::takeOver(peers[static_cast<std::size_t>(rank_)]);
+  return {};
 }
 
 std::shared_ptr<void>& Communicator::fusedState(std::string_view name) {

@@ -235,7 +235,7 @@ TEST(MoeHost, PeersWorkspacesAndTheRanksThreads) {
       ASSERT_EQ(all->size(), direct ? 3u : 0u);
       for (std::size_t q = 0; q < all->size(); ++q)
         EXPECT_EQ((*all)[q][99], static_cast<std::byte>(40 + q)) << "rank " << r;
-      ASSERT_TRUE(c.barrier().isOk());  // nobody writes again while a peer reads
+      ASSERT_TRUE(c.doneWithPeerWorkspaces(*all).isOk());  // nobody writes while a peer reads
       std::vector<int> ran(7, 0);
       c.parallel(ran.size(), [&](std::size_t i) { ++ran[i]; });
       EXPECT_EQ(ran, std::vector<int>(7, 1));
