@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fused/fp8/codec.hpp"
+#include "tests/runtime/moe_inputs.hpp"
 #include "weft/weft.hpp"
 
 namespace weft {
@@ -22,30 +23,11 @@ namespace {
 constexpr int kRanks = 4, kExperts = 8, kTopk = 3;
 constexpr std::size_t kTokens = 24, kHidden = 16, kCapacity = kRanks * kTokens * kTopk;
 
-struct Inputs {
-  std::vector<float> x;
-  std::vector<std::int64_t> idx;
-  std::vector<float> w;
-};
+using Inputs = test::MoeInputs;
 
 // Rank r's tokens: distinct experts per token, a slot dropped now and then.
 Inputs inputsOf(int r) {
-  std::mt19937 rng(static_cast<unsigned>(11 + r));
-  std::normal_distribution<float> normal(0, 1);
-  std::uniform_real_distribution<float> weight(0.1f, 1);
-  Inputs in;
-  in.x.resize(kTokens * kHidden);
-  for (auto& v : in.x) v = normal(rng);
-  for (std::size_t t = 0; t < kTokens; ++t) {
-    std::vector<std::int64_t> all(kExperts);
-    for (int e = 0; e < kExperts; ++e) all[static_cast<std::size_t>(e)] = e;
-    std::shuffle(all.begin(), all.end(), rng);
-    for (int j = 0; j < kTopk; ++j) {
-      in.idx.push_back(t % 5 == 2 && j == 1 ? -1 : all[static_cast<std::size_t>(j)]);
-      in.w.push_back(weight(rng));
-    }
-  }
-  return in;
+  return test::moeInputsOf(static_cast<unsigned>(11 + r), kTokens, kHidden, kExperts, kTopk);
 }
 
 template <typename Fn>

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/runtime/fork.hpp"
+#include "tests/runtime/moe_inputs.hpp"
 #include "weft/weft.hpp"
 
 namespace weft {
@@ -28,30 +29,11 @@ using test::segmentsOf;
 constexpr int kRanks = 3, kExperts = 6, kTopk = 3;
 constexpr std::size_t kTokens = 300, kHidden = 1024;
 
-struct Inputs {
-  std::vector<float> x;
-  std::vector<std::int64_t> idx;
-  std::vector<float> w;
-};
+using Inputs = test::MoeInputs;
 
-// Rank r's tokens, made alike in every process: distinct experts, a slot dropped now and then.
+// Rank r's tokens, made alike in every process.
 Inputs inputsOf(int r) {
-  std::mt19937 rng(static_cast<unsigned>(29 + r));
-  std::normal_distribution<float> normal(0, 1);
-  std::uniform_real_distribution<float> weight(0.1f, 1);
-  Inputs in;
-  in.x.resize(kTokens * kHidden);
-  for (auto& v : in.x) v = normal(rng);
-  for (std::size_t t = 0; t < kTokens; ++t) {
-    std::vector<std::int64_t> all(kExperts);
-    for (int e = 0; e < kExperts; ++e) all[static_cast<std::size_t>(e)] = e;
-    std::shuffle(all.begin(), all.end(), rng);
-    for (int j = 0; j < kTopk; ++j) {
-      in.idx.push_back(t % 7 == 4 && j == 2 ? -1 : all[static_cast<std::size_t>(j)]);
-      in.w.push_back(weight(rng));
-    }
-  }
-  return in;
+  return test::moeInputsOf(static_cast<unsigned>(29 + r), kTokens, kHidden, kExperts, kTopk);
 }
 
 // Exit codes: 0 when every row and every output is right and the mappings are as `direct` says.
