@@ -306,6 +306,10 @@ class Communicator {
   std::shared_ptr<std::byte> hostWorkspace_;
   std::size_t hostWorkspaceBytes_ = 0;
   std::unique_ptr<transport::PeerAllocations> peerWorkspaces_;
+  // The last exchange's workspaces as every rank named them, and what came of it: the same
+  // names again (the same on every rank) need no new mapping and no agreement.
+  std::vector<std::uint64_t> peerNames_;
+  std::vector<const std::byte*> peerViews_;
   std::optional<weftCompression> compression_;  // set by weftCommSetCompression
   std::map<std::tuple<int, std::size_t, std::string, bool, bool>, algo::Plan> compressedPlans_;
   std::vector<Communicator*> children_;  // adopt()'s, which fusedStates_ own

@@ -63,12 +63,7 @@ void describeHost(HostRecord& r, const std::string& testHostId) {
   if (!testHostId.empty()) {
     std::snprintf(r.hostname, sizeof r.hostname, "test-host-%s", testHostId.c_str());
   }
-  char line[64] = {};  // the file closed before anything allocates (and may throw)
-  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-    if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
-    std::fclose(f);
-  }
-  r.hostId = fnv1a(std::string(r.hostname) + "/" + line);
+  r.hostId = fnv1a(std::string(r.hostname) + "/" + bootId());
   r.cpus = CpuClaim::ofThisProcess(r.hostId);
 }
 

@@ -160,14 +160,19 @@ algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape,
   return g;
 }
 
-CpuClaim CpuClaim::ofThisProcess(std::uint64_t fallbackId) {
-  CpuClaim c;
-  char line[64] = {};
+std::string bootId() {
+  char line[64] = {};  // the file closed before anything allocates (and may throw)
   if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
     if (std::fgets(line, sizeof line, f) == nullptr) line[0] = '\0';
     std::fclose(f);
   }
-  c.machineId = line[0] != '\0' ? fnv1a(std::string("boot/") + line) : fallbackId;
+  return line;
+}
+
+CpuClaim CpuClaim::ofThisProcess(std::uint64_t fallbackId) {
+  CpuClaim c;
+  const std::string boot = bootId();
+  c.machineId = boot.empty() ? fallbackId : fnv1a("boot/" + boot);
   cpu_set_t set;
   CPU_ZERO(&set);
   const bool known = sched_getaffinity(0, sizeof set, &set) == 0;

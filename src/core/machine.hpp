@@ -41,6 +41,9 @@ struct Machine {
   algo::GpuGraph gpuGraph(const algo::DeviceShape& shape, const algo::GraphConstants& c) const;
 };
 
+// This machine's boot id (/proc/sys/kernel/random/boot_id), or "" where it cannot be read.
+std::string bootId();
+
 // Where a rank may run: its machine (the boot id; ranks in network namespaces or containers of
 // one machine share it) and its CPUs, a bit each (CPUs 0..1023).
 struct CpuClaim {

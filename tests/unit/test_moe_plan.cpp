@@ -139,9 +139,6 @@ TEST(MoePlan, AcrossHostsTheHierarchicalPathWhereTokensShareAHost) {
   EXPECT_NE(forced->reason.find("forced"), std::string::npos) << forced->reason;
 }
 
-// On GPU memory: each mode's channels are the fewest within 2 % of its fastest, the pick is the
-// cheaper mode, low latency keeps its spinning blocks under the device's share and is not
-// offered past 64 experts a rank, and forcing either is said.
 // The fastest way measured on the H200 under MPS (2, 4 and 8 ranks sharing it; hidden 7168,
 // top-8 of 64 experts; docs/perf-fused.md, "Modes and channels") is the one the defaults pick.
 TEST(MoePlan, OnOneSharedGpuTheDefaultsPickTheWayMeasuredFastest) {
@@ -166,6 +163,9 @@ TEST(MoePlan, OnOneSharedGpuTheDefaultsPickTheWayMeasuredFastest) {
   }
 }
 
+// On GPU memory: each mode's channels are the fewest within 2 % of its fastest, the pick is the
+// cheaper mode, low latency keeps its spinning blocks under the device's share and is not
+// offered past 64 experts a rank, and forcing either is said.
 TEST(MoePlan, OnGpuMemoryTheCheaperModeOnTheFewestChannelsThatKeepItsPace) {
   algo::KernelSet k;
   k.gpu = k.sameDevice = k.peerMemory = true;
