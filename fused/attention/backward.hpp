@@ -50,5 +50,6 @@ Status computeDelta(const void* out, const void* dOut, DataType type, std::size_
 // pairs (masked pairs 0; rows of lse −inf 0), dv += Pᵀ dOut; dP = dOut vᵀ;
 // dS = P ∘ (dP − delta); dq += scale · dS k; dk += scale · dSᵀ q.
 Status attendBackwardOnDevice(const LocalBackward& b, void* stream);
+Status loadBackwardKernels();  // by loadAttentionKernels
 
 }  // namespace weft::fused::attention

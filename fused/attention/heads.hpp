@@ -41,4 +41,6 @@ Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std:
 Status fromHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
                  void* stream);
 
+Status loadHeadKernels();  // by loadAttentionKernels
+
 }  // namespace weft::fused::attention

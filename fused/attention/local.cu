@@ -13,9 +13,12 @@
 #include <string>
 #include <type_traits>
 
+#include "fused/attention/backward.hpp"
 #include "fused/attention/cudnn.hpp"
+#include "fused/attention/heads.hpp"
 #include "fused/attention/local.hpp"
 #include "fused/attention/lse.cuh"
+#include "fused/attention/merge.hpp"
 #include "fused/attention/mma.cuh"
 
 namespace weft::fused::attention {
@@ -245,6 +248,21 @@ Status launch(const LocalAttention& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+Status loadAttentionKernels() {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaSuccess;
+  for (const void* f : {reinterpret_cast<const void*>(attendKernel<__nv_bfloat16, 64, 2>),
+                        reinterpret_cast<const void*>(attendKernel<__nv_bfloat16, 128, 2>),
+                        reinterpret_cast<const void*>(attendKernel<__half, 64, 2>),
+                        reinterpret_cast<const void*>(attendKernel<__half, 128, 2>)}) {
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
+  }
+  if (e != cudaSuccess) return cudaStatus("attention: loading the kernels", e);
+  if (Status s = loadBackwardKernels(); !s) return s;
+  if (Status s = loadMergeKernels(); !s) return s;
+  return loadHeadKernels();
+}
 
 Status attendOnDevice(const LocalAttention& a, void* stream) {
   if (Status s = checkLocal(a); !s) return s;

@@ -46,5 +46,9 @@ struct LocalAttention {
 // What a call checks before it runs: pointers, a dim it has a kernel for, heads that group.
 Status checkLocal(const LocalAttention& a);
 Status attendOnDevice(const LocalAttention& a, void* stream);
+// Loads every attention kernel (forward, backward, merges, Ulysses's exchange) before a rank's
+// first call waits on a peer: lazily loaded, a kernel's first launch could wait for a peer's
+// spinning transfer, which waits for this rank (../shared/DEVICE.md).
+Status loadAttentionKernels();
 
 }  // namespace weft::fused::attention

@@ -29,4 +29,6 @@ Status finishPartials(void* out, const float* partials, DataType type, const Mer
 Status mergeOnDevice(float* out, float* lse, const void* blockOut, const float* blockLse,
                      DataType type, const MergeShape& shape, void* stream);
 
+Status loadMergeKernels();  // by loadAttentionKernels
+
 }  // namespace weft::fused::attention

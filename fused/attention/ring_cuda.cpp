@@ -146,6 +146,14 @@ struct Prepared {
 Result<Prepared> prepare(Communicator& comm, const RingCall& x, bool backward,
                          std::size_t ringBytes, std::size_t groupBytes) {
   Prepared p;
+  // Every kernel loaded on every rank before any rank's first call waits on a peer.
+  if (std::shared_ptr<void>& loaded = comm.fusedState("attention-kernels"); !loaded) {
+    if (Status s = loadAttentionKernels(); !s) return s;
+    loaded = std::make_shared<bool>(true);
+    if (comm.size() > 1) {
+      if (Status s = comm.barrier(); !s) return s;
+    }
+  }
   auto plan = comm.attentionPlanFor(shapeOf(comm, x, backward));
   if (!plan) return plan.status();
   p.plan = *plan;

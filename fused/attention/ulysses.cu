@@ -137,6 +137,19 @@ Status exchange(Communicator& group, const HeadExchange& e, std::byte* send, std
 
 }  // namespace
 
+Status loadHeadKernels() {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaSuccess;
+  for (const void* f : {reinterpret_cast<const void*>(move<true, true>),
+                        reinterpret_cast<const void*>(move<false, true>),
+                        reinterpret_cast<const void*>(move<true, false>),
+                        reinterpret_cast<const void*>(move<false, false>),
+                        reinterpret_cast<const void*>(scaleOffsets)}) {
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
+  }
+  return e == cudaSuccess ? Status{} : cudaStatus("ulysses: loading the kernels", e);
+}
+
 Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,
                void* stream) {
   return exchange<true>(group, e, send, recv, stream);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "src/core/log.hpp"
@@ -247,10 +248,6 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   const std::size_t epBytes = eps.size() * sizeof(device::Endpoint);
   const std::size_t abortBytes = aborts.size() * sizeof(std::uint32_t*);
   const std::size_t bytes = epBytes + abortBytes + direct.size() * sizeof(void*);
-  cudaStream_t copies = nullptr;
-  if (cudaError_t e = cudaStreamCreateWithFlags(&copies, cudaStreamNonBlocking); e != cudaSuccess)
-    return cudaFailed("creating the upload stream", e);
-  x->copies_ = copies;
   if (cudaError_t e = cudaMalloc(&x->endpoints_, bytes); e != cudaSuccess)
     return cudaFailed("allocating the endpoint table", e);
   std::vector<std::byte> table(bytes);
@@ -313,13 +310,13 @@ CudaExecutor::~CudaExecutor() {
     (void)cudaFree(trace_);
   }
   for (auto& [s, p] : uploads_) (void)cudaFree(p);
+  for (void* p : staged_) (void)cudaFreeHost(p);
   for (void* p : retired_) (void)cudaFree(p);
   if (scratch_ != nullptr) (void)cudaFree(scratch_);
   if (workspace_ != nullptr) (void)cudaFree(workspace_);
   if (endpoints_ != nullptr) (void)cudaFree(endpoints_);
   if (error_ != nullptr) (void)cudaFreeHost(error_);
   if (registered_) (void)cudaHostUnregister(options_.controlPage);
-  if (copies_ != nullptr) (void)cudaStreamDestroy(static_cast<cudaStream_t>(copies_));
   order_.reset();
   ipc_.reset();
   (void)cudaGetLastError();
@@ -353,13 +350,23 @@ std::string CudaExecutor::describe() const {
 
 Status CudaExecutor::toDevice(void* dev, const void* host, std::size_t bytes,
                               const std::string& what) {
-  auto* s = static_cast<cudaStream_t>(copies_);
+  // The legacy stream, unless a blocking stream is being captured (which forbids its use): then
+  // a stream made for the copy.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStream_t s = cudaStreamLegacy;
+  if (cudaStreamIsCapturing(cudaStreamLegacy, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess)
+      return cudaFailed(what + " (a stream for it)", e);
+  }
   cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s != cudaStreamLegacy) (void)cudaStreamDestroy(s);
   return e == cudaSuccess ? Status{} : cudaFailed(what, e);
 }
 
-Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
+Result<const void*> CudaExecutor::upload(const algo::Schedule& s, void* stream) {
   if (auto it = uploads_.find(&s); it != uploads_.end()) return it->second;
   const RelaxedCapture relaxed;  // a first upload may come inside a capture
   const std::size_t C = s.channels.size();
@@ -382,7 +389,13 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
   if (cudaError_t e = cudaMalloc(&dev, at); e != cudaSuccess)
     return cudaFailed("allocating a schedule's device copy", e);
   auto* base = static_cast<std::byte*>(dev);
-  std::vector<std::byte> host(at);
+  void* pinned = nullptr;
+  if (cudaError_t e = cudaMallocHost(&pinned, at); e != cudaSuccess) {
+    (void)cudaFree(dev);
+    return cudaFailed("allocating a schedule's pinned host copy", e);
+  }
+  staged_.push_back(pinned);
+  const std::span<std::byte> host(static_cast<std::byte*>(pinned), at);
   for (std::size_t ch = 0; ch < C; ++ch) {
     const algo::Program& p = s.program(ch, rank_);
     device::ChannelCode code;
@@ -399,10 +412,18 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s) {
     std::memcpy(host.data() + parts[ch].spans, p.spanPool().data(),
                 p.spanPool().size() * sizeof(algo::Span));
   }
-  if (Status st = toDevice(dev, host.data(), at,
-                           "copying a schedule to the device (the first call of each size class "
-                           "must not be inside a CUDA graph capture)");
-      !st) {
+  // In capture the copy is made now (on the executor's stream), not at every replay.
+  Status st;
+  if (capturing(stream)) {
+    st = toDevice(dev, host.data(), at,
+                  "copying a schedule to the device (the first call of each size class must not "
+                  "be inside a CUDA graph capture)");
+  } else if (cudaError_t e = cudaMemcpyAsync(dev, host.data(), at, cudaMemcpyHostToDevice,
+                                             static_cast<cudaStream_t>(stream));
+             e != cudaSuccess) {
+    st = cudaFailed("copying a schedule to the device", e);
+  }
+  if (!st) {
     (void)cudaFree(dev);
     return st;
   }
@@ -432,7 +453,7 @@ Status CudaExecutor::run(const algo::Schedule& s, const Geometry& g, const Buffe
                          " channels reached a GPU executor of " + std::to_string(channels_));
   }
   if (g.passes == 0) return {};
-  auto code = upload(s);
+  auto code = upload(s, stream);
   if (!code) return code.status();
   const std::size_t esize = sizeOf(b.type);
   const std::size_t need = std::max<std::size_t>(g.scratchElems * esize, 16);

@@ -179,10 +179,16 @@ class CudaExecutor {
 
  private:
   CudaExecutor() = default;
-  Result<const void*> upload(const algo::Schedule& s);
-  // Copies host memory to the device and returns once it is there, on a stream of its own:
-  // cudaMemcpy from pageable memory may return before its DMA lands, unordered with the
-  // non-blocking streams collectives run on (a kernel could read the old bytes).
+  // A schedule's device copy, made at its first call. Outside capture the copy is enqueued on
+  // the call's stream from pinned memory kept here, so the host never waits between a call's
+  // launches, where a wait could sit behind a peer's kernel that waits for this rank's (ranks
+  // that are threads sharing a GPU; docs/perf-gpu.md, "MPS and hardware queues").
+  Result<const void*> upload(const algo::Schedule& s, void* stream);
+  // Copies host memory to the device and returns once it is there (cudaMemcpy from pageable
+  // memory may return before its DMA lands, unordered with the non-blocking streams collectives
+  // run on). On the legacy stream: an executor makes no stream of its own, since every stream a
+  // process makes takes the next of CUDA's hardware queues in turn, and ranks that are threads
+  // need their streams' queues apart.
   Status toDevice(void* dev, const void* host, std::size_t bytes, const std::string& what);
   // The launch arguments every kernel shares: endpoints, failure words, slots, timeout.
   ::weft::device::LaunchArgs baseArgs() const;
@@ -212,6 +218,7 @@ class CudaExecutor {
   const std::int32_t* hostAbortDevice_ = nullptr;
   bool registered_ = false;
   std::map<const algo::Schedule*, void*> uploads_;  // device: ChannelCode[], steps, peers, spans
+  std::vector<void*> staged_;  // pinned host copies of uploads, read by their stream's copies
   std::byte* scratch_ = nullptr;
   std::size_t scratchBytes_ = 0;
   std::byte* workspace_ = nullptr;
@@ -219,7 +226,6 @@ class CudaExecutor {
   std::vector<void*>
       retired_;  // earlier scratch and workspaces, kept: captured graphs may still use it
   std::unique_ptr<LaunchOrder> order_;
-  void* copies_ = nullptr;          // cudaStream_t (non-blocking) of toDevice
   std::uint64_t* trace_ = nullptr;  // device: kTraceCalls x channels x kTraceWords
   std::uint64_t traceCalls_ = 0;    // schedule kernels launched while tracing
   std::uint32_t signature_ = 0;

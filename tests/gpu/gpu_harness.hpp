@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <barrier>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -106,6 +107,35 @@ inline DeviceMemory deviceMemory(const Streams& streams) {
   };
   return m;
 }
+
+// Where ranks that are threads meet once each has waited for its own stream: from then on no
+// rank's kernel is in flight. Before that a rank must not cudaFree (it waits for the whole
+// device, holding a lock of the context that a peer's next launch needs, while the peer's
+// partner kernel spins waiting for that launch: a deadlock until the timeout). A rank's Meet
+// arrives at most once, at meet() or else on leaving its scope (a failed ASSERT's return), so
+// that no peer waits forever.
+class RanksMeet {
+ public:
+  explicit RanksMeet(int n) : barrier_(n) {}
+  class Meet {
+   public:
+    explicit Meet(RanksMeet& m) : m_(m) {}
+    ~Meet() { meet(); }
+    Meet(const Meet&) = delete;
+    Meet& operator=(const Meet&) = delete;
+    void meet() {
+      if (!met_) m_.barrier_.arrive_and_wait();
+      met_ = true;
+    }
+
+   private:
+    RanksMeet& m_;
+    bool met_ = false;
+  };
+
+ private:
+  std::barrier<> barrier_;
+};
 
 // Sets an environment variable for the communicators created in its scope.
 class ScopedEnv {

@@ -87,7 +87,9 @@ TEST_P(GpuCompressed, EveryRankGetsTheHostsBitsInAndOutOfPlace) {
           const std::size_t size = sizeOf(type);
           std::vector<Bytes> inputs, host(n), gpu(n);
           for (int r = 0; r < n; ++r) inputs.push_back(randomValues(type, inCount, rng));
+          RanksMeet ranks(n);
           onEveryRank(n, [&](int r) {
+            RanksMeet::Meet done(ranks);
             const auto R = static_cast<std::size_t>(r);
             host[R].assign(outCount * size, std::byte{0xA5});
             EXPECT_EQ(callEx(call, inputs[R].data(), host[R].data(), count, type, comms[R].handle(),
@@ -120,6 +122,7 @@ TEST_P(GpuCompressed, EveryRankGetsTheHostsBitsInAndOutOfPlace) {
                 << weftGetLastError();
             EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
             EXPECT_TRUE(comms[R].asyncError().isOk());
+            done.meet();  // before anything that could wait for the whole device
             gpu[R].resize(outCount * size);
             EXPECT_EQ(cudaMemcpy(gpu[R].data(), out, gpu[R].size(), cudaMemcpyDeviceToHost),
                       cudaSuccess);

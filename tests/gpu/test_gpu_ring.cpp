@@ -44,7 +44,9 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
     std::vector<std::vector<float>> lses(N);
     std::vector<std::vector<std::int32_t>> positions(N);
     std::size_t local = 0;
+    RanksMeet ranks(n);
     onEveryRank(n, [&](int r) {
+      RanksMeet::Meet done(ranks);
       const auto R = static_cast<std::size_t>(r);
       std::vector<std::int32_t> cu(g.cu.size());
       positions[R].resize(g.tokens());
@@ -88,6 +90,7 @@ void expectWholeAttention(int n, int heads, int kvHeads, bool oneSequence = fals
           << weftGetLastError();
       EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
       EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
+      done.meet();  // before anything that could wait for the whole device
       outs[R].resize(outBytes / 2);
       lses[R].resize(tokens * static_cast<std::size_t>(g.heads));
       cudaMemcpy(outs[R].data(), dout, outBytes, cudaMemcpyDeviceToHost);

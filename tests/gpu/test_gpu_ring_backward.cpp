@@ -163,11 +163,14 @@ void expectGradients(int n, int heads = 4, int kvHeads = 2) {
     std::vector<double> dq, dk, dv;
     p.g.gradients(causal, p.dOut, dq, dk, dv);
     std::vector<int> bad(N, 0);
+    RanksMeet ranks(n);
     onEveryRank(n, [&](int r) {
+      RanksMeet::Meet done(ranks);  // before x's memory is freed
       const auto R = static_cast<std::size_t>(r);
       auto x = shareOf(p, n, r, causal);
       x->run(comms[R], streams[r]);
       EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+      done.meet();
       EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
       const std::string what = std::to_string(n) + " ranks, rank " + std::to_string(r) +
                                (causal ? ", causal: " : ", full: ");
@@ -238,11 +241,18 @@ TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
   ASSERT_EQ(comms.size(), N);
   Streams streams(n);
   const Problem p(n);
+  RanksMeet ranks(n), instantiated(n), replayed(n);
   onEveryRank(n, [&](int r) {
+    // Met in this order; declared in the reverse, so that a failed ASSERT's return meets them
+    // in the same order too.
+    RanksMeet::Meet last(replayed);
+    RanksMeet::Meet ready(instantiated);
+    RanksMeet::Meet done(ranks);
     const auto R = static_cast<std::size_t>(r);
     auto x = shareOf(p, n, r, true);
     x->run(comms[R], streams[r]);
     ASSERT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
+    done.meet();  // before the reads and the capture's instantiation
     const auto out = x->out.read<std::uint16_t>();
     const auto gq = x->gq.read<std::uint16_t>(), gk = x->gk.read<std::uint16_t>(),
                gv = x->gv.read<std::uint16_t>();
@@ -253,6 +263,7 @@ TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
     ASSERT_EQ(cudaStreamEndCapture(streams[r], &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     (void)cudaGraphDestroy(graph);
+    ready.meet();  // instantiating loads the graph's kernels, which may wait for the device
     for (int replay = 0; replay < 2; ++replay) {
       for (const OnDevice* o : {&x->out, &x->gq, &x->gk, &x->gv})
         ASSERT_EQ(cudaMemset(o->p, 0xFF, o->bytes), cudaSuccess);
@@ -265,6 +276,7 @@ TEST_P(GpuRingAttentionGraphs, ForwardAndBackwardReplayFromAGraph) {
       EXPECT_EQ(x->gv.read<std::uint16_t>(), gv) << "rank " << r << " replay " << replay;
     }
     EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
+    last.meet();
     (void)cudaGraphExecDestroy(exec);
   });
   unsetenv("WEFT_CP_ATTENTION");
