@@ -437,6 +437,8 @@ Result<Estimate> CostModel::estimate(const Algorithm& a, Collective coll, std::s
     if (P.overlapped >= 0) P.overlapped += fold;
     if (P.alone >= 0) P.alone += fold;
   }
+  // Ranks short of a core each: the phases that would overlap take turns on the CPUs.
+  if (g.coresPerRank < 1) P.overlapped = -1;
   if (g.deviceCopyGBs > 0) {
     // One device's memory carries everything: the bytes term is the schedule's memory traffic,
     // whatever links the algorithm would cross; hop latencies and postings stay as priced. The

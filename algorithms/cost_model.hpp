@@ -213,6 +213,10 @@ struct RankGraph {
   // vector, two-shot and ring a 1/n share of each). 0: folding is free (GPU kernels fold while
   // they copy).
   double hostReduceGBs = 0;
+  // The CPU share of the rank that has the least (1: a core each, 0.25: four ranks to a CPU).
+  // Below 1 a rank's copies, its folding and its network transfers take turns on the CPUs it
+  // shares, so an algorithm's phases never run beside each other (their times add).
+  double coresPerRank = 1;
 
   // The ranks of `system`, one per GPU; localGpus: the GPUs (indices into the host's) a host's
   // ranks use, in local-rank order (empty: every GPU). rank_graph.cpp.

@@ -456,12 +456,29 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     }
     k.slotsMaxBytes = config.hostSmallBytes;
     k.directMinBytes = config.hostDirectBytes;
-    c->selector_ = std::make_unique<algo::Selector>(
-        c->machine_.hostGraph(config.tuner.constants.graphs), config.tuner, k);
+    // The default copy and fold rates are a rank's with a core of its own. Ranks that share
+    // cores (more of them than CPUs, as in network namespaces of one machine) copy at their
+    // share, the fewest any rank has (alike on every rank), and their phases take turns on the
+    // CPUs; a tuning file's rates stand as measured (docs/perf.md, "Across hosts made of
+    // network namespaces").
+    algo::TunerOptions tuner = config.tuner;
+    algo::GraphConstants& graphs = tuner.constants.graphs;
+    const double share = fewestCores(claims);
+    const algo::GraphConstants defaults;
+    if (share < 1 && graphs.hostCopyGBs == defaults.hostCopyGBs &&
+        graphs.hostFoldGBs == defaults.hostFoldGBs) {
+      graphs.hostCopyGBs *= share;
+      graphs.hostFoldGBs *= share;
+    }
+    algo::RankGraph graph = c->machine_.hostGraph(graphs);
+    graph.coresPerRank = std::min(1.0, share);
+    c->selector_ = std::make_unique<algo::Selector>(std::move(graph), tuner, k);
     if (me == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning,
-                "host calls priced on %d host(s) of %d rank(s) at most",
-                c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost);
+                "host calls priced on %d host(s) of %d rank(s) at most, copying at %.2g GB/s a "
+                "rank (%.2g cores a rank at the fewest)",
+                c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost,
+                graphs.hostCopyGBs, share);
   }
   c->created_ = true;
   // What NCCL_DEBUG=INFO users look for at init: who this rank is, how it talks to its peers,

@@ -183,7 +183,7 @@ CpuClaim CpuClaim::ofThisProcess(std::uint64_t fallbackId) {
   return c;
 }
 
-long coresOf(const std::vector<CpuClaim>& all, std::size_t me) {
+double coreShareOf(const std::vector<CpuClaim>& all, std::size_t me) {
   const CpuClaim& mine = all[me];
   int sharing = 0;
   std::uint64_t pool[16] = {};
@@ -200,7 +200,18 @@ long coresOf(const std::vector<CpuClaim>& all, std::size_t me) {
     cpus += std::popcount(pool[w]);
     own += std::popcount(mine.cpus[w]);
   }
-  return std::min(std::max(1L, own), std::max(1L, cpus) / std::max(1, sharing));
+  return std::min(static_cast<double>(std::max(1L, own)),
+                  static_cast<double>(std::max(1L, cpus)) / std::max(1, sharing));
+}
+
+long coresOf(const std::vector<CpuClaim>& all, std::size_t me) {
+  return static_cast<long>(coreShareOf(all, me));
+}
+
+double fewestCores(const std::vector<CpuClaim>& all) {
+  double fewest = all.empty() ? 1.0 : coreShareOf(all, 0);
+  for (std::size_t q = 1; q < all.size(); ++q) fewest = std::min(fewest, coreShareOf(all, q));
+  return fewest;
 }
 
 }  // namespace weft

@@ -55,5 +55,9 @@ struct CpuClaim {
 // overlap its own (itself included) may run on, and no more than its own CPUs; 0 where those
 // ranks outnumber the CPUs.
 long coresOf(const std::vector<CpuClaim>& all, std::size_t me);
+// The same share unrounded (0.25: four ranks on a CPU), and its smallest over every rank (the
+// same on every rank, which all hold every claim): what the host calls are priced with.
+double coreShareOf(const std::vector<CpuClaim>& all, std::size_t me);
+double fewestCores(const std::vector<CpuClaim>& all);
 
 }  // namespace weft

@@ -120,6 +120,28 @@ TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
             a.plan(Collective::allReduce, 64 << 20)->estimateUs);
 }
 
+// Four hosts of two ranks sharing a machine's two cores (network namespaces): at a quarter of a
+// core a rank, its copies slower and its phases taking turns on the CPUs, the large all-to-all
+// goes pairwise, which moves each byte once, not hierarchical, which copies it again inside
+// each host beside the network's transfers (measured 1.4 to 1.6 times slower there:
+// docs/perf.md, "Across hosts made of network namespaces"). With a core each, hierarchical.
+TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
+  const algo::Placement hosts = algo::Placement::regular(8, 4, 0);
+  algo::GraphConstants shared;
+  shared.hostCopyGBs *= 0.25;
+  shared.hostFoldGBs *= 0.25;
+  algo::TunerOptions o;
+  o.constants.graphs = shared;
+  algo::RankGraph graph = algo::hostRankGraph(hosts, 1.25, shared);
+  graph.coresPerRank = 0.25;
+  const algo::Selector quarter(graph, o, {});
+  const algo::Selector cores(algo::hostRankGraph(hosts, 1.25), {}, {});
+  for (std::size_t bytes : {std::size_t{16} << 20, std::size_t{64} << 20}) {
+    EXPECT_EQ(quarter.plan(Collective::allToAll, bytes)->algorithm, "pairwise") << bytes;
+    EXPECT_EQ(cores.plan(Collective::allToAll, bytes)->algorithm, "hierarchical") << bytes;
+  }
+}
+
 TEST(Selector, HostKernelsServeTheirDeclaredRanges) {
   algo::KernelSet k;
   k.slots.set(static_cast<std::size_t>(Collective::allReduce));
@@ -353,6 +375,14 @@ TEST(Cores, RanksOfOneMachineShareTheCpusTheyOverlap) {
   std::vector<CpuClaim> wide(3, claim(7, 0));
   for (auto& c : wide) c.cpus[1] = 0xff;  // CPUs 64..71
   EXPECT_EQ(coresOf(wide, 2), 2);
+  // Unrounded, and the fewest of all: four ranks on 2 CPUs have half a core each; beside a
+  // rank bound to 2 CPUs of its own, those four still have the fewest.
+  EXPECT_DOUBLE_EQ(coreShareOf(netns, 3), 0.5);
+  EXPECT_DOUBLE_EQ(fewestCores(netns), 0.5);
+  netns.push_back(claim(7, 0b1100));
+  EXPECT_DOUBLE_EQ(coreShareOf(netns, 4), 2);
+  EXPECT_DOUBLE_EQ(fewestCores(netns), 0.5);
+  EXPECT_DOUBLE_EQ(fewestCores(two), 2);
   // This process: some CPU, on some machine.
   const CpuClaim self = CpuClaim::ofThisProcess(42);
   EXPECT_NE(self.machineId, 0u);
