@@ -412,7 +412,7 @@ Result<const void*> CudaExecutor::upload(const algo::Schedule& s, void* stream) 
     std::memcpy(host.data() + parts[ch].spans, p.spanPool().data(),
                 p.spanPool().size() * sizeof(algo::Span));
   }
-  // In capture the copy is made now (on the executor's stream), not at every replay.
+  // In capture the copy is made now (and waited for), not at every replay.
   Status st;
   if (capturing(stream)) {
     st = toDevice(dev, host.data(), at,
