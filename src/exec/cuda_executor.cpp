@@ -350,19 +350,10 @@ std::string CudaExecutor::describe() const {
 
 Status CudaExecutor::toDevice(void* dev, const void* host, std::size_t bytes,
                               const std::string& what) {
-  // The legacy stream, unless a blocking stream is being captured (which forbids its use): then
-  // a stream made for the copy.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaStream_t s = cudaStreamLegacy;
-  if (cudaStreamIsCapturing(cudaStreamLegacy, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess)
-      return cudaFailed(what + " (a stream for it)", e);
-  }
-  cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (s != cudaStreamLegacy) (void)cudaStreamDestroy(s);
+  const auto e = static_cast<cudaError_t>(transport::runWaited([&](void* s) {
+    return static_cast<int>(
+        cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)));
+  }));
   return e == cudaSuccess ? Status{} : cudaFailed(what, e);
 }
 

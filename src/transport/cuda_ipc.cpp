@@ -239,21 +239,9 @@ Result<std::unique_ptr<CudaIpcTransport>> CudaIpcTransport::create(const CudaIpc
           "cuda_ipc: allocating the " + std::to_string(g.inboxBytes() >> 20) + " MiB device inbox",
           e);
     t->own_ = static_cast<std::byte*>(p);
-    // On the legacy stream, not a device-wide wait (ranks that are threads of this process may
-    // have kernels running on non-blocking streams), nor a stream made for it (every stream made
-    // takes the next hardware queue, and thread ranks need their streams' queues apart); while
-    // a blocking stream is captured, which forbids the legacy stream, on a stream made for it.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    cudaStream_t s = cudaStreamLegacy;
-    if (cudaStreamIsCapturing(cudaStreamLegacy, &capture) != cudaSuccess ||
-        capture != cudaStreamCaptureStatusNone) {
-      (void)cudaGetLastError();
-      if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess)
-        return cudaFailed("cuda_ipc: creating a stream", e);
-    }
-    cudaError_t e = cudaMemsetAsync(p, 0, g.inboxBytes(), s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (s != cudaStreamLegacy) (void)cudaStreamDestroy(s);
+    const auto e = static_cast<cudaError_t>(runWaited([&](void* s) {
+      return static_cast<int>(cudaMemsetAsync(p, 0, g.inboxBytes(), static_cast<cudaStream_t>(s)));
+    }));
     if (e != cudaSuccess) return cudaFailed("cuda_ipc: clearing the device inbox", e);
     self.ipcOk = cudaIpcGetMemHandle(&self.handle, p) == cudaSuccess ? 1 : 0;
     (void)cudaGetLastError();
@@ -437,6 +425,21 @@ std::byte* CudaIpcTransport::directLl(int rank) const {
 
 std::uint32_t* CudaIpcTransport::abortWord(int rank) const {
   return reinterpret_cast<std::uint32_t*>(inboxes_[static_cast<std::size_t>(rank)]);
+}
+
+int runWaited(const std::function<int(void*)>& work) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaStream_t s = cudaStreamLegacy;
+  if (cudaStreamIsCapturing(cudaStreamLegacy, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
+    (void)cudaGetLastError();
+    if (cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); e != cudaSuccess)
+      return static_cast<int>(e);
+  }
+  auto e = static_cast<cudaError_t>(work(s));
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (s != cudaStreamLegacy) (void)cudaStreamDestroy(s);
+  return static_cast<int>(e);
 }
 
 }  // namespace weft::transport

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,5 +132,13 @@ class CudaIpcTransport {
   int threadsOnThisDevice_ = 1;
   bool someDeviceShared_ = false;
 };
+
+// Runs `work` (which enqueues on the cudaStream_t it is given and returns a cudaError_t) and
+// waits for it: on the legacy stream, which is no device-wide wait (ranks that are threads of
+// this process may have kernels running on non-blocking streams) and takes no hardware queue of
+// its own (every stream made takes the next, and thread ranks need their streams' queues
+// apart); while a blocking stream is captured, which forbids the legacy stream, on a stream made
+// for it. Returns the first error (a cudaError_t; 0: none).
+int runWaited(const std::function<int(void*)>& work);
 
 }  // namespace weft::transport
