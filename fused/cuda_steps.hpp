@@ -17,6 +17,18 @@ inline Status cudaStatus(const std::string& what, cudaError_t e) {
   if (e == cudaSuccess) return {};
   return Status(Code::systemError, what + ": " + cudaGetErrorString(e));
 }
+// Loads `kernels` now (cudaFuncGetAttributes), so that none loads lazily at a launch while a
+// peer's spinning kernel waits for this rank (../shared/DEVICE.md); the first failure, as
+// "<what>: <CUDA's words>".
+template <typename... Kernel>
+Status loadKernels(const std::string& what, Kernel... kernels) {
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaSuccess;
+  for (const void* f : {reinterpret_cast<const void*>(kernels)...}) {
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
+  }
+  return cudaStatus(what, e);
+}
 // Whether the kernels just launched started.
 inline Status launched(const std::string& what) {
   return cudaStatus(what, cudaGetLastError());

@@ -306,19 +306,10 @@ Status launch(const LocalBackward& b, cudaStream_t stream) {
 }  // namespace
 
 Status loadBackwardKernels() {
-  cudaFuncAttributes attr{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(dqKernel<__nv_bfloat16, 64>),
-                        reinterpret_cast<const void*>(dqKernel<__nv_bfloat16, 128>),
-                        reinterpret_cast<const void*>(dqKernel<__half, 64>),
-                        reinterpret_cast<const void*>(dqKernel<__half, 128>),
-                        reinterpret_cast<const void*>(dkdvKernel<__nv_bfloat16, 64>),
-                        reinterpret_cast<const void*>(dkdvKernel<__nv_bfloat16, 128>),
-                        reinterpret_cast<const void*>(dkdvKernel<__half, 64>),
-                        reinterpret_cast<const void*>(dkdvKernel<__half, 128>)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
-  }
-  return e == cudaSuccess ? Status{} : cudaStatus("attention backward: loading the kernels", e);
+  return loadKernels("attention backward: loading the kernels", dqKernel<__nv_bfloat16, 64>,
+                     dqKernel<__nv_bfloat16, 128>, dqKernel<__half, 64>, dqKernel<__half, 128>,
+                     dkdvKernel<__nv_bfloat16, 64>, dkdvKernel<__nv_bfloat16, 128>,
+                     dkdvKernel<__half, 64>, dkdvKernel<__half, 128>);
 }
 
 Status checkBackward(const LocalBackward& b) {

@@ -250,15 +250,11 @@ Status launch(const LocalAttention& a, cudaStream_t stream) {
 }  // namespace
 
 Status loadAttentionKernels() {
-  cudaFuncAttributes attr{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(attendKernel<__nv_bfloat16, 64, 2>),
-                        reinterpret_cast<const void*>(attendKernel<__nv_bfloat16, 128, 2>),
-                        reinterpret_cast<const void*>(attendKernel<__half, 64, 2>),
-                        reinterpret_cast<const void*>(attendKernel<__half, 128, 2>)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
-  }
-  if (e != cudaSuccess) return cudaStatus("attention: loading the kernels", e);
+  if (Status s = loadKernels("attention: loading the kernels", attendKernel<__nv_bfloat16, 64, 2>,
+                             attendKernel<__nv_bfloat16, 128, 2>, attendKernel<__half, 64, 2>,
+                             attendKernel<__half, 128, 2>);
+      !s)
+    return s;
   if (Status s = loadBackwardKernels(); !s) return s;
   if (Status s = loadMergeKernels(); !s) return s;
   return loadHeadKernels();

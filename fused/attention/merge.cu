@@ -95,19 +95,10 @@ constexpr bool kMerged =
 }  // namespace
 
 Status loadMergeKernels() {
-  cudaFuncAttributes attr{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(resetKernel),
-                        reinterpret_cast<const void*>(finishKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(finishKernel<__half>),
-                        reinterpret_cast<const void*>(mergeKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(mergeKernel<__half>),
-                        reinterpret_cast<const void*>(mergeKernel<float>),
-                        reinterpret_cast<const void*>(deltaKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(deltaKernel<__half>)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
-  }
-  return e == cudaSuccess ? Status{} : cudaStatus("attention merges: loading the kernels", e);
+  return loadKernels("attention merges: loading the kernels", resetKernel,
+                     finishKernel<__nv_bfloat16>, finishKernel<__half>, mergeKernel<__nv_bfloat16>,
+                     mergeKernel<__half>, mergeKernel<float>, deltaKernel<__nv_bfloat16>,
+                     deltaKernel<__half>);
 }
 
 Status resetPartials(float* out, float* lse, const MergeShape& shape, void* stream) {

@@ -138,16 +138,8 @@ Status exchange(Communicator& group, const HeadExchange& e, std::byte* send, std
 }  // namespace
 
 Status loadHeadKernels() {
-  cudaFuncAttributes attr{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(move<true, true>),
-                        reinterpret_cast<const void*>(move<false, true>),
-                        reinterpret_cast<const void*>(move<true, false>),
-                        reinterpret_cast<const void*>(move<false, false>),
-                        reinterpret_cast<const void*>(scaleOffsets)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&attr, f);
-  }
-  return e == cudaSuccess ? Status{} : cudaStatus("ulysses: loading the kernels", e);
+  return loadKernels("ulysses: loading the kernels", move<true, true>, move<false, true>,
+                     move<true, false>, move<false, false>, scaleOffsets);
 }
 
 Status toHeads(Communicator& group, const HeadExchange& e, std::byte* send, std::byte* recv,

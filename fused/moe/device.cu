@@ -532,20 +532,11 @@ Status launchDispatchRecv(const MoeDevice& d, void* recvX, std::int32_t* expertC
 }
 
 Status loadMoeKernels() {
-  cudaFuncAttributes a{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f :
-       {reinterpret_cast<const void*>(layoutKernel), reinterpret_cast<const void*>(sendKernel),
-        reinterpret_cast<const void*>(signalKernel), reinterpret_cast<const void*>(awaitKernel),
-        reinterpret_cast<const void*>(countKernel), reinterpret_cast<const void*>(placeKernel),
-        reinterpret_cast<const void*>(gatherKernel),
-        reinterpret_cast<const void*>(countChunksKernel),
-        reinterpret_cast<const void*>(numberChunksKernel),
-        reinterpret_cast<const void*>(lowLatencySendKernel),
-        reinterpret_cast<const void*>(lowLatencyRecvKernel)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);
-  }
-  if (e != cudaSuccess) return cudaStatus("moe: loading the kernels", e);
+  if (Status s = loadKernels("moe: loading the kernels", layoutKernel, sendKernel, signalKernel,
+                             awaitKernel, countKernel, placeKernel, gatherKernel, countChunksKernel,
+                             numberChunksKernel, lowLatencySendKernel, lowLatencyRecvKernel);
+      !s)
+    return s;
   return loadCombineKernels();
 }
 

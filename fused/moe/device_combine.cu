@@ -140,23 +140,13 @@ Status launchCombineRecv(const MoeDevice& d, void* out, void* stream) {
 }
 
 Status loadCombineKernels() {
-  cudaFuncAttributes a{};
-  cudaError_t e = cudaSuccess;
-  for (const void* f : {reinterpret_cast<const void*>(combineSendKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(combineSendKernel<__half>),
-                        reinterpret_cast<const void*>(combineSendKernel<float>),
-                        reinterpret_cast<const void*>(combineKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(combineKernel<__half>),
-                        reinterpret_cast<const void*>(combineKernel<float>),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<__half>),
-                        reinterpret_cast<const void*>(lowLatencyCombineSendKernel<float>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<__nv_bfloat16>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<__half>),
-                        reinterpret_cast<const void*>(lowLatencyCombineKernel<float>)}) {
-    if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, f);
-  }
-  return cudaStatus("moe: loading the combine kernels", e);
+  return loadKernels("moe: loading the combine kernels", combineSendKernel<__nv_bfloat16>,
+                     combineSendKernel<__half>, combineSendKernel<float>,
+                     combineKernel<__nv_bfloat16>, combineKernel<__half>, combineKernel<float>,
+                     lowLatencyCombineSendKernel<__nv_bfloat16>,
+                     lowLatencyCombineSendKernel<__half>, lowLatencyCombineSendKernel<float>,
+                     lowLatencyCombineKernel<__nv_bfloat16>, lowLatencyCombineKernel<__half>,
+                     lowLatencyCombineKernel<float>);
 }
 
 }  // namespace weft::fused::moe
