@@ -237,6 +237,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     auto ucx = transport::UcxTransport::create(ug);
     if (!ucx) return ucx.status();
     c->ucx_ = std::move(*ucx);
+    if (c->ucx_->eager())
+      WEFT_INFO(log::kInit | log::kNet,
+                "UCX messages go eagerly (no RDMA device here: UCX_RNDV_THRESH=inf unless set)");
     c->ucx_->callNamer = [raw = c.get()] { return raw->current_.toString(); };
   }
 

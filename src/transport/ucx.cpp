@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 namespace weft::transport {
 namespace {
@@ -275,6 +276,14 @@ namespace {
   return disable != nullptr;
 }();
 
+// Whether this host has an RDMA device (InfiniBand or RoCE), whose zero-copy rendezvous UCX
+// should keep.
+bool rdmaDevicePresent() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/sys/class/infiniband", ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g) {
@@ -296,6 +305,17 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
       ucp_config_release(config);
       return ucxError("setting NET_DEVICES=" + g.netDevice + " (from WEFT_SOCKET_IFNAME)", m);
     }
+  }
+  // Without an RDMA device UCX's network transport is TCP, where a rendezvous costs a round trip
+  // before each message's data (docs/perf.md, "Across hosts made of network namespaces").
+  // Weft's receives are posted ahead, so its messages go eagerly there. (Synchronous eager
+  // sends, which would keep the slots' bound on unmatched messages, hung UCX 1.13 at times.)
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr && !rdmaDevicePresent()) {
+    if (ucs_status_t m = ucp_config_modify(config, "RNDV_THRESH", "inf"); m != UCS_OK) {
+      ucp_config_release(config);
+      return ucxError("setting RNDV_THRESH=inf", m);
+    }
+    t->eager_ = true;
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;

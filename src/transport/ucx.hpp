@@ -45,6 +45,10 @@ class UcxTransport {
   UcxTransport(const UcxTransport&) = delete;
   UcxTransport& operator=(const UcxTransport&) = delete;
 
+  // Whether messages go eagerly, whatever their size (UCX_RNDV_THRESH=inf): where the user
+  // did not set UCX_RNDV_THRESH and the host has no RDMA device, so UCX runs over TCP.
+  bool eager() const { return eager_; }
+
   // This rank's record for the bootstrap: every channel's worker address.
   const std::vector<std::byte>& address() const { return address_; }
   // Connects to every rank q with use[q] set, from its record (as address() made it). Peers on
@@ -89,6 +93,7 @@ class UcxTransport {
   UcxTransport() = default;
   UcxGeometry g_;
   void* context_ = nullptr;  // ucp_context_h
+  bool eager_ = false;
   std::vector<std::unique_ptr<Channel>> channels_;
   std::vector<std::byte> address_;
   std::unique_ptr<std::atomic<int>[]> failed_;  // by peer: a ucs_status_t, 0 while healthy
