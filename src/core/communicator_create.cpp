@@ -462,8 +462,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     // The default copy and fold rates are a rank's with a core of its own. Ranks that share
     // cores (more of them than CPUs, as in network namespaces of one machine) copy at their
     // share, the fewest any rank has (alike on every rank), and their phases take turns on the
-    // CPUs; a tuning file's rates stand as measured (docs/perf.md, "Across hosts made of
-    // network namespaces").
+    // CPUs; a tuning file's rates stand as measured (docs/perf-hosts.md).
     algo::TunerOptions tuner = config.tuner;
     algo::GraphConstants& graphs = tuner.constants.graphs;
     const double share = fewestCores(claims);

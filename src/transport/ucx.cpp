@@ -307,7 +307,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
     }
   }
   // Without an RDMA device UCX's network transport is TCP, where a rendezvous costs a round trip
-  // before each message's data (docs/perf.md, "Across hosts made of network namespaces").
+  // before each message's data (docs/perf-hosts.md).
   // Weft's receives are posted ahead, so its messages go eagerly there. (Synchronous eager
   // sends, which would keep the slots' bound on unmatched messages, hung UCX 1.13 at times.)
   if (std::getenv("UCX_RNDV_THRESH") == nullptr && !rdmaDevicePresent()) {

@@ -124,7 +124,7 @@ TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
 // core a rank, its copies slower and its phases taking turns on the CPUs, the large all-to-all
 // goes pairwise, which moves each byte once, not hierarchical, which copies it again inside
 // each host beside the network's transfers (measured 1.4 to 1.6 times slower there:
-// docs/perf.md, "Across hosts made of network namespaces"). With a core each, hierarchical.
+// docs/perf-hosts.md). With a core each, hierarchical.
 TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
   const algo::Placement hosts = algo::Placement::regular(8, 4, 0);
   algo::GraphConstants shared;
