@@ -481,4 +481,13 @@ Result<Estimate> CostModel::estimate(const Algorithm& a, Collective coll, std::s
   return e;
 }
 
+GraphConstants atCoreShare(GraphConstants g, double share) {
+  const GraphConstants defaults;
+  if (share < 1 && g.hostCopyGBs == defaults.hostCopyGBs && g.hostFoldGBs == defaults.hostFoldGBs) {
+    g.hostCopyGBs *= share;
+    g.hostFoldGBs *= share;
+  }
+  return g;
+}
+
 }  // namespace weft::algo

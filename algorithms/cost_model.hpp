@@ -80,6 +80,11 @@ struct GraphConstants {
   double netGBs = 0;
 };
 
+// The constants of ranks with `share` of a core each (below 1: more ranks than CPUs, as network
+// namespaces of one machine): the default copy and fold rates scaled by it, since a rank copies
+// at its share; rates a tuning file set stand as measured.
+GraphConstants atCoreShare(GraphConstants g, double share);
+
 // How fast the fp8 codecs run (fused/fp8), for pricing compressed calls: bytes read plus written
 // per second. A tuning file's "codecs"; the defaults are the H200 machine's (docs/perf-fused.md,
 // "FP8 codecs against the device's copy" and "Compressed collectives").

@@ -459,19 +459,13 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     }
     k.slotsMaxBytes = config.hostSmallBytes;
     k.directMinBytes = config.hostDirectBytes;
-    // The default copy and fold rates are a rank's with a core of its own. Ranks that share
-    // cores (more of them than CPUs, as in network namespaces of one machine) copy at their
-    // share, the fewest any rank has (alike on every rank), and their phases take turns on the
-    // CPUs; a tuning file's rates stand as measured (docs/perf-hosts.md).
+    // Ranks that share cores are priced at the fewest share any rank has (alike on every
+    // rank): their copies at that share, their phases taking turns on the CPUs
+    // (docs/perf-hosts.md).
     algo::TunerOptions tuner = config.tuner;
-    algo::GraphConstants& graphs = tuner.constants.graphs;
     const double share = fewestCores(claims);
-    const algo::GraphConstants defaults;
-    if (share < 1 && graphs.hostCopyGBs == defaults.hostCopyGBs &&
-        graphs.hostFoldGBs == defaults.hostFoldGBs) {
-      graphs.hostCopyGBs *= share;
-      graphs.hostFoldGBs *= share;
-    }
+    algo::GraphConstants& graphs = tuner.constants.graphs;
+    graphs = algo::atCoreShare(graphs, share);
     algo::RankGraph graph = c->machine_.hostGraph(graphs);
     graph.coresPerRank = std::min(1.0, share);
     c->selector_ = std::make_unique<algo::Selector>(std::move(graph), tuner, k);

@@ -307,9 +307,9 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
     }
   }
   // Without an RDMA device UCX's network transport is TCP, where a rendezvous costs a round trip
-  // before each message's data (docs/perf-hosts.md).
-  // Weft's receives are posted ahead, so its messages go eagerly there. (Synchronous eager
-  // sends, which would keep the slots' bound on unmatched messages, hung UCX 1.13 at times.)
+  // before each message's data (docs/perf-hosts.md). Weft's receives are posted ahead, so its
+  // messages go eagerly there. (Synchronous eager sends, which would keep the slots' bound on
+  // unmatched messages, hung UCX 1.13 at times.)
   if (std::getenv("UCX_RNDV_THRESH") == nullptr && !rdmaDevicePresent()) {
     if (ucs_status_t m = ucp_config_modify(config, "RNDV_THRESH", "inf"); m != UCS_OK) {
       ucp_config_release(config);

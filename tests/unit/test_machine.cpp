@@ -127,9 +127,7 @@ TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
 // docs/perf-hosts.md). With a core each, hierarchical.
 TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
   const algo::Placement hosts = algo::Placement::regular(8, 4, 0);
-  algo::GraphConstants shared;
-  shared.hostCopyGBs *= 0.25;
-  shared.hostFoldGBs *= 0.25;
+  const algo::GraphConstants shared = algo::atCoreShare({}, 0.25);
   algo::TunerOptions o;
   o.constants.graphs = shared;
   algo::RankGraph graph = algo::hostRankGraph(hosts, 1.25, shared);
