@@ -235,4 +235,16 @@ Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
   return Selector(RankGraph::fromSystem(system), std::move(options), k);
 }
 
+Selector hostSelectorFor(const Placement& placement, double nicGBs, TunerOptions options,
+                         double share, KernelSet kernels) {
+  // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
+  constexpr double kUnlistedNetGBs = 1.25;
+  GraphConstants& graphs = options.constants.graphs;
+  graphs = atCoreShare(graphs, share);
+  const double rate = graphs.netGBs > 0 ? graphs.netGBs : nicGBs > 0 ? nicGBs : kUnlistedNetGBs;
+  RankGraph graph = hostRankGraph(placement, rate, graphs);
+  graph.coresPerRank = std::min(1.0, share);
+  return Selector(std::move(graph), std::move(options), kernels);
+}
+
 }  // namespace weft::algo

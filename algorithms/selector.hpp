@@ -15,6 +15,7 @@
 #include "algorithms/attention_plan.hpp"
 #include "algorithms/moe_plan.hpp"
 #include "algorithms/overlap.hpp"
+#include "algorithms/rank_graph.hpp"
 #include "algorithms/tuner.hpp"
 #include "topology/system.hpp"
 
@@ -103,6 +104,7 @@ class Selector {
   const Tuner& tuner() const { return tuner_; }
   const KernelSet& kernels() const { return kernels_; }
   const KernelConstants& constants() const { return options_.constants.kernels; }
+  const TunerOptions& options() const { return options_; }
 
  private:
   Result<Plan> planGpu(Collective coll, std::size_t bytes) const;
@@ -117,5 +119,12 @@ class Selector {
 // The GPU selector for ranks one per GPU of `system`, as the runtime makes it for them before
 // their devices are set up (the direct kernels' largest round): what weft-plan tune picks with.
 Selector gpuSelectorFor(const topo::System& system, TunerOptions options);
+
+// The selector of calls on host memory, as the runtime makes it (weft-plan tune --host-ranks
+// prices with it too): ranks with `share` of a core at the fewest, their default copy and fold
+// rates scaled to it and, below 1, their phases taking turns on the CPUs; each host's network at
+// the options' net_gbs (weft-perf --calibrate), else `nicGBs` (its fastest NIC), else 10 GbE.
+Selector hostSelectorFor(const Placement& placement, double nicGBs, TunerOptions options,
+                         double share, KernelSet kernels = {});
 
 }  // namespace weft::algo

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 #include "algorithms/simulator.hpp"
 #include "algorithms/tuner.hpp"
@@ -265,6 +266,81 @@ void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collect
       << body << legend.svg() << "</svg>\n";
 }
 
+// Host memory (--host-ranks): the runtime's host selector on hosts of that many ranks, with
+// every candidate's estimate beside the pick. The simulator replays GPU systems only: no regret.
+int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
+              const std::vector<int>& nodes, const std::vector<Collective>& colls,
+              const TunerOptions& options, const std::vector<topo::Topology>& hosts,
+              const std::optional<weftCompression>& compress) {
+  // The runtime's host selector: the network's rate from the tuning file's net_gbs, else the
+  // topology's fastest NIC, else 10 GbE.
+  double nicGBs = 0;
+  if (!hosts.empty()) {
+    for (int nic : hosts[0].nics())
+      nicGBs = std::max(nicGBs, hosts[0].nodes()[static_cast<std::size_t>(nic)].speedGBs);
+  }
+  const char* netFrom = options.constants.graphs.netGBs > 0 ? "net_gbs of the tuning file"
+                        : nicGBs > 0                        ? "the topology's fastest NIC"
+                                                            : "10 GbE: no NIC known";
+  for (int hostCount : nodes) {
+    const Placement placement = Placement::regular(args.hostRanks * hostCount, hostCount, 0);
+    const Selector selector = hostSelectorFor(placement, nicGBs, options, args.coresPerRank);
+    const Tuner& tuner = selector.tuner();
+    for (Collective coll : colls) {
+      std::printf(
+          "host memory, %d host(s) x %d rank(s): %s; copying at %.3g GB/s, %.3g core(s) a "
+          "rank; ",
+          hostCount, args.hostRanks, std::string(name(coll)).c_str(),
+          selector.options().constants.graphs.hostCopyGBs, args.coresPerRank);
+      if (hostCount == 1) {
+        std::printf("one host: the runtime's slots and direct path are not priced here\n");
+      } else {
+        std::printf("a rank alone on the network at %.3g GB/s (%s)\n", tuner.graph().netAlone,
+                    netFrom);
+      }
+      std::vector<std::vector<Estimate>> all;
+      std::set<std::string> algos;
+      for (std::size_t bytes : sizes) {
+        all.push_back(tuner.allCandidates(coll, bytes));
+        for (const Estimate& e : all.back()) algos.insert(e.algorithm);
+      }
+      std::printf("%8s  %-20s %10s", "size", "pick", "est us");
+      for (const auto& a : algos) std::printf(" %12s", a.c_str());
+      std::printf("   (each algorithm's estimate, us, at its cheaper protocol)\n");
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const std::size_t bytes = sizes[i];
+        auto plan =
+            compress ? selector.planCompressed(coll, bytes, codecShapeOf(*compress, DataType::bf16),
+                                               compress->always != 0)
+            : args.schedules ? tuner.plan(coll, bytes)
+                             : selector.plan(coll, bytes);
+        char est[32] = "-";
+        if (plan) std::snprintf(est, sizeof est, "%.1f", plan->estimateUs);
+        std::printf("%8s  %-20s %10s", human(bytes).c_str(),
+                    plan ? pickLabel(*plan).c_str() : "none", est);
+        for (const auto& a : algos) {
+          double best = 0;
+          for (const Estimate& e : all[i]) {
+            if (e.algorithm == a && (best == 0 || e.timeUs < best)) best = e.timeUs;
+          }
+          if (best > 0) {
+            std::printf(" %12.1f", best);
+          } else {
+            std::printf(" %12s", "");
+          }
+        }
+        std::printf("\n");
+        if (!args.candidates) continue;
+        for (const Estimate& e : all[i]) {
+          std::printf("%8s  %-20s %10.1f   latency %.1f, bytes %.1f\n", "", label(e).c_str(),
+                      e.timeUs, e.latencyUs, e.bandwidthUs);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 Result<TunerOptions> tunerOptions(const std::string& tuningFile) {
@@ -337,8 +413,18 @@ int runTune(const TuneArgs& args) {
     }
     colls.push_back(*c);
   }
-  if (hosts.empty() || nodes.empty() || colls.empty()) {
-    std::cerr << "weft-plan: tune needs --topo, --nodes and --coll\n";
+  const bool onHosts = args.hostRanks > 0;
+  if ((hosts.empty() && !onHosts) || nodes.empty() || colls.empty()) {
+    std::cerr << "weft-plan: tune needs --topo (or --host-ranks), --nodes and --coll\n";
+    return tools::kExitUsage;
+  }
+  if (onHosts && (args.summary || !args.svg.empty() || args.settle || args.fluid)) {
+    std::cerr << "weft-plan: --host-ranks prices host memory, which the simulator does not "
+                 "replay: drop --summary, --svg, --settle and --fluid\n";
+    return tools::kExitUsage;
+  }
+  if (!(args.coresPerRank > 0)) {
+    std::cerr << "weft-plan: --cores-per-rank must be above 0\n";
     return tools::kExitUsage;
   }
 
@@ -361,6 +447,8 @@ int runTune(const TuneArgs& args) {
     }
     if (compresses(*c)) compress = *c;
   }
+
+  if (onHosts) return tuneHosts(args, sizes, nodes, colls, *options, hosts, compress);
 
   const bool detailed =
       hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;

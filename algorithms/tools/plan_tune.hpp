@@ -22,6 +22,10 @@ struct TuneArgs {
   bool fluid = false;       // replay each candidate with links shared at every instant
   bool schedules = false;   // the tuner's picks among schedules alone, not the runtime selector's
   std::string compress;     // "fp8e4m3:32": calls allowed to cross compressed (bf16 values)
+  // Host memory: this many ranks a host (0: GPU memory, a rank a GPU), with this share of a
+  // core each (below 1: more ranks than CPUs), priced as the runtime prices them; no replay.
+  int hostRanks = 0;
+  double coresPerRank = 1;
 };
 
 int runTune(const TuneArgs& args);

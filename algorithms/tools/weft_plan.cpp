@@ -316,7 +316,9 @@ int main(int argc, char** argv) {
   weft::algo::TuneArgs tune;
   auto* tuneCmd = app.add_subcommand(
       "tune", "the tuner's pick per size, every candidate simulated, and the regret");
-  tuneCmd->add_option("--topo", tune.topo, "topology file(s), comma-separated")->required();
+  tuneCmd->add_option("--topo", tune.topo,
+                      "topology file(s), comma-separated (with --host-ranks: optional, its "
+                      "fastest NIC the network's rate)");
   tuneCmd->add_option("--nodes", tune.nodes,
                       "hosts of that kind on a rail-optimized fabric, comma-separated");
   tuneCmd->add_option("--coll", tune.colls, "collective(s), comma-separated")->required();
@@ -334,6 +336,16 @@ int main(int argc, char** argv) {
                       "values), as weftAllReduceEx does");
   tuneCmd->add_flag("--candidates", tune.candidates,
                     "per size, every candidate's estimate next to its simulated time");
+  tuneCmd
+      ->add_option("--host-ranks", tune.hostRanks,
+                   "host memory, this many ranks a host, priced as the runtime prices them (the "
+                   "network from the tuning file's net_gbs, else --topo's NIC, else 10 GbE); "
+                   "estimates only, the simulator replays GPU memory")
+      ->check(CLI::Range(0, 1024));
+  tuneCmd
+      ->add_option("--cores-per-rank", tune.coresPerRank,
+                   "with --host-ranks: each rank's share of a core (0.25: 8 ranks on 2 cores)")
+      ->capture_default_str();
   auto* settle = tuneCmd->add_flag(
       "--settle", tune.settle, "replay until each candidate's link sharing settles (not 3 passes)");
   tuneCmd

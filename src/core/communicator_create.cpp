@@ -462,19 +462,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     // Ranks that share cores are priced at the fewest share any rank has (alike on every
     // rank): their copies at that share, their phases taking turns on the CPUs
     // (docs/perf-hosts.md).
-    algo::TunerOptions tuner = config.tuner;
     const double share = fewestCores(claims);
-    algo::GraphConstants& graphs = tuner.constants.graphs;
-    graphs = algo::atCoreShare(graphs, share);
-    algo::RankGraph graph = c->machine_.hostGraph(graphs);
-    graph.coresPerRank = std::min(1.0, share);
-    c->selector_ = std::make_unique<algo::Selector>(std::move(graph), tuner, k);
+    c->selector_ = std::make_unique<algo::Selector>(
+        algo::hostSelectorFor(c->machine_.placement, c->machine_.netGBs, config.tuner, share, k));
+    const algo::RankGraph& graph = c->selector_->tuner().graph();
     if (me == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning,
                 "host calls priced on %d host(s) of %d rank(s) at most, copying at %.2g GB/s a "
                 "rank (%.2g cores a rank at the fewest)",
-                c->selector_->tuner().graph().hosts, c->selector_->tuner().graph().ranksPerHost,
-                graphs.hostCopyGBs, share);
+                graph.hosts, graph.ranksPerHost,
+                c->selector_->options().constants.graphs.hostCopyGBs, share);
   }
   c->created_ = true;
   // What NCCL_DEBUG=INFO users look for at init: who this rank is, how it talks to its peers,

@@ -145,13 +145,6 @@ Status Machine::learnDevices(boot::Bootstrap& bootstrap, int device, const std::
   return {};
 }
 
-algo::RankGraph Machine::hostGraph(const algo::GraphConstants& c) const {
-  // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
-  constexpr double kUnlistedNetGBs = 1.25;
-  const double rate = c.netGBs > 0 ? c.netGBs : netGBs > 0 ? netGBs : kUnlistedNetGBs;
-  return algo::hostRankGraph(placement, rate, c);
-}
-
 algo::GpuGraph Machine::gpuGraph(const algo::DeviceShape& shape,
                                  const algo::GraphConstants& c) const {
   algo::GpuGraph g = algo::gpuRankGraph(*host, placement, shape, c);

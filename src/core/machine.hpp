@@ -37,7 +37,6 @@ struct Machine {
   // GPU of the topology.
   Status learnDevices(boot::Bootstrap& bootstrap, int device, const std::string& busId);
 
-  algo::RankGraph hostGraph(const algo::GraphConstants& c) const;
   algo::GpuGraph gpuGraph(const algo::DeviceShape& shape, const algo::GraphConstants& c) const;
 };
 

@@ -91,15 +91,18 @@ TEST(RankGraphs, TheRuntimesOwnGraphsTakeTheTuningFilesFigures) {
 // graphs.net_gbs (weft-perf --calibrate across hosts) replaces the discovered NIC's rate, and the
 // 10 GbE assumed where a host lists none.
 TEST(RankGraphs, TheCalibratedNetworkRateBeatsTheNics) {
-  Machine m;
-  m.placement = algo::Placement::regular(4, 2, 0);
-  EXPECT_NEAR(m.hostGraph({}).netAlone, 1.25, 1e-9);  // no NIC listed
-  m.netGBs = 25;
-  EXPECT_NEAR(m.hostGraph({}).netAlone, 8, 1e-9);  // the shared-memory copy caps it
+  const algo::Placement hosts = algo::Placement::regular(4, 2, 0);
+  auto graph = [&](double nicGBs, const algo::TunerOptions& o) {
+    return algo::hostSelectorFor(hosts, nicGBs, o, 1).tuner().graph();
+  };
+  EXPECT_NEAR(graph(0, {}).netAlone, 1.25, 1e-9);  // no NIC listed
+  EXPECT_NEAR(graph(25, {}).netAlone, 8, 1e-9);    // the shared-memory copy caps it
   auto c = algo::CostConstants::fromJson(R"({"graphs": {"net_gbs": 0.6}})", "t");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
-  EXPECT_NEAR(m.hostGraph(c->graphs).netAlone, 0.6, 1e-9);
-  EXPECT_NEAR(m.hostGraph(c->graphs).netPerRank, 0.3, 1e-9);
+  algo::TunerOptions calibrated;
+  calibrated.constants = *c;
+  EXPECT_NEAR(graph(25, calibrated).netAlone, 0.6, 1e-9);
+  EXPECT_NEAR(graph(25, calibrated).netPerRank, 0.3, 1e-9);
   auto again = algo::CostConstants::fromJson(c->toJson(), "dump");
   ASSERT_TRUE(again.isOk());
   EXPECT_EQ(again->graphs.netGBs, 0.6);
@@ -127,13 +130,10 @@ TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
 // docs/perf-hosts.md). With a core each, hierarchical.
 TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
   const algo::Placement hosts = algo::Placement::regular(8, 4, 0);
-  const algo::GraphConstants shared = algo::atCoreShare({}, 0.25);
-  algo::TunerOptions o;
-  o.constants.graphs = shared;
-  algo::RankGraph graph = algo::hostRankGraph(hosts, 1.25, shared);
-  graph.coresPerRank = 0.25;
-  const algo::Selector quarter(graph, o, {});
-  const algo::Selector cores(algo::hostRankGraph(hosts, 1.25), {}, {});
+  const algo::Selector quarter = algo::hostSelectorFor(hosts, 1.25, {}, 0.25);
+  EXPECT_EQ(quarter.tuner().graph().coresPerRank, 0.25);
+  EXPECT_EQ(quarter.options().constants.graphs.hostCopyGBs, 2);  // 8 GB/s at a quarter core
+  const algo::Selector cores = algo::hostSelectorFor(hosts, 1.25, {}, 1);
   for (std::size_t bytes : {std::size_t{16} << 20, std::size_t{64} << 20}) {
     EXPECT_EQ(quarter.plan(Collective::allToAll, bytes)->algorithm, "pairwise") << bytes;
     EXPECT_EQ(cores.plan(Collective::allToAll, bytes)->algorithm, "hierarchical") << bytes;
