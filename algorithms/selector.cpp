@@ -237,14 +237,17 @@ Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
 
 Selector hostSelectorFor(const Placement& placement, double nicGBs, TunerOptions options,
                          double share, KernelSet kernels) {
-  // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
-  constexpr double kUnlistedNetGBs = 1.25;
   GraphConstants& graphs = options.constants.graphs;
   graphs = atCoreShare(graphs, share);
-  const double rate = graphs.netGBs > 0 ? graphs.netGBs : nicGBs > 0 ? nicGBs : kUnlistedNetGBs;
-  RankGraph graph = hostRankGraph(placement, rate, graphs);
+  RankGraph graph = hostRankGraph(placement, hostNetworkGBs(graphs, nicGBs), graphs);
   graph.coresPerRank = std::min(1.0, share);
   return Selector(std::move(graph), std::move(options), kernels);
+}
+
+double hostNetworkGBs(const GraphConstants& c, double nicGBs) {
+  // A host that lists no NIC still reaches the others (UCX over TCP): priced as 10 GbE.
+  constexpr double kUnlistedNetGBs = 1.25;
+  return c.netGBs > 0 ? c.netGBs : nicGBs > 0 ? nicGBs : kUnlistedNetGBs;
 }
 
 }  // namespace weft::algo

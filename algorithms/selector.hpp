@@ -126,5 +126,7 @@ Selector gpuSelectorFor(const topo::System& system, TunerOptions options);
 // the options' net_gbs (weft-perf --calibrate), else `nicGBs` (its fastest NIC), else 10 GbE.
 Selector hostSelectorFor(const Placement& placement, double nicGBs, TunerOptions options,
                          double share, KernelSet kernels = {});
+// The network rate a host's ranks are priced at there (GB/s a host).
+double hostNetworkGBs(const GraphConstants& c, double nicGBs);
 
 }  // namespace weft::algo

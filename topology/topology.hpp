@@ -4,6 +4,7 @@
 // truth: discovery and files both produce one, and the graph is derived from it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -92,6 +93,12 @@ class Topology {
   const std::vector<int>& gpus() const { return gpus_; }  // node ids, by CUDA device number
   const std::vector<int>& nics() const { return nics_; }  // node ids, by net dev
   const std::vector<int>& cpus() const { return cpus_; }
+  // The fastest NIC's port speed, GB/s (0: the host lists none).
+  double fastestNicGBs() const {
+    double most = 0;
+    for (int nic : nics_) most = std::max(most, nodes_[static_cast<std::size_t>(nic)].speedGBs);
+    return most;
+  }
 
   const Path& path(int from, int to) const {
     return paths_[static_cast<std::size_t>(from) * nodes_.size() + static_cast<std::size_t>(to)];

@@ -52,14 +52,9 @@ int runMoe(const MoeArgs& args) {
       "receives (others'), skew that over the mean; GB/s: the busiest rank's bytes over the "
       "estimate\n",
       args.topo.c_str(), args.tokens, args.hidden, args.topk, args.experts, args.dispatch.c_str());
-  // Host memory: the host's network from the tuning file, else its fastest NIC, else 10 GbE
-  // (as the runtime's Machine::hostGraph).
-  double netGBs = machine->options.constants.graphs.netGBs;
-  if (netGBs <= 0) {
-    for (int nic : machine->host.nics())
-      netGBs = std::max(netGBs, machine->host.nodes()[static_cast<std::size_t>(nic)].speedGBs);
-  }
-  if (netGBs <= 0) netGBs = 1.25;
+  // Host memory: priced as the runtime prices it, a core a rank.
+  const double nicGBs = machine->host.fastestNicGBs();
+  const double netGBs = hostNetworkGBs(machine->options.constants.graphs, nicGBs);
   const bool host = args.hostRanks > 0;
   if (host)
     std::printf(
@@ -74,8 +69,7 @@ int runMoe(const MoeArgs& args) {
     std::optional<Rails> rails;
     if (host) {
       const Placement placement = Placement::regular(args.hostRanks * hosts, hosts, 0);
-      chosen.emplace(hostRankGraph(placement, netGBs, machine->options.constants.graphs),
-                     machine->options, KernelSet{});
+      chosen.emplace(hostSelectorFor(placement, nicGBs, machine->options, 1));
       rails = Rails::of(placement.hostOf);
     } else {
       chosen.emplace(gpuSelectorFor(topo::System(machine->host, hosts), machine->options));

@@ -274,11 +274,7 @@ int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
               const std::optional<weftCompression>& compress) {
   // The runtime's host selector: the network's rate from the tuning file's net_gbs, else the
   // topology's fastest NIC, else 10 GbE.
-  double nicGBs = 0;
-  if (!hosts.empty()) {
-    for (int nic : hosts[0].nics())
-      nicGBs = std::max(nicGBs, hosts[0].nodes()[static_cast<std::size_t>(nic)].speedGBs);
-  }
+  const double nicGBs = hosts.empty() ? 0 : hosts[0].fastestNicGBs();
   const char* netFrom = options.constants.graphs.netGBs > 0 ? "net_gbs of the tuning file"
                         : nicGBs > 0                        ? "the topology's fastest NIC"
                                                             : "10 GbE: no NIC known";
@@ -295,8 +291,8 @@ int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
       if (hostCount == 1) {
         std::printf("one host: the runtime's slots and direct path are not priced here\n");
       } else {
-        std::printf("a rank alone on the network at %.3g GB/s (%s)\n", tuner.graph().netAlone,
-                    netFrom);
+        std::printf("%.3g GB/s a host's network (%s)\n",
+                    hostNetworkGBs(options.constants.graphs, nicGBs), netFrom);
       }
       std::vector<std::vector<Estimate>> all;
       std::set<std::string> algos;

@@ -104,8 +104,7 @@ Result<Machine> Machine::agree(boot::Bootstrap& bootstrap, const std::string& to
     const int l = local[static_cast<std::size_t>(h)]++;
     m.placement.gpuOf.push_back(gpus > 0 ? l % gpus : -1);
   }
-  for (int nic : m.host->nics())
-    m.netGBs = std::max(m.netGBs, m.host->nodes()[static_cast<std::size_t>(nic)].speedGBs);
+  m.netGBs = m.host->fastestNicGBs();
   return m;
 }
 
