@@ -26,17 +26,17 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 // A warp's rows: M tiles of 16 (each K/V fragment read from shared memory serves all M); keys
-// in tiles of kKeys, fewer where the registers would not hold the scores.
+// in tiles of 64. At head dim 128 the scores and the output then spill 164 bytes a thread to
+// L1, and still ran 4-7 % faster than tiles of 32 (docs/perf-fused.md, "The local kernels").
 template <int M>
 constexpr int kRows = 16 * M* kWarps;
-template <int D, int M>
-constexpr int kKeys = D* M > 128 ? 32 : 64;
+constexpr int kKeys = 64;
 
 // A thread's share of mma's 16-row tiles: rows g and g + 8 of each of its warp's 16-row tiles
 // (h = 0, 1), columns 2t and 2t + 1 of each 8-column tile (g = lane / 4, t = lane % 4).
 template <typename T, int D, int M>
 __global__ void __launch_bounds__(kThreads) attendKernel(LocalAttention a) {
-  constexpr int kSteps = D / 16, N = kKeys<D, M>, kKeyTiles = N / 8, kDimTiles = D / 8;
+  constexpr int kSteps = D / 16, N = kKeys, kKeyTiles = N / 8, kDimTiles = D / 8;
   constexpr int R = kRows<M>;
   extern __shared__ __align__(128) unsigned char smem[];
   T* qs = reinterpret_cast<T*>(smem);
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) attendKernel(LocalAttention a) {
 
 template <typename T, int D, int M>
 Status launchDim(const LocalAttention& a, cudaStream_t stream) {
-  constexpr int kSmem = (kRows<M> + 4 * kKeys<D, M>)*D * static_cast<int>(sizeof(T));
+  constexpr int kSmem = (kRows<M> + 4 * kKeys) * D * static_cast<int>(sizeof(T));
   if (Status s = allowShared(attendKernel<T, D, M>, kSmem, "attention"); !s) return s;
   const dim3 grid(static_cast<unsigned>((a.maxSeqlenQ + kRows<M> - 1) / kRows<M>),
                   static_cast<unsigned>(a.heads), static_cast<unsigned>(a.sequences));
