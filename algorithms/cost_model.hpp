@@ -107,7 +107,7 @@ struct GemmConstants {
                                  // each take this much longer than alone
   // attention_tflops, attention_backward_tflops: weft's attention kernels' rates on one GPU
   // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
-  double attentionTflops = 250;
+  double attentionTflops = 340;
   double attentionBackwardTflops = 165;
   double attentionCudnnTflops = 600;  // attention_cudnn_tflops: cuDNN's forward kernel's
 };

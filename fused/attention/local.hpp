@@ -41,6 +41,8 @@ struct LocalAttention {
   algo::AttentionKernel kernel = algo::AttentionKernel::weft;
   void* scratch = nullptr;
   std::size_t scratchBytes = 0;
+  // weft's kernel on mma.sync, which GPUs other than Hopper run, where Hopper's would (tests).
+  bool portable = false;
 };
 
 // What a call checks before it runs: pointers, a dim it has a kernel for, heads that group.

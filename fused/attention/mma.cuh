@@ -40,19 +40,26 @@ __device__ __forceinline__ std::uint32_t sharedAddress(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// `rows` rows of D values from g (rows ld values apart) into s; rows from `valid` on zeroed.
-template <int D, int Threads, typename T>
-__device__ __forceinline__ void loadTile(T* s, const T* g, std::size_t ld, int rows, int valid) {
+// `rows` rows of D values from g (rows ld values apart) into s at where(row, 16-byte chunk)
+// elements; rows from `valid` on zeroed.
+template <int D, int Threads, typename T, typename Where>
+__device__ __forceinline__ void loadRows(T* s, const T* g, std::size_t ld, int rows, int valid,
+                                         Where where) {
   constexpr int kChunks = D / 8;
   for (int x = static_cast<int>(threadIdx.x); x < rows * kChunks; x += Threads) {
     const int r = x / kChunks, c = x % kChunks;
     const bool in = r < valid;
     const T* src = in ? g + static_cast<std::size_t>(r) * ld + c * 8 : g;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     sharedAddress(s + swizzled<D>(r, c))),
-                 "l"(src), "r"(in ? 16 : 0));
+    asm volatile(
+        "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sharedAddress(s + where(r, c))),
+        "l"(src), "r"(in ? 16 : 0));
   }
   asm volatile("cp.async.commit_group;\n" ::);
+}
+// The same into a tile swizzled as `swizzled`.
+template <int D, int Threads, typename T>
+__device__ __forceinline__ void loadTile(T* s, const T* g, std::size_t ld, int rows, int valid) {
+  loadRows<D, Threads>(s, g, ld, rows, valid, [](int r, int c) { return swizzled<D>(r, c); });
 }
 template <int N>
 __device__ __forceinline__ void awaitLoads() {

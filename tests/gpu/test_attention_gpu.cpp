@@ -1,8 +1,8 @@
 // weft's own attention kernel (fused/attention/local.hpp) against attention in double on the same
 // bf16/f16 inputs: packed sequences of ragged lengths (1 and 0 among them), grouped K/V heads,
 // head dims 64 and 128, causal and not; a ring step's parts; results merged into f32 partials
-// equal to one attention over every key; cuDNN's kernel likewise where it loads. Skipped
-// without a GPU.
+// equal to one attention over every key; on Hopper both its kernels (warpgroup and mma.sync);
+// cuDNN's kernel likewise where it loads. Skipped without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -122,6 +122,7 @@ struct Device {
   void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
   float* lse = nullptr;
   std::int32_t* cu = nullptr;
+  bool portable = false;  // mma.sync's kernel where Hopper's would run
   explicit Device(const Problem& p, std::size_t outBytes) {
     q = upload(p.qRaw.data(), p.qRaw.size() * 2);
     k = upload(p.kRaw.data(), p.kRaw.size() * 2);
@@ -144,7 +145,7 @@ struct Device {
           std::max<std::size_t>(a.maxSeqlenQ, static_cast<std::size_t>(p.cu[s + 1] - p.cu[s]));
     a.heads = p.heads, a.kvHeads = p.kvHeads, a.dim = p.dim, a.type = p.type, a.scale = p.scale;
     a.piece = piece;
-    a.out = out, a.lse = lse, a.merge = merge;
+    a.out = out, a.lse = lse, a.merge = merge, a.portable = portable;
     return a;
   }
 };
@@ -200,16 +201,20 @@ TEST(AttentionGpu, MatchesAttentionInDouble) {
     for (int dim : {64, 128}) {
       for (int kvHeads : {4, 2, 1}) {
         Problem p;
-        p.cu = {0, 37, 38, 38, 102, 232};  // 37, 1, 0, 64 and 130 tokens
+        p.cu = {0, 37, 38, 38, 102, 232, 533};  // 37, 1, 0, 64, 130 and 301 tokens
         p.kvHeads = kvHeads, p.dim = dim, p.type = type;
         p.fill(rng);
         const std::size_t values = p.tokens() * static_cast<std::size_t>(p.heads * dim);
         Device d(p, values * 2);
-        for (bool causal : {false, true}) {
-          const Piece piece{Part::all, Part::all, causal};
-          expectWritten(p, d, d.call(p, piece, false), piece,
-                        std::string(name(type)) + " dim " + std::to_string(dim) + " kv heads " +
-                            std::to_string(kvHeads) + (causal ? " causal" : " full"));
+        for (bool portable : {false, true}) {
+          d.portable = portable;
+          for (bool causal : {false, true}) {
+            const Piece piece{Part::all, Part::all, causal};
+            expectWritten(p, d, d.call(p, piece, false), piece,
+                          std::string(name(type)) + " dim " + std::to_string(dim) + " kv heads " +
+                              std::to_string(kvHeads) + (causal ? " causal" : " full") +
+                              (portable ? " (mma.sync)" : ""));
+          }
         }
       }
     }
@@ -222,11 +227,13 @@ TEST(AttentionGpu, MergedPartsEqualTheWholeAttention) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   std::mt19937 rng(12);
   Problem p;
-  p.cu = {0, 48, 50, 178};  // halves of 24, 1 and 64
+  p.cu = {0, 48, 50, 178, 480};  // halves of 24, 1, 64 and 151
   p.fill(rng);
   const std::size_t values = p.tokens() * static_cast<std::size_t>(p.heads * p.dim);
   Device d(p, values * 4);
-  for (bool causal : {false, true}) {
+  for (int run = 0; run < 4; ++run) {
+    const bool causal = run % 2 == 1;
+    d.portable = run >= 2;
     std::vector<float> zero(values, 0.0f), none(p.tokens() * 4, -INFINITY);
     ASSERT_EQ(cudaMemcpy(d.out, zero.data(), values * 4, cudaMemcpyHostToDevice), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(d.lse, none.data(), none.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
@@ -243,8 +250,9 @@ TEST(AttentionGpu, MergedPartsEqualTheWholeAttention) {
     std::vector<float> out(values), lse(none.size());
     ASSERT_EQ(cudaMemcpy(out.data(), d.out, values * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     ASSERT_EQ(cudaMemcpy(lse.data(), d.lse, lse.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    expectRows(p, {Part::all, Part::all, causal}, out, lse,
-               causal ? "merged causal" : "merged full");
+    expectRows(
+        p, {Part::all, Part::all, causal}, out, lse,
+        std::string(causal ? "merged causal" : "merged full") + (d.portable ? " (mma.sync)" : ""));
   }
 }
 
