@@ -108,7 +108,7 @@ struct GemmConstants {
   // attention_tflops, attention_backward_tflops: weft's attention kernels' rates on one GPU
   // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
   double attentionTflops = 340;
-  double attentionBackwardTflops = 165;
+  double attentionBackwardTflops = 285;
   double attentionCudnnTflops = 600;  // attention_cudnn_tflops: cuDNN's forward kernel's
 };
 

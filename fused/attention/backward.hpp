@@ -36,6 +36,7 @@ struct LocalBackward {
   float* dq = nullptr;
   float* dk = nullptr;
   float* dv = nullptr;
+  bool portable = false;  // mma.sync's kernels where Hopper's would run (tests)
 };
 
 // What a call checks before it runs: pointers, a dim it has a kernel for, heads that group.

@@ -12,7 +12,9 @@
 #include <string>
 
 #include "fused/attention/backward.hpp"
+#include "fused/attention/backward_wgmma.hpp"
 #include "fused/attention/local.hpp"
+#include "fused/attention/local_wgmma.hpp"
 #include "fused/attention/mma.cuh"
 
 namespace weft::fused::attention {
@@ -306,6 +308,10 @@ Status launch(const LocalBackward& b, cudaStream_t stream) {
 }  // namespace
 
 Status loadBackwardKernels() {
+#if defined(WEFT_WGMMA_ATTENTION)
+  if (wgmmaAttention())
+    if (Status s = loadWgmmaBackwardKernels(); !s) return s;
+#endif
   return loadKernels("attention backward: loading the kernels", dqKernel<__nv_bfloat16, 64>,
                      dqKernel<__nv_bfloat16, 128>, dqKernel<__half, 64>, dqKernel<__half, 128>,
                      dkdvKernel<__nv_bfloat16, 64>, dkdvKernel<__nv_bfloat16, 128>,
@@ -329,6 +335,9 @@ Status checkBackward(const LocalBackward& b) {
 Status attendBackwardOnDevice(const LocalBackward& b, void* stream) {
   if (Status s = checkBackward(b); !s) return s;
   if (b.sequences == 0 || b.maxSeqlenQ == 0 || b.maxSeqlenK == 0) return {};  // no pair
+#if defined(WEFT_WGMMA_ATTENTION)
+  if (!b.portable && wgmmaAttention()) return attendBackwardWgmma(b, stream);
+#endif
   const auto s = static_cast<cudaStream_t>(stream);
   if (b.type == DataType::bf16)
     return b.dim == 64 ? launch<__nv_bfloat16, 64>(b, s) : launch<__nv_bfloat16, 128>(b, s);

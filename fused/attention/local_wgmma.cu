@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(kThreads, 1) attendWgmmaKernel(LocalAttention 
     for (int st = 0; st < kSteps; ++st) {
       // Dims 16st..16st+15: column block st / 4, 32 bytes into it per step.
       const std::uint32_t into = (st % 4) * 32;
-      wgmmaSS128<T>(s, descriptor(qAt + (st / 4) * kRows * kRowBytes + into, 16, 1024),
-                    descriptor(kAt + (st / 4) * kKeys * kRowBytes + into, 16, 1024), st > 0);
+      wgmmaSS<T, kKeys>(s, descriptor(qAt + (st / 4) * kRows * kRowBytes + into, 16, 1024),
+                        descriptor(kAt + (st / 4) * kKeys * kRowBytes + into, 16, 1024), st > 0);
     }
     wgmmaCommit();
     wgmmaWait<0>();

@@ -76,12 +76,27 @@ __device__ __forceinline__ void sharedToAsyncProxy() {
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
   "%56, %57, %58, %59, %60, %61, %62, %63}, "
 
-// d (64 × 128) = A · B (+ d where `accumulate`): A [64 × 16] and B [16 × 128] in shared memory,
-// both K-major (descriptors).
-template <typename T>
-__device__ __forceinline__ void wgmmaSS128(float (&d)[16][4], std::uint64_t a, std::uint64_t b,
-                                           int accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+// d (64 × N) = A · B (+ d where `accumulate`), N 64 or 128: A [64 × 16] and B [16 × N] in shared
+// memory, both K-major (descriptors).
+template <typename T, int N>
+__device__ __forceinline__ void wgmmaSS(float (&d)[N / 8][4], std::uint64_t a, std::uint64_t b,
+                                        int accumulate) {
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64 && kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WEFT_WGMMA_R64
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : WEFT_WGMMA_D64
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else if constexpr (N == 64) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WEFT_WGMMA_R64
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : WEFT_WGMMA_D64
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else if constexpr (kBf16) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " WEFT_WGMMA_R128

@@ -2,7 +2,7 @@
 // in double on the same bf16/f16 inputs: packed sequences of ragged lengths (1 and 0 among them),
 // grouped K/V heads, head dims 64 and 128, causal and not; delta; the ring's zigzag pieces added
 // up equal the whole backward; central differences of the forward in double agree with the
-// gradients. Skipped without a GPU.
+// gradients. On Hopper both kernels (warpgroup and mma.sync). Skipped without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -266,18 +266,20 @@ TEST(AttentionBackwardGpu, MatchesGradientsInDouble) {
     for (int dim : {64, 128}) {
       for (int kvHeads : {4, 2, 1}) {
         Problem p;
-        p.cu = {0, 37, 38, 38, 102, 232};  // 37, 1, 0, 64 and 130 tokens
+        p.cu = {0, 37, 38, 38, 102, 232, 533};  // 37, 1, 0, 64, 130 and 301 tokens
         p.kvHeads = kvHeads, p.dim = dim, p.type = type;
         p.fill(rng);
-        for (bool causal : {false, true}) {
+        for (int run = 0; run < 4; ++run) {
+          const bool causal = run % 2 == 1, portable = run >= 2;
           const std::string what = std::string(name(type)) + " dim " + std::to_string(dim) +
                                    " kv heads " + std::to_string(kvHeads) +
-                                   (causal ? " causal" : " full");
+                                   (causal ? " causal" : " full") + (portable ? " (mma.sync)" : "");
           const Piece piece{Part::all, Part::all, causal};
           std::vector<double> out, lse;
           p.forward(piece, out, lse);
           const std::vector<double> delta = p.delta(out);
           OnDevice d(p, piece, lse, delta, p.zeros());
+          d.b.portable = portable;
           // delta from out as the forward writes it (rounded to type): f32 sums of D products.
           float* gotDelta = d.m.copy(std::vector<float>(delta.size(), NAN));
           ASSERT_TRUE(computeDelta(d.m.copy(p.raw(out)), d.b.dOut, type, p.tokens(), p.heads, dim,
@@ -311,7 +313,8 @@ TEST(AttentionBackwardGpu, ZigzagPiecesAddUpToTheWholeBackward) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU";
   std::mt19937 rng(22);
   Problem p;
-  p.cu = {0, 37, 38, 38, 102, 232};  // odd lengths too: the halves still tile the causal square
+  // Odd lengths too: the halves still tile the causal square.
+  p.cu = {0, 37, 38, 38, 102, 232, 533};
   p.fill(rng);
   const Piece whole{Part::all, Part::all, true};
   std::vector<double> out, lse;
@@ -321,22 +324,26 @@ TEST(AttentionBackwardGpu, ZigzagPiecesAddUpToTheWholeBackward) {
   std::uniform_real_distribution<float> uniform(-1, 1);
   for (auto* x : {&start.dq, &start.dk, &start.dv})
     for (double& e : *x) e = uniform(rng);
-  OnDevice d(p, whole, lse, delta, start);
-  Grads want = start;
-  for (const Piece& piece :
-       {Piece{Part::first, Part::first, true}, Piece{Part::second, Part::first, false},
-        Piece{Part::second, Part::second, true}}) {
-    d.b.piece = piece;
-    ASSERT_TRUE(attendBackwardOnDevice(d.b, nullptr).isOk());
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    p.backward(piece, lse, delta, want);
-    expectGrads(p, want, d.got(),
-                std::string("piece ") + std::to_string(static_cast<int>(piece.q)) + "/" +
-                    std::to_string(static_cast<int>(piece.kv)));
-  }
   Grads all = start;
   p.backward(whole, lse, delta, all);
-  expectGrads(p, all, d.got(), "the pieces added up");
+  for (bool portable : {false, true}) {
+    OnDevice d(p, whole, lse, delta, start);
+    d.b.portable = portable;
+    Grads want = start;
+    for (const Piece& piece :
+         {Piece{Part::first, Part::first, true}, Piece{Part::second, Part::first, false},
+          Piece{Part::second, Part::second, true}}) {
+      d.b.piece = piece;
+      ASSERT_TRUE(attendBackwardOnDevice(d.b, nullptr).isOk());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      p.backward(piece, lse, delta, want);
+      expectGrads(p, want, d.got(),
+                  std::string("piece ") + std::to_string(static_cast<int>(piece.q)) + "/" +
+                      std::to_string(static_cast<int>(piece.kv)) + (portable ? " (mma.sync)" : ""));
+    }
+    expectGrads(p, all, d.got(),
+                std::string("the pieces added up") + (portable ? " (mma.sync)" : ""));
+  }
 }
 
 // With L = Σ dOut ∘ out(q, k, v) in double, central differences of L by entries of the rounded
