@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "fused/attention/backward.cuh"
 #include "fused/attention/backward.hpp"
 #include "fused/attention/backward_wgmma.hpp"
 #include "fused/attention/local.hpp"
@@ -65,11 +66,6 @@ __device__ __forceinline__ void timesRows(float (&o)[D / 8][4], const float (&c)
   }
 }
 
-// A row's log-sum-exp in base 2 for the exponent (−inf, no key: +inf, so that P is 0).
-__device__ __forceinline__ float lse2(float lse) {
-  return lse == -INFINITY ? INFINITY : lse * kLog2e;
-}
-
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
   constexpr int kDimTiles = D / 8, kSteps = D / 16;
@@ -78,34 +74,18 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
   T* dos = qs + kRows * D;
   T* ks = dos + kRows * D;        // two tiles of keys
   T* vs = ks + 2 * kCols<D> * D;  // and of values
-  const int seq = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
-  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
-  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
-  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
-  const int tiles = (qLen + kRows - 1) / kRows;
-  if (static_cast<int>(blockIdx.x) >= tiles) return;
-  const int tile =
-      b.piece.causal ? tiles - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int r0 = tile * kRows, rows = min(kRows, qLen - r0);
-  const int keyEnd = b.piece.causal ? min(kLen, r0 + rows) : kLen;
-  const int keyTiles = (max(keyEnd, 0) + kCols<D> - 1) / kCols<D>;
+  QueryBlock<T, D> q;
+  if (!queryBlock(b, kRows, q)) return;
+  const int keyTiles = (q.keyEnd + kCols<D> - 1) / kCols<D>;
   if (keyTiles == 0) return;  // no key: nothing to add
-  const int kvHead = head / (b.heads / b.kvHeads);
-  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
-  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
-  const std::size_t firstQ = static_cast<std::size_t>(bq + qp.lo + r0);
-  const std::size_t at = (firstQ * b.heads + static_cast<std::size_t>(head)) * D;
-  const std::size_t kvAt = (static_cast<std::size_t>(bk + kp.lo) * b.kvHeads + kvHead) * D;
-  const T* k = static_cast<const T*>(b.k) + kvAt;
-  const T* v = static_cast<const T*>(b.v) + kvAt;
-
-  loadTile<D, kThreads>(qs, static_cast<const T*>(b.q) + at, ldq, kRows, rows);
-  loadTile<D, kThreads>(dos, static_cast<const T*>(b.dOut) + at, ldq, kRows, rows);
-  loadTile<D, kThreads>(ks, k, ldk, kCols<D>, min(kCols<D>, keyEnd));
-  loadTile<D, kThreads>(vs, v, ldk, kCols<D>, min(kCols<D>, keyEnd));
+  const T* k = q.k;
+  const T* v = q.v;
+  loadTile<D, kThreads>(qs, q.q, q.ldq, kRows, q.rows);
+  loadTile<D, kThreads>(dos, static_cast<const T*>(b.dOut) + q.at, q.ldq, kRows, q.rows);
+  loadTile<D, kThreads>(ks, k, q.ldk, kCols<D>, min(kCols<D>, q.keyEnd));
+  loadTile<D, kThreads>(vs, v, q.ldk, kCols<D>, min(kCols<D>, q.keyEnd));
   awaitLoads<2>();
   __syncthreads();
   std::uint32_t qf[kSteps][4], df[kSteps][4];
@@ -114,16 +94,9 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
     aFragment<D>(qf[s], qs, warp, lane, s);
     aFragment<D>(df[s], dos, warp, lane, s);
   }
-  const int rowOf[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};  // within the part
+  const int rowOf[2] = {q.r0 + warp * 16 + g, q.r0 + warp * 16 + g + 8};  // within the part
   float l2[2], dl[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool in = rowOf[h] < qLen;
-    const std::size_t row = static_cast<std::size_t>(head) * b.tokensQ +
-                            static_cast<std::size_t>(bq + qp.lo + rowOf[h]);
-    l2[h] = in ? lse2(b.lse[row]) : INFINITY;
-    dl[h] = in ? b.delta[row] : 0.0f;
-  }
+  rowStats(b, q, rowOf, l2, dl);
   const float scale2 = b.scale * kLog2e;
   float dq[kDimTiles][4] = {};
 
@@ -131,10 +104,12 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
     const int buf = kt % 2;
     if (kt + 1 < keyTiles) {
       const int next = (kt + 1) * kCols<D>;
-      loadTile<D, kThreads>(ks + (1 - buf) * kCols<D> * D, k + static_cast<std::size_t>(next) * ldk,
-                            ldk, kCols<D>, min(kCols<D>, keyEnd - next));
-      loadTile<D, kThreads>(vs + (1 - buf) * kCols<D> * D, v + static_cast<std::size_t>(next) * ldk,
-                            ldk, kCols<D>, min(kCols<D>, keyEnd - next));
+      loadTile<D, kThreads>(ks + (1 - buf) * kCols<D> * D,
+                            k + static_cast<std::size_t>(next) * q.ldk, q.ldk, kCols<D>,
+                            min(kCols<D>, q.keyEnd - next));
+      loadTile<D, kThreads>(vs + (1 - buf) * kCols<D> * D,
+                            v + static_cast<std::size_t>(next) * q.ldk, q.ldk, kCols<D>,
+                            min(kCols<D>, q.keyEnd - next));
       awaitLoads<2>();
     } else {
       awaitLoads<0>();
@@ -149,13 +124,13 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
       timesRowsT<T, D>(dp, df[st], vb, lane, st);
     }
     const int base = kt * kCols<D>;
-    const bool edge = base + kCols<D> > keyEnd || (b.piece.causal && base + kCols<D> - 1 > r0);
+    const bool edge = base + kCols<D> > q.keyEnd || (b.piece.causal && base + kCols<D> - 1 > q.r0);
 #pragma unroll
     for (int n = 0; n < kCols<D> / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = base + 8 * n + 2 * t + (e & 1), row = rowOf[e / 2];
-        const bool out = edge && (key >= keyEnd || (b.piece.causal && key > row));
+        const bool out = edge && (key >= q.keyEnd || (b.piece.causal && key > row));
         const float p = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[e / 2]));
         s[n][e] = p * (dp[n][e] - dl[e / 2]);  // dS
       }
@@ -165,14 +140,9 @@ __global__ void __launch_bounds__(kThreads) dqKernel(LocalBackward b) {
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (rowOf[h] >= qLen) continue;
-    float* out = b.dq + at + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldq + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      float2* y = reinterpret_cast<float2*>(out + 8 * d);
-      const float2 was = *y;
-      *y = make_float2(was.x + b.scale * dq[d][2 * h], was.y + b.scale * dq[d][2 * h + 1]);
-    }
+    if (rowOf[h] >= q.qLen) continue;
+    addRow(b.dq + q.at + static_cast<std::size_t>(warp * 16 + g + 8 * h) * q.ldq + 2 * t, dq,
+           b.scale, h);
   }
 }
 
@@ -186,55 +156,34 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
   T* dos = qs + 2 * kCols<D> * D;                                // and of their dO
   auto* l2s = reinterpret_cast<float*>(dos + 2 * kCols<D> * D);  // two tiles' lse (base 2)
   float* dls = l2s + 2 * kCols<D>;                               // and delta
-  const int seq = static_cast<int>(blockIdx.z), kvHead = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
-  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
-  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
-  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
-  const int c0 = static_cast<int>(blockIdx.x) * kRows;  // the block's first key, in the part
-  if (c0 >= kLen) return;
-  const int keys = min(kRows, kLen - c0);
-  // Under the mask a key is seen by the queries from its own index on.
-  const int qStart = b.piece.causal ? c0 : 0;
-  const int qTiles = qLen > qStart ? (qLen - qStart + kCols<D> - 1) / kCols<D> : 0;
-  const int group = b.heads / b.kvHeads;
-  const int work = group * qTiles;  // (head, query tile) pairs
-  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
-  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
-  const std::size_t kvAt =
-      (static_cast<std::size_t>(bk + kp.lo + c0) * b.kvHeads + static_cast<std::size_t>(kvHead)) *
-      D;
-  const int keyOf[2] = {c0 + warp * 16 + g, c0 + warp * 16 + g + 8};
-  if (work == 0) return;
+  KeyBlock kb;
+  if (!keyBlock<D>(b, kRows, kCols<D>, kb)) return;
+  const int keyOf[2] = {kb.c0 + warp * 16 + g, kb.c0 + warp * 16 + g + 8};
 
   // Work item i's queries: head, first query (in the part), its rows' q and dO, lse and delta.
   auto load = [&](int i, int buf) {
-    const int head = kvHead * group + i / qTiles, first = qStart + (i % qTiles) * kCols<D>;
-    const int valid = min(kCols<D>, qLen - first);
-    const std::size_t token = static_cast<std::size_t>(bq + qp.lo + first);
+    const int head = itemHead(kb, i), first = itemFirst(kb, i, kCols<D>);
+    const int valid = min(kCols<D>, kb.qLen - first);
+    const std::size_t token = kb.firstQ + static_cast<std::size_t>(first);
     const std::size_t at = (token * b.heads + static_cast<std::size_t>(head)) * D;
-    loadTile<D, kThreads>(qs + buf * kCols<D> * D, static_cast<const T*>(b.q) + at, ldq, kCols<D>,
-                          valid);
-    loadTile<D, kThreads>(dos + buf * kCols<D> * D, static_cast<const T*>(b.dOut) + at, ldq,
+    loadTile<D, kThreads>(qs + buf * kCols<D> * D, static_cast<const T*>(b.q) + at, kb.ldq,
                           kCols<D>, valid);
-    for (int x = static_cast<int>(threadIdx.x); x < kCols<D>; x += kThreads) {
-      const std::size_t row =
-          static_cast<std::size_t>(head) * b.tokensQ + token + static_cast<std::size_t>(x);
-      l2s[buf * kCols<D> + x] = x < valid ? lse2(b.lse[row]) : INFINITY;
-      dls[buf * kCols<D> + x] = x < valid ? b.delta[row] : 0.0f;
-    }
+    loadTile<D, kThreads>(dos + buf * kCols<D> * D, static_cast<const T*>(b.dOut) + at, kb.ldq,
+                          kCols<D>, valid);
+    loadQueryStats<kThreads>(b, head, token, valid, kCols<D>, l2s + buf * kCols<D>,
+                             dls + buf * kCols<D>);
   };
-  loadTile<D, kThreads>(ks, static_cast<const T*>(b.k) + kvAt, ldk, kRows, keys);
-  loadTile<D, kThreads>(vs, static_cast<const T*>(b.v) + kvAt, ldk, kRows, keys);
+  loadTile<D, kThreads>(ks, static_cast<const T*>(b.k) + kb.kvAt, kb.ldk, kRows, kb.keys);
+  loadTile<D, kThreads>(vs, static_cast<const T*>(b.v) + kb.kvAt, kb.ldk, kRows, kb.keys);
   load(0, 0);
   const float scale2 = b.scale * kLog2e;
   float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
 
-  for (int i = 0; i < work; ++i) {
+  for (int i = 0; i < kb.work; ++i) {
     const int buf = i % 2;
-    if (i + 1 < work) {
+    if (i + 1 < kb.work) {
       load(i + 1, 1 - buf);
       awaitLoads<2>();
     } else {
@@ -254,15 +203,16 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
       aFragment<D>(a, vs, warp, lane, st);
       timesRowsT<T, D>(dp, a, db, lane, st);
     }
-    const int first = qStart + (i % qTiles) * kCols<D>;
-    const bool edge =
-        first + kCols<D> > qLen || keys < kRows || (b.piece.causal && first < c0 + kRows - 1);
+    const int first = itemFirst(kb, i, kCols<D>);
+    const bool edge = first + kCols<D> > kb.qLen || kb.keys < kRows ||
+                      (b.piece.causal && first < kb.c0 + kRows - 1);
 #pragma unroll
     for (int n = 0; n < kCols<D> / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * n + 2 * t + (e & 1), query = first + col, key = keyOf[e / 2];
-        const bool out = edge && (query >= qLen || key >= kLen || (b.piece.causal && key > query));
+        const bool out =
+            edge && (query >= kb.qLen || key >= kb.kLen || (b.piece.causal && key > query));
         const float p = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[col]));
         s[n][e] = p;                          // Pᵀ
         dp[n][e] = p * (dp[n][e] - dl[col]);  // dSᵀ
@@ -274,17 +224,11 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (keyOf[h] >= kLen) continue;
-    const std::size_t row = kvAt + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldk + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      float2* y = reinterpret_cast<float2*>(b.dk + row + 8 * d);
-      float2 was = *y;
-      *y = make_float2(was.x + b.scale * dk[d][2 * h], was.y + b.scale * dk[d][2 * h + 1]);
-      y = reinterpret_cast<float2*>(b.dv + row + 8 * d);
-      was = *y;
-      *y = make_float2(was.x + dv[d][2 * h], was.y + dv[d][2 * h + 1]);
-    }
+    if (keyOf[h] >= kb.kLen) continue;
+    const std::size_t row =
+        kb.kvAt + static_cast<std::size_t>(warp * 16 + g + 8 * h) * kb.ldk + 2 * t;
+    addRow(b.dk + row, dk, b.scale, h);
+    addRow(b.dv + row, dv, 1.0f, h);
   }
 }
 
@@ -293,16 +237,7 @@ Status launch(const LocalBackward& b, cudaStream_t stream) {
   constexpr int kDq = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T));
   constexpr int kDkdv = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T)) +
                         4 * kCols<D> * static_cast<int>(sizeof(float));
-  if (Status s = allowShared(dqKernel<T, D>, kDq, "attention backward"); !s) return s;
-  if (Status s = allowShared(dkdvKernel<T, D>, kDkdv, "attention backward"); !s) return s;
-  const auto seqs = static_cast<unsigned>(b.sequences);
-  dqKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenQ + kRows - 1) / kRows),
-                        static_cast<unsigned>(b.heads), seqs),
-                   kThreads, kDq, stream>>>(b);
-  dkdvKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenK + kRows - 1) / kRows),
-                          static_cast<unsigned>(b.kvHeads), seqs),
-                     kThreads, kDkdv, stream>>>(b);
-  return launched("attention backward");
+  return launchBackward(b, kThreads, kRows, dqKernel<T, D>, kDq, dkdvKernel<T, D>, kDkdv, stream);
 }
 
 }  // namespace
@@ -339,9 +274,9 @@ Status attendBackwardOnDevice(const LocalBackward& b, void* stream) {
   if (!b.portable && wgmmaAttention()) return attendBackwardWgmma(b, stream);
 #endif
   const auto s = static_cast<cudaStream_t>(stream);
-  if (b.type == DataType::bf16)
-    return b.dim == 64 ? launch<__nv_bfloat16, 64>(b, s) : launch<__nv_bfloat16, 128>(b, s);
-  return b.dim == 64 ? launch<__half, 64>(b, s) : launch<__half, 128>(b, s);
+  return withTypeAndDim(b.type, b.dim, [&](auto type, auto dim) {
+    return launch<decltype(type), decltype(dim)::value>(b, s);
+  });
 }
 
 }  // namespace weft::fused::attention

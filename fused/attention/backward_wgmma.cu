@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "fused/attention/backward.cuh"
 #include "fused/attention/backward.hpp"
 #include "fused/attention/backward_wgmma.hpp"
 #include "fused/attention/mma.cuh"
@@ -43,11 +44,6 @@ __device__ __forceinline__ std::uint64_t kMajor(std::uint32_t tile, int row, int
 template <int R>
 __device__ __forceinline__ std::uint64_t nMajor(std::uint32_t tile, int s) {
   return descriptor(tile + s * 16 * kRowBytes, R * kRowBytes, 1024);
-}
-
-// A row's log-sum-exp in base 2 for the exponent (−inf, no key: +inf, so that P is 0).
-__device__ __forceinline__ float lse2(float lse) {
-  return lse == -INFINITY ? INFINITY : lse * kLog2e;
 }
 
 // c (64 × kCols) = a · bᵀ over the D dims: a the warpgroup's 64 rows (from `row`) of an R-row
@@ -82,44 +78,21 @@ __global__ void __launch_bounds__(kThreads, 1) dqWgmmaKernel(LocalBackward b) {
   T* dos = qs + kRows * D;
   T* ks = dos + kRows * D;     // two tiles of keys
   T* vs = ks + 2 * kCols * D;  // and of values
-  const int seq = static_cast<int>(blockIdx.z), head = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4, wg = warp / 4;
-  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
-  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
-  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
-  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
-  const int tiles = (qLen + kRows - 1) / kRows;
-  if (static_cast<int>(blockIdx.x) >= tiles) return;
-  const int tile =
-      b.piece.causal ? tiles - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int r0 = tile * kRows, rows = min(kRows, qLen - r0);
-  const int keyEnd = b.piece.causal ? min(kLen, r0 + rows) : kLen;
-  const int keyTiles = (max(keyEnd, 0) + kCols - 1) / kCols;
+  QueryBlock<T, D> q;
+  if (!queryBlock(b, kRows, q)) return;
+  const int keyTiles = (q.keyEnd + kCols - 1) / kCols;
   if (keyTiles == 0) return;  // no key: nothing to add
-  const int kvHead = head / (b.heads / b.kvHeads);
-  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
-  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
-  const std::size_t at =
-      (static_cast<std::size_t>(bq + qp.lo + r0) * b.heads + static_cast<std::size_t>(head)) * D;
-  const std::size_t kvAt = (static_cast<std::size_t>(bk + kp.lo) * b.kvHeads + kvHead) * D;
-  const T* k = static_cast<const T*>(b.k) + kvAt;
-  const T* v = static_cast<const T*>(b.v) + kvAt;
-
-  loadSwizzled<D, kRows>(qs, static_cast<const T*>(b.q) + at, ldq, rows);
-  loadSwizzled<D, kRows>(dos, static_cast<const T*>(b.dOut) + at, ldq, rows);
-  loadSwizzled<D, kCols>(ks, k, ldk, min(kCols, keyEnd));
-  loadSwizzled<D, kCols>(vs, v, ldk, min(kCols, keyEnd));
-  const int rowOf[2] = {r0 + warp * 16 + g, r0 + warp * 16 + g + 8};  // within the part
+  const T* k = q.k;
+  const T* v = q.v;
+  loadSwizzled<D, kRows>(qs, q.q, q.ldq, q.rows);
+  loadSwizzled<D, kRows>(dos, static_cast<const T*>(b.dOut) + q.at, q.ldq, q.rows);
+  loadSwizzled<D, kCols>(ks, k, q.ldk, min(kCols, q.keyEnd));
+  loadSwizzled<D, kCols>(vs, v, q.ldk, min(kCols, q.keyEnd));
+  const int rowOf[2] = {q.r0 + warp * 16 + g, q.r0 + warp * 16 + g + 8};  // within the part
   float l2[2], dl[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool in = rowOf[h] < qLen;
-    const std::size_t row = static_cast<std::size_t>(head) * b.tokensQ +
-                            static_cast<std::size_t>(bq + qp.lo + rowOf[h]);
-    l2[h] = in ? lse2(b.lse[row]) : INFINITY;
-    dl[h] = in ? b.delta[row] : 0.0f;
-  }
+  rowStats(b, q, rowOf, l2, dl);
   const float scale2 = b.scale * kLog2e;
   const std::uint32_t qAt = sharedAddress(qs), doAt = sharedAddress(dos);
   float dq[kDimTiles][4] = {};
@@ -131,10 +104,10 @@ __global__ void __launch_bounds__(kThreads, 1) dqWgmmaKernel(LocalBackward b) {
     __syncthreads();  // this tile landed everywhere; the other buffers' last readers are done
     if (kt + 1 < keyTiles) {
       const int next = (kt + 1) * kCols;
-      loadSwizzled<D, kCols>(ks + (1 - buf) * kCols * D, k + static_cast<std::size_t>(next) * ldk,
-                             ldk, min(kCols, keyEnd - next));
-      loadSwizzled<D, kCols>(vs + (1 - buf) * kCols * D, v + static_cast<std::size_t>(next) * ldk,
-                             ldk, min(kCols, keyEnd - next));
+      loadSwizzled<D, kCols>(ks + (1 - buf) * kCols * D, k + static_cast<std::size_t>(next) * q.ldk,
+                             q.ldk, min(kCols, q.keyEnd - next));
+      loadSwizzled<D, kCols>(vs + (1 - buf) * kCols * D, v + static_cast<std::size_t>(next) * q.ldk,
+                             q.ldk, min(kCols, q.keyEnd - next));
     }
     const std::uint32_t kAt = sharedAddress(ks + buf * kCols * D);
     const std::uint32_t vAt = sharedAddress(vs + buf * kCols * D);
@@ -144,13 +117,13 @@ __global__ void __launch_bounds__(kThreads, 1) dqWgmmaKernel(LocalBackward b) {
     timesT<T, D, kRows>(dp, doAt, 64 * wg, vAt);
     wgmmaWait<1>();  // S
     const int base = kt * kCols;
-    const bool edge = base + kCols > keyEnd || (b.piece.causal && base + kCols - 1 > r0);
+    const bool edge = base + kCols > q.keyEnd || (b.piece.causal && base + kCols - 1 > q.r0);
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = base + 8 * n + 2 * t + (e & 1), row = rowOf[e / 2];
-        const bool out = edge && (key >= keyEnd || (b.piece.causal && key > row));
+        const bool out = edge && (key >= q.keyEnd || (b.piece.causal && key > row));
         s[n][e] = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[e / 2]));  // P
       }
     }
@@ -166,14 +139,9 @@ __global__ void __launch_bounds__(kThreads, 1) dqWgmmaKernel(LocalBackward b) {
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (rowOf[h] >= qLen) continue;
-    float* out = b.dq + at + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldq + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      float2* y = reinterpret_cast<float2*>(out + 8 * d);
-      const float2 was = *y;
-      *y = make_float2(was.x + b.scale * dq[d][2 * h], was.y + b.scale * dq[d][2 * h + 1]);
-    }
+    if (rowOf[h] >= q.qLen) continue;
+    addRow(b.dq + q.at + static_cast<std::size_t>(warp * 16 + g + 8 * h) * q.ldq + 2 * t, dq,
+           b.scale, h);
   }
 #else
   (void)b;
@@ -192,57 +160,36 @@ __global__ void __launch_bounds__(kThreads, 1) dkdvWgmmaKernel(LocalBackward b) 
   T* dos = qs + 2 * kCols * D;                                // and of their dO
   auto* l2s = reinterpret_cast<float*>(dos + 2 * kCols * D);  // two tiles' lse (base 2)
   float* dls = l2s + 2 * kCols;                               // and delta
-  const int seq = static_cast<int>(blockIdx.z), kvHead = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4, wg = warp / 4;
-  const int bq = b.cuSeqlensQ[seq], bk = b.cuSeqlensK[seq];
-  const Span qp = partOf(b.piece.q, b.cuSeqlensQ[seq + 1] - bq);
-  const Span kp = partOf(b.piece.kv, b.cuSeqlensK[seq + 1] - bk);
-  const int qLen = qp.hi - qp.lo, kLen = kp.hi - kp.lo;
-  const int c0 = static_cast<int>(blockIdx.x) * kRows;  // the block's first key, in the part
-  if (c0 >= kLen) return;
-  const int keys = min(kRows, kLen - c0);
-  // Under the mask a key is seen by the queries from its own index on.
-  const int qStart = b.piece.causal ? c0 : 0;
-  const int qTiles = qLen > qStart ? (qLen - qStart + kCols - 1) / kCols : 0;
-  const int group = b.heads / b.kvHeads;
-  const int work = group * qTiles;  // (head, query tile) pairs
-  if (work == 0) return;
-  const std::size_t ldq = static_cast<std::size_t>(b.heads) * D;
-  const std::size_t ldk = static_cast<std::size_t>(b.kvHeads) * D;
-  const std::size_t kvAt =
-      (static_cast<std::size_t>(bk + kp.lo + c0) * b.kvHeads + static_cast<std::size_t>(kvHead)) *
-      D;
-  const int keyOf[2] = {c0 + warp * 16 + g, c0 + warp * 16 + g + 8};
+  KeyBlock kb;
+  if (!keyBlock<D>(b, kRows, kCols, kb)) return;
+  const int keyOf[2] = {kb.c0 + warp * 16 + g, kb.c0 + warp * 16 + g + 8};
 
   // Work item i's queries: head, first query (in the part), its rows' q and dO, lse and delta.
   auto load = [&](int i, int buf) {
-    const int head = kvHead * group + i / qTiles, first = qStart + (i % qTiles) * kCols;
-    const int valid = min(kCols, qLen - first);
-    const std::size_t token = static_cast<std::size_t>(bq + qp.lo + first);
+    const int head = itemHead(kb, i), first = itemFirst(kb, i, kCols);
+    const int valid = min(kCols, kb.qLen - first);
+    const std::size_t token = kb.firstQ + static_cast<std::size_t>(first);
     const std::size_t at = (token * b.heads + static_cast<std::size_t>(head)) * D;
-    loadSwizzled<D, kCols>(qs + buf * kCols * D, static_cast<const T*>(b.q) + at, ldq, valid);
-    loadSwizzled<D, kCols>(dos + buf * kCols * D, static_cast<const T*>(b.dOut) + at, ldq, valid);
-    for (int x = static_cast<int>(threadIdx.x); x < kCols; x += kThreads) {
-      const std::size_t row =
-          static_cast<std::size_t>(head) * b.tokensQ + token + static_cast<std::size_t>(x);
-      l2s[buf * kCols + x] = x < valid ? lse2(b.lse[row]) : INFINITY;
-      dls[buf * kCols + x] = x < valid ? b.delta[row] : 0.0f;
-    }
+    loadSwizzled<D, kCols>(qs + buf * kCols * D, static_cast<const T*>(b.q) + at, kb.ldq, valid);
+    loadSwizzled<D, kCols>(dos + buf * kCols * D, static_cast<const T*>(b.dOut) + at, kb.ldq,
+                           valid);
+    loadQueryStats<kThreads>(b, head, token, valid, kCols, l2s + buf * kCols, dls + buf * kCols);
   };
-  loadSwizzled<D, kRows>(ks, static_cast<const T*>(b.k) + kvAt, ldk, keys);
-  loadSwizzled<D, kRows>(vs, static_cast<const T*>(b.v) + kvAt, ldk, keys);
+  loadSwizzled<D, kRows>(ks, static_cast<const T*>(b.k) + kb.kvAt, kb.ldk, kb.keys);
+  loadSwizzled<D, kRows>(vs, static_cast<const T*>(b.v) + kb.kvAt, kb.ldk, kb.keys);
   load(0, 0);
   const float scale2 = b.scale * kLog2e;
   const std::uint32_t kAt = sharedAddress(ks), vAt = sharedAddress(vs);
   float dk[kDimTiles][4] = {}, dv[kDimTiles][4] = {};
 
-  for (int i = 0; i < work; ++i) {
+  for (int i = 0; i < kb.work; ++i) {
     const int buf = i % 2;
     awaitLoads<0>();
     sharedToAsyncProxy();
     __syncthreads();  // this tile landed everywhere; the other buffers' last readers are done
-    if (i + 1 < work) load(i + 1, 1 - buf);
+    if (i + 1 < kb.work) load(i + 1, 1 - buf);
     const std::uint32_t qAt = sharedAddress(qs + buf * kCols * D);
     const std::uint32_t doAt = sharedAddress(dos + buf * kCols * D);
     const float* l2 = l2s + buf * kCols;
@@ -251,16 +198,17 @@ __global__ void __launch_bounds__(kThreads, 1) dkdvWgmmaKernel(LocalBackward b) 
     wgmmaFence();
     timesT<T, D, kRows>(s, kAt, 64 * wg, qAt);
     timesT<T, D, kRows>(dp, vAt, 64 * wg, doAt);
-    const int first = qStart + (i % qTiles) * kCols;
+    const int first = itemFirst(kb, i, kCols);
     const bool edge =
-        first + kCols > qLen || keys < kRows || (b.piece.causal && first < c0 + kRows - 1);
+        first + kCols > kb.qLen || kb.keys < kRows || (b.piece.causal && first < kb.c0 + kRows - 1);
     wgmmaWait<1>();  // Sᵀ
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * n + 2 * t + (e & 1), query = first + col, key = keyOf[e / 2];
-        const bool out = edge && (query >= qLen || key >= kLen || (b.piece.causal && key > query));
+        const bool out =
+            edge && (query >= kb.qLen || key >= kb.kLen || (b.piece.causal && key > query));
         s[n][e] = out ? 0.0f : exp2Fast(fmaf(s[n][e], scale2, -l2[col]));  // Pᵀ
       }
     }
@@ -277,17 +225,11 @@ __global__ void __launch_bounds__(kThreads, 1) dkdvWgmmaKernel(LocalBackward b) 
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    if (keyOf[h] >= kLen) continue;
-    const std::size_t row = kvAt + static_cast<std::size_t>(warp * 16 + g + 8 * h) * ldk + 2 * t;
-#pragma unroll
-    for (int d = 0; d < kDimTiles; ++d) {
-      float2* y = reinterpret_cast<float2*>(b.dk + row + 8 * d);
-      float2 was = *y;
-      *y = make_float2(was.x + b.scale * dk[d][2 * h], was.y + b.scale * dk[d][2 * h + 1]);
-      y = reinterpret_cast<float2*>(b.dv + row + 8 * d);
-      was = *y;
-      *y = make_float2(was.x + dv[d][2 * h], was.y + dv[d][2 * h + 1]);
-    }
+    if (keyOf[h] >= kb.kLen) continue;
+    const std::size_t row =
+        kb.kvAt + static_cast<std::size_t>(warp * 16 + g + 8 * h) * kb.ldk + 2 * t;
+    addRow(b.dk + row, dk, b.scale, h);
+    addRow(b.dv + row, dv, 1.0f, h);
   }
 #else
   (void)b;
@@ -300,16 +242,8 @@ Status launch(const LocalBackward& b, cudaStream_t stream) {
   constexpr int kTile = D * static_cast<int>(sizeof(T));
   constexpr int kDq = (2 * kRows + 4 * kCols) * kTile + 1024;
   constexpr int kDkdv = kDq + 4 * kCols * static_cast<int>(sizeof(float));
-  if (Status s = allowShared(dqWgmmaKernel<T, D>, kDq, "attention backward"); !s) return s;
-  if (Status s = allowShared(dkdvWgmmaKernel<T, D>, kDkdv, "attention backward"); !s) return s;
-  const auto seqs = static_cast<unsigned>(b.sequences);
-  dqWgmmaKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenQ + kRows - 1) / kRows),
-                             static_cast<unsigned>(b.heads), seqs),
-                        kThreads, kDq, stream>>>(b);
-  dkdvWgmmaKernel<T, D><<<dim3(static_cast<unsigned>((b.maxSeqlenK + kRows - 1) / kRows),
-                               static_cast<unsigned>(b.kvHeads), seqs),
-                          kThreads, kDkdv, stream>>>(b);
-  return launched("attention backward");
+  return launchBackward(b, kThreads, kRows, dqWgmmaKernel<T, D>, kDq, dkdvWgmmaKernel<T, D>, kDkdv,
+                        stream);
 }
 
 }  // namespace
@@ -324,9 +258,9 @@ Status loadWgmmaBackwardKernels() {
 
 Status attendBackwardWgmma(const LocalBackward& b, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (b.type == DataType::bf16)
-    return b.dim == 64 ? launch<__nv_bfloat16, 64>(b, s) : launch<__nv_bfloat16, 128>(b, s);
-  return b.dim == 64 ? launch<__half, 64>(b, s) : launch<__half, 128>(b, s);
+  return withTypeAndDim(b.type, b.dim, [&](auto type, auto dim) {
+    return launch<decltype(type), decltype(dim)::value>(b, s);
+  });
 }
 
 }  // namespace weft::fused::attention

@@ -153,11 +153,6 @@ Status launchDim(const LocalAttention& a, cudaStream_t stream) {
   return launched("attention");
 }
 
-template <typename T>
-Status launch(const LocalAttention& a, cudaStream_t stream) {
-  return a.dim == 64 ? launchDim<T, 64, 2>(a, stream) : launchDim<T, 128, 2>(a, stream);
-}
-
 }  // namespace
 
 Status loadAttentionKernels() {
@@ -183,7 +178,9 @@ Status attendOnDevice(const LocalAttention& a, void* stream) {
   if (!a.portable && wgmmaAttention()) return attendWgmma(a, stream);
 #endif
   const auto s = static_cast<cudaStream_t>(stream);
-  return a.type == DataType::bf16 ? launch<__nv_bfloat16>(a, s) : launch<__half>(a, s);
+  return withTypeAndDim(a.type, a.dim, [&](auto type, auto dim) {
+    return launchDim<decltype(type), decltype(dim)::value, 2>(a, s);
+  });
 }
 
 }  // namespace weft::fused::attention

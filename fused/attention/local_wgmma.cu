@@ -136,9 +136,9 @@ Status loadWgmmaAttentionKernels() {
 
 Status attendWgmma(const LocalAttention& a, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (a.type == DataType::bf16)
-    return a.dim == 64 ? launchDim<__nv_bfloat16, 64>(a, s) : launchDim<__nv_bfloat16, 128>(a, s);
-  return a.dim == 64 ? launchDim<__half, 64>(a, s) : launchDim<__half, 128>(a, s);
+  return withTypeAndDim(a.type, a.dim, [&](auto type, auto dim) {
+    return launchDim<decltype(type), decltype(dim)::value>(a, s);
+  });
 }
 
 }  // namespace weft::fused::attention

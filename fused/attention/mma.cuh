@@ -1,7 +1,7 @@
-// The tensor-core attention kernels' pieces (local.cu, backward_mma.cu): a part's span of a
-// sequence, shared-memory tiles of D-value rows in 16-byte chunks XOR-swizzled by row (ldmatrix's
-// eight rows fall in distinct banks), cp.async loads, ldmatrix, mma.sync m16n8k16 with f32
-// accumulators, and the quad reductions of its accumulator layout.
+// The tensor-core attention kernels' pieces (local*.cu, backward*.cu): a part's span of a
+// sequence, a block of queries and its keys, shared-memory tiles of D-value rows in 16-byte chunks
+// XOR-swizzled by row (ldmatrix's eight rows fall in distinct banks), cp.async loads, ldmatrix,
+// mma.sync m16n8k16 with f32 accumulators, and the quad reductions of its accumulator layout.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +14,8 @@
 
 #include "fused/attention/ring_plan.hpp"
 #include "fused/cuda_steps.hpp"
+#include "weft/status.hpp"
+#include "weft/types.hpp"
 
 namespace weft::fused::attention {
 
@@ -28,6 +30,47 @@ __device__ inline Span partOf(Part p, int length) {
   if (p == Part::first) return {0, half};
   if (p == Part::second) return {half, length};
   return {0, length};
+}
+
+// A block's R queries of one sequence and head (blockIdx: tile, head, sequence) and the keys
+// they attend: pointers at the part's first query row of the block and first key, rows ld apart.
+template <typename T, int D>
+struct QueryBlock {
+  const T *q, *k, *v;
+  std::size_t at;  // q's offset (elements): the block's first row's, of its head
+  std::size_t ldq, ldk;
+  std::size_t first;  // the part's first token
+  int qLen;           // the part's queries
+  int r0, rows;       // the block's first row within the part, and its rows
+  int keyEnd;         // the keys it attends: 0..keyEnd-1 of the part
+  int head;
+};
+// False where the sequence has no such block. Call: LocalAttention or LocalBackward.
+template <typename T, int D, typename Call>
+__device__ __forceinline__ bool queryBlock(const Call& a, int R, QueryBlock<T, D>& b) {
+  const int seq = static_cast<int>(blockIdx.z);
+  b.head = static_cast<int>(blockIdx.y);
+  const int bq = a.cuSeqlensQ[seq], bk = a.cuSeqlensK[seq];
+  const Span qp = partOf(a.piece.q, a.cuSeqlensQ[seq + 1] - bq);
+  const Span kp = partOf(a.piece.kv, a.cuSeqlensK[seq + 1] - bk);
+  b.qLen = qp.hi - qp.lo;
+  const int kLen = kp.hi - kp.lo, tiles = (b.qLen + R - 1) / R;
+  if (static_cast<int>(blockIdx.x) >= tiles) return false;
+  // Under the mask the last tiles have the most keys: first.
+  const int tile =
+      a.piece.causal ? tiles - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  b.r0 = tile * R, b.rows = min(R, b.qLen - b.r0);
+  b.keyEnd = max(a.piece.causal ? min(kLen, b.r0 + b.rows) : kLen, 0);
+  const int kvHead = b.head / (a.heads / a.kvHeads);
+  b.ldq = static_cast<std::size_t>(a.heads) * D;
+  b.ldk = static_cast<std::size_t>(a.kvHeads) * D;
+  b.first = static_cast<std::size_t>(bq + qp.lo);
+  b.at = ((b.first + b.r0) * a.heads + b.head) * D;
+  b.q = static_cast<const T*>(a.q) + b.at;
+  const std::size_t key0 = static_cast<std::size_t>(bk + kp.lo);
+  b.k = static_cast<const T*>(a.k) + (key0 * a.kvHeads + kvHead) * D;
+  b.v = static_cast<const T*>(a.v) + (key0 * a.kvHeads + kvHead) * D;
+  return true;
 }
 
 // A tile of `rows` rows of D values in shared memory: element offset of row r's chunk c.
@@ -102,6 +145,17 @@ __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
   std::uint32_t r;
   memcpy(&r, two, sizeof r);
   return r;
+}
+
+// f(T(), std::integral_constant<int, D>()) for a call's element type (bf16 or f16) and head dim
+// (64 or 128).
+template <typename F>
+Status withTypeAndDim(DataType type, int dim, F f) {
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (type == DataType::bf16)
+    return dim == 64 ? f(__nv_bfloat16(), D64()) : f(__nv_bfloat16(), D128());
+  return dim == 64 ? f(__half(), D64()) : f(__half(), D128());
 }
 
 // A kernel may take `bytes` of dynamic shared memory (set per call: the attribute is the

@@ -16,45 +16,6 @@
 
 namespace weft::fused::attention {
 
-// A block's R queries of one sequence and head (blockIdx: tile, head, sequence) and the keys
-// they attend: pointers at the part's first query row of the block and first key, rows ld apart.
-template <typename T, int D>
-struct QueryBlock {
-  const T *q, *k, *v;
-  std::size_t ldq, ldk;
-  std::size_t first;  // the part's first token
-  int qLen;           // the part's queries
-  int r0, rows;       // the block's first row within the part, and its rows
-  int keyEnd;         // the keys it attends: 0..keyEnd-1 of the part
-  int head;
-};
-// False where the sequence has no such block.
-template <typename T, int D>
-__device__ __forceinline__ bool queryBlock(const LocalAttention& a, int R, QueryBlock<T, D>& b) {
-  const int seq = static_cast<int>(blockIdx.z);
-  b.head = static_cast<int>(blockIdx.y);
-  const int bq = a.cuSeqlensQ[seq], bk = a.cuSeqlensK[seq];
-  const Span qp = partOf(a.piece.q, a.cuSeqlensQ[seq + 1] - bq);
-  const Span kp = partOf(a.piece.kv, a.cuSeqlensK[seq + 1] - bk);
-  b.qLen = qp.hi - qp.lo;
-  const int kLen = kp.hi - kp.lo, tiles = (b.qLen + R - 1) / R;
-  if (static_cast<int>(blockIdx.x) >= tiles) return false;
-  // Under the mask the last tiles have the most keys: first.
-  const int tile =
-      a.piece.causal ? tiles - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  b.r0 = tile * R, b.rows = min(R, b.qLen - b.r0);
-  b.keyEnd = max(a.piece.causal ? min(kLen, b.r0 + b.rows) : kLen, 0);
-  const int kvHead = b.head / (a.heads / a.kvHeads);
-  b.ldq = static_cast<std::size_t>(a.heads) * D;
-  b.ldk = static_cast<std::size_t>(a.kvHeads) * D;
-  b.first = static_cast<std::size_t>(bq + qp.lo);
-  b.q = static_cast<const T*>(a.q) + ((b.first + b.r0) * a.heads + b.head) * D;
-  const std::size_t key0 = static_cast<std::size_t>(bk + kp.lo);
-  b.k = static_cast<const T*>(a.k) + (key0 * a.kvHeads + kvHead) * D;
-  b.v = static_cast<const T*>(a.v) + (key0 * a.kvHeads + kvHead) * D;
-  return true;
-}
-
 // Scores s of keys base.. (8-key tiles) masked to −inf: keys from keyEnd, and under the causal mask
 // those past the row's own index (row[h] within the part).
 template <int Keys>
