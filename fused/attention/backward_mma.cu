@@ -235,8 +235,7 @@ __global__ void __launch_bounds__(kThreads) dkdvKernel(LocalBackward b) {
 template <typename T, int D>
 Status launch(const LocalBackward& b, cudaStream_t stream) {
   constexpr int kDq = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T));
-  constexpr int kDkdv = (2 * kRows + 4 * kCols<D>)*D * static_cast<int>(sizeof(T)) +
-                        4 * kCols<D> * static_cast<int>(sizeof(float));
+  constexpr int kDkdv = kDq + 4 * kCols<D> * static_cast<int>(sizeof(float));  // lse, delta
   return launchBackward(b, kThreads, kRows, dqKernel<T, D>, kDq, dkdvKernel<T, D>, kDkdv, stream);
 }
 
