@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hosts on one machine for multi-host tests: each "host" is a network namespace with its own
 # interfaces (eth0 on a private bridge, 10.<net>.0.<h+1>/24; with WEFT_NETNS_IFACES=2 also eth1
-# on a second bridge, 10.<net>.1.<h+1>/24), hostname and /dev/shm (a tmpfs in a mount namespace
+# on a second bridge, 10.<net>.1.<h+1>/24), hostname, SysV IPC and /dev/shm (a tmpfs in a mount namespace
 # of its own), its links shaped with tc tbf. The machine itself is 10.<net>.0.254 on the first
 # bridge (mpirun's daemons call back there). Needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN), ip,
 # tc, unshare and nsenter.
@@ -116,11 +116,12 @@ up() {
         echo "$r" >"$STATE/h$h.rate"
       fi
     done
-    # A holder in the host's network namespace with its own mount, UTS and PID namespaces (as a
-    # host of its own: a private tmpfs on /dev/shm, the hostname <set>-h<H>, no process of
-    # another host in sight, so no shared-memory path to it either). Its first process, the
-    # one commands enter, is found as unshare's child.
-    ip netns exec "$name" unshare --mount --uts --pid --fork --propagation private \
+    # A holder in the host's network namespace with its own mount, UTS, IPC and PID namespaces
+    # (as a host of its own: a private tmpfs on /dev/shm, the hostname <set>-h<H>, its own SysV
+    # segments, no process of another host in sight, so no shared-memory path to it either:
+    # UCX's sysv transport crossed the hosts while they shared the IPC namespace). Its first
+    # process, the one commands enter, is found as unshare's child.
+    ip netns exec "$name" unshare --mount --uts --ipc --pid --fork --propagation private \
       sh -c "mount -t tmpfs -o size=4g tmpfs /dev/shm && mount -t proc proc /proc &&
              hostname $SET-h$h && exec sleep infinity" 2>>"$STATE/h$h.err" &
     local parent=$!
@@ -165,7 +166,7 @@ run() {
   shift
   local pid
   pid=$(holder "$h")
-  exec nsenter -t "$pid" -m -u -n -p -- "$@"
+  exec nsenter -t "$pid" -m -u -i -n -p -- "$@"
 }
 
 # Every process of host H: its holder is the PID namespace's first process, so the kernel ends
