@@ -167,6 +167,7 @@ Result<const Communicator::Cached*> Communicator::scheduleFor(Collective coll,
   auto cached = std::make_unique<Cached>();
   cached->maxBlocks = exec::maxStepBlocks(*built);
   cached->byReference = exec::referenceSteps(*built);
+  if (ucx_) cached->direct = exec::directSteps(*built);
   cached->schedule = std::move(*built);
   const Cached* out = cached.get();
   schedules_.emplace(key, std::move(cached));
@@ -266,6 +267,7 @@ Status Communicator::runSchedule(Collective coll, const algo::Plan& plan, const 
   b.outputBytes = std::size_t{seg.output} * count * sizeOf(type);
   b.singleCopy = config_.singleCopyBytes > 0 && bytes >= config_.singleCopyBytes;
   b.byReference = &(*cached)->byReference;
+  if (ucx_) b.direct = &(*cached)->direct;
   std::vector<Status> results(s.channels.size());
   auto channel = [&](std::size_t ch) {
     results[ch] = exec::runChannel(s, ch, rank_, g, b, links_[ch], *waiter_);

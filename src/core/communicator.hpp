@@ -245,6 +245,7 @@ class Communicator {
     algo::Schedule schedule;
     std::uint32_t maxBlocks = 1;
     exec::ReferenceSteps byReference;  // single copy: which steps may send references
+    exec::DirectSteps direct;          // between hosts: which steps move pieces direct
   };
   // maxChannels: what the executor's connections allow.
   Result<const Cached*> scheduleFor(Collective coll, const algo::Plan& plan, int root,

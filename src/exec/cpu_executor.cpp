@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
@@ -43,6 +44,7 @@ class Runner {
         esize_(sizeOf(b.type)) {
     if (b.singleCopy && b.byReference != nullptr && links.readsMe != nullptr)
       byReference_ = &(*b.byReference)[channel][static_cast<std::size_t>(rank)];
+    if (b.direct != nullptr) direct_ = &(*b.direct)[channel][static_cast<std::size_t>(rank)];
     const auto* in = static_cast<const std::byte*>(b.input);
     const auto* out = static_cast<const std::byte*>(b.output);
     inputStable_ =
@@ -138,15 +140,50 @@ class Runner {
     for (std::byte* slot : slots_) std::memcpy(slot + j * sizeof(Reference), &r, sizeof r);
   }
 
+  // Sends `piece` (of the step's one block, in `buf`) to every peer in directTo_, and has the
+  // call's end wait for it to leave. From a private copy where it names input that is also
+  // output, which a later step may write before the send has read it.
+  Status sendDirect(const Piece& piece, Buf buf) {
+    if (directTo_.empty() || piece.elems == 0) return {};
+    const std::size_t bytes = piece.elems * esize_;
+    const std::byte* from = piece.at;
+    if (!inputStable_ && buf == Buf::input) {
+      staged_.emplace_back(piece.at, piece.at + bytes);
+      from = staged_.back().data();
+    }
+    for (int q : directTo_) {
+      transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
+      if (Status x = c->sendDirect(from, bytes, w_); !x) return x;
+      if (std::find_if(named_.begin(), named_.end(), [c](const auto& e) { return e.first == c; }) ==
+          named_.end())
+        named_.emplace_back(c, q);
+    }
+    return {};
+  }
+
+  Status receiveDirect(const Piece& piece) const {
+    if (piece.elems == 0) return {};
+    return links_.from[static_cast<std::size_t>(directFrom_)]->receiveDirect(
+        piece.at, piece.elems * esize_, w_);
+  }
+
   Status step(const algo::Step& st, std::size_t index) {
     const algo::StepTraits t = algo::traits(st.kind);
     const auto recvPeers = p_.recvPeers(st);
     const auto sendPeers = p_.sendPeers(st);
     msgs_.clear();
     slots_.clear();
+    directTo_.clear();
+    directFrom_ = -1;
+    const std::uint8_t direct =
+        direct_ != nullptr && index < direct_->size() ? (*direct_)[index] : 0;
     bool referenced = false;  // a received message is a reference
     for (int q : recvPeers) {
       transport::Connection* c = links_.from[static_cast<std::size_t>(q)];
+      if ((direct & kReceivesDirect) != 0 && c->direct()) {
+        directFrom_ = q;
+        continue;
+      }
       auto m = c->receive(w_);
       if (!m) return m.status();
       msgs_.push_back(m->data());
@@ -158,7 +195,12 @@ class Runner {
     }
     const bool names = t.sends && sendsReferences(st, index, sendPeers);
     for (int q : sendPeers) {
-      auto slot = links_.to[static_cast<std::size_t>(q)]->acquire(w_);
+      transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
+      if ((direct & kSendsDirect) != 0 && c->direct()) {
+        directTo_.push_back(q);
+        continue;
+      }
+      auto slot = c->acquire(w_);
       if (!slot) return slot.status();
       slots_.push_back(*slot);
     }
@@ -174,6 +216,7 @@ class Runner {
       const std::size_t at = j * stride;
       switch (st.kind) {
         case StepKind::send:
+          if (Status x = sendDirect(src, src_[j].first); !x) return x;
           if (names) {
             writeReference(j, src);
             break;
@@ -181,6 +224,10 @@ class Runner {
           for (std::byte* slot : slots_) copy(slot + at, src.at, src.elems);
           break;
         case StepKind::recv:
+          if (directFrom_ >= 0) {
+            if (Status x = receiveDirect(dst); !x) return x;
+            break;
+          }
           if (referenced) {
             if (Status x = readReference(recvPeers[0], msgs_[0], j, dst); !x) return x;
             break;
@@ -188,6 +235,22 @@ class Runner {
           copy(dst.at, msgs_[0] + at, dst.elems);
           break;
         case StepKind::recvCopySend:
+          if (directFrom_ >= 0 || !directTo_.empty()) {
+            // Every onward message is as long as this rank's block (directSteps): only its
+            // elements go on, from the output.
+            Status x = directFrom_ >= 0 ? receiveDirect(dst)
+                       : referenced     ? readReference(recvPeers[0], msgs_[0], j, dst)
+                                        : Status{};
+            if (directFrom_ < 0 && !referenced) copy(dst.at, msgs_[0] + at, dst.elems);
+            if (x.isOk()) x = sendDirect(dst, dst_[j].first);
+            if (!x) return x;
+            if (names) {
+              writeReference(j, dst);
+              break;
+            }
+            for (std::byte* slot : slots_) copy(slot + at, dst.at, dst.elems);
+            break;
+          }
           if (referenced && names) {
             if (Status x = readReference(recvPeers[0], msgs_[0], j, dst); !x) return x;
             writeReference(j, dst);
@@ -239,6 +302,7 @@ class Runner {
       }
     }
     for (int q : sendPeers) {
+      if (std::find(directTo_.begin(), directTo_.end(), q) != directTo_.end()) continue;
       transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
       if (names) {
         c->postReference(nblocks * sizeof(Reference));
@@ -249,7 +313,9 @@ class Runner {
         c->post(nblocks * stride);
       }
     }
-    for (int q : recvPeers) links_.from[static_cast<std::size_t>(q)]->release();
+    for (int q : recvPeers) {
+      if (q != directFrom_) links_.from[static_cast<std::size_t>(q)]->release();
+    }
     return {};
   }
 
@@ -281,7 +347,33 @@ class Runner {
   bool inputStable_ = true;  // the input does not overlap the output
   std::vector<std::pair<transport::Connection*, int>> named_;  // sent references this call
   std::vector<const std::byte*> handedOff_;  // the pieces they name (ThreadSanitizer's view)
+  const std::vector<std::uint8_t>* direct_ = nullptr;  // this rank's DirectSteps
+  std::vector<int> directTo_;                          // the step's peers sent to direct
+  int directFrom_ = -1;                                // the step's peer received from direct
+  std::deque<std::vector<std::byte>> staged_;          // private copies direct sends read
 };
+
+// Whether a step after step i of `p` writes a block that step i sends (its source, or what a
+// step that receives and sends on wrote).
+bool writtenLater(const algo::Program& p, std::size_t i) {
+  const auto& steps = p.steps();
+  const algo::Step& st = steps[i];
+  const auto named = st.kind == StepKind::send ? p.src(st) : p.dst(st);
+  for (std::size_t later = i + 1; later < steps.size(); ++later) {
+    if (!algo::traits(steps[later].kind).writesDst) continue;
+    for (const Span& w : p.dst(steps[later])) {
+      for (const Span& nm : named) {
+        if (w.buf != nm.buf) continue;
+        for (std::uint32_t a = 0; a < w.count; ++a) {
+          for (std::uint32_t b = 0; b < nm.count; ++b) {
+            if (w.at(a) == nm.at(b)) return true;
+          }
+        }
+      }
+    }
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -314,21 +406,89 @@ ReferenceSteps referenceSteps(const algo::Schedule& s) {
           const std::size_t k = sent[static_cast<std::size_t>(q)]++;
           ok = ok && k < list.size() && copiesOut(list[k]);
         }
-        if (!ok) continue;
         // The named pieces must stay as they are for the rest of the pass.
-        const auto named = st.kind == StepKind::send ? p.src(st) : p.dst(st);
-        for (std::size_t later = i + 1; ok && later < steps.size(); ++later) {
-          if (!algo::traits(steps[later].kind).writesDst) continue;
-          for (const Span& w : p.dst(steps[later])) {
-            for (const Span& nm : named) {
-              if (w.buf != nm.buf) continue;
-              for (std::uint32_t a = 0; ok && a < w.count; ++a) {
-                for (std::uint32_t b = 0; ok && b < nm.count; ++b) ok = w.at(a) != nm.at(b);
-              }
-            }
+        out[c][r][i] = ok && !writtenLater(p, i) ? 1 : 0;
+      }
+    }
+  }
+  return out;
+}
+
+DirectSteps directSteps(const algo::Schedule& s) {
+  DirectSteps out(s.channels.size());
+  const std::uint32_t B = std::max<std::uint32_t>(1, s.blocksPerSegment);
+  for (std::size_t c = 0; c < s.channels.size(); ++c) {
+    const auto& ranks = s.channels[c].ranks;
+    const std::size_t n = ranks.size();
+    // recvAt[q][r]: q's steps that receive from r, in order (FIFO order per pair).
+    std::vector<std::vector<std::vector<std::size_t>>> recvAt(
+        n, std::vector<std::vector<std::size_t>>(n));
+    for (std::size_t q = 0; q < n; ++q) {
+      const auto& steps = ranks[q].steps();
+      for (std::size_t j = 0; j < steps.size(); ++j) {
+        for (int r : ranks[q].recvPeers(steps[j]))
+          recvAt[q][static_cast<std::size_t>(r)].push_back(j);
+      }
+    }
+    // The one block of the caller's buffers a step names, as its place in a segment; -1: none.
+    auto blockOf = [&](const algo::Program& p, const algo::Step& st, bool source) -> long {
+      const auto spans = source ? p.src(st) : p.dst(st);
+      if (p.blocks(st) != 1 || spans.empty() || spans[0].buf == Buf::scratch) return -1;
+      return static_cast<long>(spans[0].at(0) % B);
+    };
+    // Each sending step's messages: (receiver, receiving step).
+    struct Message {
+      std::size_t r, i, q, j;
+    };
+    std::vector<Message> messages;
+    std::vector<std::vector<std::uint8_t>> sends(n), receives(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      const algo::Program& p = ranks[r];
+      const auto& steps = p.steps();
+      sends[r].assign(steps.size(), 0);
+      receives[r].assign(steps.size(), 0);
+      std::vector<std::size_t> sent(n, 0);
+      for (std::size_t i = 0; i < steps.size(); ++i) {
+        const algo::Step& st = steps[i];
+        const auto to = p.sendPeers(st);
+        if (to.empty()) continue;
+        const bool forwards = st.kind == StepKind::recvCopySend;
+        const long from = blockOf(p, st, st.kind == StepKind::send);
+        bool ok = (st.kind == StepKind::send || forwards) && from >= 0 && !writtenLater(p, i);
+        for (int q : to) {
+          const auto Q = static_cast<std::size_t>(q);
+          const auto& list = recvAt[Q][r];
+          const std::size_t k = sent[Q]++;
+          if (k >= list.size()) {
+            ok = false;
+            continue;
           }
+          messages.push_back({r, i, Q, list[k]});
+          const algo::Step& theirs = ranks[Q].steps()[list[k]];
+          ok = ok && copiesOut(theirs.kind) && blockOf(ranks[Q], theirs, false) == from;
         }
-        out[c][r][i] = ok ? 1 : 0;
+        sends[r][i] = ok ? 1 : 0;
+      }
+    }
+    // Receives follow their senders; a step that receives direct and sends on must send direct.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto& row : receives) std::fill(row.begin(), row.end(), 0);
+      for (const Message& m : messages) receives[m.q][m.j] |= sends[m.r][m.i];
+      for (const Message& m : messages) {
+        const algo::Step& st = ranks[m.q].steps()[m.j];
+        if (sends[m.r][m.i] != 0 && st.kind == StepKind::recvCopySend && sends[m.q][m.j] == 0) {
+          sends[m.r][m.i] = 0;
+          changed = true;
+        }
+      }
+    }
+    out[c].resize(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      out[c][r].resize(sends[r].size());
+      for (std::size_t i = 0; i < sends[r].size(); ++i) {
+        out[c][r][i] = static_cast<std::uint8_t>((sends[r][i] != 0 ? kSendsDirect : 0) |
+                                                 (receives[r][i] != 0 ? kReceivesDirect : 0));
       }
     }
   }

@@ -26,6 +26,12 @@ namespace weft::exec {
 // not write again in the pass. See referenceSteps().
 using ReferenceSteps = std::vector<std::vector<std::vector<std::uint8_t>>>;
 
+// Which steps move their pieces as direct messages (Connection::direct) to and from the peers
+// whose connections carry them, by channel, rank and step: kSendsDirect, kReceivesDirect, or
+// both. See directSteps().
+using DirectSteps = std::vector<std::vector<std::vector<std::uint8_t>>>;
+inline constexpr std::uint8_t kSendsDirect = 1, kReceivesDirect = 2;
+
 struct Buffers {
   const void* input = nullptr;
   void* output = nullptr;
@@ -38,6 +44,8 @@ struct Buffers {
   // peers that can read this rank's memory.
   bool singleCopy = false;
   const ReferenceSteps* byReference = nullptr;
+  // Direct messages where the connections carry them (null: none).
+  const DirectSteps* direct = nullptr;
 };
 
 // Where one channel's messages go: to(peer) for this rank's sends, from(peer) for its receives.
@@ -71,6 +79,14 @@ std::uint32_t maxStepBlocks(const algo::Schedule& s);
 
 // The steps of the schedule that may send references (see ReferenceSteps).
 ReferenceSteps referenceSteps(const algo::Schedule& s);
+
+// The messages that may go direct: those that move one block of the sender's buffers (not
+// scratch) into one block of the receiver's at the same place in their segments (so both pieces
+// have the same length, which both sides know), that the receiver only copies out, and whose
+// piece the sender does not write again in the pass (it is read until the call's end). A step
+// sends direct when all its messages may; one that receives direct and sends on does so only
+// when its sends are direct too, since it then holds its own block's elements and no more.
+DirectSteps directSteps(const algo::Schedule& s);
 
 // Runs channel `channel` of `rank`'s program to completion.
 Status runChannel(const algo::Schedule& s, std::size_t channel, int rank, const Geometry& g,

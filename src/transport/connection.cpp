@@ -78,6 +78,14 @@ Result<std::span<const std::byte>> Connection::waitToReceive(const Waiter& w, in
   return *m;
 }
 
+Status Connection::sendDirect(const std::byte*, std::size_t, const Waiter&) {
+  return internalError("a direct message on a connection that does not carry them");
+}
+
+Status Connection::receiveDirect(std::byte*, std::size_t, const Waiter&) {
+  return internalError("a direct message on a connection that does not carry them");
+}
+
 Status ReadRate::read(const PeerMemory& peer, void* to, std::uintptr_t from, std::size_t bytes) {
   bytesRead_.fetch_add(bytes, std::memory_order_relaxed);
   if (peer.local() || floorBytesPerUs_ <= 0) return peer.read(to, from, bytes);

@@ -130,6 +130,14 @@ class Connection {
   virtual void postReference(std::size_t bytes) { post(bytes); }
   // Receiver: whether the message last returned by receive/tryReceive is such a reference.
   virtual bool isReference() const { return false; }
+  // Direct messages: a piece goes from the sender's buffer straight into the receiver's, through
+  // no slot on either side (UCX between hosts: its rendezvous moves the bytes, one copy each way
+  // in the kernel). They keep their own order, apart from the slots' messages.
+  virtual bool direct() const { return false; }
+  // Sender: starts sending `bytes` at `at`, which must stay as it is until drained().
+  virtual Status sendDirect(const std::byte* at, std::size_t bytes, const Waiter& w);
+  // Receiver: waits for the next direct message, exactly `bytes` long, and lands it at `at`.
+  virtual Status receiveDirect(std::byte* at, std::size_t bytes, const Waiter& w);
 
  protected:
   // acquire() and receive() for a connection whose waits need nothing but tryAcquire() and
@@ -242,6 +250,13 @@ class ProgressingConnection final : public Connection {
   }
   void postReference(std::size_t bytes) override { inner_->postReference(bytes); }
   bool isReference() const override { return inner_->isReference(); }
+  bool direct() const override { return inner_->direct(); }
+  Status sendDirect(const std::byte* at, std::size_t bytes, const Waiter& w) override {
+    return inner_->sendDirect(at, bytes, w);
+  }
+  Status receiveDirect(std::byte* at, std::size_t bytes, const Waiter& w) override {
+    return inner_->receiveDirect(at, bytes, w);
+  }
 
  private:
   Connection* inner_;

@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <thread>
 
 namespace weft::transport {
 namespace {
@@ -46,8 +48,10 @@ ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request,
   return s == UCS_INPROGRESS ? UCS_ERR_TIMED_OUT : s;
 }
 
-// The tag bits a link's receives match: the sender's rank (the call's signature sits above).
+// The tag bits a link's receives match: the sender's rank (the call's signature sits above),
+// and above it the bit that marks a direct message.
 constexpr ucp_tag_t kRankBits = 0xffff'ffffull;
+constexpr ucp_tag_t kDirectBit = 0x8000'0000ull;
 // The tag of the control worker's one message.
 constexpr ucp_tag_t kAbortTag = 0xab0'0000'0000'0000ull;
 
@@ -59,7 +63,7 @@ constexpr std::chrono::milliseconds kCloseLimit{10'000};
 // One direction to or from one peer on one channel.
 class UcxTransport::Link final : public Connection {
  public:
-  Link(const UcxTransport* owner, ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer,
+  Link(UcxTransport* owner, ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer,
        const UcxGeometry& g, const std::atomic<int>* failed)
       : owner_(owner),
         worker_(worker),
@@ -80,6 +84,7 @@ class UcxTransport::Link final : public Connection {
       drop(worker_, r, !sender_);
       r = nullptr;
     }
+    for (void* r : directs_) drop(worker_, r, false);
   }
 
   // Receivers post every slot's receive before any peer may send.
@@ -169,6 +174,77 @@ class UcxTransport::Link final : public Connection {
     return *m;
   }
 
+  bool direct() const override { return true; }
+
+  Status sendDirect(const std::byte* at, std::size_t bytes, const Waiter& w) override {
+    if (owner_->signature() != 0) {
+      // Where calls are checked, a marker in the slots first (the message's length): the peer
+      // meets every message of another call in the slots' order, as before direct messages.
+      auto slot = acquire(w);
+      if (!slot) return slot.status();
+      const std::uint64_t length = bytes;
+      std::memcpy(*slot, &length, sizeof length);
+      post(sizeof length);
+    }
+    if (broken_ != UCS_OK) return failure("sending to");
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    const ucp_tag_t tag = tag_ | kDirectBit | static_cast<ucp_tag_t>(owner_->signature()) << 32;
+    ucs_status_ptr_t r = ucp_tag_send_nbx(ep_, at, bytes, tag, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      broken_ = UCS_PTR_STATUS(r);
+      return failure("sending to");
+    }
+    if (r != nullptr) directs_.push_back(r);
+    return {};
+  }
+
+  Status receiveDirect(std::byte* at, std::size_t bytes, const Waiter& w) override {
+    if (owner_->signature() != 0) {
+      auto marker = receive(w);
+      if (!marker) return marker.status();
+      std::uint64_t length = 0;
+      if (marker->size() == sizeof length) std::memcpy(&length, marker->data(), sizeof length);
+      release();
+      if (length != bytes) return lengthMismatch(bytes, std::to_string(length));
+    }
+    if (broken_ != UCS_OK) return failure("receiving from");
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    ucs_status_ptr_t r =
+        ucp_tag_recv_nbx(worker_, at, bytes, tag_ | kDirectBit, kRankBits | kDirectBit, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      broken_ = UCS_PTR_STATUS(r);
+      return failure("receiving from");
+    }
+    ucp_tag_recv_info_t info{};
+    ucs_status_t s = UCS_INPROGRESS;
+    Status waited = w.wait(
+        [&] {
+          ucp_worker_progress(worker_);
+          return (s = ucp_tag_recv_request_test(r, &info)) != UCS_INPROGRESS;
+        },
+        "receiving from", peer_);
+    // Not left posted on an error: it would land in the caller's buffer after the call.
+    drop(worker_, r, true);
+    if (!waited) return waited;
+    const auto theirs = static_cast<std::uint32_t>(info.sender_tag >> 32);
+    const std::uint32_t mine = owner_->signature();
+    if (s == UCS_OK && theirs != 0 && mine != 0 && theirs != mine) {
+      otherCall_ = theirs;
+      return otherCall();
+    }
+    if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && info.length != bytes))
+      return lengthMismatch(bytes, s == UCS_OK ? std::to_string(info.length) : "more");
+    if (s != UCS_OK) {
+      broken_ = s;
+      return failure("receiving from");
+    }
+    return {};
+  }
+
   // Sender: whether every message posted so far has left this rank (a rendezvous send
   // completes only once the receiver has the data).
   bool sent() {
@@ -178,6 +254,14 @@ class UcxTransport::Link final : public Connection {
       if (s == UCS_INPROGRESS) return false;
       ucp_request_free(r);
       r = nullptr;
+      if (s != UCS_OK) broken_ = s;
+    }
+    while (!directs_.empty()) {
+      void* r = directs_.front();
+      const ucs_status_t s = ucp_request_check_status(r);
+      if (s == UCS_INPROGRESS) return false;
+      ucp_request_free(r);
+      directs_.pop_front();
       if (s != UCS_OK) broken_ = s;
     }
     return true;
@@ -213,6 +297,13 @@ class UcxTransport::Link final : public Connection {
     return {};
   }
 
+  Status lengthMismatch(std::size_t expected, const std::string& got) const {
+    return {Code::invalidUsage,
+            "rank " + std::to_string(self_) + " expected " + std::to_string(expected) +
+                " bytes from rank " + std::to_string(peer_) + " but got " + got +
+                " (every rank must make the same collective calls, with the same counts)"};
+  }
+
   Status otherCall() const {
     const std::string mine = owner_->callNamer ? owner_->callNamer() : "";
     char seen[80];
@@ -226,13 +317,17 @@ class UcxTransport::Link final : public Connection {
   }
 
   Status failure(const char* what) const {
+    // A peer that aborted (over a mismatched call, say) may be gone before this rank reads its
+    // notice, and its link break first: the notice, where one comes within a moment, says why.
+    if (std::string why = owner_->awaitAbort(std::chrono::milliseconds(200)); !why.empty())
+      return {Code::remoteError, "the communicator was aborted (" + why + ")"};
     const int f = failed_->load(std::memory_order_acquire);
     const ucs_status_t s = f != 0 ? static_cast<ucs_status_t>(f) : broken_;
     return {Code::remoteError, std::string("ucx: ") + what + " rank " + std::to_string(peer_) +
                                    " failed: " + ucs_status_string(s)};
   }
 
-  const UcxTransport* owner_;
+  UcxTransport* owner_;
   ucp_worker_h worker_;
   ucp_ep_h ep_;
   bool sender_;
@@ -242,6 +337,7 @@ class UcxTransport::Link final : public Connection {
   std::size_t slotBytes_;
   std::vector<std::byte> buffers_;
   std::vector<void*> requests_;  // by slot: the send in flight, or the posted receive
+  std::deque<void*> directs_;    // direct sends in flight, oldest first
   const std::atomic<int>* failed_;
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;
@@ -444,6 +540,14 @@ std::string UcxTransport::pollAbort() {
   if (s != UCS_OK) return {};
   abortMessage_.assign(abortBuffer_, std::min(info.length, sizeof abortBuffer_ - 1));
   return abortMessage_;
+}
+
+std::string UcxTransport::awaitAbort(std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  std::string why;
+  while ((why = pollAbort()).empty() && std::chrono::steady_clock::now() < end)
+    std::this_thread::yield();
+  return why;
 }
 
 void UcxTransport::progress(int channel) {

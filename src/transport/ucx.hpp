@@ -9,11 +9,15 @@
 //  - receiver: `slots` receives stay posted for those bits; UCP matches a sender's messages to
 //    the receives in posting order, so slot k holds message k, and release() re-posts its
 //    receive.
-// Every wait progresses the worker. An endpoint's error (the peer died, its host went away)
-// marks the peer failed, which the Waiter reports as a remote error.
+// Direct messages (Connection::sendDirect/receiveDirect) go from the sender's buffer into the
+// receiver's through no slot, tagged apart from the slots' (a bit above the rank); where calls are
+// checked each follows a marker in the slots. Every wait progresses the worker. An endpoint's
+// error (the peer died, its host went away) marks the peer failed, which the Waiter reports as a
+// remote error.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -74,6 +78,8 @@ class UcxTransport {
   // notices, for peerFailure, a peer whose process or host has gone.
   void notifyAbort(const std::string& why);
   std::string pollAbort();
+  // pollAbort until it returns a message or `limit` has passed.
+  std::string awaitAbort(std::chrono::milliseconds limit);
 
   // Empty while the endpoints to `peer` are healthy; else what UCX said went wrong.
   std::string peerFailure(int peer) const;

@@ -42,6 +42,10 @@ std::string UcxTransport::pollAbort() {
   return {};
 }
 
+std::string UcxTransport::awaitAbort(std::chrono::milliseconds) {
+  return {};
+}
+
 std::string UcxTransport::peerFailure(int) const {
   return {};
 }
