@@ -55,6 +55,15 @@ body() {
   rx() { cat "/sys/class/net/wv-$WEFT_NETNS_SET-1/statistics/tx_bytes" 2>/dev/null; }
   rx1() { cat "/sys/class/net/wx-$WEFT_NETNS_SET-1/statistics/tx_bytes" 2>/dev/null; }
 
+  # Hosts apart in SysV IPC too: else UCX's sysv transport carries their messages, not eth0.
+  local ipc0 ipc1
+  ipc0=$("$NETNS" run 0 readlink /proc/self/ns/ipc)
+  ipc1=$("$NETNS" run 1 readlink /proc/self/ns/ipc)
+  if [[ $ipc0 == "$ipc1" || $ipc0 == "$(readlink /proc/self/ns/ipc)" ]]; then
+    fail "hosts 0 and 1 share an IPC namespace ($ipc0, $ipc1)"
+  else
+    echo "ok   each host has its own IPC namespace"
+  fi
   for coll in allreduce allgather reducescatter alltoall broadcast; do
     codes=$(run_ranks "$coll" 120 2 2 eth0 "$coll" -b 8 -e 8M -f 8 -n 3 -w 1 -c 1)
     if [[ $codes != "0 0" ]] || ! grep -q "on *$WEFT_NETNS_SET-h1" "$TMPDIR/$coll.0.log"; then
