@@ -283,6 +283,7 @@ class Communicator {
   std::vector<std::unique_ptr<transport::ShmConnection>> connections_;
   std::vector<std::unique_ptr<transport::ProgressingConnection>> progressing_;
   std::vector<exec::ChannelLinks> links_;     // by channel
+  std::vector<exec::StagingArena> staging_;   // by channel: what direct sends of input read
   std::unique_ptr<algo::Selector> selector_;  // host memory's
   std::map<std::tuple<int, std::string, int, int, int, int>, std::unique_ptr<Cached>> schedules_;
   std::map<std::pair<int, std::size_t>, algo::Plan> plans_;

@@ -332,8 +332,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   c->inbox_.unlink();
 
   c->links_.resize(static_cast<std::size_t>(c->geometry_.channels));
+  c->staging_.resize(c->links_.size());
   for (int ch = 0; ch < c->geometry_.channels; ++ch) {
     exec::ChannelLinks& l = c->links_[static_cast<std::size_t>(ch)];
+    l.staging = &c->staging_[static_cast<std::size_t>(ch)];
     l.memory = &c->peerMemory_;
     l.readsMe = &c->readsMe_;
     l.reads = c->readRate_.get();

@@ -45,6 +45,7 @@ class Runner {
     if (b.singleCopy && b.byReference != nullptr && links.readsMe != nullptr)
       byReference_ = &(*b.byReference)[channel][static_cast<std::size_t>(rank)];
     if (b.direct != nullptr) direct_ = &(*b.direct)[channel][static_cast<std::size_t>(rank)];
+    if (links.staging != nullptr) links.staging->reset();
     const auto* in = static_cast<const std::byte*>(b.input);
     const auto* out = static_cast<const std::byte*>(b.output);
     inputStable_ =
@@ -148,8 +149,14 @@ class Runner {
     const std::size_t bytes = piece.elems * esize_;
     const std::byte* from = piece.at;
     if (!inputStable_ && buf == Buf::input) {
-      staged_.emplace_back(piece.at, piece.at + bytes);
-      from = staged_.back().data();
+      std::byte* copy = nullptr;
+      if (links_.staging != nullptr) {
+        copy = links_.staging->take(bytes);
+      } else {
+        copy = staged_.emplace_back(bytes).data();
+      }
+      std::memcpy(copy, piece.at, bytes);
+      from = copy;
     }
     for (int q : directTo_) {
       transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
@@ -376,6 +383,18 @@ bool writtenLater(const algo::Program& p, std::size_t i) {
 }
 
 }  // namespace
+
+std::byte* StagingArena::take(std::size_t bytes) {
+  bytes = roundUp(bytes, 64);
+  while (chunk_ < chunks_.size() && used_ + bytes > chunks_[chunk_].size()) {
+    ++chunk_;
+    used_ = 0;
+  }
+  if (chunk_ == chunks_.size()) chunks_.emplace_back(std::max(bytes, kChunkBytes));
+  std::byte* at = chunks_[chunk_].data() + used_;
+  used_ += bytes;
+  return at;
+}
 
 ReferenceSteps referenceSteps(const algo::Schedule& s) {
   ReferenceSteps out(s.channels.size());

@@ -48,6 +48,19 @@ struct Buffers {
   const DirectSteps* direct = nullptr;
 };
 
+// Private copies of the pieces direct sends read where the input is also the output: chunks
+// kept from call to call (reset() at each), so their pages stay mapped.
+class StagingArena {
+ public:
+  void reset() { chunk_ = used_ = 0; }
+  std::byte* take(std::size_t bytes);
+
+ private:
+  static constexpr std::size_t kChunkBytes = std::size_t{4} << 20;
+  std::vector<std::vector<std::byte>> chunks_;
+  std::size_t chunk_ = 0, used_ = 0;
+};
+
 // Where one channel's messages go: to(peer) for this rank's sends, from(peer) for its receives.
 struct ChannelLinks {
   std::vector<transport::Connection*> to;    // by peer
@@ -59,6 +72,8 @@ struct ChannelLinks {
   // refusal of references (null: none).
   transport::ReadRate* reads = nullptr;
   const std::vector<const std::atomic<std::uint32_t>*>* refuses = nullptr;
+  // The channel's staging for direct sends (null: the call allocates its own).
+  StagingArena* staging = nullptr;
 };
 
 struct Geometry {
