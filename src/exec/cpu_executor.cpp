@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 
 #include "src/core/sizes.hpp"
 #include "src/exec/host_reduce.hpp"
@@ -45,7 +44,8 @@ class Runner {
     if (b.singleCopy && b.byReference != nullptr && links.readsMe != nullptr)
       byReference_ = &(*b.byReference)[channel][static_cast<std::size_t>(rank)];
     if (b.direct != nullptr) direct_ = &(*b.direct)[channel][static_cast<std::size_t>(rank)];
-    if (links.staging != nullptr) links.staging->reset();
+    staging_ = links.staging != nullptr ? links.staging : &ownStaging_;
+    staging_->reset();
     const auto* in = static_cast<const std::byte*>(b.input);
     const auto* out = static_cast<const std::byte*>(b.output);
     inputStable_ =
@@ -149,23 +149,23 @@ class Runner {
     const std::size_t bytes = piece.elems * esize_;
     const std::byte* from = piece.at;
     if (!inputStable_ && buf == Buf::input) {
-      std::byte* copy = nullptr;
-      if (links_.staging != nullptr) {
-        copy = links_.staging->take(bytes);
-      } else {
-        copy = staged_.emplace_back(bytes).data();
-      }
+      std::byte* copy = staging_->take(bytes);
       std::memcpy(copy, piece.at, bytes);
       from = copy;
     }
     for (int q : directTo_) {
       transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
       if (Status x = c->sendDirect(from, bytes, w_); !x) return x;
-      if (std::find_if(named_.begin(), named_.end(), [c](const auto& e) { return e.first == c; }) ==
-          named_.end())
-        named_.emplace_back(c, q);
+      drainAtEnd(c, q);
     }
     return {};
+  }
+
+  // The call's end waits until `c` (to peer q) is drained: its peer has what it names.
+  void drainAtEnd(transport::Connection* c, int q) {
+    if (std::find_if(named_.begin(), named_.end(), [c](const auto& e) { return e.first == c; }) ==
+        named_.end())
+      named_.emplace_back(c, q);
   }
 
   Status receiveDirect(const Piece& piece) const {
@@ -313,9 +313,7 @@ class Runner {
       transport::Connection* c = links_.to[static_cast<std::size_t>(q)];
       if (names) {
         c->postReference(nblocks * sizeof(Reference));
-        if (std::find_if(named_.begin(), named_.end(),
-                         [c](const auto& e) { return e.first == c; }) == named_.end())
-          named_.emplace_back(c, q);
+        drainAtEnd(c, q);
       } else {
         c->post(nblocks * stride);
       }
@@ -357,7 +355,8 @@ class Runner {
   const std::vector<std::uint8_t>* direct_ = nullptr;  // this rank's DirectSteps
   std::vector<int> directTo_;                          // the step's peers sent to direct
   int directFrom_ = -1;                                // the step's peer received from direct
-  std::deque<std::vector<std::byte>> staged_;          // private copies direct sends read
+  StagingArena ownStaging_;                            // where the channel keeps none
+  StagingArena* staging_ = nullptr;                    // private copies direct sends read
 };
 
 // Whether a step after step i of `p` writes a block that step i sends (its source, or what a

@@ -153,10 +153,8 @@ class UcxTransport::Link final : public Connection {
       return std::nullopt;
     }
     // Another call's message (both checked): kept unreleased, so it is seen again.
-    const auto theirs = static_cast<std::uint32_t>(info.sender_tag >> 32);
-    const std::uint32_t mine = owner_->signature();
-    if (theirs != 0 && mine != 0 && theirs != mine) {
-      otherCall_ = theirs;
+    if (const std::uint32_t other = otherCallOf(info); other != 0) {
+      otherCall_ = other;
       return std::nullopt;
     }
     return std::span<const std::byte>(buffers_.data() + k * slotBytes_, info.length);
@@ -230,10 +228,8 @@ class UcxTransport::Link final : public Connection {
     // Not left posted on an error: it would land in the caller's buffer after the call.
     drop(worker_, r, true);
     if (!waited) return waited;
-    const auto theirs = static_cast<std::uint32_t>(info.sender_tag >> 32);
-    const std::uint32_t mine = owner_->signature();
-    if (s == UCS_OK && theirs != 0 && mine != 0 && theirs != mine) {
-      otherCall_ = theirs;
+    if (const std::uint32_t other = s == UCS_OK ? otherCallOf(info) : 0; other != 0) {
+      otherCall_ = other;
       return otherCall();
     }
     if (s == UCS_ERR_MESSAGE_TRUNCATED || (s == UCS_OK && info.length != bytes))
@@ -295,6 +291,14 @@ class UcxTransport::Link final : public Connection {
     }
     requests_[k] = r;
     return {};
+  }
+
+  // The signature of a received message's call where it differs from this rank's current call's
+  // (both checked), else 0.
+  std::uint32_t otherCallOf(const ucp_tag_recv_info_t& info) const {
+    const auto theirs = static_cast<std::uint32_t>(info.sender_tag >> 32);
+    const std::uint32_t mine = owner_->signature();
+    return theirs != 0 && mine != 0 && theirs != mine ? theirs : 0;
   }
 
   Status lengthMismatch(std::size_t expected, const std::string& got) const {
