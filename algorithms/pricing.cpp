@@ -30,8 +30,12 @@ Pricing::Pricing(const CostModel& m, std::string_view a, Collective cl, std::siz
   base = c.baseLatency[p];
   aIntra = c.hopLatency[p][nv];
   aNet = c.hopLatency[p][net] + g.fabricLatency;
-  oIntra = c.messageOverhead[p][nv];
-  oNet = c.messageOverhead[p][net];
+  // A message's overhead is CPU work of its sender and its receiver, which overlap where each has
+  // a core (the calibration's stream measures one of them). Where ranks outnumber the cores they
+  // share, every rank posts at once and both ends take turns on the CPUs: 2o at the share.
+  const double perCore = graph.coresPerRank < 1 ? 2 / graph.coresPerRank : 1;
+  oIntra = c.messageOverhead[p][nv] * perCore;
+  oNet = c.messageOverhead[p][net] * perCore;
   bwIntra = g.intraBandwidth * c.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;
   bwNet = g.netPerRank * c.bandwidthScale[net] * eff * kBytesPerUsPerGBs;
   aStep = multi ? aNet : aIntra;

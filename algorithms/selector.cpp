@@ -24,14 +24,20 @@ namespace {
 // all-to-all ran slower than ring and pairwise wherever measured there (one H200: up to 2.1x;
 // two H200s: ring and pairwise the fastest of every forced algorithm; docs/perf-gpu.md, "where 8
 // ranks' time went" and "the GPU tuner calibrated"), so only WEFT_ALGO picks them. Across
-// hosts, the model's (and the simulator's) choice stands.
+// hosts, the model's (and the simulator's) choice stands. Host ranks short of a core each: the
+// hierarchical all-to-all, whose blocks stage through scratch and cross hosts through the slots
+// (pairwise's go direct), ran 1.4-3x slower than the fastest forced algorithm at every size from
+// 64 KB to 64 MB across four namespace hosts, and from 256 KB to 4 MB on one host
+// (docs/perf-hosts.md, "the regret"), so only WEFT_ALGO picks it there.
 TunerOptions withMeasured(TunerOptions o, const RankGraph& g, const KernelSet& k) {
+  auto leave = [&](const char* a) {
+    if (std::find(o.unpriced.begin(), o.unpriced.end(), a) == o.unpriced.end())
+      o.unpriced.emplace_back(a);
+  };
   if (k.gpu && g.hosts == 1) {
-    for (const char* a : {"dbtree", "rhd", "hierarchical"}) {
-      if (std::find(o.unpriced.begin(), o.unpriced.end(), a) == o.unpriced.end())
-        o.unpriced.emplace_back(a);
-    }
+    for (const char* a : {"dbtree", "rhd", "hierarchical"}) leave(a);
   }
+  if (!k.gpu && g.coresPerRank < 1) leave("hierarchical");
   return o;
 }
 

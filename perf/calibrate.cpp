@@ -48,6 +48,7 @@ constexpr int kMidMessages = 2000;                          // 64 KiB messages s
 constexpr int kLargeMessages = 8;                           // 64 MiB messages streamed
 constexpr int kNetRounds = 400;                             // 8-byte round trips between hosts
 constexpr int kNetMessages = 400;                           // 64 KiB messages between hosts
+constexpr int kNetSmallMessages = 4000;                     // 8-byte messages between hosts
 constexpr std::size_t kNetLargeBytes = 16 * 1024 * 1024;    // messages between hosts
 constexpr int kBatches = 30;                                // of 8-byte all-reduces
 constexpr std::size_t kCodecValues = std::size_t{1} << 20;  // bf16 values the codec times
@@ -98,7 +99,7 @@ struct Measured {
   int pairs = 1;            // pairs of ranks of one host
   // Between hosts: rank 0 and `remote`, and each host's first rank to another's at once.
   struct Net {
-    double smallUs = 0, midUs = 0, midGBs = 0, everyHostGBs = 0;
+    double smallUs = 0, midUs = 0, midGBs = 0, everyHostGBs = 0, messageUs = 0;
   } net;
   int hosts = 1, hostPairs = 0;
   int local = -1;           // the pcie keys' peer of rank 0: the next rank on its host (-1: none)
@@ -111,6 +112,9 @@ struct Measured {
   int ranksHere = 1;
   int cores = 1;
   double load = 0;
+  // The fewest cores a rank has on the machine it shares with others (network namespaces of one
+  // machine count as one), as the runtime prices them (src/core/machine.cpp, fewestCores).
+  double share = 1;
   bool crowded() const { return ranksHere + load > cores + 0.5; }
 };
 
@@ -139,12 +143,16 @@ Result<Derived> derive(const Measured& m, int nranks) {
     c.hopLatency[kLl][kNet] = m.net.smallUs;
     d.netMidHopUs = m.net.midUs - double(kMidBytes) / (m.net.midGBs * 1e3);
     c.hopLatency[kSimple][kNet] = std::max(d.netMidHopUs, m.net.smallUs);
+    c.messageOverhead[kLl][kNet] = c.messageOverhead[kSimple][kNet] = m.net.messageUs;
     c.graphs.netGBs = m.net.everyHostGBs;
   }
   algo::Placement placement;
   placement.hostOf = m.hostOf;
   placement.gpuOf.assign(m.hostOf.size(), -1);
-  const algo::RankGraph graph = algo::hostRankGraph(placement, c.graphs.netGBs, c.graphs);
+  // The graph the runtime prices these ranks on, at their core share.
+  algo::RankGraph graph =
+      algo::hostRankGraph(placement, c.graphs.netGBs, algo::atCoreShare(c.graphs, m.share));
+  graph.coresPerRank = std::min(1.0, m.share);
   // What the model charges the measured call with the constants above but no base, taken from
   // the call's time: the model then reproduces the call.
   for (std::size_t p : {kLl, kSimple}) {
@@ -181,11 +189,11 @@ std::string hopKeys(const Measured& m, const algo::CostConstants& c) {
   };
   std::string j = "  \"hop_latency_us\": {\"ll\": " + classes(c.hopLatency[kLl], true) +
                   ", \"simple\": " + classes(c.hopLatency[kSimple], true) + "},\n";
-  if (m.local > 0) {
-    j += "  \"message_overhead_us\": {\"ll\": " + classes(c.messageOverhead[kLl], false) +
-         ", \"simple\": " + classes(c.messageOverhead[kSimple], false) + "},\n";
-    j += "  \"bandwidth_scale\": " + classes(c.bandwidthScale, false) + ",\n";
+  if (m.local > 0 || m.remote > 0) {
+    j += "  \"message_overhead_us\": {\"ll\": " + classes(c.messageOverhead[kLl], true) +
+         ", \"simple\": " + classes(c.messageOverhead[kSimple], true) + "},\n";
   }
+  if (m.local > 0) j += "  \"bandwidth_scale\": " + classes(c.bandwidthScale, false) + ",\n";
   return j;
 }
 
@@ -251,6 +259,13 @@ std::string tuningFile(const Measured& m, const Derived& d, int nranks,
   const std::vector<std::string> net = {
       "hop_latency_us.ll.network: one-way time of an 8-byte message between hosts, the median of " +
           std::to_string(kNetRounds) + " round trips / 2.",
+      "message_overhead_us.ll.network and .simple.network: the same stream of " +
+          std::to_string(kNetSmallMessages) +
+          " 8-byte messages from rank 0 to another host's first rank, the receiver's time per "
+          "message. Both are one rank's work with the others waiting; where ranks outnumber "
+          "the cores they share, the model charges every message overhead at the ranks' core "
+          "share (" +
+          digits(m.share) + " here), since all of them post at once.",
       "hop_latency_us.simple.network: one-way time of a 64 KiB message between hosts (" +
           digits(m.net.midUs) +
           " us) minus 65536 B at the rate such messages stream between them (" +
@@ -367,6 +382,10 @@ void printCalibration(const Measured& m, const Derived& d, int nranks, const std
         c.hopLatency[kSimple][kNet],
         "64 KiB one-way - 64 KiB / its streaming bw, between hosts" +
             std::string(d.netMidHopUs < m.net.smallUs ? " (below the 8 B hop: that)" : ""));
+    for (std::size_t p : {kLl, kSimple}) {
+      key("message_overhead_us." + protoName(p) + ".network", defaults.messageOverhead[p][kNet],
+          c.messageOverhead[p][kNet], "time per message between hosts");
+    }
     key("graphs.net_gbs", 0, c.graphs.netGBs, "per host, hosts' first ranks at once (0: NIC's)");
   }
   for (std::size_t p : {kLl, kSimple}) {
@@ -553,6 +572,9 @@ Status Calibration::runHost(bool& quietFailure) {
   m.ranksHere = static_cast<int>(std::count(hosts->begin(), hosts->end(), hosts->front()));
   m.cores = coresHere();
   if (getloadavg(&m.load, 1) != 1) m.load = 0;
+  auto machines = control_.gather(machineId() + " " + std::to_string(m.cores));
+  if (!machines) return machines.status();
+  m.share = fewestCoresOf(*machines);
 
   // Who measures what: rank 0 and the next rank on its host the shared memory (pcie keys),
   // rank 0 and the first rank of another host the network; pairs of ranks of one host stream at
@@ -619,6 +641,9 @@ Status Calibration::runHost(bool& quietFailure) {
     auto mid = oneWayUs(kMidBytes, kNetRounds / 4, m.remote);
     if (!mid) return mid.status();
     m.net.midUs = *mid;
+    auto message = perMessageUs(kNetSmallMessages, m.remote);
+    if (!message) return message.status();
+    m.net.messageUs = *message;
     auto every = streamGBs(kNetLargeBytes, kLargeMessages, hostPairs);
     if (!every) return every.status();
     m.net.everyHostGBs = *every;

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,6 +66,31 @@ inline std::string hostName() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return host;
+}
+
+// What tells machines apart (the boot id: network namespaces and containers of one machine share
+// it), or the host's name where it cannot be read.
+inline std::string machineId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!(in >> id)) id = hostName();
+  return id;
+}
+
+// From every rank's "<machineId> <cores>": the fewest cores a rank has, its machine's least
+// core count over the ranks on it (at most 1).
+inline double fewestCoresOf(const std::vector<std::string>& ranks) {
+  std::map<std::string, std::pair<int, int>> machines;  // id -> (ranks, least cores)
+  for (const std::string& r : ranks) {
+    const auto space = r.rfind(' ');
+    const int cores = std::max(1, std::atoi(r.c_str() + space + 1));
+    auto [it, fresh] = machines.try_emplace(r.substr(0, space), 0, cores);
+    it->second.first += 1;
+    it->second.second = std::min(it->second.second, cores);
+  }
+  double share = 1;
+  for (const auto& [id, m] : machines) share = std::min(share, double(m.second) / m.first);
+  return share;
 }
 
 inline std::string utcNow() {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/pricing.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 #include "src/bootstrap/bootstrap.hpp"
@@ -124,20 +125,47 @@ TEST(RankGraphs, HostMemoryAcrossHostsCrossesTheNetwork) {
 }
 
 // Four hosts of two ranks sharing a machine's two cores (network namespaces): at a quarter of a
-// core a rank, its copies slower and its phases taking turns on the CPUs, the large all-to-all
-// goes pairwise, which moves each byte once, not hierarchical, which copies it again inside
-// each host beside the network's transfers (measured 1.4 to 1.6 times slower there:
-// docs/perf-hosts.md). With a core each, hierarchical.
+// core a rank, its copies are slower and its phases take turns on the CPUs. The hierarchical
+// all-to-all, which stages each block through scratch, lost to the fastest forced algorithm at
+// every size there (docs/perf-hosts.md), so it is left to WEFT_ALGO; with a core each it is
+// priced, and the large all-to-all takes it.
 TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
   const algo::Placement hosts = algo::Placement::regular(8, 4, 0);
   const algo::Selector quarter = algo::hostSelectorFor(hosts, 1.25, {}, 0.25);
   EXPECT_EQ(quarter.tuner().graph().coresPerRank, 0.25);
   EXPECT_EQ(quarter.options().constants.graphs.hostCopyGBs, 2);  // 8 GB/s at a quarter core
   const algo::Selector cores = algo::hostSelectorFor(hosts, 1.25, {}, 1);
+  for (std::size_t bytes = 64 << 10; bytes <= std::size_t{64} << 20; bytes *= 4)
+    EXPECT_NE(quarter.plan(Collective::allToAll, bytes)->algorithm, "hierarchical") << bytes;
   for (std::size_t bytes : {std::size_t{16} << 20, std::size_t{64} << 20}) {
     EXPECT_EQ(quarter.plan(Collective::allToAll, bytes)->algorithm, "pairwise") << bytes;
     EXPECT_EQ(cores.plan(Collective::allToAll, bytes)->algorithm, "hierarchical") << bytes;
   }
+}
+
+// A message's overhead is CPU work of its sender and its receiver: with a core each they overlap
+// (what the calibration's stream measures), at a quarter of a core each both take their turns,
+// so each message costs 2 / 0.25 times as much.
+TEST(Pricing, MessageOverheadsAreChargedAtTheCoreShare) {
+  auto c = algo::CostConstants::fromJson(
+      R"({"message_overhead_us": {"simple": {"pcie": 0.5, "network": 7}}})", "t");
+  ASSERT_TRUE(c.isOk()) << c.status().toString();
+  const algo::CostModel model(*c);
+  algo::RankGraph g = algo::hostRankGraph(algo::Placement::regular(8, 4, 0), 1.25);
+  const algo::Pricing whole(model, "rhd", Collective::allReduce, 64 << 10, algo::Protocol::simple,
+                            g);
+  EXPECT_NEAR(whole.oIntra, 0.5, 1e-12);
+  EXPECT_NEAR(whole.oNet, 7, 1e-12);
+  g.coresPerRank = 0.25;
+  const algo::Pricing quarter(model, "rhd", Collective::allReduce, 64 << 10, algo::Protocol::simple,
+                              g);
+  EXPECT_NEAR(quarter.oIntra, 4, 1e-12);
+  EXPECT_NEAR(quarter.oNet, 56, 1e-12);
+  // The many messages of two-shot cost more than halving-doubling's few, there.
+  EXPECT_LT(
+      model.estimate("rhd", Collective::allReduce, 64 << 10, algo::Protocol::simple, g)->timeUs,
+      model.estimate("twoshot", Collective::allReduce, 64 << 10, algo::Protocol::simple, g)
+          ->timeUs);
 }
 
 TEST(Selector, HostKernelsServeTheirDeclaredRanges) {
