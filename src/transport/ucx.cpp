@@ -138,6 +138,7 @@ class UcxTransport::Link final : public Connection {
     }
     requests_[k] = r;  // nullptr: sent (copied out) already
     ++next_;
+    seenCall_ = owner_->calls();
   }
 
   std::optional<std::span<const std::byte>> tryReceive() override {
@@ -157,6 +158,7 @@ class UcxTransport::Link final : public Connection {
       otherCall_ = other;
       return std::nullopt;
     }
+    seenCall_ = owner_->calls();
     return std::span<const std::byte>(buffers_.data() + k * slotBytes_, info.length);
   }
 
@@ -175,9 +177,11 @@ class UcxTransport::Link final : public Connection {
   bool direct() const override { return true; }
 
   Status sendDirect(const std::byte* at, std::size_t bytes, const Waiter& w) override {
-    if (owner_->signature() != 0) {
-      // Where calls are checked, a marker in the slots first (the message's length): the peer
-      // meets every message of another call in the slots' order, as before direct messages.
+    if (markerDue()) {
+      // Where calls are checked, a call's first message on the link goes through the slots, a
+      // marker (the message's length) where it is direct: a peer in another call meets it there,
+      // as it would without direct messages. After it both sides are in one call, whose
+      // schedule orders the rest alike.
       auto slot = acquire(w);
       if (!slot) return slot.status();
       const std::uint64_t length = bytes;
@@ -199,7 +203,7 @@ class UcxTransport::Link final : public Connection {
   }
 
   Status receiveDirect(std::byte* at, std::size_t bytes, const Waiter& w) override {
-    if (owner_->signature() != 0) {
+    if (markerDue()) {
       auto marker = receive(w);
       if (!marker) return marker.status();
       std::uint64_t length = 0;
@@ -293,6 +297,10 @@ class UcxTransport::Link final : public Connection {
     return {};
   }
 
+  // Whether a direct message needs a marker: calls are checked and it is the call's first
+  // message on this link.
+  bool markerDue() const { return owner_->signature() != 0 && seenCall_ != owner_->calls(); }
+
   // The signature of a received message's call where it differs from this rank's current call's
   // (both checked), else 0.
   std::uint32_t otherCallOf(const ucp_tag_recv_info_t& info) const {
@@ -346,6 +354,7 @@ class UcxTransport::Link final : public Connection {
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;
   std::uint32_t otherCall_ = 0;  // the signature of another call's message, once one came
+  std::uint64_t seenCall_ = ~std::uint64_t{0};  // the last call (calls()) a slot message crossed in
 };
 
 struct UcxTransport::Channel {

@@ -11,9 +11,9 @@
 //    receive.
 // Direct messages (Connection::sendDirect/receiveDirect) go from the sender's buffer into the
 // receiver's through no slot, tagged apart from the slots' (a bit above the rank); where calls are
-// checked each follows a marker in the slots. Every wait progresses the worker. An endpoint's
-// error (the peer died, its host went away) marks the peer failed, which the Waiter reports as a
-// remote error.
+// checked, one that opens a call on its link follows a marker in the slots. Every wait progresses
+// the worker. An endpoint's error (the peer died, its host went away) marks the peer failed, which
+// the Waiter reports as a remote error.
 #pragma once
 
 #include <atomic>
@@ -88,8 +88,13 @@ class UcxTransport {
   // sends it in its tag's high 32 bits (0: unchecked), and receive() of a message whose
   // signature differs from this rank's current call's fails, naming that call (callNamer). Set
   // by the caller before it starts a call's channels.
-  void sign(std::uint32_t signature) { signature_.store(signature, std::memory_order_relaxed); }
+  void sign(std::uint32_t signature) {
+    signature_.store(signature, std::memory_order_relaxed);
+    calls_.fetch_add(1, std::memory_order_relaxed);
+  }
   std::uint32_t signature() const { return signature_.load(std::memory_order_relaxed); }
+  // How many calls have been signed: a link tells a call's first message by it.
+  std::uint64_t calls() const { return calls_.load(std::memory_order_relaxed); }
   std::function<std::string()> callNamer;
 
   struct Channel;  // a worker and its endpoints (ucx.cpp)
@@ -110,6 +115,7 @@ class UcxTransport {
   std::mutex controlMutex_;  // one poller at a time
   std::atomic<bool> notified_{false};
   std::atomic<std::uint32_t> signature_{0};
+  std::atomic<std::uint64_t> calls_{0};
 };
 
 // Whether this build has the UCX transport.
