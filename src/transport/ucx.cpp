@@ -19,6 +19,14 @@ Status ucxError(const std::string& what, ucs_status_t s) {
   return {Code::systemError, "ucx: " + what + ": " + ucs_status_string(s)};
 }
 
+// Progresses `worker` while it has work, up to a bound. Over TCP one call moves a bounded part
+// of what the sockets hold, so a wait that progressed once per wake-up (naps of up to 200 us
+// where ranks share cores) left them idle in between (docs/perf-hosts.md).
+void progressAll(ucp_worker_h worker) {
+  for (int i = 0; i < 256 && ucp_worker_progress(worker) != 0; ++i) {
+  }
+}
+
 // Hands a request back to UCX. A receive still posted is cancelled first (UCX cancels tag
 // receives only); anything else still in flight finishes or fails inside UCX on its own, since
 // ucp_request_free releases a request in any state.
@@ -102,7 +110,7 @@ class UcxTransport::Link final : public Connection {
     const std::size_t k = next_ % requests_.size();
     void*& r = requests_[k];
     if (r != nullptr) {
-      ucp_worker_progress(worker_);
+      progressAll(worker_);
       const ucs_status_t s = ucp_request_check_status(r);
       if (s == UCS_INPROGRESS) return nullptr;
       ucp_request_free(r);
@@ -145,7 +153,7 @@ class UcxTransport::Link final : public Connection {
     const std::size_t k = next_ % requests_.size();
     void* r = requests_[k];
     if (r == nullptr) return std::nullopt;  // its re-post failed: broken_ says why
-    ucp_worker_progress(worker_);
+    progressAll(worker_);
     ucp_tag_recv_info_t info{};
     const ucs_status_t s = ucp_tag_recv_request_test(r, &info);
     if (s == UCS_INPROGRESS) return std::nullopt;
@@ -225,7 +233,7 @@ class UcxTransport::Link final : public Connection {
     ucs_status_t s = UCS_INPROGRESS;
     Status waited = w.wait(
         [&] {
-          ucp_worker_progress(worker_);
+          progressAll(worker_);
           return (s = ucp_tag_recv_request_test(r, &info)) != UCS_INPROGRESS;
         },
         "receiving from", peer_);
@@ -268,7 +276,7 @@ class UcxTransport::Link final : public Connection {
   }
   bool broken() const { return broken_ != UCS_OK; }
   bool drained() override {
-    ucp_worker_progress(worker_);
+    progressAll(worker_);
     return sent();
   }
   Status failureOf(const char* what) const { return failure(what); }
@@ -564,7 +572,7 @@ std::string UcxTransport::awaitAbort(std::chrono::milliseconds limit) {
 }
 
 void UcxTransport::progress(int channel) {
-  ucp_worker_progress(channels_[static_cast<std::size_t>(channel)]->worker);
+  progressAll(channels_[static_cast<std::size_t>(channel)]->worker);
 }
 
 Connection* UcxTransport::to(int channel, int peer) const {
