@@ -572,9 +572,12 @@ Status Calibration::runHost(bool& quietFailure) {
   m.ranksHere = static_cast<int>(std::count(hosts->begin(), hosts->end(), hosts->front()));
   m.cores = coresHere();
   if (getloadavg(&m.load, 1) != 1) m.load = 0;
-  auto machines = control_.gather(machineId() + " " + std::to_string(m.cores));
-  if (!machines) return machines.status();
-  m.share = fewestCoresOf(*machines);
+  auto claims =
+      control_.gather(claimLine(CpuClaim::ofThisProcess(std::hash<std::string>{}(hostName()))));
+  if (!claims) return claims.status();
+  std::vector<CpuClaim> all;
+  for (const std::string& line : *claims) all.push_back(claimOf(line));
+  m.share = fewestCores(all);
 
   // Who measures what: rank 0 and the next rank on its host the shared memory (pcie keys),
   // rank 0 and the first rank of another host the network; pairs of ranks of one host stream at

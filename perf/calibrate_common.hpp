@@ -6,16 +6,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
-#include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
 #include "perf/report.hpp"
+#include "src/core/machine.hpp"
 
 namespace weft::perf::calib {
 
@@ -68,29 +66,21 @@ inline std::string hostName() {
   return host;
 }
 
-// What tells machines apart (the boot id: network namespaces and containers of one machine share
-// it), or the host's name where it cannot be read.
-inline std::string machineId() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  if (!(in >> id)) id = hostName();
-  return id;
+// A rank's CpuClaim (src/core/machine.hpp) as a line of hex words for Control::gather, and back:
+// the calibration prices its ranks at the runtime's own core share (fewestCores).
+inline std::string claimLine(const CpuClaim& c) {
+  std::ostringstream out;
+  out << std::hex << c.machineId;
+  for (std::uint64_t w : c.cpus) out << ' ' << w;
+  return out.str();
 }
 
-// From every rank's "<machineId> <cores>": the fewest cores a rank has, its machine's least
-// core count over the ranks on it (at most 1).
-inline double fewestCoresOf(const std::vector<std::string>& ranks) {
-  std::map<std::string, std::pair<int, int>> machines;  // id -> (ranks, least cores)
-  for (const std::string& r : ranks) {
-    const auto space = r.rfind(' ');
-    const int cores = std::max(1, std::atoi(r.c_str() + space + 1));
-    auto [it, fresh] = machines.try_emplace(r.substr(0, space), 0, cores);
-    it->second.first += 1;
-    it->second.second = std::min(it->second.second, cores);
-  }
-  double share = 1;
-  for (const auto& [id, m] : machines) share = std::min(share, double(m.second) / m.first);
-  return share;
+inline CpuClaim claimOf(const std::string& line) {
+  CpuClaim c;
+  std::istringstream in(line);
+  in >> std::hex >> c.machineId;
+  for (std::uint64_t& w : c.cpus) in >> w;
+  return c;
 }
 
 inline std::string utcNow() {
