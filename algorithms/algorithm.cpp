@@ -42,10 +42,10 @@ std::vector<int> ranksToBuild(const Params& params, int nranks) {
 }
 
 std::span<const Algorithm* const> algorithms() {
-  static const std::array<const Algorithm*, 10> kAll = {
+  static const std::array<const Algorithm*, 11> kAll = {
       &ringAlgorithm(),         &dbtreeAlgorithm(),  &patAlgorithm(),      &rhdAlgorithm(),
       &oneshotAlgorithm(),      &twoshotAlgorithm(), &pairwiseAlgorithm(), &bruckAlgorithm(),
-      &hierarchicalAlgorithm(), &p2pAlgorithm()};
+      &hierarchicalAlgorithm(), &linearAlgorithm(), &p2pAlgorithm()};
   return kAll;
 }
 

@@ -88,6 +88,7 @@ const Algorithm& rhdAlgorithm();
 const Algorithm& oneshotAlgorithm();
 const Algorithm& twoshotAlgorithm();
 const Algorithm& pairwiseAlgorithm();
+const Algorithm& linearAlgorithm();
 const Algorithm& bruckAlgorithm();
 const Algorithm& hierarchicalAlgorithm();
 const Algorithm& p2pAlgorithm();

@@ -218,6 +218,9 @@ struct RankGraph {
   // vector, two-shot and ring a 1/n share of each). 0: folding is free (GPU kernels fold while
   // they copy).
   double hostReduceGBs = 0;
+  // Ranks on host memory (the CPU executor): a send to another host is handed to UCX, which moves
+  // it while the rank goes on to its next step; GPU kernels copy their sends one after another.
+  bool hostMemory = false;
   // The CPU share of the rank that has the least (1: a core each, 0.25: four ranks to a CPU).
   // Below 1 a rank's copies, its folding and its network transfers take turns on the CPUs it
   // shares, so an algorithm's phases never run beside each other (their times add).

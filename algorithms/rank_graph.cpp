@@ -286,6 +286,7 @@ RankGraph sharedMemoryRankGraph(int nranks, const GraphConstants& c) {
   // docs/perf.md, "Host all-reduce on 2 ranks, the 2-core CI-class machine".
   RankGraph g = uniformRankGraph(nranks, topo::PathClass::phb, c.hostCopyGBs, c.hostCopyGBs / 8);
   g.hostReduceGBs = c.hostFoldGBs;
+  g.hostMemory = true;
   return g;
 }
 
