@@ -55,7 +55,8 @@ std::array<unsigned char, kMacBytes> proofMac(const Handshake& s, bool server) {
 
 bool validKind(std::uint32_t kind) {
   return kind == static_cast<std::uint32_t>(HelloKind::toRoot) ||
-         kind == static_cast<std::uint32_t>(HelloKind::ring);
+         kind == static_cast<std::uint32_t>(HelloKind::ring) ||
+         kind == static_cast<std::uint32_t>(HelloKind::lane);
 }
 // At most this many connections wait for their hello; beyond it the oldest is dropped.
 constexpr std::size_t kMaxPending = 256;
@@ -104,7 +105,7 @@ Result<IdContents> decodeId(const UniqueId& id) {
 }
 
 std::array<unsigned char, kMacBytes> Handshake::mac(const char* label, const void* data,
-                                                  std::size_t bytes) const {
+                                                    std::size_t bytes) const {
   return hmacSha256(secret.data(), secret.size(),
                     {{label, std::strlen(label)},
                      {server.data(), server.size()},
@@ -141,12 +142,13 @@ Status randomBytes(void* out, std::size_t bytes) {
 }
 
 Result<Handshake> clientHandshake(const Socket& socket, const Secret& secret, const Hello& hello,
-                                const std::string& peer, const Deadline& deadline) {
+                                  const std::string& peer, const Deadline& deadline) {
   Handshake s;
   s.secret = secret;
   s.kind = hello.kind;
-  const std::string notOurs = " does not speak weft's rendezvous (is another program listening "
-                              "there, or a weft of another version?)";
+  const std::string notOurs =
+      " does not speak weft's rendezvous (is another program listening "
+      "there, or a weft of another version?)";
   unsigned char challenge[kChallengeBytes];
   if (Status st = socket.recvAll(challenge, sizeof challenge, peer, deadline, nullptr); !st)
     return st;
@@ -167,15 +169,17 @@ Result<Handshake> clientHandshake(const Socket& socket, const Secret& secret, co
   if (Status st = socket.recvAll(answer, sizeof answer, peer, deadline, nullptr); !st) {
     if (st.code() == Code::remoteError)  // closed without a word: our proof was refused
       return Status(Code::remoteError,
-                    peer + " refused this rank's proof of the id's secret (is this id, or "
-                           "WEFT_COMM_SECRET, the one of this run?)");
+                    peer +
+                        " refused this rank's proof of the id's secret (is this id, or "
+                        "WEFT_COMM_SECRET, the one of this run?)");
     return st;
   }
   const auto theirs = proofMac(s, true);
   if (std::memcmp(answer, kServerMagic, sizeof kServerMagic) != 0 ||
       !sameDigest(answer + 8, theirs.data(), theirs.size()))
-    return Status(Code::remoteError, peer + " could not prove it knows the id's secret: "
-                                            "not a rank of this communicator");
+    return Status(Code::remoteError, peer +
+                                         " could not prove it knows the id's secret: "
+                                         "not a rank of this communicator");
   unsigned char body[kHelloBytes] = {};
   wire::put32(body, static_cast<std::uint32_t>(hello.rank));
   wire::put32(body + 4, static_cast<std::uint32_t>(hello.nranks));
@@ -287,8 +291,8 @@ Result<HelloListener::Arrival> HelloListener::next(const Deadline& deadline,
       wire::put32(challenge + 8, kHelloVersion);
       if (!randomBytes(p.handshake.server.data(), kNonceBytes)) continue;
       std::memcpy(challenge + 16, p.handshake.server.data(), kNonceBytes);
-      if (!p.socket.sendAll(challenge, sizeof challenge, "a client",
-                            Deadline::after(kSendSeconds), nullptr))
+      if (!p.socket.sendAll(challenge, sizeof challenge, "a client", Deadline::after(kSendSeconds),
+                            nullptr))
         continue;
       pending_.push_back(std::move(p));
     }

@@ -53,6 +53,8 @@ Result<IdContents> decodeId(const UniqueId& id);
 enum class HelloKind : std::uint32_t {
   toRoot = 1,  // a rank joining; carries the rank's own listening address
   ring = 2,    // a rank connecting to its ring successor
+  lane = 3,    // a rank opening a TCP lane (src/transport/tcp_lanes.hpp); the secret is the
+               // listener's token
 };
 
 inline constexpr std::size_t kNonceBytes = 16;

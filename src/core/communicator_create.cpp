@@ -234,6 +234,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
       WEFT_INFO(log::kInit | log::kNet, "UCX network device %s (WEFT_SOCKET_IFNAME=%s)",
                 ug.netDevice.c_str(), config.socketIfname.c_str());
     }
+    ug.tcpLanes = config.tcpLanes;
+    ug.connectSeconds = static_cast<double>(config.timeout.count()) / 1000.0;
+    if (ug.tcpLanes > 0) {
+      // The lanes listen on this host's address (WEFT_SOCKET_IFNAME's interface).
+      if (auto chosen = boot::chooseInterface(config.socketIfname); chosen) {
+        ug.laneAddress = chosen->address;
+      } else {
+        WEFT_INFO(log::kInit | log::kNet, "no TCP lanes: %s", chosen.status().message().c_str());
+      }
+    }
     auto ucx = transport::UcxTransport::create(ug);
     if (!ucx) return ucx.status();
     c->ucx_ = std::move(*ucx);
@@ -277,6 +287,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
   }
   if (c->ucx_) {
     if (Status s = c->ucx_->connect(addresses, c->viaUcx_, c->sameHost_); !s) return s;
+    if (c->ucx_->lanePeers() > 0)
+      WEFT_INFO(log::kInit | log::kNet,
+                "direct messages to %d rank(s) through TCP lanes (WEFT_TCP_LANES=%d)",
+                c->ucx_->lanePeers(), config.tcpLanes);
   }
   // Single copy between shared-memory peers: can this rank read each one's memory? (The
   // kernel may forbid process_vm_readv: Yama's ptrace scope, seccomp.) Probe each peer's probe

@@ -204,6 +204,14 @@ const Setting kSettings[] = {
        c.hostDirectThreads = static_cast<int>(x);
        return ok();
      }},
+    {"WEFT_TCP_LANES", nullptr, Kind::number, 0, 2, "1", true, Audience::tuning,
+     "where UCX runs over TCP (no RDMA device), direct messages go through weft's own sockets "
+     "from buffer to buffer: 1 to ranks on other hosts, 2 to every rank UCX reaches, 0 never "
+     "(UCX's tag messages)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tcpLanes = static_cast<int>(x);
+       return ok();
+     }},
     {"WEFT_HOST_CHANNEL_THREADS", nullptr, Kind::tri, 0, 0, "auto", false, Audience::tuning,
      "a schedule's channels on threads of their own (1) or one after another on the caller (0); "
      "auto: threads where the rank has two cores or more",

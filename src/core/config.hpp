@@ -127,6 +127,10 @@ struct Config {
   // where the rank has two or more cores, on the caller otherwise (Communicator::create says
   // why).
   int hostChannelThreads = -1;
+  // WEFT_TCP_LANES (0-2): where UCX runs over TCP, direct messages through weft's own sockets
+  // (src/transport/tcp_lanes.hpp) to ranks on other hosts (1), to every rank UCX reaches (2), or
+  // through UCX (0).
+  int tcpLanes = 1;
   // WEFT_HOST_STAGE_BYTES (8 KiB-1 GiB, in 8 KiB): each rank's stage, through which the direct
   // path between processes runs in rounds of half of it (src/exec/host_direct.hpp). The default
   // two halves of 1 MiB stay in a core's L2 between a round's copy in and its peers' reads.

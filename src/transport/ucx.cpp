@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "src/transport/tcp_lanes.hpp"
+
 namespace weft::transport {
 namespace {
 
@@ -68,12 +70,16 @@ constexpr std::chrono::milliseconds kCloseLimit{10'000};
 
 }  // namespace
 
+// Progresses a channel's worker while it has work, and writes what its TCP lanes have queued.
+void progressChannel(UcxTransport::Channel* ch);
+
 // One direction to or from one peer on one channel.
 class UcxTransport::Link final : public Connection {
  public:
-  Link(UcxTransport* owner, ucp_worker_h worker, ucp_ep_h ep, bool sender, int self, int peer,
-       const UcxGeometry& g, const std::atomic<int>* failed)
+  Link(UcxTransport* owner, Channel* channel, ucp_worker_h worker, ucp_ep_h ep, bool sender,
+       int self, int peer, const UcxGeometry& g, std::atomic<int>* failed)
       : owner_(owner),
+        channel_(channel),
         worker_(worker),
         ep_(ep),
         sender_(sender),
@@ -110,7 +116,7 @@ class UcxTransport::Link final : public Connection {
     const std::size_t k = next_ % requests_.size();
     void*& r = requests_[k];
     if (r != nullptr) {
-      progressAll(worker_);
+      progressChannel(channel_);
       const ucs_status_t s = ucp_request_check_status(r);
       if (s == UCS_INPROGRESS) return nullptr;
       ucp_request_free(r);
@@ -153,7 +159,7 @@ class UcxTransport::Link final : public Connection {
     const std::size_t k = next_ % requests_.size();
     void* r = requests_[k];
     if (r == nullptr) return std::nullopt;  // its re-post failed: broken_ says why
-    progressAll(worker_);
+    progressChannel(channel_);
     ucp_tag_recv_info_t info{};
     const ucs_status_t s = ucp_tag_recv_request_test(r, &info);
     if (s == UCS_INPROGRESS) return std::nullopt;
@@ -197,6 +203,11 @@ class UcxTransport::Link final : public Connection {
       post(sizeof length);
     }
     if (broken_ != UCS_OK) return failure("sending to");
+    if (lane_ != nullptr) {
+      lane_->post(at, bytes, owner_->signature());
+      if (!lane_->error().empty()) return laneFailure("sending to");
+      return {};
+    }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
@@ -220,6 +231,7 @@ class UcxTransport::Link final : public Connection {
       if (length != bytes) return lengthMismatch(bytes, std::to_string(length));
     }
     if (broken_ != UCS_OK) return failure("receiving from");
+    if (lane_ != nullptr) return receiveFromLane(at, bytes, w);
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
@@ -233,7 +245,7 @@ class UcxTransport::Link final : public Connection {
     ucs_status_t s = UCS_INPROGRESS;
     Status waited = w.wait(
         [&] {
-          progressAll(worker_);
+          progressChannel(channel_);
           return (s = ucp_tag_recv_request_test(r, &info)) != UCS_INPROGRESS;
         },
         "receiving from", peer_);
@@ -256,6 +268,10 @@ class UcxTransport::Link final : public Connection {
   // Sender: whether every message posted so far has left this rank (a rendezvous send
   // completes only once the receiver has the data).
   bool sent() {
+    if (lane_ != nullptr && !lane_->pump()) {
+      if (lane_->error().empty()) return false;
+      (void)laneFailed();
+    }
     for (void*& r : requests_) {
       if (r == nullptr) continue;
       const ucs_status_t s = ucp_request_check_status(r);
@@ -276,10 +292,12 @@ class UcxTransport::Link final : public Connection {
   }
   bool broken() const { return broken_ != UCS_OK; }
   bool drained() override {
-    progressAll(worker_);
+    progressChannel(channel_);
     return sent();
   }
   Status failureOf(const char* what) const { return failure(what); }
+  // Direct messages through `lane` (shared with the other direction's link) instead of UCX.
+  void setLane(TcpLane* lane) { lane_ = lane; }
 
   void release() override {
     const std::size_t k = next_ % requests_.size();
@@ -290,6 +308,41 @@ class UcxTransport::Link final : public Connection {
   }
 
  private:
+  Status receiveFromLane(std::byte* at, std::size_t bytes, const Waiter& w) {
+    const std::uint32_t mine = owner_->signature();
+    TcpLane::Read got = TcpLane::Read::more;
+    Status waited = w.wait(
+        [&] {
+          progressChannel(channel_);
+          return (got = lane_->read(at, bytes, mine)) != TcpLane::Read::more;
+        },
+        "receiving from", peer_);
+    if (!waited) return waited;
+    if (got == TcpLane::Read::failed) return laneFailure("receiving from");
+    if (got == TcpLane::Read::mismatch) {
+      const std::uint32_t theirs = lane_->signatureSeen();
+      if (theirs != 0 && mine != 0 && theirs != mine) {
+        otherCall_ = theirs;
+        return otherCall();
+      }
+      return lengthMismatch(bytes, std::to_string(lane_->lengthSeen()));
+    }
+    return {};
+  }
+
+  // The lane failed (its peer's process or host went, or the connection broke): the peer is
+  // failed for every wait on it.
+  bool laneFailed() {
+    broken_ = UCS_ERR_CONNECTION_RESET;
+    int healthy = 0;
+    failed_->compare_exchange_strong(healthy, static_cast<int>(UCS_ERR_CONNECTION_RESET));
+    return true;
+  }
+  Status laneFailure(const char* what) {
+    (void)laneFailed();
+    return failure(what);
+  }
+
   Status postReceive(std::size_t k) {
     ucp_request_param_t p{};
     // Always a request, never an immediate completion: tryReceive() tests it for the length.
@@ -341,6 +394,9 @@ class UcxTransport::Link final : public Connection {
     // notice, and its link break first: the notice, where one comes within a moment, says why.
     if (std::string why = owner_->awaitAbort(std::chrono::milliseconds(200)); !why.empty())
       return {Code::remoteError, "the communicator was aborted (" + why + ")"};
+    if (lane_ != nullptr && !lane_->error().empty())
+      return {Code::remoteError, std::string("TCP lane: ") + what + " rank " +
+                                     std::to_string(peer_) + " failed: " + lane_->error()};
     const int f = failed_->load(std::memory_order_acquire);
     const ucs_status_t s = f != 0 ? static_cast<ucs_status_t>(f) : broken_;
     return {Code::remoteError, std::string("ucx: ") + what + " rank " + std::to_string(peer_) +
@@ -348,6 +404,7 @@ class UcxTransport::Link final : public Connection {
   }
 
   UcxTransport* owner_;
+  Channel* channel_;
   ucp_worker_h worker_;
   ucp_ep_h ep_;
   bool sender_;
@@ -358,7 +415,8 @@ class UcxTransport::Link final : public Connection {
   std::vector<std::byte> buffers_;
   std::vector<void*> requests_;  // by slot: the send in flight, or the posted receive
   std::deque<void*> directs_;    // direct sends in flight, oldest first
-  const std::atomic<int>* failed_;
+  TcpLane* lane_ = nullptr;      // where direct messages go instead, if anywhere
+  std::atomic<int>* failed_;
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;
   std::uint32_t otherCall_ = 0;  // the signature of another call's message, once one came
@@ -373,7 +431,13 @@ struct UcxTransport::Channel {
     std::atomic<int>* failed;
   };
   std::vector<ErrorArg> errorArgs;  // by peer; stable addresses for the error callback
+  std::vector<TcpLane*> lanes;      // this channel's lanes (UcxTransport::lanes_ owns them)
 };
+
+void progressChannel(UcxTransport::Channel* ch) {
+  progressAll(ch->worker);
+  for (TcpLane* l : ch->lanes) l->pump();
+}
 
 bool ucxAvailable() {
   return true;
@@ -427,7 +491,8 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
   // before each message's data (docs/perf-hosts.md). Weft's receives are posted ahead, so its
   // messages go eagerly there. (Synchronous eager sends, which would keep the slots' bound on
   // unmatched messages, hung UCX 1.13 at times.)
-  if (std::getenv("UCX_RNDV_THRESH") == nullptr && !rdmaDevicePresent()) {
+  const bool tcpOnly = !rdmaDevicePresent();
+  if (std::getenv("UCX_RNDV_THRESH") == nullptr && tcpOnly) {
     if (ucs_status_t m = ucp_config_modify(config, "RNDV_THRESH", "inf"); m != UCS_OK) {
       ucp_config_release(config);
       return ucxError("setting RNDV_THRESH=inf", m);
@@ -467,8 +532,40 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const UcxGeometry& g)
     ucp_worker_release_address(ch->worker, addr);
     t->channels_.push_back(std::move(ch));
   }
+  // Then the lanes' record, empty without them.
+  if (g.tcpLanes > 0 && tcpOnly && g.laneAddress.valid()) {
+    auto lanes = TcpLanes::create(
+        {g.nranks, g.rank, g.channels, g.laneAddress, g.tcpLanes, g.connectSeconds});
+    if (!lanes) return lanes.status();
+    t->lanes_ = std::move(*lanes);
+  }
+  const std::vector<std::byte> none;
+  const std::vector<std::byte>& lane = t->lanes_ ? t->lanes_->record() : none;
+  const auto n32 = static_cast<std::uint32_t>(lane.size());
+  const std::size_t at = t->address_.size();
+  t->address_.resize(at + sizeof n32 + lane.size());
+  std::memcpy(t->address_.data() + at, &n32, sizeof n32);
+  std::copy(lane.begin(), lane.end(), t->address_.begin() + static_cast<std::ptrdiff_t>(at + 4));
   return t;
 }
+
+namespace {
+
+// Entry k of a rank's record ([u32 length][bytes] per channel's worker, the control worker's,
+// then the lanes'): where its bytes start and how many; false where the record is short.
+bool recordEntry(const std::vector<std::byte>& r, int k, std::size_t& at, std::uint32_t& len) {
+  at = 0;
+  for (int i = 0;; ++i) {
+    if (at + sizeof len > r.size()) return false;
+    std::memcpy(&len, r.data() + at, sizeof len);
+    if (i == k) break;
+    at += sizeof len + len;
+  }
+  at += sizeof len;
+  return at + len <= r.size();
+}
+
+}  // namespace
 
 Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
                              const std::vector<bool>& use, const std::vector<bool>& sameHost) {
@@ -485,20 +582,13 @@ Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
       const std::vector<std::byte>& r = records[q];
       std::size_t at = 0;
       std::uint32_t len = 0;
-      for (int k = 0;; ++k) {
-        if (at + sizeof len > r.size())
-          return {Code::internalError, "ucx: rank " + std::to_string(q) + "'s address is short"};
-        std::memcpy(&len, r.data() + at, sizeof len);
-        if (k == c) break;
-        at += sizeof len + len;
-      }
-      if (at + sizeof len + len > r.size())
+      if (!recordEntry(r, c, at, len))
         return {Code::internalError, "ucx: rank " + std::to_string(q) + "'s address is short"};
       ch.errorArgs[q].failed = &failed_[q];
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(r.data() + at + sizeof len);
+      ep.address = reinterpret_cast<const ucp_address_t*>(r.data() + at);
       // Peer-failure handling for ranks on other hosts. On this host the communicator watches
       // the peer's process instead, and UCX's shared-memory transports cannot handle it.
       ep.err_mode = sameHost[q] ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
@@ -511,11 +601,38 @@ Status UcxTransport::connect(const std::vector<std::vector<std::byte>>& records,
       if (ucs_status_t s = ucp_ep_create(ch.worker, &ep, &ch.eps[q]); s != UCS_OK)
         return ucxError("connecting to rank " + std::to_string(q), s);
       if (c == g_.channels) continue;  // the control worker has no links
-      ch.to[q] = std::make_unique<Link>(this, ch.worker, ch.eps[q], true, g_.rank,
+      ch.to[q] = std::make_unique<Link>(this, &ch, ch.worker, ch.eps[q], true, g_.rank,
                                         static_cast<int>(q), g_, &failed_[q]);
-      ch.from[q] = std::make_unique<Link>(this, ch.worker, ch.eps[q], false, g_.rank,
+      ch.from[q] = std::make_unique<Link>(this, &ch, ch.worker, ch.eps[q], false, g_.rank,
                                           static_cast<int>(q), g_, &failed_[q]);
       if (Status s = ch.from[q]->start(); !s) return s;
+    }
+  }
+  if (lanes_) {
+    // Lanes between the ranks whose records both offer them (on other hosts, or on this one too
+    // with WEFT_TCP_LANES=2).
+    std::vector<std::vector<std::byte>> laneRecords(n);
+    std::vector<bool> laneUse(n, false);
+    for (std::size_t q = 0; q < n; ++q) {
+      if (!use[q] || static_cast<int>(q) == g_.rank) continue;
+      std::size_t at = 0;
+      std::uint32_t len = 0;
+      if (!recordEntry(records[q], g_.channels + 1, at, len)) continue;
+      laneRecords[q].assign(records[q].begin() + static_cast<std::ptrdiff_t>(at),
+                            records[q].begin() + static_cast<std::ptrdiff_t>(at + len));
+      laneUse[q] = TcpLanes::between(lanes_->record(), laneRecords[q], sameHost[q]);
+    }
+    if (Status s = lanes_->connect(laneRecords, laneUse); !s) return s;
+    for (std::size_t q = 0; q < n; ++q) {
+      if (!laneUse[q]) continue;
+      ++lanePeers_;
+      for (int c = 0; c < g_.channels; ++c) {
+        Channel& ch = *channels_[static_cast<std::size_t>(c)];
+        TcpLane* l = lanes_->lane(c, static_cast<int>(q));
+        ch.to[q]->setLane(l);
+        ch.from[q]->setLane(l);
+        ch.lanes.push_back(l);
+      }
     }
   }
   ucp_request_param_t p{};
@@ -572,7 +689,7 @@ std::string UcxTransport::awaitAbort(std::chrono::milliseconds limit) {
 }
 
 void UcxTransport::progress(int channel) {
-  progressAll(channels_[static_cast<std::size_t>(channel)]->worker);
+  progressChannel(channels_[static_cast<std::size_t>(channel)].get());
 }
 
 Connection* UcxTransport::to(int channel, int peer) const {

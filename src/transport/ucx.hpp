@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "src/bootstrap/socket.hpp"
 #include "src/transport/connection.hpp"
 
 namespace weft::transport {
@@ -39,7 +40,15 @@ struct UcxGeometry {
   // The interface WEFT_SOCKET_IFNAME chose ("eth1"): UCX's network transports use it alone,
   // unless UCX_NET_DEVICES says otherwise. Empty: UCX picks.
   std::string netDevice;
+  // WEFT_TCP_LANES (src/transport/tcp_lanes.hpp): where UCX runs over TCP, direct messages go
+  // through weft's own sockets, listening on `laneAddress`, to ranks on other hosts (1) or to
+  // every rank (2); 0 or no address: through UCX.
+  int tcpLanes = 0;
+  boot::SocketAddress laneAddress;
+  double connectSeconds = 300;  // the lanes' connections at init
 };
+
+class TcpLanes;
 
 class UcxTransport {
  public:
@@ -52,6 +61,8 @@ class UcxTransport {
   // Whether messages go eagerly, whatever their size (UCX_RNDV_THRESH=inf): where the user
   // did not set UCX_RNDV_THRESH and the host has no RDMA device, so UCX runs over TCP.
   bool eager() const { return eager_; }
+  // The peers whose direct messages go through TCP lanes (after connect()).
+  int lanePeers() const { return lanePeers_; }
 
   // This rank's record for the bootstrap: every channel's worker address.
   const std::vector<std::byte>& address() const { return address_; }
@@ -114,6 +125,8 @@ class UcxTransport {
   std::string abortMessage_;
   std::mutex controlMutex_;  // one poller at a time
   std::atomic<bool> notified_{false};
+  std::unique_ptr<TcpLanes> lanes_;  // null: direct messages go through UCX
+  int lanePeers_ = 0;
   std::atomic<std::uint32_t> signature_{0};
   std::atomic<std::uint64_t> calls_{0};
 };

@@ -1,4 +1,5 @@
 // The UCX transport of a build without UCX headers: creating it says how to get it.
+#include "src/transport/tcp_lanes.hpp"
 #include "src/transport/ucx.hpp"
 
 namespace weft::transport {

@@ -1,0 +1,112 @@
+// TCP lanes: weft's own sockets for the direct messages between hosts where UCX runs over TCP.
+// UCX's TCP transport lands every eager message in a buffer of its own and copies it out (and its
+// rendezvous costs a round trip per message); a lane writes a message from the sender's buffer
+// (one sendmsg of a header and the bytes) and reads it straight into the receiver's, one copy
+// each way in the kernel, as Open MPI's TCP transport does (docs/perf-hosts.md, "TCP lanes").
+//
+// One lane per channel and pair of ranks, both directions, used by that channel's thread only.
+// Lanes connect at init: the lower rank connects to the higher one's listener and proves it knows
+// the listener's token (16 random bytes each rank publishes in its record, which the bootstrap's
+// authenticated all-gather carries) with the rendezvous's challenge-response, then names its
+// channel under the handshake's MAC; the listener closes once every lane is in.
+//
+// A message is a header (a magic, the call's signature, the length) and the bytes. The receiver
+// reads the header before the bytes: a length or a call other than its own is an error it
+// reports, never bytes landing where they do not belong.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/bootstrap/socket.hpp"
+#include "weft/status.hpp"
+
+namespace weft::transport {
+
+class TcpLane {
+ public:
+  TcpLane(boot::Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+
+  // Sender: queues a message of `bytes` at `at`, which must stay as it is until sent(), and
+  // writes what the socket takes.
+  void post(const std::byte* at, std::size_t bytes, std::uint32_t signature);
+  // Writes what the socket takes of the queued messages; true once none is left.
+  bool pump();
+
+  // Receiver: reads the next message into `at`, which holds `bytes`. `mismatch`: its header
+  // names another length, or (both checked) another call's signature; read nothing of it.
+  enum class Read { more, done, mismatch, failed };
+  Read read(std::byte* at, std::size_t bytes, std::uint32_t signature);
+  std::uint64_t lengthSeen() const { return length_; }
+  std::uint32_t signatureSeen() const { return signature_; }
+
+  // What went wrong (the connection closed or failed), or empty.
+  const std::string& error() const { return error_; }
+  int peer() const { return peer_; }
+
+  static constexpr std::size_t kHeaderBytes = 16;  // magic(4) signature(4) length(8)
+
+ private:
+  struct Out {
+    const std::byte* at;
+    std::size_t bytes;
+    std::size_t done;  // of the header and the bytes
+    unsigned char header[kHeaderBytes];
+  };
+  void fail(const std::string& why);
+
+  boot::Socket socket_;
+  int peer_;
+  std::deque<Out> out_;
+  unsigned char header_[kHeaderBytes] = {};
+  std::size_t headerGot_ = 0, bytesGot_ = 0;
+  bool checked_ = false;  // the header read and matched
+  std::uint64_t length_ = 0;
+  std::uint32_t signature_ = 0;
+  std::string error_;
+};
+
+struct TcpLaneGeometry {
+  int nranks = 1;
+  int rank = 0;
+  int channels = 1;
+  boot::SocketAddress bindTo;  // this host's address; the port is chosen
+  // WEFT_TCP_LANES: 0 none, 1 to ranks on other hosts, 2 to every rank reached through UCX.
+  int mode = 1;
+  double timeoutSeconds = 300;
+};
+
+class TcpLanes {
+ public:
+  // Listens on the geometry's address.
+  static Result<std::unique_ptr<TcpLanes>> create(const TcpLaneGeometry& g);
+  ~TcpLanes();
+
+  // This rank's record: its listener's address, its token and its mode.
+  static constexpr std::size_t kRecordBytes = 44;
+  const std::vector<std::byte>& record() const { return record_; }
+  // Whether two ranks with these records (either may be empty: no lanes) use a lane between
+  // them. Both ends compute the same answer.
+  static bool between(const std::vector<std::byte>& a, const std::vector<std::byte>& b,
+                      bool sameHost);
+
+  // Connects a lane per channel to every rank q with use[q], from its record; then closes the
+  // listener. Every rank calls it at once (it waits for the lanes its peers open to it).
+  Status connect(const std::vector<std::vector<std::byte>>& records, const std::vector<bool>& use);
+
+  // The lane to `peer` on `channel`, or null.
+  TcpLane* lane(int channel, int peer) const;
+
+ private:
+  TcpLanes() = default;
+  TcpLaneGeometry g_;
+  boot::Socket listener_;
+  std::vector<std::byte> record_;
+  std::vector<std::vector<std::unique_ptr<TcpLane>>> lanes_;  // by channel, by peer
+};
+
+}  // namespace weft::transport
