@@ -17,7 +17,6 @@
 namespace weft::transport {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x5746'544c;  // "WFTL"
 constexpr std::size_t kMostIovecs = 16;
 // Each lane socket's send and receive buffers (the kernel doubles them). 1 and 4 MiB ran alike.
 constexpr int kSocketBufferBytes = 1 << 20;
@@ -51,13 +50,15 @@ void TcpLane::fail(const std::string& why) {
   if (error_.empty()) error_ = why;
 }
 
-void TcpLane::post(const std::byte* at, std::size_t bytes, std::uint32_t signature) {
+std::uint64_t TcpLane::post(const std::byte* at, std::size_t bytes, std::uint32_t signature,
+                            Kind kind) {
   Out o{at, bytes, 0, {}};
-  wire::put32(o.header, kMagic);
+  wire::put32(o.header, static_cast<std::uint32_t>(kind));
   wire::put32(o.header + 4, signature);
   wire::put64(o.header + 8, bytes);
   out_.push_back(o);
   pump();
+  return posted_++;
 }
 
 bool TcpLane::pump() {
@@ -85,13 +86,16 @@ bool TcpLane::pump() {
       const std::size_t take = std::min(left, kHeaderBytes + f.bytes - f.done);
       f.done += take;
       left -= take;
-      if (f.done == kHeaderBytes + f.bytes) out_.pop_front();
+      if (f.done == kHeaderBytes + f.bytes) {
+        out_.pop_front();
+        ++written_;
+      }
     }
   }
   return out_.empty();
 }
 
-TcpLane::Read TcpLane::read(std::byte* at, std::size_t bytes, std::uint32_t signature) {
+TcpLane::Read TcpLane::read(std::byte* at, std::size_t bytes, std::uint32_t signature, Kind kind) {
   if (!error_.empty()) return Read::failed;
   // Reads into `to` what the socket has, up to `want`; false once the lane failed.
   auto take = [&](void* to, std::size_t want, std::size_t& got) {
@@ -115,18 +119,22 @@ TcpLane::Read TcpLane::read(std::byte* at, std::size_t bytes, std::uint32_t sign
   if (!checked_) {
     if (!take(header_, kHeaderBytes, headerGot_)) return Read::failed;
     if (headerGot_ < kHeaderBytes) return Read::more;
-    if (wire::get32(header_) != kMagic) {
-      fail("a message out of step (no lane header where one was due)");
+    if (wire::get32(header_) != static_cast<std::uint32_t>(kind)) {
+      fail(wire::get32(header_) == static_cast<std::uint32_t>(Kind::slot) ||
+                   wire::get32(header_) == static_cast<std::uint32_t>(Kind::direct)
+               ? "a message of the other kind (slot or direct) than the schedule's step expects"
+               : "a message out of step (no lane header where one was due)");
       return Read::failed;
     }
     signature_ = wire::get32(header_ + 4);
     length_ = wire::get64(header_ + 8);
-    if (length_ != bytes || (signature != 0 && signature_ != 0 && signature_ != signature))
+    const bool fits = kind == Kind::direct ? length_ == bytes : length_ <= bytes;
+    if (!fits || (signature != 0 && signature_ != 0 && signature_ != signature))
       return Read::mismatch;
     checked_ = true;
   }
-  if (!take(at, bytes, bytesGot_)) return Read::failed;
-  if (bytesGot_ < bytes) return Read::more;
+  if (!take(at, length_, bytesGot_)) return Read::failed;
+  if (bytesGot_ < length_) return Read::more;
   headerGot_ = bytesGot_ = 0;
   checked_ = false;
   return Read::done;

@@ -1,8 +1,9 @@
-// TCP lanes: weft's own sockets for the direct messages between hosts where UCX runs over TCP.
-// UCX's TCP transport lands every eager message in a buffer of its own and copies it out (and its
+// TCP lanes: weft's own sockets for the messages between hosts where UCX runs over TCP. UCX's
+// TCP transport lands every eager message in a buffer of its own and copies it out (and its
 // rendezvous costs a round trip per message); a lane writes a message from the sender's buffer
-// (one sendmsg of a header and the bytes) and reads it straight into the receiver's, one copy
-// each way in the kernel, as Open MPI's TCP transport does (docs/perf-hosts.md, "TCP lanes").
+// (one sendmsg of a header and the bytes) and reads it straight into the receiver's (a direct
+// message into the collective's buffer, a slot's into the slot), one copy each way in the kernel,
+// as Open MPI's TCP transport does (docs/perf-hosts.md, "TCP lanes").
 //
 // One lane per channel and pair of ranks, both directions, used by that channel's thread only.
 // Lanes connect at init: the lower rank connects to the higher one's listener and proves it knows
@@ -10,7 +11,7 @@
 // authenticated all-gather carries) with the rendezvous's challenge-response, then names its
 // channel under the handshake's MAC; the listener closes once every lane is in.
 //
-// A message is a header (a magic, the call's signature, the length) and the bytes. The receiver
+// A message is a header (its kind, the call's signature, the length) and the bytes. The receiver
 // reads the header before the bytes: a length or a call other than its own is an error it
 // reports, never bytes landing where they do not belong.
 #pragma once
@@ -31,16 +32,25 @@ class TcpLane {
  public:
   TcpLane(boot::Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
 
-  // Sender: queues a message of `bytes` at `at`, which must stay as it is until sent(), and
-  // writes what the socket takes.
-  void post(const std::byte* at, std::size_t bytes, std::uint32_t signature);
+  // A lane carries both kinds of a link's messages, in the one order both ends' schedules give
+  // them: those the slots would carry (any length up to a slot) and direct ones (of the length
+  // the receiver expects). The header says which, so ends out of step fail, never mix them up.
+  enum class Kind : std::uint32_t { slot = 0x5746'5453, direct = 0x5746'544c };  // WFTS, WFTL
+
+  // Sender: queues a message of `bytes` at `at`, which must stay as it is until written() has
+  // passed the number this returns, and writes what the socket takes.
+  std::uint64_t post(const std::byte* at, std::size_t bytes, std::uint32_t signature,
+                     Kind kind = Kind::direct);
   // Writes what the socket takes of the queued messages; true once none is left.
   bool pump();
+  // Messages written whole so far (post() numbers them from 0).
+  std::uint64_t written() const { return written_; }
 
-  // Receiver: reads the next message into `at`, which holds `bytes`. `mismatch`: its header
-  // names another length, or (both checked) another call's signature; read nothing of it.
+  // Receiver: reads the next message into `at`, which holds `bytes`: a direct message must be
+  // exactly that long, a slot's at most. `mismatch`: its header names another length, or (both
+  // checked) another call's signature; nothing of it was read, and the next read sees it again.
   enum class Read { more, done, mismatch, failed };
-  Read read(std::byte* at, std::size_t bytes, std::uint32_t signature);
+  Read read(std::byte* at, std::size_t bytes, std::uint32_t signature, Kind kind = Kind::direct);
   std::uint64_t lengthSeen() const { return length_; }
   std::uint32_t signatureSeen() const { return signature_; }
 
@@ -62,6 +72,7 @@ class TcpLane {
   boot::Socket socket_;
   int peer_;
   std::deque<Out> out_;
+  std::uint64_t posted_ = 0, written_ = 0;
   unsigned char header_[kHeaderBytes] = {};
   std::size_t headerGot_ = 0, bytesGot_ = 0;
   bool checked_ = false;  // the header read and matched

@@ -114,6 +114,15 @@ class UcxTransport::Link final : public Connection {
 
   std::byte* tryAcquire() override {
     const std::size_t k = next_ % requests_.size();
+    if (lane_ != nullptr) {
+      // Free once the lane has written the message the slot held.
+      if (laneSeq_[k] != 0 && lane_->written() < laneSeq_[k]) {
+        progressChannel(channel_);
+        if (!lane_->error().empty()) (void)laneFailed();
+        if (lane_->written() < laneSeq_[k]) return nullptr;
+      }
+      return buffers_.data() + k * slotBytes_;
+    }
     void*& r = requests_[k];
     if (r != nullptr) {
       progressChannel(channel_);
@@ -141,6 +150,13 @@ class UcxTransport::Link final : public Connection {
 
   void post(std::size_t bytes) override {
     const std::size_t k = next_ % requests_.size();
+    if (lane_ != nullptr) {
+      laneSeq_[k] = lane_->post(buffers_.data() + k * slotBytes_, bytes, owner_->signature(),
+                                TcpLane::Kind::slot) +
+                    1;
+      ++next_;
+      return;
+    }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     p.memory_type = UCS_MEMORY_TYPE_HOST;
@@ -157,6 +173,7 @@ class UcxTransport::Link final : public Connection {
 
   std::optional<std::span<const std::byte>> tryReceive() override {
     const std::size_t k = next_ % requests_.size();
+    if (lane_ != nullptr) return tryReceiveFromLane(k);
     void* r = requests_[k];
     if (r == nullptr) return std::nullopt;  // its re-post failed: broken_ says why
     progressChannel(channel_);
@@ -296,11 +313,20 @@ class UcxTransport::Link final : public Connection {
     return sent();
   }
   Status failureOf(const char* what) const { return failure(what); }
-  // Direct messages through `lane` (shared with the other direction's link) instead of UCX.
-  void setLane(TcpLane* lane) { lane_ = lane; }
+  // Every message, the slots' and the direct ones, through `lane` (shared with the other
+  // direction's link) instead of UCX.
+  void setLane(TcpLane* lane) {
+    lane_ = lane;
+    laneSeq_.assign(requests_.size(), 0);
+  }
 
   void release() override {
     const std::size_t k = next_ % requests_.size();
+    if (lane_ != nullptr) {
+      held_ = 0;
+      ++next_;
+      return;
+    }
     ucp_request_free(requests_[k]);
     requests_[k] = nullptr;
     ++next_;
@@ -308,6 +334,33 @@ class UcxTransport::Link final : public Connection {
   }
 
  private:
+  // The next slot message, read from the lane into slot k, where it stays until release().
+  std::optional<std::span<const std::byte>> tryReceiveFromLane(std::size_t k) {
+    std::byte* slot = buffers_.data() + k * slotBytes_;
+    if (held_ != 0) return std::span<const std::byte>(slot, held_ - 1);
+    progressChannel(channel_);
+    const std::uint32_t mine = owner_->signature();
+    switch (lane_->read(slot, slotBytes_, mine, TcpLane::Kind::slot)) {
+      case TcpLane::Read::more:
+        return std::nullopt;
+      case TcpLane::Read::done:
+        held_ = lane_->lengthSeen() + 1;
+        return std::span<const std::byte>(slot, held_ - 1);
+      case TcpLane::Read::mismatch:
+        // Another call's message (both checked), seen again at the next read; a slot's length
+        // is the same on every rank, so one longer is a lane out of step.
+        if (lane_->lengthSeen() <= slotBytes_) {
+          otherCall_ = lane_->signatureSeen();
+          return std::nullopt;
+        }
+        break;
+      case TcpLane::Read::failed:
+        break;
+    }
+    (void)laneFailed();
+    return std::nullopt;
+  }
+
   Status receiveFromLane(std::byte* at, std::size_t bytes, const Waiter& w) {
     const std::uint32_t mine = owner_->signature();
     TcpLane::Read got = TcpLane::Read::more;
@@ -360,7 +413,11 @@ class UcxTransport::Link final : public Connection {
 
   // Whether a direct message needs a marker: calls are checked and it is the call's first
   // message on this link.
-  bool markerDue() const { return owner_->signature() != 0 && seenCall_ != owner_->calls(); }
+  // (Not on a lane: it carries every message of the link in one stream, each header naming its
+  // call.)
+  bool markerDue() const {
+    return lane_ == nullptr && owner_->signature() != 0 && seenCall_ != owner_->calls();
+  }
 
   // The signature of a received message's call where it differs from this rank's current call's
   // (both checked), else 0.
@@ -413,9 +470,11 @@ class UcxTransport::Link final : public Connection {
   int peer_;
   std::size_t slotBytes_;
   std::vector<std::byte> buffers_;
-  std::vector<void*> requests_;  // by slot: the send in flight, or the posted receive
-  std::deque<void*> directs_;    // direct sends in flight, oldest first
-  TcpLane* lane_ = nullptr;      // where direct messages go instead, if anywhere
+  std::vector<void*> requests_;         // by slot: the send in flight, or the posted receive
+  std::deque<void*> directs_;           // direct sends in flight, oldest first
+  TcpLane* lane_ = nullptr;             // where every message goes instead, if anywhere
+  std::vector<std::uint64_t> laneSeq_;  // sender, by slot: its message's number + 1 on the lane
+  std::size_t held_ = 0;  // receiver: the length + 1 of the slot message read and not released
   std::atomic<int>* failed_;
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;

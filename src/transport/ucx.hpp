@@ -40,9 +40,10 @@ struct UcxGeometry {
   // The interface WEFT_SOCKET_IFNAME chose ("eth1"): UCX's network transports use it alone,
   // unless UCX_NET_DEVICES says otherwise. Empty: UCX picks.
   std::string netDevice;
-  // WEFT_TCP_LANES (src/transport/tcp_lanes.hpp): where UCX runs over TCP, direct messages go
+  // WEFT_TCP_LANES (src/transport/tcp_lanes.hpp): where UCX runs over TCP, the messages go
   // through weft's own sockets, listening on `laneAddress`, to ranks on other hosts (1) or to
-  // every rank (2); 0 or no address: through UCX.
+  // every rank (2); 0 or no address: through UCX, which then carries only the aborts and watches
+  // the peers.
   int tcpLanes = 0;
   boot::SocketAddress laneAddress;
   double connectSeconds = 300;  // the lanes' connections at init
@@ -61,7 +62,7 @@ class UcxTransport {
   // Whether messages go eagerly, whatever their size (UCX_RNDV_THRESH=inf): where the user
   // did not set UCX_RNDV_THRESH and the host has no RDMA device, so UCX runs over TCP.
   bool eager() const { return eager_; }
-  // The peers whose direct messages go through TCP lanes (after connect()).
+  // The peers whose messages go through TCP lanes (after connect()).
   int lanePeers() const { return lanePeers_; }
 
   // This rank's record for the bootstrap: every channel's worker address.
