@@ -129,7 +129,9 @@ Status priceAllPairs(Pricing& P, bool one) {
   const double per = one && !blocks ? P.S : P.S / n;
   const double intra = G > 1 ? per / P.pat(P.g.allPairsBw) : 0;  // all G-1 flows at once
   const double inter = P.multi ? (n - G) * per / P.bwNet : 0;
-  const double phase = std::max(intra, inter);
+  // Ranks short of a core each take turns on the CPUs between the copies inside the host and the
+  // network's (docs/algorithms.md, "Costs").
+  const double phase = P.g.coresPerRank < 1 ? intra + inter : std::max(intra, inter);
   const double passes = P.slices(per);
   const double posting = passes * ((G - 1) * P.oIntra + (P.multi ? (n - G) * P.oNet : 0));
   // One-shot's sends, and two-shot's gather, are one step that posts a message to every peer:
