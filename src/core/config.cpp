@@ -205,9 +205,9 @@ const Setting kSettings[] = {
        return ok();
      }},
     {"WEFT_TCP_LANES", nullptr, Kind::number, 0, 2, "1", true, Audience::tuning,
-     "where UCX runs over TCP (no RDMA device), direct messages go through weft's own sockets "
-     "from buffer to buffer: 1 to ranks on other hosts, 2 to every rank UCX reaches, 0 never "
-     "(UCX's tag messages)",
+     "where UCX runs over TCP (no RDMA device), messages go through weft's own sockets, read "
+     "straight into place: 1 to ranks on other hosts, 2 to every rank UCX reaches, 0 never "
+     "(UCX's tag messages); docs/algorithms.md, \"TCP lanes\"",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tcpLanes = static_cast<int>(x);
        return ok();
