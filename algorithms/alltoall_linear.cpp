@@ -4,6 +4,8 @@
 // together, which keeps links busy that pairwise's rounds leave idle while a partner's latency
 // passes (Open MPI's basic linear, its pick for few ranks and large blocks).
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/patterns.hpp"
@@ -22,11 +24,13 @@ class Linear final : public Algorithm {
 
   bool translationSymmetric(Collective) const override { return true; }
 
-  // Priced on host memory only, where a send to another host is handed to UCX and the rank goes
-  // on: GPU kernels copy their sends one after another, and the simulator replayed linear up to
-  // 4.9x slower than pairwise across two HGX H200s (docs/algorithms.md, "Linear").
+  // On host memory a send to another host is handed to UCX (or a TCP lane) and the rank goes on.
+  // GPU kernels copy their sends one after another, so there linear is n-1 shifts by d, each a
+  // block (the simulator replayed it up to 4.9x slower than pairwise across two HGX H200s);
+  // unmeasured on GPUs, the selector leaves it to WEFT_ALGO there.
   Status price(Pricing& P) const override {
-    if (P.coll != Collective::allToAll || !P.g.hostMemory) return P.unsupportedHere();
+    if (P.coll != Collective::allToAll) return P.unsupportedHere();
+    if (!P.g.hostMemory) return priceShifts(P);
     const int n = P.n, G = P.G;
     const double S = P.S;
     // One latency of each kind the rank's flows cross and every message posted; the copies to
@@ -39,6 +43,25 @@ class Linear final : public Algorithm {
     const double across = P.multi ? (n - G) * (S / n) / std::min(P.bwIntra, P.bwNet) : 0;
     P.bw = P.g.coresPerRank < 1 ? inside + across : std::max(inside, across);
     P.alone = (n - 1) * (S / n) / P.bwAlone;
+    return {};
+  }
+
+ private:
+  static Status priceShifts(Pricing& P) {
+    const int n = P.n;
+    const double block = P.S / n;
+    const double passes = P.slices(block);
+    if (!P.multi) {
+      for (int d = 1; d < n; ++d) {
+        P.lat += P.aStep;
+        P.post += passes * P.oStep;
+        P.bw += block / P.shift(d);
+      }
+      return {};
+    }
+    std::vector<std::pair<int, double>> rounds;
+    for (int d = 1; d < n; ++d) rounds.push_back({d, block});
+    P.shiftRounds(rounds, passes);
     return {};
   }
 
