@@ -31,9 +31,10 @@ Pricing::Pricing(const CostModel& m, std::string_view a, Collective cl, std::siz
   aIntra = c.hopLatency[p][nv];
   aNet = c.hopLatency[p][net] + g.fabricLatency;
   // A message's overhead is CPU work of its sender and its receiver, which overlap where each has
-  // a core (the calibration's stream measures one of them). Where ranks outnumber the cores they
-  // share, every rank posts at once and both ends take turns on the CPUs: 2o at the share.
-  const double perCore = graph.coresPerRank < 1 ? 2 / graph.coresPerRank : 1;
+  // a core (the calibration's stream measures the larger). Where ranks outnumber the cores they
+  // share, every rank posts at once and both ends take turns on the CPUs: kBothEnds o at the
+  // share.
+  const double perCore = graph.coresPerRank < 1 ? kBothEnds / graph.coresPerRank : 1;
   oIntra = c.messageOverhead[p][nv] * perCore;
   oNet = c.messageOverhead[p][net] * perCore;
   bwIntra = g.intraBandwidth * c.bandwidthScale[nv] * eff * kBytesPerUsPerGBs;

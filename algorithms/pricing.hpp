@@ -19,6 +19,11 @@ inline constexpr double kBytesPerUsPerGBs = 1e3;
 // The replays bracket it: 1/2 fluid, 1/8 three passes; 1/4 picks what both rank first at the
 // PCIe servers' crossovers (docs/perf.md, "The fluid replay, and drift on shared NICs").
 inline constexpr double kDriftHidden = 0.25;
+// Both ends' CPU work for a message, in calibrated overheads (the larger end's): 2 put ring's 256
+// KB all-reduce 45 % above its time over the TCP lanes of the namespace hosts; 1.5 kept every
+// pick of those hosts' forced sweeps, over UCX and over the lanes, the fastest forced but where
+// rounds disagreed (docs/perf-hosts.md, "the regret").
+inline constexpr double kBothEnds = 1.5;
 
 class Pricing {
  public:

@@ -151,7 +151,7 @@ TEST(Selector, RanksSharingCoresPriceTheirCopiesAtTheirShare) {
 
 // A message's overhead is CPU work of its sender and its receiver: with a core each they overlap
 // (what the calibration's stream measures), at a quarter of a core each both take their turns,
-// so each message costs 2 / 0.25 times as much.
+// so each message costs kBothEnds / 0.25 times as much.
 TEST(Pricing, MessageOverheadsAreChargedAtTheCoreShare) {
   auto c = algo::CostConstants::fromJson(
       R"({"message_overhead_us": {"simple": {"pcie": 0.5, "network": 7}}})", "t");
@@ -165,8 +165,8 @@ TEST(Pricing, MessageOverheadsAreChargedAtTheCoreShare) {
   g.coresPerRank = 0.25;
   const algo::Pricing quarter(model, "rhd", Collective::allReduce, 64 << 10, algo::Protocol::simple,
                               g);
-  EXPECT_NEAR(quarter.oIntra, 4, 1e-12);
-  EXPECT_NEAR(quarter.oNet, 56, 1e-12);
+  EXPECT_NEAR(quarter.oIntra, 0.5 * algo::kBothEnds * 4, 1e-12);
+  EXPECT_NEAR(quarter.oNet, 7 * algo::kBothEnds * 4, 1e-12);
   // The many messages of two-shot cost more than halving-doubling's few, there.
   EXPECT_LT(
       model.estimate("rhd", Collective::allReduce, 64 << 10, algo::Protocol::simple, g)->timeUs,
