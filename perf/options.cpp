@@ -123,10 +123,15 @@ int maxLocalRanks() {
 }
 
 std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
-  // mpirun's spelling "-np N" for the fork launcher; CLI11 takes one-letter short options only.
+  // mpirun's spelling "-np N" for the fork launcher (CLI11 takes one-letter short options only),
+  // and the GEMM's --m, --n and --k, which CLI11 2.4 refuses beside -m and -n (the H200 machine's
+  // weft-perf threw at start): they are --gemm-m, --gemm-n and --gemm-k inside.
   std::vector<std::string> args(argv, argv + argc);
   for (std::string& a : args) {
     if (a == "-np") a = "--np";
+    for (const std::string d : {"--m", "--n", "--k"}) {
+      if (a == d || a.rfind(d + "=", 0) == 0) a = "--gemm-" + a.substr(2);
+    }
   }
   std::vector<char*> argvFixed;
   for (std::string& a : args) argvFixed.push_back(a.data());
@@ -145,9 +150,12 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
          "or ag-gemm, gemm-rs (the tensor-parallel GEMMs with their collective), attention, moe")
       ->required();
   std::string gemmM;
-  app.add_option("--m", gemmM, "ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
-  app.add_option("--n", o.gemmN, "ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
-  app.add_option("--k", o.gemmK, "ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
+  app.add_option("--gemm-m", gemmM,
+                 "(or --m) ag-gemm, gemm-rs: the GEMM's rows, a list (128,1024,4096,16384)");
+  app.add_option("--gemm-n", o.gemmN,
+                 "(or --n) ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
+  app.add_option("--gemm-k", o.gemmK,
+                 "(or --k) ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
   std::string seqs;
   app.add_option("--seq", seqs, "attention: a sequence's tokens, a list (4096,16384)");
   app.add_option("--heads", o.attentionHeads, "attention: query heads (32)");
@@ -162,9 +170,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   app.add_option("--hidden", o.moeHidden, "moe: a token's values (7168)");
   app.add_option("--topk", o.moeTopk, "moe: experts a token goes to (8)");
   app.add_option("--experts", o.moeExperts, "moe: experts over every rank (64)");
-  app.add_option(
-      "--dispatch-dtype", dispatchType,
-      "moe: the dispatched values' type, bf16 or fp8 (e4m3, a scale per 128)");
+  app.add_option("--dispatch-dtype", dispatchType,
+                 "moe: the dispatched values' type, bf16 or fp8 (e4m3, a scale per 128)");
   std::string fp8Scales;
   app.add_option("--fp8-scales", fp8Scales,
                  "ag-gemm, gemm-rs with -d e4m3: tensor (one scale each, the default) or block "
