@@ -289,7 +289,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(
     if (Status s = c->ucx_->connect(addresses, c->viaUcx_, c->sameHost_); !s) return s;
     if (c->ucx_->lanePeers() > 0)
       WEFT_INFO(log::kInit | log::kNet,
-                "direct messages to %d rank(s) through TCP lanes (WEFT_TCP_LANES=%d)",
+                "messages to %d rank(s) through TCP lanes (WEFT_TCP_LANES=%d)",
                 c->ucx_->lanePeers(), config.tcpLanes);
   }
   // Single copy between shared-memory peers: can this rank read each one's memory? (The

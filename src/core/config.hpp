@@ -127,7 +127,7 @@ struct Config {
   // where the rank has two or more cores, on the caller otherwise (Communicator::create says
   // why).
   int hostChannelThreads = -1;
-  // WEFT_TCP_LANES (0-2): where UCX runs over TCP, direct messages through weft's own sockets
+  // WEFT_TCP_LANES (0-2): where UCX runs over TCP, the messages through weft's own sockets
   // (src/transport/tcp_lanes.hpp) to ranks on other hosts (1), to every rank UCX reaches (2), or
   // through UCX (0).
   int tcpLanes = 1;

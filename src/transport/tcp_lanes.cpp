@@ -76,8 +76,9 @@ bool TcpLane::pump() {
     m.msg_iovlen = k;
     const ssize_t w = ::sendmsg(socket_.fd(), &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) fail(boot::errnoText(errno));
+      const int e = errno;
+      if (e == EINTR) continue;
+      if (e != EAGAIN && e != EWOULDBLOCK) fail(boot::errnoText(e));
       return false;
     }
     auto left = static_cast<std::size_t>(w);
@@ -110,9 +111,11 @@ TcpLane::Read TcpLane::read(std::byte* at, std::size_t bytes, std::uint32_t sign
         fail("the connection was closed");
         return false;
       }
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) fail(boot::errnoText(errno));
-      return errno == EAGAIN || errno == EWOULDBLOCK;
+      const int e = errno;
+      if (e == EINTR) continue;
+      if (e == EAGAIN || e == EWOULDBLOCK) return true;
+      fail(boot::errnoText(e));
+      return false;
     }
     return true;
   };
@@ -186,7 +189,7 @@ Status TcpLanes::connect(const std::vector<std::vector<std::byte>>& records,
     (void)::setsockopt(s.fd(), SOL_SOCKET, SO_SNDBUF, &buffer, sizeof buffer);
     (void)::setsockopt(s.fd(), SOL_SOCKET, SO_RCVBUF, &buffer, sizeof buffer);
     lanes_[static_cast<std::size_t>(c)][static_cast<std::size_t>(q)] =
-        std::make_unique<TcpLane>(std::move(s), q);
+        std::make_unique<TcpLane>(std::move(s));
   };
 
   // Lower ranks connect; this thread accepts theirs while the caller opens its own.

@@ -30,7 +30,7 @@ namespace weft::transport {
 
 class TcpLane {
  public:
-  TcpLane(boot::Socket socket, int peer) : socket_(std::move(socket)), peer_(peer) {}
+  explicit TcpLane(boot::Socket socket) : socket_(std::move(socket)) {}
 
   // A lane carries both kinds of a link's messages, in the one order both ends' schedules give
   // them: those the slots would carry (any length up to a slot) and direct ones (of the length
@@ -56,9 +56,8 @@ class TcpLane {
 
   // What went wrong (the connection closed or failed), or empty.
   const std::string& error() const { return error_; }
-  int peer() const { return peer_; }
 
-  static constexpr std::size_t kHeaderBytes = 16;  // magic(4) signature(4) length(8)
+  static constexpr std::size_t kHeaderBytes = 16;  // kind(4) signature(4) length(8)
 
  private:
   struct Out {
@@ -70,7 +69,6 @@ class TcpLane {
   void fail(const std::string& why);
 
   boot::Socket socket_;
-  int peer_;
   std::deque<Out> out_;
   std::uint64_t posted_ = 0, written_ = 0;
   unsigned char header_[kHeaderBytes] = {};

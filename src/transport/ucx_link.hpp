@@ -97,7 +97,7 @@ class UcxTransport::Link final : public Connection {
       // Free once the lane has written the message the slot held.
       if (laneSeq_[k] != 0 && lane_->written() < laneSeq_[k]) {
         progressChannel(channel_);
-        if (!lane_->error().empty()) (void)laneFailed();
+        if (!lane_->error().empty()) laneFailed();
         if (lane_->written() < laneSeq_[k]) return nullptr;
       }
       return buffers_.data() + k * slotBytes_;
@@ -266,7 +266,7 @@ class UcxTransport::Link final : public Connection {
   bool sent() {
     if (lane_ != nullptr && !lane_->pump()) {
       if (lane_->error().empty()) return false;
-      (void)laneFailed();
+      laneFailed();
     }
     for (void*& r : requests_) {
       if (r == nullptr) continue;
@@ -302,7 +302,7 @@ class UcxTransport::Link final : public Connection {
   void release() override {
     const std::size_t k = next_ % requests_.size();
     if (lane_ != nullptr) {
-      held_ = 0;
+      held_.reset();
       ++next_;
       return;
     }
@@ -316,15 +316,15 @@ class UcxTransport::Link final : public Connection {
   // The next slot message, read from the lane into slot k, where it stays until release().
   std::optional<std::span<const std::byte>> tryReceiveFromLane(std::size_t k) {
     std::byte* slot = buffers_.data() + k * slotBytes_;
-    if (held_ != 0) return std::span<const std::byte>(slot, held_ - 1);
+    if (held_) return std::span<const std::byte>(slot, *held_);
     progressChannel(channel_);
     const std::uint32_t mine = owner_->signature();
     switch (lane_->read(slot, slotBytes_, mine, TcpLane::Kind::slot)) {
       case TcpLane::Read::more:
         return std::nullopt;
       case TcpLane::Read::done:
-        held_ = lane_->lengthSeen() + 1;
-        return std::span<const std::byte>(slot, held_ - 1);
+        held_ = lane_->lengthSeen();
+        return std::span<const std::byte>(slot, *held_);
       case TcpLane::Read::mismatch:
         // Another call's message (both checked), seen again at the next read; a slot's length
         // is the same on every rank, so one longer is a lane out of step.
@@ -336,7 +336,7 @@ class UcxTransport::Link final : public Connection {
       case TcpLane::Read::failed:
         break;
     }
-    (void)laneFailed();
+    laneFailed();
     return std::nullopt;
   }
 
@@ -364,14 +364,13 @@ class UcxTransport::Link final : public Connection {
 
   // The lane failed (its peer's process or host went, or the connection broke): the peer is
   // failed for every wait on it.
-  bool laneFailed() {
+  void laneFailed() {
     broken_ = UCS_ERR_CONNECTION_RESET;
     int healthy = 0;
     failed_->compare_exchange_strong(healthy, static_cast<int>(UCS_ERR_CONNECTION_RESET));
-    return true;
   }
   Status laneFailure(const char* what) {
-    (void)laneFailed();
+    laneFailed();
     return failure(what);
   }
 
@@ -453,7 +452,7 @@ class UcxTransport::Link final : public Connection {
   std::deque<void*> directs_;           // direct sends in flight, oldest first
   TcpLane* lane_ = nullptr;             // where every message goes instead, if anywhere
   std::vector<std::uint64_t> laneSeq_;  // sender, by slot: its message's number + 1 on the lane
-  std::size_t held_ = 0;  // receiver: the length + 1 of the slot message read and not released
+  std::optional<std::size_t> held_;     // receiver: the length of the slot message not released
   std::atomic<int>* failed_;
   std::uint64_t next_ = 0;
   ucs_status_t broken_ = UCS_OK;
