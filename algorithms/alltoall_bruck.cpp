@@ -33,17 +33,9 @@ class Bruck final : public Algorithm {
       return (std::floor(double(n) / (2.0 * d)) * d + std::max(0.0, double(n % (2 * d)) - d)) *
              (S / n);
     };
-    if (!P.multi) {
-      for (int d = 1; d < n; d *= 2) {
-        P.lat += P.aStep;
-        P.post += passes * P.oStep;
-        P.bw += moved(d) / P.shift(d);
-      }
-      return {};
-    }
     std::vector<std::pair<int, double>> rounds;
     for (int d = 1; d < n; d *= 2) rounds.push_back({d, moved(d)});
-    P.shiftRounds(rounds, passes);
+    P.shifts(rounds, passes);
     return {};
   }
 

@@ -51,17 +51,9 @@ class Linear final : public Algorithm {
     const int n = P.n;
     const double block = P.S / n;
     const double passes = P.slices(block);
-    if (!P.multi) {
-      for (int d = 1; d < n; ++d) {
-        P.lat += P.aStep;
-        P.post += passes * P.oStep;
-        P.bw += block / P.shift(d);
-      }
-      return {};
-    }
     std::vector<std::pair<int, double>> rounds;
     for (int d = 1; d < n; ++d) rounds.push_back({d, block});
-    P.shiftRounds(rounds, passes);
+    P.shifts(rounds, passes);
     return {};
   }
 

@@ -65,6 +65,18 @@ double Pricing::exchange(double block, double passes) const {
   return rounds / passes + (passes - 1) / passes * std::min(rounds, together(block));
 }
 
+void Pricing::shifts(const std::vector<std::pair<int, double>>& rounds, double passes) {
+  if (multi) {
+    shiftRounds(rounds, passes);
+    return;
+  }
+  for (const auto& [d, moved] : rounds) {
+    lat += aStep;
+    post += passes * oStep;
+    bw += moved / shift(d);
+  }
+}
+
 void Pricing::shiftRounds(const std::vector<std::pair<int, double>>& rounds, double passes) {
   const double hopNet = c.hopLatency[p][net];
   // Before d reaches G only the last d ranks of a host cross to the next one, so a round is not

@@ -82,6 +82,9 @@ class Pricing {
   // Rounds in which rank r sends to r + d and waits for r - d (Bruck, PAT) across hosts: the
   // critical path over local indices; adds its hop latencies, postings and transfers.
   void shiftRounds(const std::vector<std::pair<int, double>>& rounds, double passes);
+  // The same rounds on one host or across hosts: inside one host each is a step at the shift's
+  // per-flow rate (Bruck, linear on GPUs).
+  void shifts(const std::vector<std::pair<int, double>>& rounds, double passes);
   // The error of an algorithm with no estimate for this collective.
   Status unsupportedHere() const;
 };
