@@ -42,8 +42,8 @@ struct UcxGeometry {
   std::string netDevice;
   // WEFT_TCP_LANES (src/transport/tcp_lanes.hpp): where UCX runs over TCP, the messages go
   // through weft's own sockets, listening on `laneAddress`, to ranks on other hosts (1) or to
-  // every rank (2); 0 or no address: through UCX, which then carries only the aborts and watches
-  // the peers.
+  // every rank (2), and UCX carries only the aborts and watches the peers; 0 or no address:
+  // every message through UCX.
   int tcpLanes = 0;
   boot::SocketAddress laneAddress;
   double connectSeconds = 300;  // the lanes' connections at init
