@@ -1,4 +1,6 @@
 // Recursive halving then doubling (Rabenseifner) all-reduce; p = largest power of two <= n.
+// Halving pairs rank v with v ^ 1 first, so its largest messages (half the data) stay between
+// neighbours, inside a host where hosts hold consecutive ranks, and the smallest cross hosts.
 // Steps: 2*log2(p) exchanges (send + recv each), plus one fold in and one fold out when n != p.
 // Bytes on the wire per rank: 2(p-1)/p, plus 1 for ranks folded in or out (the first 2(n-p) ranks).
 #include <algorithm>
@@ -27,6 +29,8 @@ class HalvingDoubling final : public Algorithm {
     const double S = P.S;
     const int p2 = static_cast<int>(pow2Floor(static_cast<std::uint32_t>(n)));
     const double passes = P.slices(p2 != n ? S : S / 2);  // the largest message sets the passes
+    // The exchange with partner v ^ mask moves S / 2mask: halves go to the nearest ranks.
+    auto halfOver = [&](int mask) { return S / (2.0 * mask); };
     if (!P.multi) {
       if (p2 != n) {  // fold in and out: a whole message each way
         P.lat += 2 * P.aStep;
@@ -40,7 +44,7 @@ class HalvingDoubling final : public Algorithm {
         const double b = xorKnown ? P.pat(g.xorBw[static_cast<std::size_t>(mask)]) : P.bwIntra;
         P.lat += 2 * P.aIntra;
         P.post += 2 * passes * P.oIntra;
-        P.bw += 2 * (double(mask) / p2) * S / b;
+        P.bw += 2 * halfOver(mask) / b;
       }
       return {};
     }
@@ -74,8 +78,8 @@ class HalvingDoubling final : public Algorithm {
           ready[static_cast<std::size_t>(v)] = pairCost(2 * v, 2 * v + 1, S, withPosts, withBytes);
       }
       std::vector<int> masks;
-      for (int m = p2 / 2; m >= 1; m /= 2) masks.push_back(m);  // halving
-      for (int m = 1; m < p2; m *= 2) masks.push_back(m);       // doubling
+      for (int m = 1; m < p2; m *= 2) masks.push_back(m);       // halving
+      for (int m = p2 / 2; m >= 1; m /= 2) masks.push_back(m);  // doubling
       for (int m : masks) {
         for (int v = 0; v < p2; ++v) {
           const int w = v ^ m;
@@ -84,7 +88,7 @@ class HalvingDoubling final : public Algorithm {
               // partner's message pays the latency.
               std::max(ready[static_cast<std::size_t>(v)],
                        ready[static_cast<std::size_t>(w)] + pairLatency(real(v), real(w))) +
-              ownCost(real(v), real(w), double(m) / p2 * S, withPosts, withBytes);
+              ownCost(real(v), real(w), halfOver(m), withPosts, withBytes);
         }
         std::swap(ready, next);
       }
@@ -127,7 +131,7 @@ class HalvingDoubling final : public Algorithm {
       }
       const int v = r < 2 * extra ? r / 2 : r - extra;
       std::uint32_t lo = 0, count = blocks;
-      for (int mask = p / 2; mask >= 1; mask /= 2) {
+      for (int mask = 1; mask < p; mask *= 2) {
         const int partner = realRank(v ^ mask);
         const std::uint32_t half = count / 2;
         const bool upper = (v & mask) != 0;
@@ -139,12 +143,11 @@ class HalvingDoubling final : public Algorithm {
         lo = keep;
         count = half;
       }
-      for (int mask = 1; mask < p; mask *= 2) {
+      for (int mask = p / 2; mask >= 1; mask /= 2) {  // the halving undone, last one first
         const int partner = realRank(v ^ mask);
-        const auto m = static_cast<std::uint32_t>(mask);
         g.send(range(output, lo, count), {partner});
-        g.recv(partner, range(output, lo ^ m, count));
-        lo &= ~m;
+        g.recv(partner, range(output, lo ^ count, count));
+        lo &= ~count;
         count *= 2;
       }
       if (r < 2 * extra) g.send(range(output, 0, blocks), {r - 1});
