@@ -25,7 +25,10 @@
 #                                  on success, failure or a signal
 #   netns-hosts.sh check           exit 0 where hosts can be made here, else 77 saying why
 # WEFT_NETNS_SET names the set (default weft), so that several can coexist; its state lives in
-# /run/weft-netns/<set>.
+# /run/weft-netns/<set>. WEFT_NETNS_CPUS=split (at up) deals the machine's CPUs out to the hosts
+# in turn, as hosts of their own would have (where hosts outnumber CPUs, host H gets CPU H mod
+# the count): every process run on a host stays on its CPUs. The default, all, lets every host
+# use every CPU.
 set -euo pipefail
 
 SET="${WEFT_NETNS_SET:-weft}"
@@ -35,6 +38,7 @@ BRIDGE2="wc-$SET"  # eth1's
 SPLIT="wp-$SET"    # the far side of a partition
 NET="${WEFT_NETNS_NET:-77}"
 IFACES="${WEFT_NETNS_IFACES:-1}"
+CPUS="${WEFT_NETNS_CPUS:-all}"
 SELF="$(readlink -f "$0")"
 
 die() {
@@ -77,12 +81,39 @@ holder() {
   echo "$pid"
 }
 
+# The CPUs this process may use, one per line ("0-3,8" in /proc/self/status expanded).
+machine_cpus() {
+  local list part
+  list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
+  IFS=, read -r -a part <<<"$list"
+  for p in "${part[@]}"; do
+    if [[ $p == *-* ]]; then seq "${p%-*}" "${p#*-}"; else echo "$p"; fi
+  done
+}
+
+# WEFT_NETNS_CPUS=split: host H's CPUs into $STATE/hH.cpus (a taskset list).
+deal_cpus() {
+  local n=$1 cpus mine
+  mapfile -t cpus < <(machine_cpus)
+  for ((h = 0; h < n; h++)); do
+    mine=()
+    if ((${#cpus[@]} <= n)); then
+      mine=("${cpus[$((h % ${#cpus[@]}))]}")
+    else
+      for ((i = h; i < ${#cpus[@]}; i += n)); do mine+=("${cpus[$i]}"); done
+    fi
+    (IFS=,; echo "${mine[*]}") >"$STATE/h$h.cpus"
+  done
+}
+
 up() {
   local n=$1 rates=${2:-}
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || die "up: N must be 1..200"
   [[ -e $STATE ]] && die "set $SET exists (run: $0 down)"
+  [[ $CPUS == all || $CPUS == split ]] || die "WEFT_NETNS_CPUS must be all or split"
   mkdir -p "$STATE"
   echo "$n" >"$STATE/hosts"
+  [[ $CPUS == split ]] && deal_cpus "$n"
   [[ $IFACES == 1 || $IFACES == 2 ]] || die "WEFT_NETNS_IFACES must be 1 or 2"
   echo "$IFACES" >"$STATE/ifaces"
   ip link add "$BRIDGE" type bridge
@@ -166,6 +197,9 @@ run() {
   shift
   local pid
   pid=$(holder "$h")
+  if [[ -s $STATE/h$h.cpus ]]; then
+    exec nsenter -t "$pid" -m -u -i -n -p -- taskset -c "$(cat "$STATE/h$h.cpus")" "$@"
+  fi
   exec nsenter -t "$pid" -m -u -i -n -p -- "$@"
 }
 
@@ -211,7 +245,7 @@ rsh() {
 
 # mpirun PPN ARGS...: the set's hosts by address, PPN slots each. Each "host" sees every core of
 # the machine, so Open MPI's binding (core 0 onwards on each) would stack the hosts' ranks on the
-# same cores: unbound.
+# same cores: unbound (WEFT_NETNS_CPUS=split keeps each host's ranks on its own CPUs).
 launch() {
   local ppn=$1 n hosts="" root=()
   shift

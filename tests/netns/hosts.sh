@@ -6,7 +6,8 @@
 # through the set's launch agent; --calibrate measuring the network; WEFT_SOCKET_IFNAME moving
 # the traffic to eth0 or eth1; host 1's link pulled, a partition, a crashed host, each
 # mid-sweep: every survivor must report an error within the timeout. No /dev/shm segment may be
-# left on any host, and nothing (namespaces, links, state) after. Exit 77 (skipped) where
+# left on any host, and nothing (namespaces, links, state) after. With WEFT_NETNS_CPUS=split,
+# each host's processes stay on its share of the CPUs. Exit 77 (skipped) where
 # namespaces cannot be made here.
 #   hosts.sh WEFT_PERF
 set -uo pipefail
@@ -209,11 +210,46 @@ body() {
   return $status
 }
 
+# WEFT_NETNS_CPUS=split: every process a host runs stays on the host's share of the CPUs, the
+# shares cover the machine's CPUs, and no two hosts share one while there are enough.
+cpus_split() {
+  local machine lists=() all="" status=0
+  machine=$(taskset -pc $$ | sed 's/.*: //')
+  for ((h = 0; h < NETNS_HOSTS; h++)); do
+    lists+=("$("$NETNS" run "$h" sh -c 'taskset -pc $$' | sed 's/.*: //')")
+    all+="${all:+,}${lists[$h]}"
+  done
+  local expand='{n = split($0, p, ","); for (i = 1; i <= n; i++) { if (split(p[i], r, "-") == 2) for (c = r[1]; c <= r[2]; c++) print c; else print p[i] } }'
+  local have want count
+  have=$(echo "$all" | awk "$expand" | sort -nu | tr '\n' ' ')
+  want=$(echo "$machine" | awk "$expand" | sort -nu | tr '\n' ' ')
+  count=$(echo "$want" | wc -w)
+  if [[ $have != "$want" ]]; then
+    echo "FAIL split CPUs: the hosts have $have, the machine $want"
+    status=1
+  fi
+  for ((h = 0; h < NETNS_HOSTS; h++)); do
+    local mine
+    mine=$(echo "${lists[$h]}" | awk "$expand" | wc -l)
+    if ((count < NETNS_HOSTS && mine != 1)); then
+      echo "FAIL split CPUs: host $h has ${lists[$h]}, not one CPU of $count"
+      status=1
+    fi
+  done
+  if ((count >= NETNS_HOSTS)) && [[ $(echo "$all" | awk "$expand" | sort -n | uniq -d) != "" ]]; then
+    echo "FAIL split CPUs: hosts share CPUs (${lists[*]})"
+    status=1
+  fi
+  ((status == 0)) && echo "ok   WEFT_NETNS_CPUS=split: hosts on CPUs ${lists[*]} of $machine"
+  return $status
+}
+
 TMPDIR=$(mktemp -d)
 export TMPDIR
-export -f body
+export -f body cpus_split
 "$netns" with 4 10gbit,25gbit -- bash -c body
 status=$?
+WEFT_NETNS_CPUS=split "$netns" with 3 -- bash -c cpus_split || status=1
 [[ -n ${KEEP_LOGS:-} ]] && cp -r "$TMPDIR" "$KEEP_LOGS"
 # Nothing left: namespaces, links, state.
 left=$( (ip netns list | grep "^$WEFT_NETNS_SET-"; ip -o link | grep -- "-$WEFT_NETNS_SET"; ls "/run/weft-netns/$WEFT_NETNS_SET" 2>/dev/null) | wc -l)
