@@ -83,7 +83,7 @@ holder() {
 
 # The CPUs this process may use, one per line ("0-3,8" in /proc/self/status expanded).
 machine_cpus() {
-  local list part
+  local list part p
   list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status)
   IFS=, read -r -a part <<<"$list"
   for p in "${part[@]}"; do
@@ -93,7 +93,7 @@ machine_cpus() {
 
 # WEFT_NETNS_CPUS=split: host H's CPUs into $STATE/hH.cpus (a taskset list).
 deal_cpus() {
-  local n=$1 cpus mine
+  local n=$1 cpus mine h i
   mapfile -t cpus < <(machine_cpus)
   for ((h = 0; h < n; h++)); do
     mine=()

@@ -549,7 +549,7 @@ TEST(CostModel, TwoShotScatterHidesTransfersOnlyWhereThePostingOutlastsThem) {
   EXPECT_DOUBLE_EQ(gap(1 << 20, Protocol::simple), 0.0);
   EXPECT_DOUBLE_EQ(gap(256 << 10, Protocol::ll), 0.0);
   // The estimate stays within 2 % of the replay there. The tuner picks halving-doubling, the
-  // replay's fastest: its halves stay inside the hosts, only eighths and less cross them.
+  // replay's fastest: its halves stay inside the hosts of 8, sixteenths and less cross them.
   EXPECT_NEAR(
       estimateOverSimulated(pcie, "twoshot", Collective::allReduce, 256 << 10, Protocol::simple),
       1.0, 0.02);
