@@ -37,15 +37,25 @@ class HalvingDoubling final : public Algorithm {
         P.post += 2 * passes * P.oStep;
         P.bw += 2 * S / P.bwStep;
       }
-      // One host: every exchange is inside it, at the XOR pattern's share where known.
+      // One host: every exchange is inside it, at the XOR pattern's share where known. A slice
+      // crosses the exchanges one after another; the next slices follow at the pace of the
+      // busiest resource: the rank's own port, which every exchange uses, or the slowest
+      // exchange's links.
+      double inTurn = 0, port = 0, slowest = 0;
       for (int mask = 1; mask < p2; mask *= 2) {
         const bool xorKnown = mask < G && static_cast<std::size_t>(mask) < g.xorBw.size() &&
                               g.xorBw[static_cast<std::size_t>(mask)] < 1e29;
         const double b = xorKnown ? P.pat(g.xorBw[static_cast<std::size_t>(mask)]) : P.bwIntra;
         P.lat += 2 * P.aIntra;
         P.post += 2 * passes * P.oIntra;
-        P.bw += 2 * halfOver(mask) / b;
+        inTurn += 2 * halfOver(mask) / b;
+        port += 2 * halfOver(mask) / P.bwIntra;
+        slowest = std::max(slowest, 2 * halfOver(mask) / b);
       }
+      // Ranks short of a core copy every exchange themselves, in turn (docs/algorithms.md,
+      // "Costs").
+      const double pace = g.coresPerRank < 1 ? inTurn : std::max(port, slowest);
+      P.bw += (inTurn + (passes - 1) * pace) / passes;
       return {};
     }
     // Across hosts, whether an exchange stays inside a host depends on the placement (hosts of
@@ -62,11 +72,16 @@ class HalvingDoubling final : public Algorithm {
           g.nicOf[static_cast<std::size_t>(a % G)] == g.nicOf[static_cast<std::size_t>(b % G)];
       return P.c.hopLatency[P.p][P.net] + (sameRail ? 1 : 3) * g.switchLatency;
     };
-    // What the sender spends on its side of an exchange.
+    // What the sender spends on its side of an exchange: every pass's postings, and `share` of
+    // its bytes.
+    auto rate = [&](int a, int b) {
+      return a / G == b / G ? P.bwIntra : std::min(P.bwIntra, P.bwNet);
+    };
+    double share = 1;
     auto ownCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
       const bool inside = a / G == b / G;
       return (withPosts ? passes * (inside ? P.oIntra : P.oNet) : 0) +
-             (withBytes ? moved / (inside ? P.bwIntra : std::min(P.bwIntra, P.bwNet)) : 0);
+             (withBytes ? share * moved / rate(a, b) : 0);
     };
     auto pairCost = [&](int a, int b, double moved, bool withPosts, bool withBytes) {
       return pairLatency(a, b) + ownCost(a, b, moved, withPosts, withBytes);
@@ -102,7 +117,23 @@ class HalvingDoubling final : public Algorithm {
     const double hops = criticalPath(false, false), posted = criticalPath(true, false);
     P.lat = P.base + hops;
     P.post = posted - hops;
-    P.bw = criticalPath(true, true) - posted;
+    // The first slice's bytes walk the critical path; the next slices follow at the pace of a
+    // rank's busier resource, its port inside the host or its way out of it, each carrying its
+    // exchanges' parts of a slice in turn (with the large parts inside hosts, the two overlap;
+    // not for ranks short of a core, which copy both in turn).
+    share = 1 / passes;
+    const double first = criticalPath(true, true) - posted;
+    double period = 0;
+    for (int v = 0; v < p2; ++v) {
+      double inside = 0, across = 0;
+      auto add = [&](int a, int b, double moved) {
+        (a / G == b / G ? inside : across) += share * moved / rate(a, b);
+      };
+      if (v < extra) add(2 * v, 2 * v + 1, 2 * S);
+      for (int m = 1; m < p2; m *= 2) add(real(v), real(v ^ m), 2 * halfOver(m));
+      period = std::max(period, g.coresPerRank < 1 ? inside + across : std::max(inside, across));
+    }
+    P.bw = first + (passes - 1) * period;
     return {};
   }
 
