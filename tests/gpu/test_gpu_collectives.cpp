@@ -68,23 +68,25 @@ std::vector<Case> forcedCases(const algo::Algorithm& a, int n, std::uint64_t& se
   return cases;
 }
 
+// WEFT_TEST_FORCED="ring/ll dbtree/ll" runs only those pairs (to chase one on the GPU).
+bool forcedWanted(const std::string& pair) {
+  const char* only = std::getenv("WEFT_TEST_FORCED");
+  return only == nullptr ||
+         (" " + std::string(only) + " ").find(" " + pair + " ") != std::string::npos;
+}
+
 // Every algorithm and protocol forced, for each collective it implements (forcedCases).
 TEST_P(GpuThreads, EveryAlgorithmAndProtocolForced) {
   SKIP_WITHOUT_GPU();
   const int n = GetParam();
   std::uint64_t seed = 7;
-  // WEFT_TEST_FORCED="ring/ll dbtree/ll" runs only those pairs (to chase one on the GPU).
-  const char* only = std::getenv("WEFT_TEST_FORCED");
   for (const algo::Algorithm* a : algo::algorithms()) {
     for (const char* proto : {"ll", "simple"}) {
       const std::string pair = std::string(a->name()) + "/" + proto;
       // A pair left out still takes its seeds, so the others' cases stay as in the full run.
       const std::uint64_t first = seed;
       const std::vector<Case> cases = forcedCases(*a, n, seed, {DataType::f32, DataType::bf16});
-      const bool wanted =
-          only == nullptr ||
-          (" " + std::string(only) + " ").find(" " + pair + " ") != std::string::npos;
-      if (!wanted || cases.empty()) continue;
+      if (!forcedWanted(pair) || cases.empty()) continue;
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
       ScopedEnv protoEnv("WEFT_PROTO", proto);
       Streams streams(n, -1, true);
@@ -697,6 +699,7 @@ TEST_P(GpuProcesses, EveryAlgorithmAndProtocolForced) {
       ScopedEnv algoEnv("WEFT_ALGO", std::string(a->name()));
       ScopedEnv protoEnv("WEFT_PROTO", proto);
       const std::string pair = std::string(a->name()) + "/" + proto;
+      if (!forcedWanted(pair)) continue;
       std::vector<pid_t> pids;
       const std::vector<int> codes = runForked(n, cases, first, pair + " ", &pids);
       for (std::size_t r = 0; r < codes.size(); ++r)
