@@ -30,5 +30,9 @@ expect 2 "$bin/weft-plan" show --algo ring --coll allreduce --ranks 0
 expect 1 "$bin/weft-topo" show --file /nonexistent.xml
 expect 2 "$bin/weft-config" --markdown nosuch
 expect 1 env WEFT_TIMEOUT_S=-5 "$bin/weft-config"
+expect 0 "$bin/weft-membw" handoff 0,0 64K 10          # CPU 0 to itself: there on every machine
+expect 2 "$bin/weft-membw" handoff first,second
+expect 2 "$bin/weft-membw" handoff 0,0 0
+expect 1 "$bin/weft-membw" handoff 0,100000 64K 10    # no such CPU
 echo "exit codes: $failures failure(s)"
 exit $((failures > 0))
