@@ -42,6 +42,43 @@ Result<int> parseTpChunks(std::string_view text) {
       "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64, fused)");
 }
 
+std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs) {
+  // The peers' blocks in the order their copies go: the run after `rank`, then the run before.
+  const int n = std::max(1, nranks), after = n - 1 - rank;
+  auto block = [&](int i) { return i < after ? rank + 1 + i : i - after; };
+  auto runEnd = [&](int i) { return i < after ? after : n - 1; };
+  // How many copies `budget` µs holds (at least one).
+  auto fit = [&](double budget) {
+    return copyUs <= 0 ? n : std::max(1, static_cast<int>(budget / copyUs + 1e-9));
+  };
+  std::vector<TpPiece> pieces;
+  if (op == TpOp::allGatherGemm) {
+    // Copy i is done at (i + 2) copies (this rank's own block goes first); the own GEMM at once.
+    pieces.push_back({rank, 1});
+    double t = copyUs + blockUs;
+    for (int i = 0; i < n - 1;) {
+      int j = i + 1;
+      while (j < runEnd(i) && (j + 2) * copyUs <= t) ++j;
+      t = std::max(t, (j + 1) * copyUs) + (j - i) * blockUs;
+      pieces.push_back({block(i), j - i});
+      i = j;
+    }
+    return pieces;
+  }
+  // Backwards from the own block's GEMM: each GEMM hides the copies of the one before it.
+  pieces.push_back({rank, 1});
+  double budget = blockUs;
+  for (int i = n - 1; i > 0;) {
+    const int start = i > after ? after : 0;  // the run holding copy i - 1
+    const int count = std::min(i - start, fit(budget));
+    pieces.push_back({block(i - count), count});
+    budget = count * blockUs;
+    i -= count;
+  }
+  std::reverse(pieces.begin(), pieces.end());
+  return pieces;
+}
+
 Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   const auto n = static_cast<std::size_t>(std::max(1, s.nranks));
   const std::size_t rows = s.m / n;  // one rank's block
@@ -85,36 +122,46 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       if (k == 1 || static_cast<std::size_t>(k) <= s.mostChunks()) ks.push_back(k);
     if (fusable) ks.push_back(kTpFused);
   }
+  double fusedCopy = 0, fusedBlock = 0;
   for (int k : ks) {
     double us = 0;
     Result<Plan> p = *whole;
     if (k == kTpFused) {
       // One block's copy by the copy engine: an all-gather's (n - 1) of them (of A's blocks,
-      // or of the partial C's).
+      // or of the partial C's). Each rank's GEMMs as tpFusedPieces groups them; the slowest
+      // rank's time.
       auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.cBytes());
       if (!moved) return moved.status();
       const double copy = moved->estimateUs / static_cast<double>(n - 1);
       const double block = gemmRowsUs(rows);
-      if (ag) {
-        // This rank's block goes into its shared buffer, then its GEMM; block j's GEMM waits
-        // for its copy (j copies of a block in a row): no SM spent on moving.
-        us = copy + block;
-        for (std::size_t j = 1; j < n; ++j)
-          us = std::max(us, copy * static_cast<double>(j + 1)) + block;
-      } else {
-        // Each peer's block, GEMM then copy to its owner beside the next GEMM; this rank's
-        // block last; then the sum reads the n blocks and writes one (its device's memory
-        // shared by the ranks on it).
-        double gemms = 0, copies = 0;
-        for (std::size_t j = 1; j < n; ++j) {
-          gemms += block;
-          copies = std::max(copies, gemms) + copy;
+      auto gemm = [&](int blocks) { return gemmRowsUs(rows * static_cast<std::size_t>(blocks)); };
+      // GEMM + reduce-scatter's sum reads the n blocks and writes one (its device's memory
+      // shared by the ranks on it).
+      const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.cBytes());
+      const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
+      const double sum =
+          gc.launchUs + bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+      for (int r = 0; r < static_cast<int>(n); ++r) {
+        const auto pieces = tpFusedPieces(s.op, static_cast<int>(n), r, copy, block);
+        double t = 0, copies = 0;
+        int copied = 0;
+        for (const TpPiece& piece : pieces) {
+          if (ag) {
+            // This rank's block goes into its shared buffer first; a piece's GEMM waits for its
+            // blocks' copies, one after another: no SM spent on moving.
+            copied += piece.first == r ? 1 : piece.count;
+            t = std::max(t, copy * copied) + gemm(piece.count);
+          } else {
+            // A piece's blocks copied to their owners once its GEMM is done, beside the next.
+            t += gemm(piece.count);
+            if (piece.first != r)
+              copies = std::max(copies, t) + copy * static_cast<double>(piece.count);
+          }
         }
-        const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.cBytes());
-        const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
-        us = std::max(gemms + block, copies) + gc.launchUs +
-             bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+        us = std::max(us, ag ? t : std::max(t, copies) + sum);
       }
+      fusedCopy = copy;
+      fusedBlock = block;
     } else {
       const std::size_t r = s.chunkRows(k, 0);
       p = commPlan(r);
@@ -127,6 +174,8 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
     if (k == ks.front() || us < best.estimateUs) {
       best.chunks = k;
       best.estimateUs = us;
+      best.copyUs = k == kTpFused ? fusedCopy : 0;
+      best.blockUs = k == kTpFused ? fusedBlock : 0;
       best.comm = *p;
     }
   }

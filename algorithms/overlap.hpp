@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "algorithms/tuner.hpp"
 
@@ -47,12 +48,27 @@ inline constexpr int kTpFusedMaxRanks = 128;
 struct TpPlan {
   int chunks = 1;  // 1: unfused; kTpFused: fused
   double estimateUs = 0;
+  // Fused: one rank's block's copy by the copy engine and its GEMM, as priced (tpFusedPieces).
+  double copyUs = 0, blockUs = 0;
   double sequentialUs = 0;        // the GEMM, then the collective (or the reverse), unchunked
   double gemmUs = 0, commUs = 0;  // unchunked, each alone
   Plan comm;                      // one chunk's collective
   std::string reason;
   std::string name() const;  // "unfused", "chunked:4", "fused"
 };
+
+// A fused call's GEMM of whole blocks at once: the rows of ranks first .. first + count - 1.
+struct TpPiece {
+  int first = 0, count = 1;
+  bool operator==(const TpPiece&) const = default;
+};
+
+// One rank's fused GEMMs in the order it runs them. All-gather + GEMM: its own block, then the
+// blocks after it, then those before it; each GEMM takes every block of its run whose copy (in
+// that order, copyUs each) the GEMMs before it hide. GEMM + reduce-scatter: the same runs, its
+// own block last; each GEMM takes as many blocks as the GEMM after it hides the copies of. Copies
+// far cheaper than a block's GEMM: three GEMMs at most; as dear: a block each.
+std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs);
 
 // "unfused" (1), "chunked:K", "fused" (kTpFused); an error names the forms.
 Result<int> parseTpChunks(std::string_view text);

@@ -216,9 +216,10 @@ class Run {
   }
 
   // Own block into the shared buffer, then its GEMM; each peer's block copied from the peer's
-  // buffer by the copy engine on the side stream, its GEMM waiting for that copy alone.
+  // buffer by the copy engine on the side stream, a piece's GEMM (algo::tpFusedPieces) waiting
+  // for its blocks' copies alone.
   Status allGatherGemmFused(const Shared& sh, std::uint64_t timeoutNs) {
-    const int n = comm_.size(), me = comm_.rank();
+    const int me = comm_.rank();
     const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
@@ -240,35 +241,37 @@ class Run {
     }
     if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    // The unchunked GEMM's shape, on one rank's block.
-    GemmShape g = chunk(1, 0).shape;
-    g.m = rows_;
-    g.bias = x_.bias != nullptr;
-    for (int step = 0; step < n; ++step) {
-      const int j = (me + step) % n;
-      const auto J = static_cast<std::size_t>(j);
+    for (const algo::TpPiece& p : pieces()) {
+      const auto first = static_cast<std::size_t>(p.first);
       const void* a = x_.a;
-      if (step > 0) {
-        if (Status s =
-                awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side.stream);
-            !s)
-          return s;
-        for (auto [to, from, bytes] :
-             {std::tuple{mine + J * block, sh.data(j) + J * block, block},
-              std::tuple{scalesOf(mine, J), scalesOf(sh.data(j), J), scaleBlock}}) {
-          if (bytes == 0) continue;
-          if (cudaError_t e =
-                  cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
-              e != cudaSuccess)
-            return cudaFailed("a peer's block", e);
+      if (p.first != me) {
+        for (int j = p.first; j < p.first + p.count; ++j) {
+          const auto J = static_cast<std::size_t>(j);
+          if (Status s =
+                  awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, st_.side.stream);
+              !s)
+            return s;
+          for (auto [to, from, bytes] :
+               {std::tuple{mine + J * block, sh.data(j) + J * block, block},
+                std::tuple{scalesOf(mine, J), scalesOf(sh.data(j), J), scaleBlock}}) {
+            if (bytes == 0) continue;
+            if (cudaError_t e =
+                    cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
+                e != cudaSuccess)
+              return cudaFailed("a peer's block", e);
+          }
         }
         if (Status s = follow(stream_, st_.side.stream, st_.side.chunk); !s) return s;
-        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side.stream); !s) return s;
-        a = mine + J * block;
+        for (int j = p.first; j < p.first + p.count; ++j) {
+          if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, st_.side.stream); !s) return s;
+        }
+        a = mine + first * block;
       }
-      auto sc = scalesFor(reinterpret_cast<const float*>(scalesOf(mine, J)), 0, rows_, 1);
+      GemmShape g = pieceShape(p);
+      g.bias = x_.bias != nullptr;
+      auto sc = scalesFor(reinterpret_cast<const float*>(scalesOf(mine, first)), 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, a, x_.b, c + J * rows_ * colsL * cs_, x_.bias, gemmWs_,
+      if (Status s = st_.gemms->run(g, a, x_.b, c + first * rows_ * colsL * cs_, x_.bias, gemmWs_,
                                     stream_, *sc);
           !s)
         return s;
@@ -285,9 +288,10 @@ class Run {
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
-  // The GEMM of each rank's rows, the next peer's first and this rank's last: a peer's partial
-  // block copied into that peer's buffer by the copy engine on the side stream as the next
-  // block's GEMM runs, this rank's written into its own; then the sum of the n blocks here.
+  // The GEMMs of each rank's rows in pieces (algo::tpFusedPieces), the next peer's first and this
+  // rank's last: a piece's partial blocks copied into their peers' buffers by the copy engine on
+  // the side stream as the next piece's GEMM runs, this rank's written into its own; then the
+  // sum of the n blocks here.
   Status gemmReduceScatterFused(const Shared& sh, std::uint64_t timeoutNs) {
     const int n = comm_.size(), me = comm_.rank();
     const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * cs_;  // A's columns
@@ -295,35 +299,38 @@ class Run {
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    GemmShape g = chunk(1, 0).shape;
-    g.m = rows_;
     const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
-    g.bias = bias != nullptr;
-    for (int step = 1; step <= n; ++step) {
-      const int d = (me + step) % n;
-      const auto D = static_cast<std::size_t>(d);
-      std::byte* out = d == me ? sh.data(me) + D * block : staging_ + D * block;
-      auto sc = scalesFor(x_.scales.a + D * rows_ * blocks_, 0, rows_, 1);
+    for (const algo::TpPiece& p : pieces()) {
+      const auto first = static_cast<std::size_t>(p.first);
+      std::byte* out = p.first == me ? sh.data(me) + first * block : staging_ + first * block;
+      GemmShape g = pieceShape(p);
+      g.bias = bias != nullptr;
+      auto sc = scalesFor(x_.scales.a + first * rows_ * blocks_, 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
+      if (Status s = st_.gemms->run(g, a + first * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
                                     stream_, *sc);
           !s)
         return s;
-      if (d == me) break;
+      if (p.first == me) break;
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
-      // d is done with its buffer: its last call's sum read it, the peers' copies left it.
-      if (Status s = awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs,
-                                st_.side.stream);
-          !s)
-        return s;
-      if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side.stream);
-          !s)
-        return s;
-      if (cudaError_t e = cudaMemcpyAsync(sh.data(d) + static_cast<std::size_t>(me) * block, out,
-                                          block, cudaMemcpyDeviceToDevice, st_.side.stream);
-          e != cudaSuccess)
-        return cudaFailed("a partial block", e);
-      if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, st_.side.stream); !s) return s;
+      for (int d = p.first; d < p.first + p.count; ++d) {
+        const auto D = static_cast<std::size_t>(d);
+        // d is done with its buffer: its last call's sum read it, the peers' copies left it.
+        if (Status s = awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs,
+                                  st_.side.stream);
+            !s)
+          return s;
+        if (Status s =
+                awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side.stream);
+            !s)
+          return s;
+        if (cudaError_t e = cudaMemcpyAsync(sh.data(d) + static_cast<std::size_t>(me) * block,
+                                            staging_ + D * block, block, cudaMemcpyDeviceToDevice,
+                                            st_.side.stream);
+            e != cudaSuccess)
+          return cudaFailed("a partial block", e);
+        if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, st_.side.stream); !s) return s;
+      }
     }
     // Every peer's block has landed; this rank's copies are done (the staging is free again).
     if (Status s = awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, 0, timeoutNs, stream_);
@@ -366,25 +373,53 @@ class Run {
   }
 
  private:
-  // The fused calls' GEMMs' shapes once, on this rank's own rows.
+  // The fused calls' GEMMs' shapes once, each piece's (its inputs' values left as they are).
   Status fusedGemmsOnce() {
     const std::size_t me = static_cast<std::size_t>(comm_.rank());
-    GemmShape g = chunk(1, 0).shape;
-    g.m = rows_;
-    if (x_.op == algo::TpOp::allGatherGemm) {
-      g.bias = x_.bias != nullptr;
-      auto sc = scalesFor(x_.scales.a, 0, rows_, 1);
-      if (!sc) return sc.status();
-      return st_.gemms->run(g, x_.a, x_.b,
-                            static_cast<std::byte*>(x_.c) + me * rows_ * (x_.cols / n_) * cs_,
-                            x_.bias, gemmWs_, stream_, *sc);
+    const bool ag = x_.op == algo::TpOp::allGatherGemm;
+    const void* bias = ag || me == 0 ? x_.bias : nullptr;
+    std::set<int> done;  // the piece sizes primed
+    for (const algo::TpPiece& p : pieces()) {
+      if (!done.insert(p.count).second) continue;
+      const auto first = static_cast<std::size_t>(p.first);
+      GemmShape g = pieceShape(p);
+      g.bias = bias != nullptr;
+      Status s;
+      if (ag) {
+        // The own block from A itself; a run of blocks from the shared buffer's (block-scaled:
+        // their scales after the blocks).
+        std::byte* shared = st_.shared.data(static_cast<int>(me));
+        const void* a = p.count == 1 ? x_.a : shared;
+        const float* scales =
+            p.count == 1 ? x_.scales.a
+                         : reinterpret_cast<const float*>(shared + n_ * rows_ * x_.k * es_);
+        auto sc = scalesFor(scales, 0, g.m, 1);
+        if (!sc) return sc.status();
+        s = st_.gemms->run(g, a, x_.b,
+                           static_cast<std::byte*>(x_.c) + first * rows_ * (x_.cols / n_) * cs_,
+                           x_.bias, gemmWs_, stream_, *sc);
+      } else {
+        auto sc = scalesFor(x_.scales.a + first * rows_ * blocks_, 0, g.m, 1);
+        if (!sc) return sc.status();
+        s = st_.gemms->run(
+            g, static_cast<const std::byte*>(x_.a) + first * rows_ * (x_.k / n_) * es_, x_.b,
+            staging_ + first * rows_ * x_.cols * cs_, bias, gemmWs_, stream_, *sc);
+      }
+      if (!s) return s;
     }
-    const void* bias = me == 0 ? x_.bias : nullptr;
-    g.bias = bias != nullptr;
-    auto sc = scalesFor(x_.scales.a + me * rows_ * blocks_, 0, rows_, 1);
-    if (!sc) return sc.status();
-    return st_.gemms->run(g, static_cast<const std::byte*>(x_.a) + me * rows_ * (x_.k / n_) * es_,
-                          x_.b, staging_, bias, gemmWs_, stream_, *sc);
+    return {};
+  }
+
+  // This rank's fused GEMMs, as the plan's copy and block times group them.
+  std::vector<algo::TpPiece> pieces() const {
+    return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), plan_.copyUs, plan_.blockUs);
+  }
+
+  // The GEMM of a piece's rows (block-scaled where the call is).
+  GemmShape pieceShape(const algo::TpPiece& p) const {
+    GemmShape g = chunk(1, 0).shape;
+    g.m = rows_ * static_cast<std::size_t>(p.count);
+    return g;
   }
 
   // Chunk i's GEMM (chunkGemm), block-scaled where the call is.

@@ -92,6 +92,47 @@ TEST(TpOverlap, FusedWhereTheRanksMapEachOthersMemory) {
 
 // fp8 A and B: the GEMM at the fp8 rate, all-gather moving A's single bytes, reduce-scatter
 // still C's two; the chunks' GEMMs read B transposed.
+// A fused call's GEMMs: copies far cheaper than a block's GEMM, whole runs of blocks (three
+// GEMMs at most); as dear, a block each; every block once, the own block alone, first
+// (all-gather) or last (reduce-scatter).
+TEST(TpOverlap, FusedPiecesMergeTheBlocksTheCopiesAllow) {
+  using P = std::vector<algo::TpPiece>;
+  const auto ag = algo::TpOp::allGatherGemm, rs = algo::TpOp::gemmReduceScatter;
+  EXPECT_EQ(algo::tpFusedPieces(ag, 4, 0, 1, 100), (P{{0, 1}, {1, 3}}));
+  EXPECT_EQ(algo::tpFusedPieces(ag, 4, 1, 1, 100), (P{{1, 1}, {2, 2}, {0, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(ag, 4, 3, 1, 100), (P{{3, 1}, {0, 3}}));
+  EXPECT_EQ(algo::tpFusedPieces(ag, 4, 1, 1, 1), (P{{1, 1}, {2, 1}, {3, 1}, {0, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 4, 0, 1, 100), (P{{1, 3}, {0, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 4, 1, 1, 100), (P{{2, 2}, {0, 1}, {1, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 4, 3, 1, 100), (P{{0, 3}, {3, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 4, 1, 1, 1), (P{{2, 1}, {3, 1}, {0, 1}, {1, 1}}));
+  // Between: a copy half a block's GEMM, 8 ranks: the runs grow as the GEMMs before them do.
+  EXPECT_EQ(algo::tpFusedPieces(ag, 8, 0, 1, 2), (P{{0, 1}, {1, 2}, {3, 4}, {7, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 8, 7, 1, 2), (P{{0, 1}, {1, 4}, {5, 2}, {7, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(ag, 1, 0, 1, 1), (P{{0, 1}}));
+  for (algo::TpOp op : {ag, rs}) {
+    for (int n = 1; n <= 9; ++n) {
+      for (int r = 0; r < n; ++r) {
+        for (double ratio : {0.0, 0.1, 0.3, 0.5, 1.0, 3.0}) {
+          const P pieces = algo::tpFusedPieces(op, n, r, ratio, 1);
+          std::vector<int> seen(static_cast<std::size_t>(n));
+          for (const algo::TpPiece& p : pieces) {
+            ASSERT_GE(p.count, 1);
+            ASSERT_LE(p.first + p.count, n);
+            for (int j = p.first; j < p.first + p.count; ++j) ++seen[static_cast<std::size_t>(j)];
+          }
+          EXPECT_EQ(seen, std::vector<int>(static_cast<std::size_t>(n), 1)) << n << " " << r;
+          const algo::TpPiece own = op == ag ? pieces.front() : pieces.back();
+          EXPECT_EQ(own, (algo::TpPiece{r, 1}));
+          if (ratio == 0) {
+            EXPECT_LE(pieces.size(), 3u);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(TpOverlap, Fp8GemmsArePricedAtTheirRateAndBytes) {
   algo::TunerOptions o;
   o.constants.gemm.tflops = 700;
