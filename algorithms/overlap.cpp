@@ -42,20 +42,23 @@ Result<int> parseTpChunks(std::string_view text) {
       "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64, fused)");
 }
 
-std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs) {
+std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs,
+                                   int most) {
   // The peers' blocks in the order their copies go: the run after `rank`, then the run before.
   const int n = std::max(1, nranks), after = n - 1 - rank;
   auto block = [&](int i) { return i < after ? rank + 1 + i : i - after; };
-  auto runEnd = [&](int i) { return i < after ? after : n - 1; };
+  const int cap = most > 0 ? most : n;
+  auto runEnd = [&](int i) { return std::min(i < after ? after : n - 1, i + cap); };
   // How many copies `budget` µs holds (at least one).
   auto fit = [&](double budget) {
     return copyUs <= 0 ? n : std::max(1, static_cast<int>(budget / copyUs + 1e-9));
   };
   std::vector<TpPiece> pieces;
   if (op == TpOp::allGatherGemm) {
-    // Copy i is done at (i + 2) copies (this rank's own block goes first); the own GEMM at once.
+    // Copy i is done at (i + 2) copies (this rank's own block into its buffer goes first, beside
+    // the own GEMM).
     pieces.push_back({rank, 1});
-    double t = copyUs + blockUs;
+    double t = blockUs;
     for (int i = 0; i < n - 1;) {
       int j = i + 1;
       while (j < runEnd(i) && (j + 2) * copyUs <= t) ++j;
@@ -70,7 +73,7 @@ std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs,
   double budget = blockUs;
   for (int i = n - 1; i > 0;) {
     const int start = i > after ? after : 0;  // the run holding copy i - 1
-    const int count = std::min(i - start, fit(budget));
+    const int count = std::min({i - start, fit(budget), cap});
     pieces.push_back({block(i - count), count});
     budget = count * blockUs;
     i -= count;
@@ -144,13 +147,17 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       for (int r = 0; r < static_cast<int>(n); ++r) {
         const auto pieces = tpFusedPieces(s.op, static_cast<int>(n), r, copy, block);
         double t = 0, copies = 0;
-        int copied = 0;
+        int copied = 1;
         for (const TpPiece& piece : pieces) {
           if (ag) {
-            // This rank's block goes into its shared buffer first; a piece's GEMM waits for its
-            // blocks' copies, one after another: no SM spent on moving.
-            copied += piece.first == r ? 1 : piece.count;
-            t = std::max(t, copy * copied) + gemm(piece.count);
+            // This rank's block goes into its shared buffer on the side stream beside its own
+            // GEMM, then the peers' blocks; a piece's GEMM waits for its blocks' copies, one after
+            // another: no SM spent on moving.
+            if (piece.first != r) {
+              copied += piece.count;
+              t = std::max(t, copy * copied);
+            }
+            t += gemm(piece.count);
           } else {
             // A piece's blocks copied to their owners once its GEMM is done, beside the next.
             t += gemm(piece.count);

@@ -67,8 +67,10 @@ struct TpPiece {
 // blocks after it, then those before it; each GEMM takes every block of its run whose copy (in
 // that order, copyUs each) the GEMMs before it hide. GEMM + reduce-scatter: the same runs, its
 // own block last; each GEMM takes as many blocks as the GEMM after it hides the copies of. Copies
-// far cheaper than a block's GEMM: three GEMMs at most; as dear: a block each.
-std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs);
+// far cheaper than a block's GEMM: three GEMMs at most; as dear: a block each. `most`: no GEMM
+// takes more blocks (0: any number).
+std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs,
+                                   int most = 0);
 
 // "unfused" (1), "chunked:K", "fused" (kTpFused); an error names the forms.
 Result<int> parseTpChunks(std::string_view text);

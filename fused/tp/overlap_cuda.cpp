@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "fused/cuda_steps.hpp"
 #include "fused/tp/flags.hpp"
@@ -230,17 +231,20 @@ class Run {
     auto scalesOf = [&](std::byte* data, std::size_t j) {
       return data + n_ * block + j * scaleBlock;
     };
+    // On the side stream beside the own block's GEMM (which reads A itself): the own block into
+    // the shared buffer, then the peers'.
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     const auto Me = static_cast<std::size_t>(me);
     for (auto [to, from, bytes] :
          {std::tuple{mine + Me * block, x_.a, block},
           std::tuple{scalesOf(mine, Me), static_cast<const void*>(x_.scales.a), scaleBlock}}) {
       if (bytes == 0) continue;
-      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
+      if (cudaError_t e =
+              cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
           e != cudaSuccess)
         return cudaFailed("own block", e);
     }
-    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
-    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
+    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, st_.side.stream); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
       const void* a = x_.a;
@@ -269,7 +273,10 @@ class Run {
       }
       GemmShape g = pieceShape(p);
       g.bias = x_.bias != nullptr;
-      auto sc = scalesFor(reinterpret_cast<const float*>(scalesOf(mine, first)), 0, g.m, 1);
+      // The own block's scales: A's own (its copy in the shared buffer may not have landed).
+      const auto* blockScales =
+          p.first == me ? x_.scales.a : reinterpret_cast<const float*>(scalesOf(mine, first));
+      auto sc = scalesFor(blockScales, 0, g.m, 1);
       if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a, x_.b, c + first * rows_ * colsL * cs_, x_.bias, gemmWs_,
                                     stream_, *sc);
@@ -410,8 +417,11 @@ class Run {
     return {};
   }
 
-  // This rank's fused GEMMs, as the plan's copy and block times group them.
+  // This rank's fused GEMMs, as the plan's copy and block times group them (WEFT_TP_FUSED_BLOCKS:
+  // runs of that many blocks at most, whatever the copies cost).
   std::vector<algo::TpPiece> pieces() const {
+    if (const int most = comm_.config().tpFusedBlocks; most > 0)
+      return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, most);
     return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), plan_.copyUs, plan_.blockUs);
   }
 

@@ -390,6 +390,14 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_TP_FUSED_BLOCKS", nullptr, Kind::number, 0, 128, "0", false, Audience::tuning,
+     "the most ranks' blocks one GEMM of a fused tensor-parallel call takes, whatever the copies "
+     "cost; 0: as many as the GEMMs before it hide the copies of (algo::tpFusedPieces)",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tpFusedBlocks = static_cast<int>(x);
+       return ok();
+     }},
+
     {"WEFT_TP_GEMM_SMS", nullptr, Kind::number, 0, 1024, "0", true, Audience::tuning,
      "the SMs a chunked tensor-parallel GEMM plans for while a collective runs beside it "
      "(cuBLASLt's SM count target), leaving the others to the collective; 0: all",

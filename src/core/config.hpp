@@ -58,6 +58,9 @@ struct Config {
   // WEFT_TP_GEMM_SMS: the SMs a tensor-parallel GEMM that runs beside a collective plans for
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;
+  // WEFT_TP_FUSED_BLOCKS: the most blocks a fused tensor-parallel GEMM takes whatever the copies
+  // cost; 0: the plan's grouping (algo::tpFusedPieces).
+  int tpFusedBlocks = 0;
   std::string commId;  // WEFT_COMM_ID=host:port
   // WEFT_COMM_SECRET (or the first line of the file WEFT_COMM_SECRET_FILE names): the secret a
   // WEFT_COMM_ID rendezvous proves by challenge-response; empty: unauthenticated.

@@ -333,6 +333,16 @@ TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
   everyVariant(GetParam(), DataType::bf16, {"unfused", "chunked:2", "chunked:3", "fused", "auto"});
 }
 
+// The fused GEMMs over runs of blocks whatever the copies cost: a block each, two at most, and
+// whole runs (algo::tpFusedPieces); the tiny shapes above price a copy dearer than a GEMM.
+TEST_P(GpuTp, FusedGemmsOverRunsOfBlocks) {
+  SKIP_WITHOUT_GPU();
+  for (const char* most : {"1", "2", "128"}) {
+    ScopedEnv env("WEFT_TP_FUSED_BLOCKS", most);
+    everyVariant(GetParam(), DataType::bf16, {"fused"});
+  }
+}
+
 // e4m3 A and B (B transposed), scaled, into bf16: the GEMMs cuBLASLt runs on fp8 tensor cores.
 class GpuTpFp8 : public ::testing::TestWithParam<int> {};
 
@@ -348,6 +358,8 @@ class GpuTpFp8Blocks : public ::testing::TestWithParam<int> {};
 TEST_P(GpuTpFp8Blocks, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
   everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:2", "chunked:3", "fused"}, true);
+  ScopedEnv env("WEFT_TP_FUSED_BLOCKS", "128");  // the scales of a run of blocks, repacked
+  everyVariant(GetParam(), DataType::f8e4m3, {"fused"}, true);
 }
 
 // Each variant that splits the call into steps between streams (chunks; the fused flags).

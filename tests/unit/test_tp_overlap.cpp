@@ -107,17 +107,24 @@ TEST(TpOverlap, FusedPiecesMergeTheBlocksTheCopiesAllow) {
   EXPECT_EQ(algo::tpFusedPieces(rs, 4, 3, 1, 100), (P{{0, 3}, {3, 1}}));
   EXPECT_EQ(algo::tpFusedPieces(rs, 4, 1, 1, 1), (P{{2, 1}, {3, 1}, {0, 1}, {1, 1}}));
   // Between: a copy half a block's GEMM, 8 ranks: the runs grow as the GEMMs before them do.
-  EXPECT_EQ(algo::tpFusedPieces(ag, 8, 0, 1, 2), (P{{0, 1}, {1, 2}, {3, 4}, {7, 1}}));
+  EXPECT_EQ(algo::tpFusedPieces(ag, 8, 0, 1, 2), (P{{0, 1}, {1, 1}, {2, 2}, {4, 4}}));
   EXPECT_EQ(algo::tpFusedPieces(rs, 8, 7, 1, 2), (P{{0, 1}, {1, 4}, {5, 2}, {7, 1}}));
   EXPECT_EQ(algo::tpFusedPieces(ag, 1, 0, 1, 1), (P{{0, 1}}));
+  // At most `most` blocks a GEMM, whatever the copies cost.
+  EXPECT_EQ(algo::tpFusedPieces(ag, 8, 2, 0, 1, 2), (P{{2, 1}, {3, 2}, {5, 2}, {7, 1}, {0, 2}}));
+  EXPECT_EQ(algo::tpFusedPieces(rs, 8, 2, 0, 1, 2), (P{{3, 1}, {4, 2}, {6, 2}, {0, 2}, {2, 1}}));
   for (algo::TpOp op : {ag, rs}) {
     for (int n = 1; n <= 9; ++n) {
       for (int r = 0; r < n; ++r) {
         for (double ratio : {0.0, 0.1, 0.3, 0.5, 1.0, 3.0}) {
-          const P pieces = algo::tpFusedPieces(op, n, r, ratio, 1);
+          const int most = ratio == 0.1 ? 2 : 0;
+          const P pieces = algo::tpFusedPieces(op, n, r, ratio, 1, most);
           std::vector<int> seen(static_cast<std::size_t>(n));
           for (const algo::TpPiece& p : pieces) {
             ASSERT_GE(p.count, 1);
+            if (most > 0) {
+              ASSERT_LE(p.count, most);
+            }
             ASSERT_LE(p.first + p.count, n);
             for (int j = p.first; j < p.first + p.count; ++j) ++seen[static_cast<std::size_t>(j)];
           }
