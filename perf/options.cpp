@@ -156,6 +156,9 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
                  "(or --n) ag-gemm, gemm-rs: the GEMM's columns (28672; gemm-rs 8192)");
   app.add_option("--gemm-k", o.gemmK,
                  "(or --k) ag-gemm, gemm-rs: the GEMM's depth (8192; gemm-rs 28672)");
+  app.add_option("--rounds", o.tpRounds,
+                 "ag-gemm, gemm-rs: each column timed this many times, the columns in turn, its "
+                 "median printed (1)");
   std::string seqs;
   app.add_option("--seq", seqs, "attention: a sequence's tokens, a list (4096,16384)");
   app.add_option("--heads", o.attentionHeads, "attention: query heads (32)");
@@ -295,6 +298,8 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
   } else if (!gemmM.empty() || o.gemmN != 0 || o.gemmK != 0 || !fp8Scales.empty()) {
     return fail("--m, --n, --k and --fp8-scales shape ag-gemm and gemm-rs only");
   }
+  if (o.tpRounds < 1) return fail("--rounds must be at least 1");
+  if (o.tpRounds != 1 && o.tp == TpMode::none) return fail("--rounds times ag-gemm and gemm-rs");
   if (!fp8Scales.empty() && fp8Scales != "tensor" && fp8Scales != "block")
     return fail("--fp8-scales " + fp8Scales + ": tensor or block");
   o.fp8Blocks = fp8Scales == "block";

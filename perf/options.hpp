@@ -39,6 +39,9 @@ struct Options {
   std::vector<std::size_t> gemmM{128, 1024, 4096, 16384};
   std::size_t gemmN = 0, gemmK = 0;
   bool fp8Blocks = false;  // -d e4m3 with --fp8-scales block: DeepSeek-V3's 128-value blocks
+  // --rounds: each column timed this many times, the columns in turn (every other round in
+  // reverse), its median printed: a GPU whose clocks drift favours no column.
+  int tpRounds = 1;
   // weft-perf attention (perf/attention_bench.hpp): one sequence of each --seq length.
   bool attention = false;
   std::vector<std::size_t> attentionSeq{4096, 16384};

@@ -208,13 +208,13 @@ class TpBench {
       return fused::tp::GemmScales{ones_, ones_, fused::tp::Gemms::blockScaleFloats(gemm.m, aCols)};
     };
     void* stream = gpu_.stream();
-    auto timeGemm = [&] {
+    auto timeGemm = [&]() -> Result<double> {
       return timeUs([&] {
         return gemms_->run(g, ag_ ? staging_ : a_, b_, ag_ ? c_ : staging_, nullptr, gemmWs_,
                            stream, scales(g));
       });
     };
-    auto timeCollective = [&] {
+    auto timeCollective = [&]() -> Result<double> {
       return timeUs([&] {
         const auto type = static_cast<weftDataType_t>(ag_ ? t : ot);
         return ag_ ? checked(
@@ -225,52 +225,63 @@ class TpBench {
                              "weftReduceScatter");
       });
     };
-    // The all-gather fills the GEMM's A; the GEMM the reduce-scatter's input.
-    Result<double> gemm = 0.0, coll = 0.0;
-    if (ag_) {
-      coll = timeCollective();
-      if (coll) gemm = timeGemm();
-    } else {
-      gemm = timeGemm();
-      if (gemm) coll = timeCollective();
-    }
-    if (!gemm) return gemm.status();
-    if (!coll) return coll.status();
-    auto sequential = timeUs([&] { return tp(forced_[0], t, m, ref_); });
-    if (!sequential) return sequential.status();
-    auto pick = timeUs([&] { return tp(comm_, t, m, c_); });
-    if (!pick) return pick.status();
-    std::vector<double> variants;
-    for (std::size_t v = 1; v < forced_.size(); ++v) {
-      auto us = timeUs([&] { return tp(forced_[v], t, m, c_); });
-      if (!us) return us.status();
-      variants.push_back(*us);
-    }
-    // Each chunked variant's GEMMs alone, one after another, as it cuts them.
-    std::vector<double> chunkGemms;
+    // Every column's timing: the collective and the GEMM (the all-gather fills the GEMM's A;
+    // the GEMM the reduce-scatter's input), the sequential call, the pick, each variant, each
+    // chunked variant's GEMMs alone, one after another, as it cuts them (fused: none).
+    std::vector<std::function<Result<double>()> > columns;
+    if (ag_) columns.push_back(timeCollective);
+    columns.push_back(timeGemm);
+    if (!ag_) columns.push_back(timeCollective);
+    columns.push_back([&] { return timeUs([&] { return tp(forced_[0], t, m, ref_); }); });
+    columns.push_back([&] { return timeUs([&] { return tp(comm_, t, m, c_); }); });
+    for (std::size_t v = 1; v < forced_.size(); ++v)
+      columns.push_back([&, v] { return timeUs([&] { return tp(forced_[v], t, m, c_); }); });
     for (const ForcedAlgorithm& f : opt_.algos) {
       const int chunks = *algo::parseTpChunks(f.algorithm);
-      if (chunks < 1) {  // fused: a GEMM a rank's block, each waiting for its copy
-        chunkGemms.push_back(-1);
+      if (chunks < 1) {  // fused: a GEMM a run of blocks, each waiting for its copies
+        columns.push_back([]() -> Result<double> { return -1.0; });
         continue;
       }
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
-      auto us = timeUs([&]() -> Status {
-        for (int i = 0; i < k; ++i) {
-          fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
-          ch.shape.blockScales = blocks_;
-          std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
-          std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
-          if (Status st =
-                  gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream, scales(ch.shape));
-              !st)
-            return st;
-        }
-        return {};
+      columns.push_back([&, k] {
+        return timeUs([&]() -> Status {
+          for (int i = 0; i < k; ++i) {
+            fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
+            ch.shape.blockScales = blocks_;
+            std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
+            std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
+            if (Status st =
+                    gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream, scales(ch.shape));
+                !st)
+              return st;
+          }
+          return {};
+        });
       });
-      if (!us) return us.status();
-      chunkGemms.push_back(*us);
     }
+    // --rounds: the columns in turn, every other round in reverse; each column's median.
+    std::vector<std::vector<double> > times(columns.size());
+    for (int round = 0; round < opt_.tpRounds; ++round) {
+      for (std::size_t i = 0; i < columns.size(); ++i) {
+        const std::size_t c = round % 2 == 0 ? i : columns.size() - 1 - i;
+        auto us = columns[c]();
+        if (!us) return us.status();
+        times[c].push_back(*us);
+      }
+    }
+    std::vector<double> median;
+    for (std::vector<double>& v : times) {
+      std::sort(v.begin(), v.end());
+      median.push_back(v.size() % 2 == 1 ? v[v.size() / 2]
+                                         : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
+    }
+    const std::size_t nv = forced_.size() - 1;
+    const double collUs = median[ag_ ? 0 : 1], gemmUs = median[ag_ ? 1 : 0];
+    const double sequentialUs = median[2], pickUs = median[3];
+    const std::vector<double> variants(median.begin() + 4,
+                                       median.begin() + 4 + static_cast<std::ptrdiff_t>(nv));
+    const std::vector<double> chunkGemms(median.begin() + 4 + static_cast<std::ptrdiff_t>(nv),
+                                         median.end());
     char plan[64] = "?";
     (void)weftTpPlan(comm_.handle(), ag_ ? weftTpAllGatherGemm : weftTpGemmReduceScatter, m, cols(),
                      depth(), static_cast<weftDataType_t>(t), plan, sizeof plan);
@@ -304,10 +315,10 @@ class TpBench {
       if (wrong > 0) exitCode = kExitFailed;
     }
     if (rank_ == 0) {
-      const double overlap = (*sequential - *pick) / std::min(*gemm, *coll);
+      const double overlap = (sequentialUs - pickUs) / std::min(gemmUs, collUs);
       const std::string type = std::string(tableName(t)) + (blocks_ ? "/128" : "");
       std::printf("  %8zu %7zu %7zu %9s %10.1f %10.1f %11.1f %10.1f %10s %8.2f", m, cols(), depth(),
-                  type.c_str(), *gemm, *coll, *sequential, *pick, plan, overlap);
+                  type.c_str(), gemmUs, collUs, sequentialUs, pickUs, plan, overlap);
       for (double us : variants) std::printf(" %10.1f", us);
       for (double us : chunkGemms) {
         if (us < 0) {
