@@ -216,9 +216,9 @@ class Run {
     return {};
   }
 
-  // Own block into the shared buffer, then its GEMM; each peer's block copied from the peer's
-  // buffer by the copy engine on the side stream, a piece's GEMM (algo::tpFusedPieces) waiting
-  // for its blocks' copies alone.
+  // The own block's GEMM at once, from A; on the side stream the own block into the shared
+  // buffer, then each peer's copied from the peer's buffer by the copy engine, a piece's GEMM
+  // (algo::tpFusedPieces) waiting for its blocks' copies alone.
   Status allGatherGemmFused(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
     const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
