@@ -15,6 +15,7 @@
 
 #include "algorithms/overlap.hpp"
 #include "fused/tp/overlap.hpp"
+#include "perf/calibrate_common.hpp"
 #include "perf/element.hpp"
 #endif
 
@@ -269,19 +270,15 @@ class TpBench {
         times[c].push_back(*us);
       }
     }
-    std::vector<double> median;
-    for (std::vector<double>& v : times) {
-      std::sort(v.begin(), v.end());
-      median.push_back(v.size() % 2 == 1 ? v[v.size() / 2]
-                                         : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2);
-    }
+    std::vector<double> medians;
+    for (const std::vector<double>& v : times) medians.push_back(calib::median(v));
     const std::size_t nv = forced_.size() - 1;
-    const double collUs = median[ag_ ? 0 : 1], gemmUs = median[ag_ ? 1 : 0];
-    const double sequentialUs = median[2], pickUs = median[3];
-    const std::vector<double> variants(median.begin() + 4,
-                                       median.begin() + 4 + static_cast<std::ptrdiff_t>(nv));
-    const std::vector<double> chunkGemms(median.begin() + 4 + static_cast<std::ptrdiff_t>(nv),
-                                         median.end());
+    const double collUs = medians[ag_ ? 0 : 1], gemmUs = medians[ag_ ? 1 : 0];
+    const double sequentialUs = medians[2], pickUs = medians[3];
+    const std::vector<double> variants(medians.begin() + 4,
+                                       medians.begin() + 4 + static_cast<std::ptrdiff_t>(nv));
+    const std::vector<double> chunkGemms(medians.begin() + 4 + static_cast<std::ptrdiff_t>(nv),
+                                         medians.end());
     char plan[64] = "?";
     (void)weftTpPlan(comm_.handle(), ag_ ? weftTpAllGatherGemm : weftTpGemmReduceScatter, m, cols(),
                      depth(), static_cast<weftDataType_t>(t), plan, sizeof plan);
