@@ -97,7 +97,7 @@ struct CodecConstants {
 // How fast a GPU multiplies matrices (fused/tp's cuBLASLt GEMMs), for pricing the tensor-parallel
 // operations: a GEMM of F flops takes launch + (F + half) / rate, so it runs at half its large
 // rate at F = half. A tuning file's "gemm"; the defaults are the H200 machine's bf16 figures
-// (docs/perf-fused.md, "Tensor-parallel overlap").
+// (docs/perf-tp.md).
 struct GemmConstants {
   double tflops = 700;           // tflops: one GPU's rate, shared by the ranks on it
   double fp8Tflops = 1400;       // fp8_tflops: the same for fp8 (e4m3) inputs

@@ -24,12 +24,14 @@ std::size_t TpShape::mostChunks() const {
 
 std::string TpPlan::name() const {
   if (chunks == kTpFused) return "fused";
+  if (chunks == kTpFusedInPlace) return "fused:inplace";
   return chunks == 1 ? "unfused" : "chunked:" + std::to_string(chunks);
 }
 
 Result<int> parseTpChunks(std::string_view text) {
   if (text == "unfused") return 1;
   if (text == "fused") return kTpFused;
+  if (text == "fused:inplace") return kTpFusedInPlace;
   constexpr std::string_view prefix = "chunked:";
   int k = 0;
   if (text.substr(0, prefix.size()) == prefix) {
@@ -39,7 +41,8 @@ Result<int> parseTpChunks(std::string_view text) {
   }
   return invalidArgument(
       "'" + std::string(text) +
-      "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64, fused)");
+      "' is not a tensor-parallel variant (unfused, chunked:K with K 1-64, fused, "
+      "fused:inplace)");
 }
 
 std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs,
@@ -88,14 +91,15 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   const bool ag = s.op == TpOp::allGatherGemm;
   const Collective coll = ag ? Collective::allGather : Collective::reduceScatter;
   const GemmConstants& gc = options_.constants.gemm;
-  // The ranks on one device share its tensor cores.
-  const double rate = (s.valueBytes == 1 ? gc.fp8Tflops : gc.tflops) * 1e12 /
-                      (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
+  // The ranks on one device share its tensor cores; a GEMM's ramp and tail (half_gflop) cost it
+  // what they cost alone: the other ranks' GEMMs fill the SMs it leaves.
+  const double device = (s.valueBytes == 1 ? gc.fp8Tflops : gc.tflops) * 1e12;
+  const double rate = device / (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
   // A GEMM of `r` rows in all: all-gather's B has cols/n columns, reduce-scatter's A k/n.
   auto gemmRowsUs = [&](std::size_t r) {
     const double flops = 2.0 * static_cast<double>(r) * static_cast<double>(s.cols) *
                          static_cast<double>(s.k) / static_cast<double>(n);
-    return gc.launchUs + (flops + gc.halfGflop * 1e9) / rate * 1e6;
+    return gc.launchUs + (flops / rate + gc.halfGflop * 1e9 / device) * 1e6;
   };
   // The collective of `r` rows of every rank: the whole message, as plan() counts it.
   auto commPlan = [&](std::size_t r) {
@@ -109,32 +113,36 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   best.sequentialUs = best.gemmUs + best.commUs;
   // The fused variants run where the ranks map each other's memory.
   const bool fusable = kernels_.peerMemory && n > 1 && s.nranks <= kTpFusedMaxRanks;
+  // In place where the ranks share the device: their buffers are its memory, read at its rate.
+  const bool inPlace = fusable && kernels_.sameDevice;
   std::string note;
-  std::vector<int> ks;  // chunks of at least a row of every rank's block, or kTpFused
-  if (forcedChunks == kTpFused && !fusable) {
+  std::vector<int> ks;  // chunks of at least a row of every rank's block, or a fused form
+  if (tpFused(forcedChunks) && !fusable) {
     note = " (fused needs 2-" + std::to_string(kTpFusedMaxRanks) +
            " ranks on one host that map each other's memory)";
     ks.push_back(1);
-  } else if (forcedChunks == kTpFused || forcedChunks > 0) {
-    ks.push_back(forcedChunks == kTpFused
-                     ? kTpFused
+  } else if (tpFused(forcedChunks) || forcedChunks > 0) {
+    ks.push_back(tpFused(forcedChunks)
+                     ? forcedChunks
                      : static_cast<int>(std::clamp<std::size_t>(
                            forcedChunks, 1, std::max<std::size_t>(s.mostChunks(), 1))));
   } else {
     for (int k : {1, 2, 4, 8, 16})
       if (k == 1 || static_cast<std::size_t>(k) <= s.mostChunks()) ks.push_back(k);
     if (fusable) ks.push_back(kTpFused);
+    if (inPlace) ks.push_back(kTpFusedInPlace);
   }
   double fusedCopy = 0, fusedBlock = 0;
   for (int k : ks) {
     double us = 0;
     Result<Plan> p = *whole;
-    if (k == kTpFused) {
+    if (tpFused(k)) {
       // One block's copy by the copy engine: an all-gather's (n - 1) of them (of A's blocks,
       // or of the partial C's). Each rank's GEMMs as tpFusedPieces groups them; the slowest
       // rank's time.
       auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.cBytes());
       if (!moved) return moved.status();
+      // In place: no copy but the all-gather's own block into its buffer, beside its GEMM.
       const double copy = moved->estimateUs / static_cast<double>(n - 1);
       const double block = gemmRowsUs(rows);
       auto gemm = [&](int blocks) { return gemmRowsUs(rows * static_cast<std::size_t>(blocks)); };
@@ -144,12 +152,26 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
       const double sum =
           gc.launchUs + bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+      // The copies take the memory the GEMMs beside them read: each slows them by its time
+      // times overlap_slowdown - 1, as a chunk's collective does (n for an all-gather, its own
+      // block's included; in place its own block's alone).
+      const double copies = k == kTpFusedInPlace ? (ag ? 1.0 : 0.0)
+                            : ag                 ? static_cast<double>(n)
+                                                 : static_cast<double>(n - 1);
+      const double slowed = copies * copy * (gc.overlapSlowdown - 1);
       for (int r = 0; r < static_cast<int>(n); ++r) {
-        const auto pieces = tpFusedPieces(s.op, static_cast<int>(n), r, copy, block);
-        double t = 0, copies = 0;
+        const auto pieces = k == kTpFusedInPlace
+                                ? tpFusedPieces(s.op, static_cast<int>(n), r, 0, 1, 1)
+                                : tpFusedPieces(s.op, static_cast<int>(n), r, copy, block);
+        double t = 0, copiesEnd = 0;
         int copied = 1;
         for (const TpPiece& piece : pieces) {
-          if (ag) {
+          if (k == kTpFusedInPlace) {
+            // A peer's block is in once the peer's own copy is (all-gather); a reduce-scatter's
+            // partial blocks are in their owners' buffers as their GEMMs end.
+            if (ag && piece.first != r) t = std::max(t, copy);
+            t += gemm(piece.count);
+          } else if (ag) {
             // This rank's block goes into its shared buffer on the side stream beside its own
             // GEMM, then the peers' blocks; a piece's GEMM waits for its blocks' copies, one after
             // another: no SM spent on moving.
@@ -162,10 +184,10 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
             // A piece's blocks copied to their owners once its GEMM is done, beside the next.
             t += gemm(piece.count);
             if (piece.first != r)
-              copies = std::max(copies, t) + copy * static_cast<double>(piece.count);
+              copiesEnd = std::max(copiesEnd, t) + copy * static_cast<double>(piece.count);
           }
         }
-        us = std::max(us, ag ? t : std::max(t, copies) + sum);
+        us = std::max(us, (ag ? t : std::max(t, copiesEnd) + sum) + slowed);
       }
       fusedCopy = copy;
       fusedBlock = block;
@@ -181,8 +203,8 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
     if (k == ks.front() || us < best.estimateUs) {
       best.chunks = k;
       best.estimateUs = us;
-      best.copyUs = k == kTpFused ? fusedCopy : 0;
-      best.blockUs = k == kTpFused ? fusedBlock : 0;
+      best.copyUs = tpFused(k) ? fusedCopy : 0;
+      best.blockUs = tpFused(k) ? fusedBlock : 0;
       best.comm = *p;
     }
   }

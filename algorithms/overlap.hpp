@@ -42,11 +42,18 @@ struct TpShape {
 // it run (own block first); GEMM + reduce-scatter copies each finished partial block to its
 // owner as the next block's GEMM runs (own block last), then sums the n blocks. No SM moves data.
 inline constexpr int kTpFused = -1;
+// The fused variant without copies, for ranks sharing a device (their memory is its memory): each
+// all-gather GEMM reads a peer's block where the peer put it, and each GEMM of a reduce-scatter
+// writes its partial block straight into the owner's buffer; a GEMM a block.
+inline constexpr int kTpFusedInPlace = -2;
+inline bool tpFused(int chunks) {
+  return chunks == kTpFused || chunks == kTpFusedInPlace;
+}
 // The most ranks the fused variants serve (a flag a peer in each rank's buffer).
 inline constexpr int kTpFusedMaxRanks = 128;
 
 struct TpPlan {
-  int chunks = 1;  // 1: unfused; kTpFused: fused
+  int chunks = 1;  // 1: unfused; kTpFused, kTpFusedInPlace: fused
   double estimateUs = 0;
   // Fused: one rank's block's copy by the copy engine and its GEMM, as priced (tpFusedPieces).
   double copyUs = 0, blockUs = 0;
@@ -54,7 +61,7 @@ struct TpPlan {
   double gemmUs = 0, commUs = 0;  // unchunked, each alone
   Plan comm;                      // one chunk's collective
   std::string reason;
-  std::string name() const;  // "unfused", "chunked:4", "fused"
+  std::string name() const;  // "unfused", "chunked:4", "fused", "fused:inplace"
 };
 
 // A fused call's GEMM of whole blocks at once: the rows of ranks first .. first + count - 1.
@@ -72,7 +79,8 @@ struct TpPiece {
 std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs,
                                    int most = 0);
 
-// "unfused" (1), "chunked:K", "fused" (kTpFused); an error names the forms.
+// "unfused" (1), "chunked:K", "fused" (kTpFused), "fused:inplace" (kTpFusedInPlace); an error
+// names the forms.
 Result<int> parseTpChunks(std::string_view text);
 
 }  // namespace weft::algo

@@ -395,7 +395,7 @@ std::optional<Options> parseOptions(int argc, char** argv, int& exitCode) {
     for (const ForcedAlgorithm& f : o.algos) {
       if (auto k = algo::parseTpChunks(f.algorithm); !k || !f.protocol.empty())
         return fail("--algos " + f.label() +
-                    ": ag-gemm and gemm-rs take unfused, chunked:K or fused");
+                    ": ag-gemm and gemm-rs take unfused, chunked:K, fused or fused:inplace");
     }
     for (DataType t : o.types) {
       if (t != DataType::bf16 && t != DataType::f16 && t != DataType::f32 && t != DataType::f8e4m3)

@@ -132,8 +132,7 @@ if command -v nvidia-cuda-mps-control >/dev/null; then
       for n in 2 4 8; do
         WEFT_TIMEOUT_S=60 run "perf-allreduce-np$n" 300 "$dir/weft-perf" allreduce -np "$n" -b 8 -e "${PERF_MAX:-256M}" -f 4 -w 3 -n 10 ${algos:+--algos "$algos"}
       done
-      # The tensor-parallel GEMMs with their collective beside their parts (docs/perf-fused.md,
-      # "Tensor-parallel overlap").
+      # The tensor-parallel GEMMs with their collective beside their parts (docs/perf-tp.md).
       for op in ag-gemm gemm-rs; do
         WEFT_TIMEOUT_S=60 run "perf-$op-np2" 200 "$dir/weft-perf" "$op" -np 2 --m 1024,4096,16384 -w 5 -n 20 --algos unfused,chunked:2,chunked:4
       done

@@ -40,7 +40,8 @@ int runTp(const TpArgs& args) {
               system.summary().c_str(), ag ? "all-gather + GEMM" : "GEMM + reduce-scatter", cols,
               depth, n);
   std::vector<int> variants{1, 2, 4, 8};
-  if (ag) variants.push_back(kTpFused);
+  variants.push_back(kTpFused);
+  variants.push_back(kTpFusedInPlace);
   std::printf("%10s %12s %10s %10s %10s", "m", "pick", "estimate", "gemm", "collective");
   for (int v : variants) {
     TpPlan named;

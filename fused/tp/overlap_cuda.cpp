@@ -224,7 +224,7 @@ class Run {
     const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
-    if (Status s = beginFused(sh, timeoutNs); !s) return s;
+    if (Status s = countCall(epoch, stream_); !s) return s;
     std::byte* mine = sh.data(me);
     // Block-scaled: every rank's blocks' scales after the blocks, likewise.
     const std::size_t scaleBlock = x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0;
@@ -233,18 +233,7 @@ class Run {
     };
     // On the side stream beside the own block's GEMM (which reads A itself): the own block into
     // the shared buffer, then the peers'.
-    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    const auto Me = static_cast<std::size_t>(me);
-    for (auto [to, from, bytes] :
-         {std::tuple{mine + Me * block, x_.a, block},
-          std::tuple{scalesOf(mine, Me), static_cast<const void*>(x_.scales.a), scaleBlock}}) {
-      if (bytes == 0) continue;
-      if (cudaError_t e =
-              cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
-          e != cudaSuccess)
-        return cudaFailed("own block", e);
-    }
-    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, st_.side.stream); !s) return s;
+    if (Status s = shareOwnBlock(sh, block, scaleBlock, timeoutNs); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
       const void* a = x_.a;
@@ -292,6 +281,102 @@ class Run {
           e != cudaSuccess)
         return cudaFailed("gathered A", e);
     }
+    return raiseFlag(sh.flag(me, kFree), epoch, stream_);
+  }
+
+  // In place (ranks sharing the device): the own block into the shared buffer on the side stream
+  // (once the peers are done with the one before) beside its GEMM from A; each peer's block's
+  // GEMM reading it in the peer's buffer once the peer says it is in; the peers told at the end.
+  Status allGatherGemmInPlace(const Shared& sh, std::uint64_t timeoutNs) {
+    const int me = comm_.rank();
+    const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
+    const std::size_t scaleBlock = x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0;
+    auto* c = static_cast<std::byte*>(x_.c);
+    std::uint64_t* epoch = sh.flag(me, kEpoch);
+    if (Status s = countCall(epoch, stream_); !s) return s;
+    // Where each rank's block (and its scales) lies: the owner's buffer's own slot, A for this
+    // rank's.
+    auto blockOf = [&](int j) -> const void* {
+      return j == me ? x_.a : sh.data(j) + static_cast<std::size_t>(j) * block;
+    };
+    auto scalesOf = [&](int j) -> const void* {
+      return j == me ? static_cast<const void*>(x_.scales.a)
+                     : sh.data(j) + n_ * block + static_cast<std::size_t>(j) * scaleBlock;
+    };
+    if (Status s = shareOwnBlock(sh, block, scaleBlock, timeoutNs); !s) return s;
+    for (const algo::TpPiece& p : pieces()) {
+      const int j = p.first;
+      if (j != me) {
+        if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, stream_); !s)
+          return s;
+      }
+      GemmShape g = pieceShape(p);
+      g.bias = x_.bias != nullptr;
+      auto sc = scalesFor(static_cast<const float*>(scalesOf(j)), 0, g.m, 1);
+      if (!sc) return sc.status();
+      if (Status s = st_.gemms->run(g, blockOf(j), x_.b,
+                                    c + static_cast<std::size_t>(j) * rows_ * colsL * cs_, x_.bias,
+                                    gemmWs_, stream_, *sc);
+          !s)
+        return s;
+    }
+    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
+    // The gathered A and scales where asked for, before the peers hear this rank is done.
+    auto* gathered = static_cast<std::byte*>(x_.gathered);
+    auto* gatheredScales = reinterpret_cast<std::byte*>(x_.gatheredScales);
+    for (int j = 0; j < comm_.size(); ++j) {
+      const auto J = static_cast<std::size_t>(j);
+      for (auto [to, from, bytes] : {std::tuple{gathered, blockOf(j), block},
+                                     std::tuple{gatheredScales, scalesOf(j), scaleBlock}}) {
+        if (to == nullptr || bytes == 0) continue;
+        if (cudaError_t e =
+                cudaMemcpyAsync(to + J * bytes, from, bytes, cudaMemcpyDeviceToDevice, stream_);
+            e != cudaSuccess)
+          return cudaFailed("gathered A", e);
+      }
+    }
+    for (int j = 0; j < comm_.size(); ++j) {
+      if (j == me) continue;
+      if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, stream_); !s) return s;
+    }
+    return raiseFlag(sh.flag(me, kFree), epoch, stream_);
+  }
+
+  // In place (ranks sharing the device): each GEMM of a peer's rows writes its partial block
+  // straight into the peer's buffer once the peer's stream is done with it (its last call's sum),
+  // this rank's last; then the sum of the n blocks here.
+  Status gemmReduceScatterInPlace(const Shared& sh, std::uint64_t timeoutNs) {
+    const int n = comm_.size(), me = comm_.rank();
+    const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * cs_;
+    const auto* a = static_cast<const std::byte*>(x_.a);
+    std::uint64_t* epoch = sh.flag(me, kEpoch);
+    // The own block's slot may have been read by the peers in the call before (an all-gather).
+    if (Status s = beginFused(sh, timeoutNs); !s) return s;
+    const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
+    for (const algo::TpPiece& p : pieces()) {
+      const int d = p.first;
+      const auto D = static_cast<std::size_t>(d);
+      if (d != me) {
+        if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, stream_); !s)
+          return s;
+      }
+      GemmShape g = pieceShape(p);
+      g.bias = bias != nullptr;
+      auto sc = scalesFor(x_.blockScales ? x_.scales.a + D * rows_ * blocks_ : nullptr, 0, g.m, 1);
+      if (!sc) return sc.status();
+      if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b,
+                                    sh.data(d) + static_cast<std::size_t>(me) * block, bias,
+                                    gemmWs_, stream_, *sc);
+          !s)
+        return s;
+      if (d != me) {
+        if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, stream_); !s) return s;
+      }
+    }
+    if (Status s = awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, 0, timeoutNs, stream_);
+        !s)
+      return s;
+    if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.out, stream_); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
@@ -420,6 +505,8 @@ class Run {
   // This rank's fused GEMMs, as the plan's copy and block times group them (WEFT_TP_FUSED_BLOCKS:
   // runs of that many blocks at most, whatever the copies cost).
   std::vector<algo::TpPiece> pieces() const {
+    if (plan_.chunks == algo::kTpFusedInPlace)
+      return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, 1);
     if (const int most = comm_.config().tpFusedBlocks; most > 0)
       return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, most);
     return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), plan_.copyUs, plan_.blockUs);
@@ -490,11 +577,35 @@ class Run {
   // A fused call's start: its number counted, and the peers done with this rank's buffer in the
   // call before (they copied from it, or into it).
   Status beginFused(const Shared& sh, std::uint64_t timeoutNs) {
+    if (Status s = countCall(sh.flag(comm_.rank(), kEpoch), stream_); !s) return s;
+    return peersDone(sh, timeoutNs, stream_);
+  }
+  // All-gather: on the side stream (forked from the caller's), once the peers are done with the
+  // call before's, this rank's block of A and its scales into its slot of the shared buffer
+  // (blocks of `block` bytes, then scales of `scaleBlock`), and its "ready" flag raised.
+  Status shareOwnBlock(const Shared& sh, std::size_t block, std::size_t scaleBlock,
+                       std::uint64_t timeoutNs) {
     const int me = comm_.rank();
-    std::uint64_t* epoch = sh.flag(me, kEpoch);
-    if (Status s = countCall(epoch, stream_); !s) return s;
-    return awaitFlags(sh.flag(me, kDone), kFlagStride, comm_.size(), me, epoch, -1, timeoutNs,
-                      stream_);
+    const auto Me = static_cast<std::size_t>(me);
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
+    if (Status s = peersDone(sh, timeoutNs, st_.side.stream); !s) return s;
+    std::byte* mine = sh.data(me);
+    for (auto [to, from, bytes] : {std::tuple{mine + Me * block, x_.a, block},
+                                   std::tuple{mine + n_ * block + Me * scaleBlock,
+                                              static_cast<const void*>(x_.scales.a), scaleBlock}}) {
+      if (bytes == 0) continue;
+      if (cudaError_t e =
+              cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
+          e != cudaSuccess)
+        return cudaFailed("own block", e);
+    }
+    return raiseFlag(sh.flag(me, kReady), sh.flag(me, kEpoch), st_.side.stream);
+  }
+  // `stream` waits until every peer is done with this rank's buffer in the call before.
+  Status peersDone(const Shared& sh, std::uint64_t timeoutNs, cudaStream_t stream) {
+    const int me = comm_.rank();
+    return awaitFlags(sh.flag(me, kDone), kFlagStride, comm_.size(), me, sh.flag(me, kEpoch), -1,
+                      timeoutNs, stream);
   }
 
   // Where ranks share a GPU, a collective's blocks spinning on a peer can hold every SM from the
@@ -574,7 +685,7 @@ Status runTp(Communicator& comm, const TpCall& x) {
     const algo::TpShape shape = x.shape(comm.size());
     // all-gather's block scales after the blocks.
     const std::size_t data =
-        how.chunks != algo::kTpFused ? 0
+        !algo::tpFused(how.chunks) ? 0
         : x.op == algo::TpOp::allGatherGemm
             ? x.m * x.k * shape.commBytes() +
                   (x.blockScales ? x.m * scaleBlocks(shape) * sizeof(float) : 0)
@@ -584,7 +695,7 @@ Status runTp(Communicator& comm, const TpCall& x) {
     mapped = *ok;
   }
   // The selector plans fused only where the ranks map each other's memory (one host).
-  const bool fused = how.chunks == algo::kTpFused;
+  const bool fused = algo::tpFused(how.chunks);
   if (fused && !mapped)
     return Status(Code::internalError,
                   "tensor-parallel call: planned fused, but the ranks cannot map each other's "
@@ -616,10 +727,13 @@ Status runTp(Communicator& comm, const TpCall& x) {
   // too, not just its collectives.
   return comm.gpuOperation(x.stream, [&] {
     if (Status s = run.prepare(); !s) return s;
+    const bool ag = x.op == algo::TpOp::allGatherGemm;
+    if (how.chunks == algo::kTpFusedInPlace)
+      return ag ? run.allGatherGemmInPlace((*st)->shared, timeoutNs)
+                : run.gemmReduceScatterInPlace((*st)->shared, timeoutNs);
     if (fused)
-      return x.op == algo::TpOp::allGatherGemm
-                 ? run.allGatherGemmFused((*st)->shared, timeoutNs)
-                 : run.gemmReduceScatterFused((*st)->shared, timeoutNs);
+      return ag ? run.allGatherGemmFused((*st)->shared, timeoutNs)
+                : run.gemmReduceScatterFused((*st)->shared, timeoutNs);
     return x.op == algo::TpOp::allGatherGemm ? run.allGatherGemm() : run.gemmReduceScatter();
   });
 }

@@ -302,7 +302,8 @@ const Setting kSettings[] = {
      }},
 
     {"WEFT_TP_OVERLAP", nullptr, Kind::text, 0, 0, "auto", true, Audience::tuning,
-     "`unfused`, `chunked:K` (K 1-64) or `fused`: how all-gather + GEMM and GEMM + "
+     "`unfused`, `chunked:K` (K 1-64), `fused` or `fused:inplace`: how all-gather + GEMM and GEMM "
+     "+ "
      "reduce-scatter run "
      "(`weftAllGatherGemm`, `weftGemmReduceScatter`) instead of the selector's pick",
      [](Config& c, const std::string& n, const std::string& v, double) {

@@ -285,7 +285,7 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
                     weftSuccess)
               << weftGetLastError();
           // One rank maps no peer: fused forced runs unfused there.
-          const bool fusedAlone = n == 1 && std::string(variant) == "fused";
+          const bool fusedAlone = n == 1 && std::string(variant).starts_with("fused");
           EXPECT_STREQ(plan, fusedAlone ? "unfused" : variant) << what;
         }
         std::vector<Bytes> c(N), gathered(N);
@@ -330,7 +330,8 @@ class GpuTp : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuTp, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
-  everyVariant(GetParam(), DataType::bf16, {"unfused", "chunked:2", "chunked:3", "fused", "auto"});
+  everyVariant(GetParam(), DataType::bf16,
+               {"unfused", "chunked:2", "chunked:3", "fused", "fused:inplace", "auto"});
 }
 
 // The fused GEMMs over runs of blocks whatever the copies cost: a block each, two at most, and
@@ -348,7 +349,7 @@ class GpuTpFp8 : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuTpFp8, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
-  everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:3", "fused"});
+  everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:3", "fused", "fused:inplace"});
 }
 
 // The same with DeepSeek-V3's block scales (weftTpFp8Block128): A's rows' 128-value blocks and
@@ -357,7 +358,8 @@ class GpuTpFp8Blocks : public ::testing::TestWithParam<int> {};
 
 TEST_P(GpuTpFp8Blocks, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
-  everyVariant(GetParam(), DataType::f8e4m3, {"unfused", "chunked:2", "chunked:3", "fused"}, true);
+  everyVariant(GetParam(), DataType::f8e4m3,
+               {"unfused", "chunked:2", "chunked:3", "fused", "fused:inplace"}, true);
   ScopedEnv env("WEFT_TP_FUSED_BLOCKS", "128");  // the scales of a run of blocks, repacked
   everyVariant(GetParam(), DataType::f8e4m3, {"fused"}, true);
 }
@@ -441,7 +443,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8, ::testing::Values(1, 2, 4), ranksName)
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8Blocks, ::testing::Values(1, 2, 3, 4), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                          ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values("unfused", "chunked:3", "fused")),
+                                            ::testing::Values("unfused", "chunked:3", "fused",
+                                                              "fused:inplace")),
                          [](const ::testing::TestParamInfo<std::tuple<int, const char*>>& p) {
                            std::string v = std::get<1>(p.param);
                            v.erase(std::remove(v.begin(), v.end(), ':'), v.end());
