@@ -119,7 +119,9 @@ TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
               weftSuccess)
         << weftGetLastError();
     const std::string p(plan);
-    EXPECT_TRUE(p == "unfused" || p == "fused" || p.rfind("chunked:", 0) == 0) << p;
+    EXPECT_TRUE(p == "unfused" || p == "fused" || p == "fused:inplace" ||
+                p.rfind("chunked:", 0) == 0)
+        << p;
     std::size_t bytes = 0;
     ASSERT_EQ(
         weftTpWorkspaceSize(comm, weftTpAllGatherGemm, 4096, 8192, 1024, weftBfloat16, &bytes),
@@ -169,16 +171,18 @@ TEST(TpApi, WeftTpOverlapForcesThePlanAndABadValueFailsInit) {
       EXPECT_EQ(std::string(plan), forced);
     });
   }
-  // Both operations have a fused variant for ranks of one host.
-  setenv("WEFT_TP_OVERLAP", "fused", 1);
-  onTwoRanks([](weftComm_t comm) {
-    for (weftTpOp_t op : {weftTpAllGatherGemm, weftTpGemmReduceScatter}) {
-      char plan[32] = {};
-      ASSERT_EQ(weftTpPlan(comm, op, 4096, 8192, 1024, weftBfloat16, plan, sizeof plan),
-                weftSuccess);
-      EXPECT_EQ(std::string(plan), "fused");
-    }
-  });
+  // Both operations have the fused variants for ranks of one host.
+  for (const char* fused : {"fused", "fused:inplace"}) {
+    setenv("WEFT_TP_OVERLAP", fused, 1);
+    onTwoRanks([&](weftComm_t comm) {
+      for (weftTpOp_t op : {weftTpAllGatherGemm, weftTpGemmReduceScatter}) {
+        char plan[32] = {};
+        ASSERT_EQ(weftTpPlan(comm, op, 4096, 8192, 1024, weftBfloat16, plan, sizeof plan),
+                  weftSuccess);
+        EXPECT_EQ(std::string(plan), fused);
+      }
+    });
+  }
   setenv("WEFT_TP_OVERLAP", "chunked:0", 1);
   std::vector<weftComm_t> comms(2);
   EXPECT_EQ(weftCommInitAll(comms.data(), 2), weftInvalidArgument);
