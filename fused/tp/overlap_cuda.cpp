@@ -286,7 +286,7 @@ class Run {
 
   // In place (ranks sharing the device): the own block into the shared buffer on the side stream
   // (once the peers are done with the one before) beside its GEMM from A; each peer's block's
-  // GEMM reading it in the peer's buffer once the peer says it is in; the peers told at the end.
+  // GEMM reading it in the peer's buffer once the peer says it is in, then telling the peer.
   Status allGatherGemmInPlace(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
     const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
@@ -304,6 +304,8 @@ class Run {
                      : sh.data(j) + n_ * block + static_cast<std::size_t>(j) * scaleBlock;
     };
     if (Status s = shareOwnBlock(sh, block, scaleBlock, timeoutNs); !s) return s;
+    auto* gathered = static_cast<std::byte*>(x_.gathered);
+    auto* gatheredScales = reinterpret_cast<std::byte*>(x_.gatheredScales);
     for (const algo::TpPiece& p : pieces()) {
       const int j = p.first;
       if (j != me) {
@@ -319,12 +321,8 @@ class Run {
                                     gemmWs_, stream_, *sc);
           !s)
         return s;
-    }
-    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
-    // The gathered A and scales where asked for, before the peers hear this rank is done.
-    auto* gathered = static_cast<std::byte*>(x_.gathered);
-    auto* gatheredScales = reinterpret_cast<std::byte*>(x_.gatheredScales);
-    for (int j = 0; j < comm_.size(); ++j) {
+      // The gathered A and scales where asked for; then the peer hears this rank is done with
+      // its block (the peer's next call overwrites it).
       const auto J = static_cast<std::size_t>(j);
       for (auto [to, from, bytes] : {std::tuple{gathered, blockOf(j), block},
                                      std::tuple{gatheredScales, scalesOf(j), scaleBlock}}) {
@@ -334,11 +332,11 @@ class Run {
             e != cudaSuccess)
           return cudaFailed("gathered A", e);
       }
+      if (j != me) {
+        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, stream_); !s) return s;
+      }
     }
-    for (int j = 0; j < comm_.size(); ++j) {
-      if (j == me) continue;
-      if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, stream_); !s) return s;
-    }
+    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
