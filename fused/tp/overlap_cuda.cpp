@@ -202,8 +202,7 @@ class Run {
     float* staged = gatheredScales_ + ch.start * n_ * blocks_;
     float* out = x_.gatheredScales;
     float* to = plan_.chunks == 1 && out != nullptr ? out : staged;
-    if (Status s = comm_.allGather(x_.scales.a + ch.start * blocks_, to, width, DataType::f32,
-                                   st_.side.stream);
+    if (Status s = comm_.allGather(aScales(ch.start), to, width, DataType::f32, st_.side.stream);
         !s)
       return s;
     if (out == nullptr || to == out) return {};
@@ -221,19 +220,14 @@ class Run {
   // (algo::tpFusedPieces) waiting for its blocks' copies alone.
   Status allGatherGemmFused(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
-    const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
+    const std::size_t colsL = x_.cols / n_, block = agBlockBytes(), scaleBlock = agScaleBytes();
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = countCall(epoch, stream_); !s) return s;
     std::byte* mine = sh.data(me);
-    // Block-scaled: every rank's blocks' scales after the blocks, likewise.
-    const std::size_t scaleBlock = x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0;
-    auto scalesOf = [&](std::byte* data, std::size_t j) {
-      return data + n_ * block + j * scaleBlock;
-    };
     // On the side stream beside the own block's GEMM (which reads A itself): the own block into
     // the shared buffer, then the peers'.
-    if (Status s = shareOwnBlock(sh, block, scaleBlock, timeoutNs); !s) return s;
+    if (Status s = shareOwnBlock(sh, timeoutNs); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
       const void* a = x_.a;
@@ -245,8 +239,8 @@ class Run {
               !s)
             return s;
           for (auto [to, from, bytes] :
-               {std::tuple{mine + J * block, sh.data(j) + J * block, block},
-                std::tuple{scalesOf(mine, J), scalesOf(sh.data(j), J), scaleBlock}}) {
+               {std::tuple{agBlock(mine, J), agBlock(sh.data(j), J), block},
+                std::tuple{agScales(mine, J), agScales(sh.data(j), J), scaleBlock}}) {
             if (bytes == 0) continue;
             if (cudaError_t e =
                     cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
@@ -264,7 +258,7 @@ class Run {
       g.bias = x_.bias != nullptr;
       // The own block's scales: A's own (its copy in the shared buffer may not have landed).
       const auto* blockScales =
-          p.first == me ? x_.scales.a : reinterpret_cast<const float*>(scalesOf(mine, first));
+          p.first == me ? x_.scales.a : reinterpret_cast<const float*>(agScales(mine, first));
       auto sc = scalesFor(blockScales, 0, g.m, 1);
       if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a, x_.b, c + first * rows_ * colsL * cs_, x_.bias, gemmWs_,
@@ -275,7 +269,7 @@ class Run {
     if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     for (auto [to, from, bytes] :
          {std::tuple{x_.gathered, mine, n_ * block},
-          std::tuple{static_cast<void*>(x_.gatheredScales), scalesOf(mine, 0), n_ * scaleBlock}}) {
+          std::tuple{static_cast<void*>(x_.gatheredScales), agScales(mine, 0), n_ * scaleBlock}}) {
       if (to == nullptr || bytes == 0) continue;
       if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
           e != cudaSuccess)
@@ -289,21 +283,20 @@ class Run {
   // GEMM reading it in the peer's buffer once the peer says it is in, then telling the peer.
   Status allGatherGemmInPlace(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
-    const std::size_t colsL = x_.cols / n_, block = rows_ * x_.k * es_;
-    const std::size_t scaleBlock = x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0;
+    const std::size_t colsL = x_.cols / n_, block = agBlockBytes(), scaleBlock = agScaleBytes();
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = countCall(epoch, stream_); !s) return s;
     // Where each rank's block (and its scales) lies: the owner's buffer's own slot, A for this
     // rank's.
     auto blockOf = [&](int j) -> const void* {
-      return j == me ? x_.a : sh.data(j) + static_cast<std::size_t>(j) * block;
+      return j == me ? x_.a : agBlock(sh.data(j), static_cast<std::size_t>(j));
     };
     auto scalesOf = [&](int j) -> const void* {
       return j == me ? static_cast<const void*>(x_.scales.a)
-                     : sh.data(j) + n_ * block + static_cast<std::size_t>(j) * scaleBlock;
+                     : agScales(sh.data(j), static_cast<std::size_t>(j));
     };
-    if (Status s = shareOwnBlock(sh, block, scaleBlock, timeoutNs); !s) return s;
+    if (Status s = shareOwnBlock(sh, timeoutNs); !s) return s;
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     auto* gatheredScales = reinterpret_cast<std::byte*>(x_.gatheredScales);
     for (const algo::TpPiece& p : pieces()) {
@@ -360,7 +353,7 @@ class Run {
       }
       GemmShape g = pieceShape(p);
       g.bias = bias != nullptr;
-      auto sc = scalesFor(x_.blockScales ? x_.scales.a + D * rows_ * blocks_ : nullptr, 0, g.m, 1);
+      auto sc = scalesFor(aScales(D * rows_), 0, g.m, 1);
       if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b,
                                     sh.data(d) + static_cast<std::size_t>(me) * block, bias,
@@ -395,7 +388,7 @@ class Run {
       std::byte* out = p.first == me ? sh.data(me) + first * block : staging_ + first * block;
       GemmShape g = pieceShape(p);
       g.bias = bias != nullptr;
-      auto sc = scalesFor(x_.scales.a + first * rows_ * blocks_, 0, g.m, 1);
+      auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
       if (!sc) return sc.status();
       if (Status s = st_.gemms->run(g, a + first * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
                                     stream_, *sc);
@@ -444,7 +437,7 @@ class Run {
       ch.shape.bias = bias != nullptr;
       ch.shape.smCount = overlapSms(i > 0);
       // A's rows of the chunk in each rank's block, blocks a rank's rows apart.
-      auto sc = scalesFor(ch, x_.scales.a + ch.start * blocks_, rows_ * blocks_);
+      auto sc = scalesFor(ch, aScales(ch.start), rows_ * blocks_);
       if (!sc) return sc.status();
       if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
                                     stream_, *sc);
@@ -481,15 +474,14 @@ class Run {
         std::byte* shared = st_.shared.data(static_cast<int>(me));
         const void* a = p.count == 1 ? x_.a : shared;
         const float* scales =
-            p.count == 1 ? x_.scales.a
-                         : reinterpret_cast<const float*>(shared + n_ * rows_ * x_.k * es_);
+            p.count == 1 ? x_.scales.a : reinterpret_cast<const float*>(agScales(shared, 0));
         auto sc = scalesFor(scales, 0, g.m, 1);
         if (!sc) return sc.status();
         s = st_.gemms->run(g, a, x_.b,
                            static_cast<std::byte*>(x_.c) + first * rows_ * (x_.cols / n_) * cs_,
                            x_.bias, gemmWs_, stream_, *sc);
       } else {
-        auto sc = scalesFor(x_.scales.a + first * rows_ * blocks_, 0, g.m, 1);
+        auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
         if (!sc) return sc.status();
         s = st_.gemms->run(
             g, static_cast<const std::byte*>(x_.a) + first * rows_ * (x_.k / n_) * es_, x_.b,
@@ -572,6 +564,19 @@ class Run {
     return scalesFor(src, srcBatch, whole ? ch.shape.m : ch.rows, ch.shape.batches);
   }
 
+  // The fused all-gather's buffer: every rank's block of A (its rows), then (block-scaled) every
+  // rank's block's scales; rank j's of each at `data`.
+  std::size_t agBlockBytes() const { return rows_ * x_.k * es_; }
+  std::size_t agScaleBytes() const { return x_.blockScales ? rows_ * blocks_ * sizeof(float) : 0; }
+  std::byte* agBlock(std::byte* data, std::size_t j) const { return data + j * agBlockBytes(); }
+  std::byte* agScales(std::byte* data, std::size_t j) const {
+    return data + n_ * agBlockBytes() + j * agScaleBytes();
+  }
+  // A's block scales from A's row `row` on (block-scaled; else the call's scales as they are).
+  const float* aScales(std::size_t row) const {
+    return x_.blockScales ? x_.scales.a + row * blocks_ : x_.scales.a;
+  }
+
   // A fused call's start: its number counted, and the peers done with this rank's buffer in the
   // call before (they copied from it, or into it).
   Status beginFused(const Shared& sh, std::uint64_t timeoutNs) {
@@ -580,17 +585,16 @@ class Run {
   }
   // All-gather: on the side stream (forked from the caller's), once the peers are done with the
   // call before's, this rank's block of A and its scales into its slot of the shared buffer
-  // (blocks of `block` bytes, then scales of `scaleBlock`), and its "ready" flag raised.
-  Status shareOwnBlock(const Shared& sh, std::size_t block, std::size_t scaleBlock,
-                       std::uint64_t timeoutNs) {
+  // (agBlock, agScales), and its "ready" flag raised.
+  Status shareOwnBlock(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
     const auto Me = static_cast<std::size_t>(me);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     if (Status s = peersDone(sh, timeoutNs, st_.side.stream); !s) return s;
     std::byte* mine = sh.data(me);
-    for (auto [to, from, bytes] : {std::tuple{mine + Me * block, x_.a, block},
-                                   std::tuple{mine + n_ * block + Me * scaleBlock,
-                                              static_cast<const void*>(x_.scales.a), scaleBlock}}) {
+    for (auto [to, from, bytes] :
+         {std::tuple{agBlock(mine, Me), x_.a, agBlockBytes()},
+          std::tuple{agScales(mine, Me), static_cast<const void*>(x_.scales.a), agScaleBytes()}}) {
       if (bytes == 0) continue;
       if (cudaError_t e =
               cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
