@@ -85,6 +85,10 @@ std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs,
   return pieces;
 }
 
+std::vector<TpPiece> tpInPlacePieces(int nranks) {
+  return {{0, std::max(1, nranks)}};
+}
+
 Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   const auto n = static_cast<std::size_t>(std::max(1, s.nranks));
   const std::size_t rows = s.m / n;  // one rank's block
@@ -154,22 +158,22 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
           gc.launchUs + bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
       // The copies take the memory the GEMMs beside them read: each slows them by its time
       // times overlap_slowdown - 1, as a chunk's collective does (n for an all-gather, its own
-      // block's included; in place its own block's alone).
-      const double copies = k == kTpFusedInPlace ? (ag ? 1.0 : 0.0)
+      // block's included; in place none: the all-gather's own copy goes before its GEMM).
+      const double copies = k == kTpFusedInPlace ? 0.0
                             : ag                 ? static_cast<double>(n)
                                                  : static_cast<double>(n - 1);
       const double slowed = copies * copy * (gc.overlapSlowdown - 1);
       for (int r = 0; r < static_cast<int>(n); ++r) {
         const auto pieces = k == kTpFusedInPlace
-                                ? tpFusedPieces(s.op, static_cast<int>(n), r, 0, 1, 1)
+                                ? tpInPlacePieces(static_cast<int>(n))
                                 : tpFusedPieces(s.op, static_cast<int>(n), r, copy, block);
         double t = 0, copiesEnd = 0;
         int copied = 1;
         for (const TpPiece& piece : pieces) {
           if (k == kTpFusedInPlace) {
-            // A peer's block is in once the peer's own copy is (all-gather); a reduce-scatter's
-            // partial blocks are in their owners' buffers as their GEMMs end.
-            if (ag && piece.first != r) t = std::max(t, copy);
+            // The all-gather's blocks are in once their owners' copies are, side by side; the
+            // reduce-scatter's sum (below) waits for every rank's GEMM, alike.
+            if (ag) t = std::max(t, copy);
             t += gemm(piece.count);
           } else if (ag) {
             // This rank's block goes into its shared buffer on the side stream beside its own

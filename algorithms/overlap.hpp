@@ -42,9 +42,10 @@ struct TpShape {
 // it run (own block first); GEMM + reduce-scatter copies each finished partial block to its
 // owner as the next block's GEMM runs (own block last), then sums the n blocks. No SM moves data.
 inline constexpr int kTpFused = -1;
-// The fused variant without copies, for ranks sharing a device (their memory is its memory): each
-// all-gather GEMM reads a peer's block where the peer put it, and each GEMM of a reduce-scatter
-// writes its partial block straight into the owner's buffer; a GEMM a block.
+// The fused variant for ranks sharing a device (their memory is its memory), one GEMM of every
+// row (tpInPlacePieces): all-gather + GEMM puts every rank's block into one buffer and multiplies
+// them where they lie (one copy a block, no replica a rank); GEMM + reduce-scatter writes each
+// rank's partial C into its own buffer and each rank sums its block from every rank's buffer.
 inline constexpr int kTpFusedInPlace = -2;
 inline bool tpFused(int chunks) {
   return chunks == kTpFused || chunks == kTpFusedInPlace;
@@ -78,6 +79,11 @@ struct TpPiece {
 // takes more blocks (0: any number).
 std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs, double blockUs,
                                    int most = 0);
+
+// A rank's in-place GEMMs (kTpFusedInPlace), either operation: one of every rank's block. On one
+// H100 four ranks' GEMMs a block (1024 rows each) took 7-16 % longer than one of every row
+// (docs/perf-tp.md, "In place on one GPU").
+std::vector<TpPiece> tpInPlacePieces(int nranks);
 
 // "unfused" (1), "chunked:K", "fused" (kTpFused), "fused:inplace" (kTpFusedInPlace); an error
 // names the forms.

@@ -239,6 +239,26 @@ class TpBench {
       columns.push_back([&, v] { return timeUs([&] { return tp(forced_[v], t, m, c_); }); });
     for (const ForcedAlgorithm& f : opt_.algos) {
       const int chunks = *algo::parseTpChunks(f.algorithm);
+      if (chunks == algo::kTpFusedInPlace) {  // its GEMMs (algo::tpInPlacePieces) in turn
+        columns.push_back([&] {
+          return timeUs([&]() -> Status {
+            fused::tp::GemmShape piece = g;
+            for (const algo::TpPiece& p : algo::tpInPlacePieces(nranks_)) {
+              const auto j = static_cast<std::size_t>(p.first);
+              piece.m = rows * static_cast<std::size_t>(p.count);
+              const std::byte* in =
+                  ag_ ? staging_ + j * rows * aCols * es : a_ + j * rows * aCols * es;
+              std::byte* out = ag_ ? c_ + j * rows * bCols * cs : staging_ + j * rows * bCols * cs;
+              if (Status st =
+                      gemms_->run(piece, in, b_, out, nullptr, gemmWs_, stream, scales(piece));
+                  !st)
+                return st;
+            }
+            return {};
+          });
+        });
+        continue;
+      }
       if (chunks < 1) {  // fused: a GEMM a run of blocks, each waiting for its copies
         columns.push_back([]() -> Result<double> { return -1.0; });
         continue;

@@ -29,6 +29,14 @@ __global__ void raiseKernel(std::uint64_t* flag, const std::uint64_t* epoch, std
   __threadfence_system();
 }
 
+__global__ void raiseEachKernel(const FlagList flags, const std::uint64_t* epoch) {
+  __threadfence_system();
+  const std::uint64_t value = *epoch;
+  for (int j = 0; j < flags.count; ++j)
+    *reinterpret_cast<volatile std::uint64_t*>(flags.at[j]) = value;
+  __threadfence_system();
+}
+
 __global__ void awaitEachKernel(const FlagList flags, const std::uint64_t* epoch,
                                 std::uint64_t scale, std::uint64_t plus, std::uint64_t timeoutNs) {
   const std::uint64_t want = *epoch * scale + plus, start = now();
@@ -91,6 +99,11 @@ Status awaitEach(const FlagList& flags, const std::uint64_t* epoch, std::uint64_
   return launched("wait");
 }
 
+Status raiseEach(const FlagList& flags, const std::uint64_t* epoch, void* stream) {
+  raiseEachKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flags, epoch);
+  return launched("flags");
+}
+
 Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count, int skip,
                   const std::uint64_t* epoch, std::int64_t delta, std::uint64_t timeoutNs,
                   void* stream) {
@@ -114,6 +127,7 @@ Status loadFlagKernels(std::uint64_t* words, void* stream) {
   FlagList one;
   one.at[one.count++] = words + 1;
   if (Status s = awaitEach(one, words, 1, 0, 1000000000, stream); !s) return s;
+  if (Status s = raiseEach(one, words, stream); !s) return s;
   if (cudaError_t e = cudaStreamSynchronize(st); e != cudaSuccess) return failed(e);
   return {};
 }

@@ -23,15 +23,18 @@ Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count
                   const std::uint64_t* epoch, std::int64_t delta, std::uint64_t timeoutNs,
                   void* stream);
 
-// Flags anywhere (each rank's own, in its buffer), waited for together.
+// Flags anywhere (each rank's own, in its buffer), waited for or raised together.
 struct FlagList {
   static constexpr int kMost = 128;
-  const std::uint64_t* at[kMost] = {};
+  std::uint64_t* at[kMost] = {};
   int count = 0;
 };
-// Waits until every flag of `flags` holds at least *epoch · scale + plus; traps past `timeoutNs`.
+// Waits until every flag of `flags` holds at least *epoch · scale + plus (modulo 2⁶⁴: plus
+// ~0 is *epoch - 1); traps past `timeoutNs`.
 Status awaitEach(const FlagList& flags, const std::uint64_t* epoch, std::uint64_t scale,
                  std::uint64_t plus, std::uint64_t timeoutNs, void* stream);
+// Every flag of `flags` = *epoch, in one kernel.
+Status raiseEach(const FlagList& flags, const std::uint64_t* epoch, void* stream);
 
 // An empty kernel: what a collective enqueued next on `stream` follows. The runtime may launch a
 // collective's kernel as a programmatic dependent of the stream's previous kernel, early, its

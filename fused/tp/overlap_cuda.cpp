@@ -278,96 +278,97 @@ class Run {
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
-  // In place (ranks sharing the device): the own block into the shared buffer on the side stream
-  // (once the peers are done with the one before) beside its GEMM from A; each peer's block's
-  // GEMM reading it in the peer's buffer once the peer says it is in, then telling the peer.
+  // In place (ranks sharing the device): every rank's block (and its scales) into one buffer,
+  // rank 0's second region (inPlaceBlocks), on the side stream once every rank is done with rank
+  // 0's buffer in the call before; then the GEMMs of algo::tpInPlacePieces (one of every row)
+  // once each block is in, from where it lies: no block is copied more than once.
   Status allGatherGemmInPlace(const Shared& sh, std::uint64_t timeoutNs) {
-    const int me = comm_.rank();
+    const int me = comm_.rank(), n = comm_.size();
     const std::size_t colsL = x_.cols / n_, block = agBlockBytes(), scaleBlock = agScaleBytes();
+    const auto Me = static_cast<std::size_t>(me);
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = countCall(epoch, stream_); !s) return s;
-    // Where each rank's block (and its scales) lies: the owner's buffer's own slot, A for this
-    // rank's.
-    auto blockOf = [&](int j) -> const void* {
-      return j == me ? x_.a : agBlock(sh.data(j), static_cast<std::size_t>(j));
-    };
-    auto scalesOf = [&](int j) -> const void* {
-      return j == me ? static_cast<const void*>(x_.scales.a)
-                     : agScales(sh.data(j), static_cast<std::size_t>(j));
-    };
-    if (Status s = shareOwnBlock(sh, timeoutNs); !s) return s;
-    auto* gathered = static_cast<std::byte*>(x_.gathered);
-    auto* gatheredScales = reinterpret_cast<std::byte*>(x_.gatheredScales);
+    std::byte* blocks = inPlaceBlocks(sh);
+    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
+    if (Status s = usersDone(sh, 0, timeoutNs, st_.side.stream); !s) return s;
+    for (auto [to, from, bytes] :
+         {std::tuple{agBlock(blocks, Me), x_.a, block},
+          std::tuple{agScales(blocks, Me), static_cast<const void*>(x_.scales.a), scaleBlock}}) {
+      if (bytes == 0) continue;
+      if (cudaError_t e =
+              cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
+          e != cudaSuccess)
+        return cudaFailed("own block", e);
+    }
+    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, st_.side.stream); !s) return s;
+    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
-      const int j = p.first;
-      if (j != me) {
-        if (Status s = awaitFlags(sh.flag(j, kReady), 0, 1, -1, epoch, 0, timeoutNs, stream_); !s)
-          return s;
-      }
+      FlagList ready;
+      for (int j = p.first; j < p.first + p.count; ++j)
+        if (j != me) ready.at[ready.count++] = sh.flag(j, kReady);
+      if (Status s = awaitEach(ready, epoch, 1, 0, timeoutNs, stream_); !s) return s;
+      const auto first = static_cast<std::size_t>(p.first);
       GemmShape g = pieceShape(p);
       g.bias = x_.bias != nullptr;
-      auto sc = scalesFor(static_cast<const float*>(scalesOf(j)), 0, g.m, 1);
+      auto sc = scalesFor(reinterpret_cast<const float*>(agScales(blocks, first)), 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, blockOf(j), x_.b,
-                                    c + static_cast<std::size_t>(j) * rows_ * colsL * cs_, x_.bias,
-                                    gemmWs_, stream_, *sc);
+      if (Status s =
+              st_.gemms->run(g, agBlock(blocks, first), x_.b, c + first * rows_ * colsL * cs_,
+                             x_.bias, gemmWs_, stream_, *sc);
           !s)
         return s;
-      // The gathered A and scales where asked for; then the peer hears this rank is done with
-      // its block (the peer's next call overwrites it).
-      const auto J = static_cast<std::size_t>(j);
-      for (auto [to, from, bytes] : {std::tuple{gathered, blockOf(j), block},
-                                     std::tuple{gatheredScales, scalesOf(j), scaleBlock}}) {
-        if (to == nullptr || bytes == 0) continue;
-        if (cudaError_t e =
-                cudaMemcpyAsync(to + J * bytes, from, bytes, cudaMemcpyDeviceToDevice, stream_);
-            e != cudaSuccess)
-          return cudaFailed("gathered A", e);
-      }
-      if (j != me) {
-        if (Status s = raiseFlag(sh.flag(j, kDone + me), epoch, stream_); !s) return s;
-      }
     }
-    if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
+    for (auto [to, from, bytes] : {std::tuple{x_.gathered, blocks, n_ * block},
+                                   std::tuple{static_cast<void*>(x_.gatheredScales),
+                                              agScales(blocks, 0), n_ * scaleBlock}}) {
+      if (to == nullptr || bytes == 0) continue;
+      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
+          e != cudaSuccess)
+        return cudaFailed("gathered A", e);
+    }
+    // Done with rank 0's buffer; every other rank's untouched (each hears it, as after any call).
+    FlagList done;
+    for (int d = 0; d < n; ++d)
+      if (d != me) done.at[done.count++] = sh.flag(d, kDone + me);
+    if (Status s = raiseEach(done, epoch, stream_); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
-  // In place (ranks sharing the device): each GEMM of a peer's rows writes its partial block
-  // straight into the peer's buffer once the peer's stream is done with it (its last call's sum),
-  // this rank's last; then the sum of the n blocks here.
+  // In place (ranks sharing the device): the GEMM of algo::tpInPlacePieces (one of every row)
+  // writes this rank's partial C into its own buffer, once every rank is done with it in the call
+  // before; then, every rank's "ready" flag up, the sum of this rank's block from each rank's
+  // buffer where it lies, in rank order; then every peer hears this rank is done with its buffer.
   Status gemmReduceScatterInPlace(const Shared& sh, std::uint64_t timeoutNs) {
     const int n = comm_.size(), me = comm_.rank();
     const std::size_t depth = x_.k / n_, block = rows_ * x_.cols * cs_;
     const auto* a = static_cast<const std::byte*>(x_.a);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
-    // The own block's slot may have been read by the peers in the call before (an all-gather).
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
     for (const algo::TpPiece& p : pieces()) {
-      const int d = p.first;
-      const auto D = static_cast<std::size_t>(d);
-      if (d != me) {
-        if (Status s = awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, stream_); !s)
-          return s;
-      }
+      const auto first = static_cast<std::size_t>(p.first);
       GemmShape g = pieceShape(p);
       g.bias = bias != nullptr;
-      auto sc = scalesFor(aScales(D * rows_), 0, g.m, 1);
+      auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, a + D * rows_ * depth * es_, x_.b,
-                                    sh.data(d) + static_cast<std::size_t>(me) * block, bias,
-                                    gemmWs_, stream_, *sc);
+      if (Status s = st_.gemms->run(g, a + first * rows_ * depth * es_, x_.b,
+                                    sh.data(me) + first * block, bias, gemmWs_, stream_, *sc);
           !s)
         return s;
-      if (d != me) {
-        if (Status s = raiseFlag(sh.flag(d, kDone + me), epoch, stream_); !s) return s;
-      }
     }
-    if (Status s = awaitFlags(sh.flag(me, kDone), kFlagStride, n, me, epoch, 0, timeoutNs, stream_);
-        !s)
-      return s;
-    if (Status s = sumBlocks(x_.c, sh.data(me), n, rows_ * x_.cols, x_.out, stream_); !s) return s;
+    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, stream_); !s) return s;
+    FlagList ready, done;
+    BlockList parts;
+    for (int p = 0; p < n; ++p) {
+      parts.at[parts.count++] = sh.data(p) + static_cast<std::size_t>(me) * block;
+      if (p == me) continue;
+      ready.at[ready.count++] = sh.flag(p, kReady);
+      done.at[done.count++] = sh.flag(p, kDone + me);
+    }
+    if (Status s = awaitEach(ready, epoch, 1, 0, timeoutNs, stream_); !s) return s;
+    if (Status s = sumBlocks(x_.c, parts, rows_ * x_.cols, x_.out, stream_); !s) return s;
+    if (Status s = raiseEach(done, epoch, stream_); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
@@ -398,15 +399,7 @@ class Run {
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       for (int d = p.first; d < p.first + p.count; ++d) {
         const auto D = static_cast<std::size_t>(d);
-        // d is done with its buffer: its last call's sum read it, the peers' copies left it.
-        if (Status s = awaitFlags(sh.flag(d, kDone), kFlagStride, n, d, epoch, -1, timeoutNs,
-                                  st_.side.stream);
-            !s)
-          return s;
-        if (Status s =
-                awaitFlags(sh.flag(d, kFree), 0, 1, -1, epoch, -1, timeoutNs, st_.side.stream);
-            !s)
-          return s;
+        if (Status s = usersDone(sh, d, timeoutNs, st_.side.stream); !s) return s;
         if (cudaError_t e = cudaMemcpyAsync(sh.data(d) + static_cast<std::size_t>(me) * block,
                                             staging_ + D * block, block, cudaMemcpyDeviceToDevice,
                                             st_.side.stream);
@@ -495,8 +488,7 @@ class Run {
   // This rank's fused GEMMs, as the plan's copy and block times group them (WEFT_TP_FUSED_BLOCKS:
   // runs of that many blocks at most, whatever the copies cost).
   std::vector<algo::TpPiece> pieces() const {
-    if (plan_.chunks == algo::kTpFusedInPlace)
-      return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, 1);
+    if (plan_.chunks == algo::kTpFusedInPlace) return algo::tpInPlacePieces(comm_.size());
     if (const int most = comm_.config().tpFusedBlocks; most > 0)
       return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, most);
     return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), plan_.copyUs, plan_.blockUs);
@@ -572,6 +564,11 @@ class Run {
   std::byte* agScales(std::byte* data, std::size_t j) const {
     return data + n_ * agBlockBytes() + j * agScaleBytes();
   }
+  // The in-place all-gather's blocks: every rank's, laid out likewise, in rank 0's buffer after
+  // that layout (where no other form's data lies).
+  std::byte* inPlaceBlocks(const Shared& sh) const {
+    return sh.data(0) + n_ * (agBlockBytes() + agScaleBytes());
+  }
   // A's block scales from A's row `row` on (block-scaled; else the call's scales as they are).
   const float* aScales(std::size_t row) const {
     return x_.blockScales ? x_.scales.a + row * blocks_ : x_.scales.a;
@@ -602,6 +599,16 @@ class Run {
         return cudaFailed("own block", e);
     }
     return raiseFlag(sh.flag(me, kReady), sh.flag(me, kEpoch), st_.side.stream);
+  }
+  // `stream` waits until rank d's buffer is free: every rank is done with it in the call before
+  // (d's last call's own use, its sum or GEMMs, and every peer's copies from or into it).
+  Status usersDone(const Shared& sh, int d, std::uint64_t timeoutNs, cudaStream_t stream) {
+    const int me = comm_.rank();
+    FlagList users;
+    if (d != me) users.at[users.count++] = sh.flag(d, kFree);
+    for (int q = 0; q < comm_.size(); ++q)
+      if (q != d) users.at[users.count++] = sh.flag(d, kDone + q);
+    return awaitEach(users, sh.flag(me, kEpoch), 1, ~std::uint64_t{0}, timeoutNs, stream);
   }
   // `stream` waits until every peer is done with this rank's buffer in the call before.
   Status peersDone(const Shared& sh, std::uint64_t timeoutNs, cudaStream_t stream) {
@@ -685,13 +692,14 @@ Status runTp(Communicator& comm, const TpCall& x) {
   bool mapped = false;
   if (comm.size() > 1 && comm.size() <= kFusedMaxRanks) {
     const algo::TpShape shape = x.shape(comm.size());
-    // all-gather's block scales after the blocks.
-    const std::size_t data =
-        !algo::tpFused(how.chunks) ? 0
-        : x.op == algo::TpOp::allGatherGemm
-            ? x.m * x.k * shape.commBytes() +
-                  (x.blockScales ? x.m * scaleBlocks(shape) * sizeof(float) : 0)
-            : x.m * x.cols * shape.commBytes();
+    // all-gather's block scales after the blocks; in place, rank 0's buffer holds them twice
+    // (Run::inPlaceBlocks).
+    const std::size_t agData = x.m * x.k * shape.commBytes() +
+                               (x.blockScales ? x.m * scaleBlocks(shape) * sizeof(float) : 0);
+    const std::size_t data = !algo::tpFused(how.chunks)          ? 0
+                             : x.op != algo::TpOp::allGatherGemm ? x.m * x.cols * shape.commBytes()
+                             : how.chunks == algo::kTpFusedInPlace ? 2 * agData
+                                                                   : agData;
     auto ok = ensureShared(comm, **st, kFlagsBytes + data, static_cast<cudaStream_t>(x.stream));
     if (!ok) return ok.status();
     mapped = *ok;

@@ -9,10 +9,20 @@
 
 namespace weft::fused::tp {
 
+// Blocks of `values` values anywhere: in this rank's buffer, or in peers' on its device.
+struct BlockList {
+  static constexpr int kMost = 128;
+  const void* at[kMost] = {};
+  int count = 0;
+};
+
 // out[i] = sum over b < count of blocks[b · values + i], i < values (bf16, f16 or f32).
 // Loads the kernel of every type (before any flag kernel spins: see flags.hpp).
 Status loadSumKernels();
 Status sumBlocks(void* out, const void* blocks, int count, std::size_t values, DataType type,
+                 void* stream);
+// out[i] = sum over the list's blocks, in its order, of block[i].
+Status sumBlocks(void* out, const BlockList& blocks, std::size_t values, DataType type,
                  void* stream);
 
 }  // namespace weft::fused::tp

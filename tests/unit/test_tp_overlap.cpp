@@ -106,10 +106,14 @@ TEST(TpOverlap, InPlaceWhereTheRanksShareTheDevice) {
     EXPECT_EQ(in->chunks, algo::kTpFusedInPlace);
     EXPECT_GE(in->estimateUs, in->gemmUs);
     EXPECT_LT(in->estimateUs, in->sequentialUs);
-    // A GEMM a block; the all-gather's wait no longer than the peers' own copies.
-    EXPECT_GE(in->estimateUs, 4 * in->blockUs - 1e-6);
+    // One GEMM of every row: all-gather's after the ranks' own copies, side by side;
+    // reduce-scatter's before the sum.
+    EXPECT_EQ(algo::tpInPlacePieces(4), (std::vector<algo::TpPiece>{{0, 4}}));
     if (op == algo::TpOp::allGatherGemm) {
-      EXPECT_LE(in->estimateUs, in->copyUs + 4 * in->blockUs);
+      EXPECT_NEAR(in->estimateUs, in->copyUs + in->gemmUs, 1e-6);
+    } else {
+      EXPECT_GT(in->estimateUs, in->gemmUs);
+      EXPECT_LT(in->estimateUs, in->gemmUs + in->commUs);
     }
     auto pick = gpuSelector(4, tflops, true).planTp(s);
     ASSERT_TRUE(pick.isOk());
