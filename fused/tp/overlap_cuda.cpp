@@ -50,7 +50,7 @@ struct Shared {
 // Flag indices; kDone + the peer; kFree: every call's last, on the owner's stream.
 constexpr int kEpoch = 0, kReady = 1, kDone = 2, kFree = kDone + kFusedMaxRanks;
 constexpr int kGateCount = kFree + 1, kGate = kFree + 2;
-constexpr std::uint64_t kGateSteps = 128;  // more than a call's chunks
+constexpr std::uint64_t kGateSteps = 128;  // more than a call's collectives (two a chunk)
 
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
@@ -157,9 +157,12 @@ class Run {
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
-    if (Status s = gate(0); !s) return s;  // the ranks' work before the call is done
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunk(plan_.chunks, i);
+      // Every rank's collectives before this one are done (before the first, the ranks' work
+      // before the call): an early rank's next all-gather, launched as a programmatic dependent
+      // of its last, could otherwise hold the SMs a late rank's needs.
+      if (Status s = gate(2 * i); !s) return s;
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
@@ -179,6 +182,7 @@ class Run {
       // Block-scaled: the rows' scales likewise.
       const float* scales = gatheredScales_ + ch.start * n_ * blocks_;
       if (x_.blockScales && !dry_) {
+        if (Status s = gate(2 * i + 1); !s) return s;
         if (Status s = gatherScales(ch); !s) return s;
         if (plan_.chunks == 1 && x_.gatheredScales != nullptr) scales = x_.gatheredScales;
       }
