@@ -231,7 +231,7 @@ class Run {
     std::byte* mine = sh.data(me);
     // On the side stream beside the own block's GEMM (which reads A itself): the own block into
     // the shared buffer, then the peers'.
-    if (Status s = shareOwnBlock(sh, timeoutNs); !s) return s;
+    if (Status s = shareOwnBlock(sh, me, mine, timeoutNs); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
       const void* a = x_.a;
@@ -271,14 +271,7 @@ class Run {
         return s;
     }
     if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
-    for (auto [to, from, bytes] :
-         {std::tuple{x_.gathered, mine, n_ * block},
-          std::tuple{static_cast<void*>(x_.gatheredScales), agScales(mine, 0), n_ * scaleBlock}}) {
-      if (to == nullptr || bytes == 0) continue;
-      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
-          e != cudaSuccess)
-        return cudaFailed("gathered A", e);
-    }
+    if (Status s = copyGathered(mine); !s) return s;
     return raiseFlag(sh.flag(me, kFree), epoch, stream_);
   }
 
@@ -288,24 +281,12 @@ class Run {
   // once each block is in, from where it lies: no block is copied more than once.
   Status allGatherGemmInPlace(const Shared& sh, std::uint64_t timeoutNs) {
     const int me = comm_.rank(), n = comm_.size();
-    const std::size_t colsL = x_.cols / n_, block = agBlockBytes(), scaleBlock = agScaleBytes();
-    const auto Me = static_cast<std::size_t>(me);
+    const std::size_t colsL = x_.cols / n_;
     auto* c = static_cast<std::byte*>(x_.c);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = countCall(epoch, stream_); !s) return s;
     std::byte* blocks = inPlaceBlocks(sh);
-    if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    if (Status s = usersDone(sh, 0, timeoutNs, st_.side.stream); !s) return s;
-    for (auto [to, from, bytes] :
-         {std::tuple{agBlock(blocks, Me), x_.a, block},
-          std::tuple{agScales(blocks, Me), static_cast<const void*>(x_.scales.a), scaleBlock}}) {
-      if (bytes == 0) continue;
-      if (cudaError_t e =
-              cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
-          e != cudaSuccess)
-        return cudaFailed("own block", e);
-    }
-    if (Status s = raiseFlag(sh.flag(me, kReady), epoch, st_.side.stream); !s) return s;
+    if (Status s = shareOwnBlock(sh, 0, blocks, timeoutNs); !s) return s;
     if (Status s = follow(stream_, st_.side.stream, st_.side.join); !s) return s;
     for (const algo::TpPiece& p : pieces()) {
       FlagList ready;
@@ -323,14 +304,7 @@ class Run {
           !s)
         return s;
     }
-    for (auto [to, from, bytes] : {std::tuple{x_.gathered, blocks, n_ * block},
-                                   std::tuple{static_cast<void*>(x_.gatheredScales),
-                                              agScales(blocks, 0), n_ * scaleBlock}}) {
-      if (to == nullptr || bytes == 0) continue;
-      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
-          e != cudaSuccess)
-        return cudaFailed("gathered A", e);
-    }
+    if (Status s = copyGathered(blocks); !s) return s;
     // Done with rank 0's buffer; every other rank's untouched (each hears it, as after any call).
     FlagList done;
     for (int d = 0; d < n; ++d)
@@ -582,20 +556,19 @@ class Run {
   // call before (they copied from it, or into it).
   Status beginFused(const Shared& sh, std::uint64_t timeoutNs) {
     if (Status s = countCall(sh.flag(comm_.rank(), kEpoch), stream_); !s) return s;
-    return peersDone(sh, timeoutNs, stream_);
+    return usersDone(sh, comm_.rank(), timeoutNs, stream_);
   }
-  // All-gather: on the side stream (forked from the caller's), once the peers are done with the
-  // call before's, this rank's block of A and its scales into its slot of the shared buffer
-  // (agBlock, agScales), and its "ready" flag raised.
-  Status shareOwnBlock(const Shared& sh, std::uint64_t timeoutNs) {
+  // All-gather: on the side stream (forked from the caller's), once every rank is done with
+  // rank `owner`'s buffer in the call before, this rank's block of A and its scales into its slot
+  // of the layout at `data` in that buffer (agBlock, agScales), and its "ready" flag raised.
+  Status shareOwnBlock(const Shared& sh, int owner, std::byte* data, std::uint64_t timeoutNs) {
     const int me = comm_.rank();
     const auto Me = static_cast<std::size_t>(me);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    if (Status s = peersDone(sh, timeoutNs, st_.side.stream); !s) return s;
-    std::byte* mine = sh.data(me);
+    if (Status s = usersDone(sh, owner, timeoutNs, st_.side.stream); !s) return s;
     for (auto [to, from, bytes] :
-         {std::tuple{agBlock(mine, Me), x_.a, agBlockBytes()},
-          std::tuple{agScales(mine, Me), static_cast<const void*>(x_.scales.a), agScaleBytes()}}) {
+         {std::tuple{agBlock(data, Me), x_.a, agBlockBytes()},
+          std::tuple{agScales(data, Me), static_cast<const void*>(x_.scales.a), agScaleBytes()}}) {
       if (bytes == 0) continue;
       if (cudaError_t e =
               cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, st_.side.stream);
@@ -603,6 +576,19 @@ class Run {
         return cudaFailed("own block", e);
     }
     return raiseFlag(sh.flag(me, kReady), sh.flag(me, kEpoch), st_.side.stream);
+  }
+  // Where asked for, every rank's block and scales from the layout at `data` into the gathered A
+  // and scales, on the caller's stream.
+  Status copyGathered(std::byte* data) {
+    for (auto [to, from, bytes] : {std::tuple{x_.gathered, data, n_ * agBlockBytes()},
+                                   std::tuple{static_cast<void*>(x_.gatheredScales),
+                                              agScales(data, 0), n_ * agScaleBytes()}}) {
+      if (to == nullptr || bytes == 0) continue;
+      if (cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_);
+          e != cudaSuccess)
+        return cudaFailed("gathered A", e);
+    }
+    return {};
   }
   // `stream` waits until rank d's buffer is free: every rank is done with it in the call before
   // (d's last call's own use, its sum or GEMMs, and every peer's copies from or into it).
@@ -613,12 +599,6 @@ class Run {
     for (int q = 0; q < comm_.size(); ++q)
       if (q != d) users.at[users.count++] = sh.flag(d, kDone + q);
     return awaitEach(users, sh.flag(me, kEpoch), 1, ~std::uint64_t{0}, timeoutNs, stream);
-  }
-  // `stream` waits until every peer is done with this rank's buffer in the call before.
-  Status peersDone(const Shared& sh, std::uint64_t timeoutNs, cudaStream_t stream) {
-    const int me = comm_.rank();
-    return awaitFlags(sh.flag(me, kDone), kFlagStride, comm_.size(), me, sh.flag(me, kEpoch), -1,
-                      timeoutNs, stream);
   }
 
   // Where ranks share a GPU, a collective's blocks spinning on a peer can hold every SM from the
