@@ -81,7 +81,7 @@ std::vector<TpPiece> tpFusedPieces(TpOp op, int nranks, int rank, double copyUs,
                                    int most = 0);
 
 // A rank's in-place GEMMs (kTpFusedInPlace), either operation: one of every rank's block. On one
-// H100 four ranks' GEMMs a block (1024 rows each) took 7-16 % longer than one of every row
+// H100 four ranks' GEMMs a block (1024 rows each) took 7-11 % longer than one of every row
 // (docs/perf-tp.md, "In place on one GPU").
 std::vector<TpPiece> tpInPlacePieces(int nranks);
 
