@@ -45,13 +45,17 @@ inline Status follow(cudaStream_t after, cudaStream_t before, cudaEvent_t e) {
 
 // Null, or memory the GPU reaches; else invalid, "<who>: <role> is not GPU memory".
 inline Status onDevice(const void* p, const char* who, const char* role) {
-  cudaPointerAttributes a{};
   if (p == nullptr) return {};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.devicePointer == nullptr) {
-    (void)cudaGetLastError();
-    return invalidArgument(std::string(who) + ": " + role + " is not GPU memory");
-  }
-  return {};
+  auto device = [p] {
+    cudaPointerAttributes a{};
+    const bool ok = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.devicePointer != nullptr;
+    if (!ok) (void)cudaGetLastError();
+    return ok;
+  };
+  // A thread whose first CUDA call this is has no context yet, and the query then knows no
+  // device memory: cudaFree(nullptr) makes the current device's context current, then again.
+  if (device() || (cudaFree(nullptr) == cudaSuccess && device())) return {};
+  return invalidArgument(std::string(who) + ": " + role + " is not GPU memory");
 }
 
 // A communicator's side stream for a fused operation, and the events that fork it from the

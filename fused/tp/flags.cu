@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <string>
 
 #include "fused/tp/flags.hpp"
@@ -14,6 +15,15 @@ __device__ std::uint64_t now() {
 }
 
 __global__ void emptyKernel() {}
+
+// A wait past its timeout: says which flag and what it held (the log of a stuck peer), then traps.
+__device__ void timedOut(int j, int count, const std::uint64_t* flag, std::uint64_t have,
+                         std::uint64_t want) {
+  printf("weft: tensor-parallel flag wait timed out: flag %d of %d (%p) holds %llu, wants %llu\n",
+         j, count, static_cast<const void*>(flag), static_cast<unsigned long long>(have),
+         static_cast<unsigned long long>(want));
+  __trap();
+}
 
 __global__ void countKernel(std::uint64_t* epoch) {
   *epoch += 1;
@@ -43,7 +53,7 @@ __global__ void awaitEachKernel(const FlagList flags, const std::uint64_t* epoch
   for (int j = 0; j < flags.count; ++j) {
     const auto* flag = reinterpret_cast<const volatile std::uint64_t*>(flags.at[j]);
     while (*flag < want) {
-      if (now() - start > timeoutNs) __trap();
+      if (now() - start > timeoutNs) timedOut(j, flags.count, flags.at[j], *flag, want);
       __nanosleep(200);
     }
   }
@@ -60,7 +70,8 @@ __global__ void awaitKernel(const std::uint64_t* first, std::size_t stride, int 
     const auto* flag = reinterpret_cast<const volatile std::uint64_t*>(
         reinterpret_cast<const char*>(first) + j * stride);
     while (*flag < want) {
-      if (now() - start > timeoutNs) __trap();
+      if (now() - start > timeoutNs)
+        timedOut(j, count, const_cast<const std::uint64_t*>(flag), *flag, want);
       __nanosleep(200);
     }
   }

@@ -17,8 +17,8 @@ Status countCall(std::uint64_t* epoch, void* stream);
 Status raiseFlag(std::uint64_t* flag, const std::uint64_t* epoch, void* stream,
                  std::uint64_t scale = 1, std::uint64_t plus = 0);
 // Waits until each of `count` flags (the first at `first`, `strideBytes` apart; `skip` not
-// waited for, -1: none) holds at least *epoch + delta. Past `timeoutNs` the kernel traps: the
-// stream fails rather than hang on a dead peer.
+// waited for, -1: none) holds at least *epoch + delta. Past `timeoutNs` the kernel prints the flag
+// it waited for and traps: the stream fails rather than hang on a dead peer.
 Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count, int skip,
                   const std::uint64_t* epoch, std::int64_t delta, std::uint64_t timeoutNs,
                   void* stream);

@@ -386,10 +386,14 @@ TEST_P(GpuTpGraphs, CallsReplayFromAGraph) {
     p.fill(rng);
     std::vector<DeviceBuffers> d(N);
     std::vector<cudaGraphExec_t> graphs(N);
+    // Allocations may wait for the device's other work: every rank's before any rank's call.
     onEveryRank(n, [&](int r) {
       const auto R = static_cast<std::size_t>(r);
       d[R].allocate(p);
       d[R].upload(p, r, streams[r]);
+    });
+    onEveryRank(n, [&](int r) {
+      const auto R = static_cast<std::size_t>(r);
       // A shape's first call sets up (the handle, the plans) outside the capture.
       EXPECT_EQ(call(p, comms[R], streams[r], d[R].a, d[R].b, d[R].c, nullptr, d[R].bias),
                 weftSuccess)
@@ -405,13 +409,18 @@ TEST_P(GpuTpGraphs, CallsReplayFromAGraph) {
       EXPECT_EQ(cudaStreamEndCapture(streams[r], &graph), cudaSuccess);
       EXPECT_EQ(cudaGraphInstantiate(&graphs[R], graph, 0), cudaSuccess);
       (void)cudaGraphDestroy(graph);
+      // A graph's first launch would upload it, which may wait for the device's other work:
+      // with ranks as threads on one GPU, for a peer's replay that waits for this rank.
+      EXPECT_EQ(cudaGraphUpload(graphs[R], streams[r]), cudaSuccess);
+      EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
     });
     for (int replay = 0; replay < 3; ++replay) {
       p.fill(rng);
       std::vector<Bytes> c(N), gathered(N);
+      // Every rank's inputs in place before any rank's replay starts waiting for its peers.
+      onEveryRank(n, [&](int r) { d[static_cast<std::size_t>(r)].upload(p, r, streams[r]); });
       onEveryRank(n, [&](int r) {
         const auto R = static_cast<std::size_t>(r);
-        d[R].upload(p, r, streams[r]);
         EXPECT_EQ(cudaGraphLaunch(graphs[R], streams[r]), cudaSuccess);
         EXPECT_EQ(cudaStreamSynchronize(streams[r]), cudaSuccess);
         EXPECT_TRUE(comms[R].asyncError().isOk()) << comms[R].asyncError().toString();
