@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "fused/tp/device_list.hpp"
 #include "weft/status.hpp"
 
 namespace weft::fused::tp {
@@ -24,11 +25,7 @@ Status awaitFlags(const std::uint64_t* first, std::size_t strideBytes, int count
                   void* stream);
 
 // Flags anywhere (each rank's own, in its buffer), waited for or raised together.
-struct FlagList {
-  static constexpr int kMost = 128;
-  std::uint64_t* at[kMost] = {};
-  int count = 0;
-};
+using FlagList = DeviceList<std::uint64_t*>;
 // Waits until every flag of `flags` holds at least *epoch · scale + plus (modulo 2⁶⁴: plus
 // ~0 is *epoch - 1); traps past `timeoutNs`.
 Status awaitEach(const FlagList& flags, const std::uint64_t* epoch, std::uint64_t scale,

@@ -4,17 +4,14 @@
 
 #include <cstddef>
 
+#include "fused/tp/device_list.hpp"
 #include "weft/status.hpp"
 #include "weft/types.hpp"
 
 namespace weft::fused::tp {
 
 // Blocks of `values` values anywhere: in this rank's buffer, or in peers' on its device.
-struct BlockList {
-  static constexpr int kMost = 128;
-  const void* at[kMost] = {};
-  int count = 0;
-};
+using BlockList = DeviceList<const void*>;
 
 // out[i] = sum over b < count of blocks[b · values + i], i < values (bf16, f16 or f32).
 // Loads the kernel of every type (before any flag kernel spins: see flags.hpp).
