@@ -173,6 +173,22 @@ if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   run racecheck-processes 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuProcesses.Collectives*/2ranks'
   run racecheck-kernels 600 "${san[@]}" --tool racecheck "$dir/tests/weft_gpu_tests" --gtest_filter='*Float16*'
   run racecheck-one-rank 600 "${san[@]}" --tool racecheck "$T" --gtest_filter='*GpuThreads.Every*/1ranks'
+  # The tensor-parallel GEMMs: one rank as a thread, then 2 and 3 as weft-perf's forked processes
+  # (every variant, shapes that are not multiples of 128; the bench checks C). racecheck stays on
+  # bf16: cuBLASLt's own block-scaled fp8 kernel reports shared-memory hazards inside itself.
+  run memcheck-tp-one-rank 600 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tp_tests" \
+    --gtest_filter='*GpuTp*/1ranks*:GpuTpErrors*'
+  tp=(-w 1 -n 2 --algos "unfused,chunked:2,fused,fused:inplace")
+  run memcheck-tp-rs-processes 300 "${san[@]}" --tool memcheck "$dir/weft-perf" gemm-rs -np 2 \
+    --m 1000 --n 1000 --k 520 "${tp[@]}"
+  run memcheck-tp-ag-processes 300 "${san[@]}" --tool memcheck "$dir/weft-perf" ag-gemm -np 3 \
+    --m 1002 --n 1500 --k 520 "${tp[@]}"
+  for op in gemm-rs ag-gemm; do
+    run "memcheck-tp-$op-fp8-processes" 300 "${san[@]}" --tool memcheck "$dir/weft-perf" "$op" \
+      -np 3 --m 1008 --n 1512 --k 1536 -d e4m3 --fp8-scales block "${tp[@]}"
+    run "racecheck-tp-$op-processes" 300 "${san[@]}" --tool racecheck "$dir/weft-perf" "$op" \
+      -np 2 --m 1000 --n 1000 --k 520 "${tp[@]}"
+  done
 fi
 if [[ "${BENCH:-1}" == 1 ]]; then
   # The primitive against the device's copy bandwidth (bytes read + written).
