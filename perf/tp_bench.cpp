@@ -17,6 +17,7 @@
 #include "fused/tp/overlap.hpp"
 #include "perf/calibrate_common.hpp"
 #include "perf/element.hpp"
+#include "src/core/config.hpp"
 #endif
 
 namespace weft::perf {
@@ -95,6 +96,9 @@ class TpBench {
     auto gemms = fused::tp::Gemms::create();
     if (!gemms) return gemms.status();
     gemms_ = std::move(*gemms);
+    // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE).
+    auto config = Config::fromEnvironment();
+    gemms_->setTuning(config && config->tpGemmTune);
     header();
     for (DataType type : opt_.types) {
       for (std::size_t m : opt_.gemmM) {

@@ -3,9 +3,12 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "src/core/log.hpp"
 #include "topology/shared_library.hpp"
 
 namespace weft::fused::tp {
@@ -23,7 +26,8 @@ struct Lt {
   X(cublasLtMatrixLayoutSetAttribute)                                                     \
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                    \
   X(cublasLtMatmulPreferenceSetAttribute)                                                 \
-  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtGetStatusString)
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulAlgoConfigGetAttribute)              \
+  X(cublasLtMatmul) X(cublasLtGetStatusString)
   // clang-format on
 #define WEFT_LT_POINTER(f) decltype(&::f) f = nullptr;
   WEFT_LT_FUNCTIONS(WEFT_LT_POINTER)
@@ -73,6 +77,10 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
                 std::string("cuBLASLt ") + what + ": " + lt.cublasLtGetStatusString(s));
 }
 
+// The heuristic's results a shape's tuning times: its second or third took 10-19 % less time
+// than its first where four ranks shared an H100 (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
+constexpr std::size_t kCandidates = 8;
+
 }  // namespace
 
 // A shape's descriptors: the row-major C = A·B is cuBLASLt's column-major Cᵀ = Bᵀ·Aᵀ, so its
@@ -83,6 +91,8 @@ struct Gemms::Cached {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b = nullptr, a = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // Until the shape's first GEMM chose: the heuristic's candidates without split-K, best first.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
   ~Cached() {
     if (lt == nullptr) return;
     if (c != nullptr) lt->cublasLtMatrixLayoutDestroy(c);
@@ -158,18 +168,70 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
   const std::uint64_t ws = Gemms::kWorkspaceBytes;
   lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                           sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> results{};
   int found = 0;
-  e = lt.cublasLtMatmulAlgoGetHeuristic(handle, d->desc, d->b, d->a, d->c, d->c, pref, 1, &result,
-                                        &found);
+  e = lt.cublasLtMatmulAlgoGetHeuristic(handle, d->desc, d->b, d->a, d->c, d->c, pref,
+                                        static_cast<int>(results.size()), results.data(), &found);
   lt.cublasLtMatmulPreferenceDestroy(pref);
   if (e != CUBLAS_STATUS_SUCCESS) return ltError(lt, "heuristic", e);
   if (found == 0)
     return Status(Code::unsupported, "cuBLASLt has no algorithm for a " + std::to_string(s.m) +
                                          "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
                                          " " + std::string(name(s.type)) + " GEMM");
-  d->algo = result.algo;
+  d->algo = results[0].algo;
+  auto splits = [&](const cublasLtMatmulAlgo_t& algo) {
+    std::int32_t k = 1;
+    std::size_t written = 0;
+    lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &k, sizeof(k),
+                                            &written);
+    return k;
+  };
+  if (splits(results[0].algo) == 1) {
+    for (int i = 0; i < found; ++i)
+      if (splits(results[static_cast<std::size_t>(i)].algo) == 1)
+        d->candidates.push_back(results[static_cast<std::size_t>(i)].algo);
+  }
   return d;
+}
+
+// Each candidate once (its first launch loads it), then kTuneRuns in a row between two events;
+// the fastest kept where it beats the heuristic's first by 2 % (less is noise where ranks share
+// the GPU). C is written again by the call's own GEMM after.
+template <typename Matmul>
+Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream) {
+  constexpr int kTuneRuns = 3;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cudaError_t e = cudaEventCreate(&start);
+  if (e == cudaSuccess) e = cudaEventCreate(&stop);
+  std::vector<float> us(d.candidates.size(), -1.0f);
+  for (std::size_t i = 0; i < d.candidates.size() && e == cudaSuccess; ++i) {
+    if (matmul(d.candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // not this one, then
+    e = cudaEventRecord(start, stream);
+    bool ran = true;
+    for (int r = 0; r < kTuneRuns && ran; ++r)
+      ran = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
+    if (e == cudaSuccess) e = cudaEventRecord(stop, stream);
+    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
+    float ms = 0;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
+    if (e == cudaSuccess && ran) us[i] = ms * 1000 / kTuneRuns;
+  }
+  for (cudaEvent_t x : {start, stop})
+    if (x != nullptr) (void)cudaEventDestroy(x);
+  if (e != cudaSuccess)
+    return Status(Code::systemError,
+                  std::string("timing cuBLASLt's algorithms: ") + cudaGetErrorString(e));
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < us.size(); ++i)
+    if (us[i] > 0 && (us[best] <= 0 || us[i] < us[best])) best = i;
+  if (us[0] > 0 && us[best] > 0.98f * us[0]) best = 0;
+  d.algo = d.candidates[best];
+  WEFT_INFO(log::kTuning,
+            "GEMM %zux%zux%zu (%d batches) %s: cuBLASLt's candidate %zu of %zu, %.1f us (its "
+            "heuristic's first %.1f us)",
+            s.m, s.n, s.k, s.batches, std::string(name(s.type)).c_str(), best + 1, us.size(),
+            static_cast<double>(us[best]), static_cast<double>(us[0]));
+  return {};
 }
 
 }  // namespace
@@ -254,7 +316,7 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
     if (!d) return d.status();
     it = cache_.emplace(s.key(), *d).first;
   }
-  const Cached& d = *it->second;
+  Cached& d = *it->second;
   if (s.bias) {
     (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                           sizeof(bias));
@@ -265,10 +327,21 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
     (*lt)->cublasLtMatmulDescSetAttribute(d.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scales.a,
                                           sizeof(scales.a));
   }
-  const float one = 1.0f, zero = 0.0f;
-  const cublasStatus_t e =
-      (*lt)->cublasLtMatmul(handle, d.desc, &one, b, d.b, a, d.a, &zero, c, d.c, c, d.c, &d.algo,
-                            workspace, kWorkspaceBytes, static_cast<cudaStream_t>(stream));
+  const auto on = static_cast<cudaStream_t>(stream);
+  auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    const float one = 1.0f, zero = 0.0f;
+    return (*lt)->cublasLtMatmul(handle, d.desc, &one, b, d.b, a, d.a, &zero, c, d.c, c, d.c, &algo,
+                                 workspace, kWorkspaceBytes, on);
+  };
+  if (!d.candidates.empty()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (tuning_ && d.candidates.size() > 1 && cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
+        capture == cudaStreamCaptureStatusNone) {
+      if (Status t = tune(d, s, matmul, on); !t) return t;
+    }
+    d.candidates.clear();  // chosen for good: a shape's GEMMs sum alike from then on
+  }
+  const cublasStatus_t e = matmul(d.algo);
   if (e != CUBLAS_STATUS_SUCCESS) return ltError(**lt, "matmul", e);
   return {};
 }

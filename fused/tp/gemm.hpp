@@ -49,7 +49,8 @@ struct GemmScales {
   std::size_t aBatchFloats = 0;
 };
 
-// One rank's cuBLASLt handle on its device, and the algorithm its heuristic gave each shape.
+// One rank's cuBLASLt handle on its device, and the algorithm it runs each shape with: the
+// heuristic's first, or while tuning the fastest of its candidates that sum alike.
 class Gemms {
  public:
   // What cuBLASLt may use of a call's workspace (its advice for Hopper).
@@ -60,6 +61,12 @@ class Gemms {
   ~Gemms();
   Gemms(const Gemms&) = delete;
   Gemms& operator=(const Gemms&) = delete;
+
+  // While on, a shape's first GEMM outside a CUDA graph capture times the heuristic's candidates
+  // without split-K (each sums every output along k in the same order, so C is the same bits)
+  // and keeps the fastest: a synchronization, so only where no kernel on the device waits for
+  // this rank's later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
+  void setTuning(bool on) { tuning_ = on; }
 
   // Enqueues the GEMM on `stream`; `workspace`: kWorkspaceBytes of device memory.
   Status run(const GemmShape& shape, const void* a, const void* b, void* c, const void* bias,
@@ -85,6 +92,7 @@ class Gemms {
   Gemms() = default;
   Status prime();
   void* handle_ = nullptr;
+  bool tuning_ = false;
   std::map<decltype(GemmShape{}.key()), std::shared_ptr<Cached>> cache_;
 };
 

@@ -507,12 +507,14 @@ class Run {
   // at a call's first shape, then synchronizes and meets the peers before the call itself.
   Status primeGemms(bool fused) {
     dry_ = true;
+    st_.gemms->setTuning(comm_.config().tpGemmTune);  // each shape's first GEMM is here
     Status s = prepare();
     if (s) {
       s = fused                                ? fusedGemmsOnce()
           : x_.op == algo::TpOp::allGatherGemm ? allGatherGemm()
                                                : gemmReduceScatter();
     }
+    st_.gemms->setTuning(false);
     dry_ = false;
     return s;
   }

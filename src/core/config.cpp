@@ -407,6 +407,14 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_TP_GEMM_TUNE", nullptr, Kind::flag, 0, 1, "0", false, Audience::tuning,
+     "1: a tensor-parallel call's first GEMM of each shape times cuBLASLt's candidates without "
+     "split-K (the same bits of C) and keeps the fastest; 0: the heuristic's first",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tpGemmTune = x != 0;
+       return ok();
+     }},
+
     // Diagnostics and tests.
     {"WEFT_NCCL_HOST_MEMORY", nullptr, Kind::flag, 0, 1, "0", false, Audience::diagnostic,
      "1: the NCCL interface runs without a CUDA device and on host buffers, where NCCL (and it, "

@@ -1,0 +1,217 @@
+// The tensor-parallel GEMMs' tuning (fused::tp::Gemms::setTuning, WEFT_TP_GEMM_TUNE): a shape's
+// first GEMM times cuBLASLt's candidates and keeps the fastest, and C is the same bits as the
+// heuristic's first gives (it weighs only candidates without split-K), for whole and batched
+// GEMMs (B shared, C's batches apart), bf16 and fp8 (per tensor and per block); C near a
+// double-precision GEMM; a shape first met inside a graph capture runs untuned and replays.
+// Skipped without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fused/tp/gemm.hpp"
+#include "src/exec/numeric.hpp"
+
+namespace weft::fused::tp {
+namespace {
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+struct Case {
+  std::string name;
+  GemmShape shape;
+};
+
+// A's rows (every batch's, strideA apart), B (k × n, or Bᵀ for fp8), C's rows in the layout.
+std::size_t aValues(const GemmShape& s) {
+  return static_cast<std::size_t>(s.batches - 1) * s.strideA + s.m * s.lda;
+}
+std::size_t cValues(const GemmShape& s) {
+  return static_cast<std::size_t>(s.batches - 1) * s.strideC + s.m * s.ldc;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto shape = [](std::size_t m, std::size_t n, std::size_t k, DataType type, int batches) {
+    GemmShape g;
+    g.m = m, g.n = n, g.k = k, g.type = type, g.out = DataType::bf16;
+    g.bTransposed = type == DataType::f8e4m3;
+    g.lda = k, g.ldb = g.bTransposed ? k : n, g.ldc = n;
+    if (batches > 1) {  // the chunk GEMMs' layout: A's batches packed, C's a block apart
+      g.batches = batches;
+      g.strideA = m * k;
+      g.strideC = 2 * m * n;
+    }
+    return g;
+  };
+  out.push_back({"bf16 whole", shape(1024, 1536, 2048, DataType::bf16, 1)});
+  out.push_back({"bf16 batched", shape(256, 1536, 2048, DataType::bf16, 4)});
+  out.push_back({"fp8 whole", shape(1024, 1536, 2048, DataType::f8e4m3, 1)});
+  Case blocks{"fp8 block-scaled", shape(512, 1536, 2048, DataType::f8e4m3, 1)};
+  blocks.shape.blockScales = true;
+  out.push_back(blocks);
+  return out;
+}
+
+// Device copies of a case's operands: values k/8 (exact in bf16 and e4m3), block scales
+// powers of two.
+struct Operands {
+  GemmShape s;
+  std::vector<float> a, b, aScales, bScales;  // b as stored (Bᵀ for fp8)
+  void* dA = nullptr;
+  void* dB = nullptr;
+  void* dWs = nullptr;
+  float* dAScales = nullptr;
+  float* dBScales = nullptr;
+
+  explicit Operands(const GemmShape& shape) : s(shape) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> eighths(-8, 8), exponent(-2, 2);
+    a.resize(aValues(s));
+    b.resize(s.k * s.n);
+    for (float& x : a) x = static_cast<float>(eighths(rng)) / 8;
+    for (float& x : b) x = static_cast<float>(eighths(rng)) / 8;
+    const std::size_t kBlocks = (s.k + 127) / 128;
+    if (s.blockScales) {
+      aScales.assign(Gemms::blockScaleFloats(s.m, s.k), 1.0f);
+      bScales.assign((s.n + 127) / 128 * Gemms::tileScaleLd(kBlocks), 1.0f);
+      for (float& x : aScales) x = std::ldexp(1.0f, exponent(rng));
+      for (float& x : bScales) x = std::ldexp(1.0f, exponent(rng));
+    }
+    const bool fp8 = s.type == DataType::f8e4m3;
+    auto upload = [&](const std::vector<float>& v, void** to) {
+      std::vector<std::uint8_t> bytes;
+      for (float x : v) {
+        if (fp8) {
+          bytes.push_back(exec::floatToE4m3(x));
+        } else {
+          const std::uint16_t h = exec::floatToBf16(x);
+          bytes.push_back(static_cast<std::uint8_t>(h & 0xff));
+          bytes.push_back(static_cast<std::uint8_t>(h >> 8));
+        }
+      }
+      ASSERT_EQ(cudaMalloc(to, bytes.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(*to, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    };
+    upload(a, &dA);
+    upload(b, &dB);
+    EXPECT_EQ(cudaMalloc(&dWs, Gemms::kWorkspaceBytes), cudaSuccess);
+    for (auto [v, to] : {std::pair{&aScales, &dAScales}, std::pair{&bScales, &dBScales}}) {
+      if (v->empty()) continue;
+      EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(to), v->size() * sizeof(float)), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(*to, v->data(), v->size() * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+    }
+  }
+  ~Operands() {
+    for (void* p : {dA, dB, dWs, static_cast<void*>(dAScales), static_cast<void*>(dBScales)})
+      if (p != nullptr) (void)cudaFree(p);
+  }
+  GemmScales scales() const { return {dAScales, dBScales, 0}; }
+
+  // C[batch][i][j] in double.
+  double reference(int batch, std::size_t i, std::size_t j) const {
+    const std::size_t row = static_cast<std::size_t>(batch) * s.strideA + i * s.lda;
+    const std::size_t kBlocks = (s.k + 127) / 128;
+    double sum = 0;
+    for (std::size_t x = 0; x < s.k; ++x) {
+      double t =
+          static_cast<double>(a[row + x]) * (s.bTransposed ? b[j * s.ldb + x] : b[x * s.ldb + j]);
+      if (s.blockScales)
+        t *= aScales[x / 128 * Gemms::scaleLd(s.m) + i] *
+             bScales[j / 128 * Gemms::tileScaleLd(kBlocks) + x / 128];
+      sum += t;
+    }
+    return sum;
+  }
+};
+
+// C as bf16 bits after one GEMM by `gemms`, C poisoned first.
+std::vector<std::uint16_t> runOnce(Gemms& gemms, const Operands& o, cudaStream_t stream) {
+  std::vector<std::uint16_t> c(cValues(o.s));
+  void* dC = nullptr;
+  EXPECT_EQ(cudaMalloc(&dC, c.size() * 2), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(dC, 0xFF, c.size() * 2, stream), cudaSuccess);
+  const Status s = gemms.run(o.s, o.dA, o.dB, dC, nullptr, o.dWs, stream, o.scales());
+  EXPECT_TRUE(s) << s.message();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(c.data(), dC, c.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  (void)cudaFree(dC);
+  return c;
+}
+
+TEST(GpuTpGemms, TuningKeepsCsBits) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Operands o(c.shape);
+    auto heuristic = Gemms::create(), tuned = Gemms::create();
+    ASSERT_TRUE(heuristic) << heuristic.status().message();
+    ASSERT_TRUE(tuned) << tuned.status().message();
+    (*tuned)->setTuning(true);
+    const std::vector<std::uint16_t> first = runOnce(**heuristic, o, stream);
+    const std::vector<std::uint16_t> fastest = runOnce(**tuned, o, stream);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < first.size(); ++i) differ += first[i] != fastest[i];
+    EXPECT_EQ(differ, 0u) << "of " << first.size() << " values";
+    // Sampled entries near the double GEMM (C is bf16: 2^-8 of the sum of |terms| and more).
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<std::size_t> row(0, o.s.m - 1), col(0, o.s.n - 1);
+    for (int t = 0; t < 64; ++t) {
+      const int batch = t % o.s.batches;
+      const std::size_t i = row(rng), j = col(rng);
+      const std::size_t at = static_cast<std::size_t>(batch) * o.s.strideC + i * o.s.ldc + j;
+      const double want = o.reference(batch, i, j);
+      const double got = exec::bf16ToFloat(fastest[at]);
+      EXPECT_NEAR(got, want, std::ldexp(std::fabs(want), -7) + 1e-3)
+          << "C[" << batch << "][" << i << "][" << j << "]";
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+}
+
+// Timing synchronizes, which a capture forbids: a shape met first in one runs the heuristic's
+// first, and the graph's replay writes the eager GEMM's bits.
+TEST(GpuTpGemms, AShapeMetInACaptureRunsUntuned) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  const Case c = cases()[1];
+  Operands o(c.shape);
+  auto eager = Gemms::create(), captured = Gemms::create();
+  ASSERT_TRUE(eager) << eager.status().message();
+  ASSERT_TRUE(captured) << captured.status().message();
+  (*captured)->setTuning(true);
+  const std::vector<std::uint16_t> want = runOnce(**eager, o, stream);
+  std::vector<std::uint16_t> got(want.size());
+  void* dC = nullptr;
+  ASSERT_EQ(cudaMalloc(&dC, got.size() * 2), cudaSuccess);
+  ASSERT_EQ(cudaMemset(dC, 0xFF, got.size() * 2), cudaSuccess);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Status s = (*captured)->run(o.s, o.dA, o.dB, dC, nullptr, o.dWs, stream, o.scales());
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(s) << s.message();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got.data(), dC, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(got, want);
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  (void)cudaFree(dC);
+  (void)cudaStreamDestroy(stream);
+}
+
+}  // namespace
+}  // namespace weft::fused::tp
