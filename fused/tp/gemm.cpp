@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <string>
@@ -335,8 +336,11 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
   };
   if (!d.candidates.empty()) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (tuning_ && d.candidates.size() > 1 && cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
-        capture == cudaStreamCaptureStatusNone) {
+    if (kept_ >= 0) {
+      d.algo = d.candidates[std::min(static_cast<std::size_t>(kept_), d.candidates.size() - 1)];
+    } else if (tuning_ && d.candidates.size() > 1 &&
+               cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
+               capture == cudaStreamCaptureStatusNone) {
       if (Status t = tune(d, s, matmul, on); !t) return t;
     }
     d.candidates.clear();  // chosen for good: a shape's GEMMs sum alike from then on

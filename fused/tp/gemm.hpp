@@ -63,10 +63,13 @@ class Gemms {
   Gemms& operator=(const Gemms&) = delete;
 
   // While on, a shape's first GEMM outside a CUDA graph capture times the heuristic's candidates
-  // without split-K (each sums every output along k in the same order, so C is the same bits)
-  // and keeps the fastest: a synchronization, so only where no kernel on the device waits for
-  // this rank's later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
+  // without split-K (they gave the first one's bits of C at every shape measured) and keeps the
+  // fastest: a synchronization, so only where no kernel on the device waits for this rank's
+  // later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
   void setTuning(bool on) { tuning_ = on; }
+  // For tests: a shape's first GEMM keeps the i-th of those candidates (the last where fewer)
+  // instead of timing them; -1: as setTuning says.
+  void keepCandidate(int i) { kept_ = i; }
 
   // Enqueues the GEMM on `stream`; `workspace`: kWorkspaceBytes of device memory.
   Status run(const GemmShape& shape, const void* a, const void* b, void* c, const void* bias,
@@ -93,6 +96,7 @@ class Gemms {
   Status prime();
   void* handle_ = nullptr;
   bool tuning_ = false;
+  int kept_ = -1;
   std::map<decltype(GemmShape{}.key()), std::shared_ptr<Cached>> cache_;
 };
 

@@ -1,6 +1,6 @@
 // The tensor-parallel GEMMs' tuning (fused::tp::Gemms::setTuning, WEFT_TP_GEMM_TUNE): a shape's
 // first GEMM times cuBLASLt's candidates and keeps the fastest, and C is the same bits as the
-// heuristic's first gives (it weighs only candidates without split-K), for whole and batched
+// heuristic's first gives, with the kept one and with each candidate forced, for whole and batched
 // GEMMs (B shared, C's batches apart), bf16 and fp8 (per tensor and per block); C near a
 // double-precision GEMM; a shape first met inside a graph capture runs untuned and replays.
 // Skipped without a GPU.
@@ -163,6 +163,16 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
     std::size_t differ = 0;
     for (std::size_t i = 0; i < first.size(); ++i) differ += first[i] != fastest[i];
     EXPECT_EQ(differ, 0u) << "of " << first.size() << " values";
+    // Every candidate tuning may keep, not just the one this run's timing kept.
+    for (int kept = 1; kept < 8; ++kept) {
+      auto other = Gemms::create();
+      ASSERT_TRUE(other) << other.status().message();
+      (*other)->keepCandidate(kept);
+      const std::vector<std::uint16_t> forced = runOnce(**other, o, stream);
+      std::size_t apart = 0;
+      for (std::size_t i = 0; i < first.size(); ++i) apart += first[i] != forced[i];
+      EXPECT_EQ(apart, 0u) << "candidate " << kept << ", of " << first.size() << " values";
+    }
     // Sampled entries near the double GEMM (C is bf16: 2^-8 of the sum of |terms| and more).
     std::mt19937 rng(11);
     std::uniform_int_distribution<std::size_t> row(0, o.s.m - 1), col(0, o.s.n - 1);
