@@ -96,9 +96,16 @@ class TpBench {
     auto gemms = fused::tp::Gemms::create();
     if (!gemms) return gemms.status();
     gemms_ = std::move(*gemms);
-    // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE).
+    // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE), the ranks together.
     auto config = Config::fromEnvironment();
-    gemms_->setTuning(config && config->tpGemmTune);
+    gemms_->setTuning(config && config->tpGemmTune, [this](std::vector<float>& v) -> Status {
+      for (float& x : v) {
+        auto slowest = control_.combine(x, 3);
+        if (!slowest) return slowest.status();
+        x = static_cast<float>(*slowest);
+      }
+      return {};
+    });
     header();
     for (DataType type : opt_.types) {
       for (std::size_t m : opt_.gemmM) {

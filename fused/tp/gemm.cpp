@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -94,6 +95,7 @@ struct Gemms::Cached {
   cublasLtMatmulAlgo_t algo{};
   // Until the shape's first GEMM chose: the heuristic's candidates without split-K, best first.
   std::vector<cublasLtMatmulAlgo_t> candidates;
+  int chosen = 0;  // which of them `algo` is
   ~Cached() {
     if (lt == nullptr) return;
     if (c != nullptr) lt->cublasLtMatrixLayoutDestroy(c);
@@ -195,20 +197,53 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
   return d;
 }
 
+// Where ranks tune together, they first check that they tune the same shape (each value and its
+// negation, so the largest of both is every rank's value only where all agree) and take the
+// fewest candidates any rank has. Returns how many to time; 0 where they differ.
+Result<std::size_t> agreedCount(const GemmShape& s, std::size_t count, const Gemms::Agree& agree) {
+  if (!agree) return count;
+  std::vector<float> v;
+  for (std::size_t x : {s.m, s.n, s.k, static_cast<std::size_t>(s.batches)}) {
+    v.push_back(static_cast<float>(x));
+    v.push_back(-static_cast<float>(x));
+  }
+  v.push_back(-static_cast<float>(count));
+  if (Status a = agree(v); !a) return a;
+  for (std::size_t i = 0; i + 1 < v.size(); i += 2) {
+    if (v[i] != -v[i + 1]) {
+      WEFT_WARN(log::kTuning, "GEMM %zux%zux%zu: the ranks tune different shapes; untuned", s.m,
+                s.n, s.k);
+      return std::size_t{0};
+    }
+  }
+  return static_cast<std::size_t>(-v.back());
+}
+
 // Each candidate once (its first launch loads it), then kTuneRuns in a row between two events;
 // the fastest kept where it beats the heuristic's first by 2 % (less is noise where ranks share
-// the GPU). C is written again by the call's own GEMM after.
+// the GPU). With `agree`, the ranks meet before each candidate's timed runs and compare their
+// slowest. C is written again by the call's own GEMM after.
 template <typename Matmul>
-Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream) {
+Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream,
+            const Gemms::Agree& agree) {
   constexpr int kTuneRuns = 3;
+  auto count = agreedCount(s, d.candidates.size(), agree);
+  if (!count) return count.status();
+  if (*count < 2) return {};
   cudaEvent_t start = nullptr, stop = nullptr;
   cudaError_t e = cudaEventCreate(&start);
   if (e == cudaSuccess) e = cudaEventCreate(&stop);
-  std::vector<float> us(d.candidates.size(), -1.0f);
-  for (std::size_t i = 0; i < d.candidates.size() && e == cudaSuccess; ++i) {
-    if (matmul(d.candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // not this one, then
-    e = cudaEventRecord(start, stream);
-    bool ran = true;
+  constexpr float kFailed = std::numeric_limits<float>::infinity();
+  std::vector<float> us(*count, kFailed);
+  Status met;
+  for (std::size_t i = 0; i < us.size() && e == cudaSuccess && met; ++i) {
+    bool ran = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;  // not this one, where not
+    if (agree) {
+      e = cudaStreamSynchronize(stream);
+      std::vector<float> meet{0.0f};
+      if (met = agree(meet); !met) break;
+    }
+    if (e == cudaSuccess) e = cudaEventRecord(start, stream);
     for (int r = 0; r < kTuneRuns && ran; ++r)
       ran = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
     if (e == cudaSuccess) e = cudaEventRecord(stop, stream);
@@ -219,19 +254,26 @@ Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStre
   }
   for (cudaEvent_t x : {start, stop})
     if (x != nullptr) (void)cudaEventDestroy(x);
+  if (!met) return met;
   if (e != cudaSuccess)
     return Status(Code::systemError,
                   std::string("timing cuBLASLt's algorithms: ") + cudaGetErrorString(e));
+  if (agree) {
+    if (Status a = agree(us); !a) return a;
+  }
   std::size_t best = 0;
   for (std::size_t i = 1; i < us.size(); ++i)
-    if (us[i] > 0 && (us[best] <= 0 || us[i] < us[best])) best = i;
-  if (us[0] > 0 && us[best] > 0.98f * us[0]) best = 0;
+    if (us[i] < us[best]) best = i;
+  if (us[best] > 0.98f * us[0]) best = 0;  // us[0] failed (infinite): the best stands
+  if (us[best] == kFailed) return {};      // none ran: the heuristic's first, as untuned
   d.algo = d.candidates[best];
+  d.chosen = static_cast<int>(best);
   WEFT_INFO(log::kTuning,
             "GEMM %zux%zux%zu (%d batches) %s: cuBLASLt's candidate %zu of %zu, %.1f us (its "
-            "heuristic's first %.1f us)",
+            "heuristic's first %.1f us)%s",
             s.m, s.n, s.k, s.batches, std::string(name(s.type)).c_str(), best + 1, us.size(),
-            static_cast<double>(us[best]), static_cast<double>(us[0]));
+            static_cast<double>(us[best]), static_cast<double>(us[0]),
+            agree ? ", the slowest rank's" : "");
   return {};
 }
 
@@ -284,6 +326,11 @@ Status Gemms::prime() {
   return s;
 }
 
+int Gemms::chosen(const GemmShape& s) const {
+  auto it = cache_.find(s.key());
+  return it == cache_.end() ? -1 : it->second->chosen;
+}
+
 Gemms::~Gemms() {
   cache_.clear();
   if (handle_ != nullptr) (*loadLt())->cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
@@ -312,7 +359,8 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
   if (!lt) return lt.status();
   const auto handle = static_cast<cublasLtHandle_t>(handle_);
   auto it = cache_.find(s.key());
-  if (it == cache_.end()) {
+  const bool first = it == cache_.end();
+  if (first) {
     auto d = describe(**lt, handle, s, scales);
     if (!d) return d.status();
     it = cache_.emplace(s.key(), *d).first;
@@ -334,14 +382,16 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
     return (*lt)->cublasLtMatmul(handle, d.desc, &one, b, d.b, a, d.a, &zero, c, d.c, c, d.c, &algo,
                                  workspace, kWorkspaceBytes, on);
   };
-  if (!d.candidates.empty()) {
+  if (first) {
+    // Ranks tuning together all take part, those whose heuristic gave them no candidate too.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (kept_ >= 0) {
-      d.algo = d.candidates[std::min(static_cast<std::size_t>(kept_), d.candidates.size() - 1)];
-    } else if (tuning_ && d.candidates.size() > 1 &&
+    if (kept_ >= 0 && !d.candidates.empty()) {
+      d.chosen = std::min(kept_, static_cast<int>(d.candidates.size()) - 1);
+      d.algo = d.candidates[static_cast<std::size_t>(d.chosen)];
+    } else if (kept_ < 0 && tuning_ && (agree_ || d.candidates.size() > 1) &&
                cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
                capture == cudaStreamCaptureStatusNone) {
-      if (Status t = tune(d, s, matmul, on); !t) return t;
+      if (Status t = tune(d, s, matmul, on, agree_); !t) return t;
     }
     d.candidates.clear();  // chosen for good: a shape's GEMMs sum alike from then on
   }

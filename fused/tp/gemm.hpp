@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 #include "weft/status.hpp"
 #include "weft/types.hpp"
@@ -62,14 +64,25 @@ class Gemms {
   Gemms(const Gemms&) = delete;
   Gemms& operator=(const Gemms&) = delete;
 
+  // Ranks that tune together: the values every rank passes become their largest over the
+  // ranks, on every rank (a host all-reduce, also their meeting point: every rank makes each
+  // call, for the same shapes in the same order).
+  using Agree = std::function<Status(std::vector<float>&)>;
   // While on, a shape's first GEMM outside a CUDA graph capture times the heuristic's candidates
   // without split-K (they gave the first one's bits of C at every shape measured) and keeps the
   // fastest: a synchronization, so only where no kernel on the device waits for this rank's
-  // later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
-  void setTuning(bool on) { tuning_ = on; }
+  // later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm"). With `agree`, the ranks time
+  // each candidate at once and keep the one whose slowest rank is fastest: where they share a
+  // GPU, one rank's timing alone reads the others' kernels beside it.
+  void setTuning(bool on, Agree agree = {}) {
+    tuning_ = on;
+    agree_ = std::move(agree);
+  }
   // For tests: a shape's first GEMM keeps the i-th of those candidates (the last where fewer)
   // instead of timing them; -1: as setTuning says.
   void keepCandidate(int i) { kept_ = i; }
+  // For tests: which candidate a shape runs (0 the heuristic's first); -1 before its first GEMM.
+  int chosen(const GemmShape& shape) const;
 
   // Enqueues the GEMM on `stream`; `workspace`: kWorkspaceBytes of device memory.
   Status run(const GemmShape& shape, const void* a, const void* b, void* c, const void* bias,
@@ -96,6 +109,7 @@ class Gemms {
   Status prime();
   void* handle_ = nullptr;
   bool tuning_ = false;
+  Agree agree_;
   int kept_ = -1;
   std::map<decltype(GemmShape{}.key()), std::shared_ptr<Cached>> cache_;
 };

@@ -507,7 +507,10 @@ class Run {
   // at a call's first shape, then synchronizes and meets the peers before the call itself.
   Status primeGemms(bool fused) {
     dry_ = true;
-    st_.gemms->setTuning(comm_.config().tpGemmTune);  // each shape's first GEMM is here
+    // Each shape's first GEMM is here; the ranks tune together (every rank primes alike).
+    st_.gemms->setTuning(comm_.config().tpGemmTune, [this](std::vector<float>& v) {
+      return comm_.allReduce(v.data(), v.data(), v.size(), DataType::f32, RedOp::max);
+    });
     Status s = prepare();
     if (s) {
       s = fused                                ? fusedGemmsOnce()

@@ -59,8 +59,8 @@ struct Config {
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;
   // WEFT_TP_GEMM_TUNE: a tensor-parallel call's first GEMM of a shape times cuBLASLt's
-  // candidates that sum alike and keeps the fastest (fused::tp::Gemms::setTuning). Off until
-  // weft's calls with it are measured on a GPU (docs/perf-tp.md).
+  // candidates that sum alike, the ranks together, and keeps the fastest
+  // (fused::tp::Gemms::setTuning). Off: in weft's calls it was no faster (docs/perf-tp.md).
   bool tpGemmTune = false;
   // WEFT_TP_FUSED_BLOCKS: the most blocks a fused tensor-parallel GEMM takes whatever the copies
   // cost; 0: the plan's grouping (algo::tpFusedPieces).

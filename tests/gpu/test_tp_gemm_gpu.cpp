@@ -2,15 +2,20 @@
 // first GEMM times cuBLASLt's candidates and keeps the fastest, and C is the same bits as the
 // heuristic's first gives, with the kept one and with each candidate forced, for whole and batched
 // GEMMs (B shared, C's batches apart), bf16 and fp8 (per tensor and per block); C near a
-// double-precision GEMM; a shape first met inside a graph capture runs untuned and replays.
-// Skipped without a GPU.
+// double-precision GEMM; a shape first met inside a graph capture runs untuned and replays; ranks
+// (threads here) tuning together keep the candidate their agreed times name, and run untuned where
+// they tune different shapes. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fused/tp/gemm.hpp"
@@ -223,6 +228,148 @@ TEST(GpuTpGemms, AShapeMetInACaptureRunsUntuned) {
   (void)cudaGraphDestroy(graph);
   (void)cudaFree(dC);
   (void)cudaStreamDestroy(stream);
+}
+
+// Gemms::Agree for ranks as threads: each value the largest any thread passed, and the threads'
+// meeting point; a call whose length differs from the others' fails on every thread.
+class MaxOverThreads {
+ public:
+  explicit MaxOverThreads(int n) : n_(n) {}
+  Status reduce(std::vector<float>& v) {
+    std::unique_lock lock(mu_);
+    const std::uint64_t generation = generation_;
+    if (arrived_ == 0) {
+      acc_ = v;
+      apart_ = false;
+    } else if (acc_.size() != v.size()) {
+      apart_ = true;
+    } else {
+      for (std::size_t i = 0; i < v.size(); ++i) acc_[i] = std::max(acc_[i], v[i]);
+    }
+    if (++arrived_ == n_) {
+      result_ = acc_;
+      resultApart_ = apart_;
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+    } else if (!cv_.wait_for(lock, std::chrono::seconds(60),
+                             [&] { return generation_ != generation; })) {
+      return Status(Code::timeout, "a thread did not arrive");
+    }
+    if (resultApart_) return Status(Code::invalidUsage, "the threads passed different lengths");
+    v = result_;
+    return {};
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<float> acc_, result_;
+  bool apart_ = false, resultApart_ = false;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
+// Two ranks (threads sharing the GPU) tune a shape together: they make the same agreement calls,
+// and keep the candidate the agreed times name, here forced to the third (the times' last
+// agreement: neither a meeting, one value, nor the shape check, nine) so that a rank choosing
+// from its own times would show. C keeps the heuristic's first's bits.
+TEST(GpuTpGemms, RanksTuningTogetherKeepTheAgreedCandidate) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  const Case c = cases()[1];
+  Operands o(c.shape);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto heuristic = Gemms::create();
+  ASSERT_TRUE(heuristic) << heuristic.status().message();
+  const std::vector<std::uint16_t> want = runOnce(**heuristic, o, stream);
+  for (bool force : {false, true}) {
+    SCOPED_TRACE(force ? "the third forced" : "as timed");
+    MaxOverThreads maxOver(2);
+    std::vector<std::vector<std::size_t>> calls(2);
+    std::vector<int> chosen(2, -2);
+    std::vector<std::vector<std::uint16_t>> got(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        cudaStream_t own = nullptr;
+        ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+        auto gemms = Gemms::create();
+        ASSERT_TRUE(gemms) << gemms.status().message();
+        (*gemms)->setTuning(true, [&, r](std::vector<float>& v) {
+          calls[static_cast<std::size_t>(r)].push_back(v.size());
+          Status s = maxOver.reduce(v);
+          if (s && force && v.size() != 1 && v.size() != 9)
+            for (std::size_t i = 0; i < v.size(); ++i) v[i] = i == 2 ? 1.0f : 100.0f;
+          return s;
+        });
+        got[static_cast<std::size_t>(r)] = runOnce(**gemms, o, own);
+        chosen[static_cast<std::size_t>(r)] = (*gemms)->chosen(o.s);
+        (void)cudaStreamDestroy(own);
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    ASSERT_GE(calls[0].size(), 2u) << "no tuning: fewer than two candidates";
+    EXPECT_EQ(calls[0], calls[1]);
+    EXPECT_EQ(calls[0].front(), 9u);
+    EXPECT_EQ(chosen[0], chosen[1]);
+    if (force) {
+      EXPECT_EQ(chosen[0], 2);
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < want.size(); ++i)
+        differ += got[static_cast<std::size_t>(r)][i] != want[i];
+      EXPECT_EQ(differ, 0u) << "rank " << r << ", of " << want.size() << " values";
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+}
+
+// Ranks that meet different shapes first (a caller's bug, or ranks out of step) find it at the
+// shape check and run the heuristic's first, each after that one agreement, with no wait.
+TEST(GpuTpGemms, RanksTuningDifferentShapesRunUntuned) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  const std::vector<Case> all = cases();
+  MaxOverThreads maxOver(2);
+  std::vector<int> calls(2, 0), chosen(2, -2);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      Operands o(all[static_cast<std::size_t>(r)].shape);
+      cudaStream_t own = nullptr;
+      ASSERT_EQ(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+      auto gemms = Gemms::create();
+      ASSERT_TRUE(gemms) << gemms.status().message();
+      (*gemms)->setTuning(true, [&, r](std::vector<float>& v) {
+        ++calls[static_cast<std::size_t>(r)];
+        return maxOver.reduce(v);
+      });
+      (void)runOnce(**gemms, o, own);
+      chosen[static_cast<std::size_t>(r)] = (*gemms)->chosen(o.s);
+      (void)cudaStreamDestroy(own);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(calls, (std::vector<int>{1, 1}));
+  EXPECT_EQ(chosen, (std::vector<int>{0, 0}));
+}
+
+// An agreement that fails (a peer gone) fails the GEMM with its error.
+TEST(GpuTpGemms, AFailedAgreementFailsTheGemm) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  Operands o(cases()[0].shape);
+  auto gemms = Gemms::create();
+  ASSERT_TRUE(gemms) << gemms.status().message();
+  (*gemms)->setTuning(true,
+                      [](std::vector<float>&) { return Status(Code::remoteError, "a peer left"); });
+  void* dC = nullptr;
+  ASSERT_EQ(cudaMalloc(&dC, cValues(o.s) * 2), cudaSuccess);
+  const Status s = (*gemms)->run(o.s, o.dA, o.dB, dC, nullptr, o.dWs, nullptr, o.scales());
+  EXPECT_EQ(s.code(), Code::remoteError) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  (void)cudaFree(dC);
 }
 
 }  // namespace
