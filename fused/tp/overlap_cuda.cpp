@@ -432,10 +432,13 @@ class Run {
     const std::size_t me = static_cast<std::size_t>(comm_.rank());
     const bool ag = x_.op == algo::TpOp::allGatherGemm;
     const void* bias = ag || me == 0 ? x_.bias : nullptr;
-    std::set<int> done;  // the piece sizes primed
-    for (const algo::TpPiece& p : pieces()) {
-      if (!done.insert(p.count).second) continue;
-      const auto first = static_cast<std::size_t>(p.first);
+    // Every piece size of any rank, in order: the same GEMM shapes on every rank, which ranks
+    // tuning together need (Gemms::Agree). Each from block 0: the call overwrites what it writes.
+    std::set<int> sizes;
+    for (int r = 0; r < comm_.size(); ++r)
+      for (const algo::TpPiece& p : pieces(r)) sizes.insert(p.count);
+    for (const int count : sizes) {
+      const algo::TpPiece p{0, count};
       GemmShape g = pieceShape(p);
       g.bias = bias != nullptr;
       Status s;
@@ -448,15 +451,11 @@ class Run {
             p.count == 1 ? x_.scales.a : reinterpret_cast<const float*>(agScales(shared, 0));
         auto sc = scalesFor(scales, 0, g.m, 1);
         if (!sc) return sc.status();
-        s = st_.gemms->run(g, a, x_.b,
-                           static_cast<std::byte*>(x_.c) + first * rows_ * (x_.cols / n_) * cs_,
-                           x_.bias, gemmWs_, stream_, *sc);
+        s = st_.gemms->run(g, a, x_.b, x_.c, x_.bias, gemmWs_, stream_, *sc);
       } else {
-        auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
+        auto sc = scalesFor(aScales(0), 0, g.m, 1);
         if (!sc) return sc.status();
-        s = st_.gemms->run(
-            g, static_cast<const std::byte*>(x_.a) + first * rows_ * (x_.k / n_) * es_, x_.b,
-            staging_ + first * rows_ * x_.cols * cs_, bias, gemmWs_, stream_, *sc);
+        s = st_.gemms->run(g, x_.a, x_.b, staging_, bias, gemmWs_, stream_, *sc);
       }
       if (!s) return s;
     }
@@ -465,12 +464,14 @@ class Run {
 
   // This rank's fused GEMMs, as the plan's copy and block times group them (WEFT_TP_FUSED_BLOCKS:
   // runs of that many blocks at most, whatever the copies cost).
-  std::vector<algo::TpPiece> pieces() const {
+  // `rank`'s (any rank can work out another's).
+  std::vector<algo::TpPiece> pieces(int rank) const {
     if (plan_.chunks == algo::kTpFusedInPlace) return algo::tpInPlacePieces(comm_.size());
     if (const int most = comm_.config().tpFusedBlocks; most > 0)
-      return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), 0, 1, most);
-    return algo::tpFusedPieces(x_.op, comm_.size(), comm_.rank(), plan_.copyUs, plan_.blockUs);
+      return algo::tpFusedPieces(x_.op, comm_.size(), rank, 0, 1, most);
+    return algo::tpFusedPieces(x_.op, comm_.size(), rank, plan_.copyUs, plan_.blockUs);
   }
+  std::vector<algo::TpPiece> pieces() const { return pieces(comm_.rank()); }
 
   // The GEMM of a piece's rows (block-scaled where the call is).
   GemmShape pieceShape(const algo::TpPiece& p) const {

@@ -344,6 +344,16 @@ TEST_P(GpuTp, FusedGemmsOverRunsOfBlocks) {
   }
 }
 
+// Tuning on: the ranks time cuBLASLt's candidates together at each shape's first GEMM
+// (fused::tp::Gemms::Agree). Fused runs of two blocks at most give the ranks different piece
+// sizes at 3 ranks (rank 1 runs none of two): every rank primes every rank's, or they part.
+TEST_P(GpuTp, TunedTogetherMatchADoubleGemm) {
+  SKIP_WITHOUT_GPU();
+  ScopedEnv tune("WEFT_TP_GEMM_TUNE", "1");
+  ScopedEnv most("WEFT_TP_FUSED_BLOCKS", "2");
+  everyVariant(GetParam(), DataType::bf16, {"chunked:2", "fused", "fused:inplace"});
+}
+
 // e4m3 A and B (B transposed), scaled, into bf16: the GEMMs cuBLASLt runs on fp8 tensor cores.
 class GpuTpFp8 : public ::testing::TestWithParam<int> {};
 
