@@ -100,7 +100,7 @@ class TpBench {
     auto config = Config::fromEnvironment();
     gemms_->setTuning(config && config->tpGemmTune, [this](std::vector<float>& v) -> Status {
       for (float& x : v) {
-        auto slowest = control_.combine(x, 3);
+        auto slowest = control_.combine(x, 3);  // 3: the largest over ranks
         if (!slowest) return slowest.status();
         x = static_cast<float>(*slowest);
       }

@@ -438,17 +438,16 @@ class Run {
     for (int r = 0; r < comm_.size(); ++r)
       for (const algo::TpPiece& p : pieces(r)) sizes.insert(p.count);
     for (const int count : sizes) {
-      const algo::TpPiece p{0, count};
-      GemmShape g = pieceShape(p);
+      GemmShape g = pieceShape({0, count});
       g.bias = bias != nullptr;
       Status s;
       if (ag) {
         // The own block from A itself; a run of blocks from the shared buffer's (block-scaled:
         // their scales after the blocks).
         std::byte* shared = st_.shared.data(static_cast<int>(me));
-        const void* a = p.count == 1 ? x_.a : shared;
+        const void* a = count == 1 ? x_.a : shared;
         const float* scales =
-            p.count == 1 ? x_.scales.a : reinterpret_cast<const float*>(agScales(shared, 0));
+            count == 1 ? x_.scales.a : reinterpret_cast<const float*>(agScales(shared, 0));
         auto sc = scalesFor(scales, 0, g.m, 1);
         if (!sc) return sc.status();
         s = st_.gemms->run(g, a, x_.b, x_.c, x_.bias, gemmWs_, stream_, *sc);
@@ -462,9 +461,8 @@ class Run {
     return {};
   }
 
-  // This rank's fused GEMMs, as the plan's copy and block times group them (WEFT_TP_FUSED_BLOCKS:
-  // runs of that many blocks at most, whatever the copies cost).
-  // `rank`'s (any rank can work out another's).
+  // A rank's fused GEMMs (any rank can work out another's), as the plan's copy and block times
+  // group them (WEFT_TP_FUSED_BLOCKS: runs of that many blocks at most, whatever the copies cost).
   std::vector<algo::TpPiece> pieces(int rank) const {
     if (plan_.chunks == algo::kTpFusedInPlace) return algo::tpInPlacePieces(comm_.size());
     if (const int most = comm_.config().tpFusedBlocks; most > 0)

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -138,6 +139,14 @@ struct Operands {
   }
 };
 
+// How many of two runs' values of C differ in any bit (all, where their lengths differ).
+std::size_t differing(const std::vector<std::uint16_t>& x, const std::vector<std::uint16_t>& y) {
+  if (x.size() != y.size()) return std::max(x.size(), y.size());
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) n += x[i] != y[i];
+  return n;
+}
+
 // C as bf16 bits after one GEMM by `gemms`, C poisoned first.
 std::vector<std::uint16_t> runOnce(Gemms& gemms, const Operands& o, cudaStream_t stream) {
   std::vector<std::uint16_t> c(cValues(o.s));
@@ -165,18 +174,15 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
     (*tuned)->setTuning(true);
     const std::vector<std::uint16_t> first = runOnce(**heuristic, o, stream);
     const std::vector<std::uint16_t> fastest = runOnce(**tuned, o, stream);
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < first.size(); ++i) differ += first[i] != fastest[i];
-    EXPECT_EQ(differ, 0u) << "of " << first.size() << " values";
+    EXPECT_EQ(differing(first, fastest), 0u) << "of " << first.size() << " values";
     // Every candidate tuning may keep, not just the one this run's timing kept.
     for (int kept = 1; kept < 8; ++kept) {
       auto other = Gemms::create();
       ASSERT_TRUE(other) << other.status().message();
       (*other)->keepCandidate(kept);
       const std::vector<std::uint16_t> forced = runOnce(**other, o, stream);
-      std::size_t apart = 0;
-      for (std::size_t i = 0; i < first.size(); ++i) apart += first[i] != forced[i];
-      EXPECT_EQ(apart, 0u) << "candidate " << kept << ", of " << first.size() << " values";
+      EXPECT_EQ(differing(first, forced), 0u)
+          << "candidate " << kept << ", of " << first.size() << " values";
     }
     // Sampled entries near the double GEMM (C is bf16: 2^-8 of the sum of |terms| and more).
     std::mt19937 rng(11);
@@ -221,9 +227,7 @@ TEST(GpuTpGemms, AShapeMetInACaptureRunsUntuned) {
   ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(got.data(), dC, got.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
-  std::size_t differ = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
-  EXPECT_EQ(differ, 0u) << "of " << want.size() << " values";
+  EXPECT_EQ(differing(want, got), 0u) << "of " << want.size() << " values";
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);
   (void)cudaFree(dC);
@@ -317,12 +321,9 @@ TEST(GpuTpGemms, RanksTuningTogetherKeepTheAgreedCandidate) {
     if (force) {
       EXPECT_EQ(chosen[0], 2);
     }
-    for (int r = 0; r < 2; ++r) {
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < want.size(); ++i)
-        differ += got[static_cast<std::size_t>(r)][i] != want[i];
-      EXPECT_EQ(differ, 0u) << "rank " << r << ", of " << want.size() << " values";
-    }
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(differing(want, got[static_cast<std::size_t>(r)]), 0u)
+          << "rank " << r << ", of " << want.size() << " values";
   }
   (void)cudaStreamDestroy(stream);
 }
