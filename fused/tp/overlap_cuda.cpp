@@ -398,22 +398,22 @@ class Run {
   Status gemmReduceScatter() {
     const auto* a = static_cast<const std::byte*>(x_.a);
     auto* c = static_cast<std::byte*>(x_.c);
-    // One rank adds the bias, so the sum holds it once.
-    const void* bias = comm_.rank() == 0 ? x_.bias : nullptr;
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunk(plan_.chunks, i);
       std::byte* partial = staging_ + ch.cOffset * cs_;
-      ch.shape.bias = bias != nullptr;
       ch.shape.smCount = overlapSms(i > 0);
       // A's rows of the chunk in each rank's block, blocks a rank's rows apart.
       auto sc = scalesFor(ch, aScales(ch.start), rows_ * blocks_);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
-                                    stream_, *sc);
-          !s)
-        return s;
+      for (const void* bias : sumBiases()) {
+        ch.shape.bias = bias != nullptr;
+        if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
+                                      stream_, *sc);
+            !s)
+          return s;
+      }
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
       if (Status s =
@@ -431,7 +431,6 @@ class Run {
   Status fusedGemmsOnce() {
     const std::size_t me = static_cast<std::size_t>(comm_.rank());
     const bool ag = x_.op == algo::TpOp::allGatherGemm;
-    const void* bias = ag || me == 0 ? x_.bias : nullptr;
     // Every piece size of any rank, in order: the same GEMM shapes on every rank, which ranks
     // tuning together need (Gemms::Agree). Each from block 0: the call overwrites what it writes.
     std::set<int> sizes;
@@ -439,7 +438,7 @@ class Run {
       for (const algo::TpPiece& p : pieces(r)) sizes.insert(p.count);
     for (const int count : sizes) {
       GemmShape g = pieceShape({0, count});
-      g.bias = bias != nullptr;
+      g.bias = x_.bias != nullptr;
       Status s;
       if (ag) {
         // The own block from A itself; a run of blocks from the shared buffer's (block-scaled:
@@ -454,11 +453,22 @@ class Run {
       } else {
         auto sc = scalesFor(aScales(0), 0, g.m, 1);
         if (!sc) return sc.status();
-        s = st_.gemms->run(g, x_.a, x_.b, staging_, bias, gemmWs_, stream_, *sc);
+        for (const void* bias : sumBiases()) {
+          g.bias = bias != nullptr;
+          if (s = st_.gemms->run(g, x_.a, x_.b, staging_, bias, gemmWs_, stream_, *sc); !s) break;
+        }
       }
       if (!s) return s;
     }
     return {};
+  }
+
+  // The bias of a reduce-scatter's GEMMs here: rank 0's alone, so the sum holds it once. Priming,
+  // both forms on every rank, in that order: rank 0's GEMM shapes differ from the others' by it,
+  // and ranks tuning together must meet the same shapes (Gemms::Agree).
+  std::vector<const void*> sumBiases() const {
+    if (dry_ && x_.bias != nullptr) return {x_.bias, nullptr};
+    return {comm_.rank() == 0 ? x_.bias : nullptr};
   }
 
   // A rank's fused GEMMs (any rank can work out another's), as the plan's copy and block times

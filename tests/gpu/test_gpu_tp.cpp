@@ -345,8 +345,9 @@ TEST_P(GpuTp, FusedGemmsOverRunsOfBlocks) {
 }
 
 // Tuning on: the ranks time cuBLASLt's candidates together at each shape's first GEMM
-// (fused::tp::Gemms::Agree). Fused runs of two blocks at most give the ranks different piece
-// sizes at 3 ranks (rank 1 runs none of two): every rank primes every rank's, or they part.
+// (fused::tp::Gemms::Agree). Their GEMM shapes differ where fused runs of two blocks at most
+// give 3 ranks different piece sizes (rank 1 runs none of two), and where a reduce-scatter's
+// bias is rank 0's GEMMs' alone: every rank primes every rank's shapes, or they part.
 TEST_P(GpuTp, TunedTogetherMatchADoubleGemm) {
   SKIP_WITHOUT_GPU();
   ScopedEnv tune("WEFT_TP_GEMM_TUNE", "1");
