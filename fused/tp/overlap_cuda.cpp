@@ -323,15 +323,12 @@ class Run {
     const auto* a = static_cast<const std::byte*>(x_.a);
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
-    const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
-      GemmShape g = pieceShape(p);
-      g.bias = bias != nullptr;
+      const GemmShape g = pieceShape(p);
       auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, a + first * rows_ * depth * es_, x_.b,
-                                    sh.data(me) + first * block, bias, gemmWs_, stream_, *sc);
+      if (Status s = sumGemm(g, a + first * rows_ * depth * es_, sh.data(me) + first * block, *sc);
           !s)
         return s;
     }
@@ -361,18 +358,13 @@ class Run {
     std::uint64_t* epoch = sh.flag(me, kEpoch);
     if (Status s = beginFused(sh, timeoutNs); !s) return s;
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
-    const void* bias = me == 0 ? x_.bias : nullptr;  // in the sum once
     for (const algo::TpPiece& p : pieces()) {
       const auto first = static_cast<std::size_t>(p.first);
       std::byte* out = p.first == me ? sh.data(me) + first * block : staging_ + first * block;
-      GemmShape g = pieceShape(p);
-      g.bias = bias != nullptr;
+      const GemmShape g = pieceShape(p);
       auto sc = scalesFor(aScales(first * rows_), 0, g.m, 1);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(g, a + first * rows_ * depth * es_, x_.b, out, bias, gemmWs_,
-                                    stream_, *sc);
-          !s)
-        return s;
+      if (Status s = sumGemm(g, a + first * rows_ * depth * es_, out, *sc); !s) return s;
       if (p.first == me) break;
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       for (int d = p.first; d < p.first + p.count; ++d) {
@@ -407,13 +399,7 @@ class Run {
       // A's rows of the chunk in each rank's block, blocks a rank's rows apart.
       auto sc = scalesFor(ch, aScales(ch.start), rows_ * blocks_);
       if (!sc) return sc.status();
-      for (const void* bias : sumBiases()) {
-        ch.shape.bias = bias != nullptr;
-        if (Status s = st_.gemms->run(ch.shape, a + ch.aOffset * es_, x_.b, partial, bias, gemmWs_,
-                                      stream_, *sc);
-            !s)
-          return s;
-      }
+      if (Status s = sumGemm(ch.shape, a + ch.aOffset * es_, partial, *sc); !s) return s;
       if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
       if (Status s =
@@ -453,22 +439,26 @@ class Run {
       } else {
         auto sc = scalesFor(aScales(0), 0, g.m, 1);
         if (!sc) return sc.status();
-        for (const void* bias : sumBiases()) {
-          g.bias = bias != nullptr;
-          if (s = st_.gemms->run(g, x_.a, x_.b, staging_, bias, gemmWs_, stream_, *sc); !s) break;
-        }
+        s = sumGemm(g, x_.a, staging_, *sc);
       }
       if (!s) return s;
     }
     return {};
   }
 
-  // The bias of a reduce-scatter's GEMMs here: rank 0's alone, so the sum holds it once. Priming,
-  // both forms on every rank, in that order: rank 0's GEMM shapes differ from the others' by it,
-  // and ranks tuning together must meet the same shapes (Gemms::Agree).
-  std::vector<const void*> sumBiases() const {
-    if (dry_ && x_.bias != nullptr) return {x_.bias, nullptr};
-    return {comm_.rank() == 0 ? x_.bias : nullptr};
+  // A reduce-scatter's GEMM of partial C: the bias on rank 0 alone, so the sum holds it once.
+  // Priming, every rank runs rank 0's form, then the others': their shapes differ by the bias, and
+  // ranks tuning together must meet the same shapes (Gemms::Agree).
+  Status sumGemm(GemmShape g, const void* a, void* out, const GemmScales& scales) {
+    const void* bias = comm_.rank() == 0 ? x_.bias : nullptr;
+    if (dry_ && x_.bias != nullptr) {
+      g.bias = true;
+      if (Status s = st_.gemms->run(g, a, x_.b, out, x_.bias, gemmWs_, stream_, scales); !s)
+        return s;
+      bias = nullptr;
+    }
+    g.bias = bias != nullptr;
+    return st_.gemms->run(g, a, x_.b, out, bias, gemmWs_, stream_, scales);
   }
 
   // A rank's fused GEMMs (any rank can work out another's), as the plan's copy and block times
