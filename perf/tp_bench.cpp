@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "algorithms/overlap.hpp"
+#include "fused/cuda_steps.hpp"
 #include "fused/tp/overlap.hpp"
 #include "perf/calibrate_common.hpp"
 #include "perf/element.hpp"
@@ -98,6 +99,10 @@ class TpBench {
     gemms_ = std::move(*gemms);
     // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE), the ranks together.
     auto config = Config::fromEnvironment();
+    gemmStreams_ = config ? config->tpGemmStreams : 1;
+    if (gemmStreams_ > 1) {
+      if (Status s = second_.create(); !s) return s;
+    }
     gemms_->setTuning(config && config->tpGemmTune, [this](std::vector<float>& v) -> Status {
       for (float& x : v) {
         auto slowest = control_.combine(x, 3);  // 3: the largest over ranks
@@ -278,19 +283,27 @@ class TpBench {
         continue;
       }
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
-      columns.push_back([&, k] {
+      // On the GEMM streams in turn, as the call runs them (WEFT_TP_GEMM_STREAMS).
+      const bool two = gemmStreams_ > 1 && k > 1;
+      columns.push_back([&, k, two] {
+        auto main = static_cast<cudaStream_t>(stream);
         return timeUs([&]() -> Status {
+          if (two) {
+            if (Status st = fused::follow(second_.stream, main, second_.fork); !st) return st;
+          }
           for (int i = 0; i < k; ++i) {
             fused::tp::ChunkGemm ch = fused::tp::chunkGemm(shape, t, ot, k, i);
             ch.shape.blockScales = blocks_;
             std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
             std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
-            if (Status st =
-                    gemms_->run(ch.shape, in, b_, out, nullptr, gemmWs_, stream, scales(ch.shape));
+            const bool odd = two && i % 2 == 1;
+            if (Status st = gemms_->run(ch.shape, in, b_, out, nullptr,
+                                        gemmWs_ + (odd ? fused::tp::Gemms::kWorkspaceBytes : 0),
+                                        odd ? second_.stream : main, scales(ch.shape));
                 !st)
               return st;
           }
-          return {};
+          return two ? fused::follow(main, second_.stream, second_.join) : Status{};
         });
       });
     }
@@ -382,7 +395,7 @@ class TpBench {
     if (Status s = grow(c_, cBytes_, c); !s) return s;
     if (Status s = grow(ref_, refBytes_, c); !s) return s;
     if (Status s = grow(staging_, stagingBytes_, staging); !s) return s;
-    return grow(gemmWs_, gemmWsBytes_, fused::tp::Gemms::kWorkspaceBytes);
+    return grow(gemmWs_, gemmWsBytes_, 2 * fused::tp::Gemms::kWorkspaceBytes);
   }
 
   // At least `count` floats of 1 at ones_.
@@ -406,6 +419,8 @@ class TpBench {
   bool ag_;
   std::vector<Comm> forced_;  // [0]: unfused; then each --algos variant
   std::unique_ptr<fused::tp::Gemms> gemms_;
+  int gemmStreams_ = 1;  // the chunks' GEMMs' streams (WEFT_TP_GEMM_STREAMS)
+  fused::SideStream second_;
   std::byte *a_ = nullptr, *b_ = nullptr, *c_ = nullptr, *ref_ = nullptr, *staging_ = nullptr,
             *gemmWs_ = nullptr;
   std::size_t aBytes_ = 0, bBytes_ = 0, cBytes_ = 0, refBytes_ = 0, stagingBytes_ = 0,

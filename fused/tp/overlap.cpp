@@ -1,5 +1,6 @@
 #include "fused/tp/overlap.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -81,37 +82,41 @@ std::size_t tileRows(const algo::TpShape& s) {
   return (rows + 127) / 128;
 }
 
-Result<TpWorkspace> workspaceLayout(const algo::TpShape& s) {
+Result<TpWorkspace> workspaceLayout(const algo::TpShape& s, int gemmStreams) {
   const auto n = static_cast<std::size_t>(s.nranks);
+  const auto streams = static_cast<std::size_t>(std::clamp(gemmStreams, 1, kTpMostGemmStreams));
   const auto staging =
       product(s.m, s.op == algo::TpOp::allGatherGemm ? s.k : s.cols, s.commBytes());
   // fp8's block scales: every rank's rows' (gathered), then repacked as batches of rows, each
-  // padded to 16 bytes (Gemms::blockScaleFloats).
+  // padded to 16 bytes (Gemms::blockScaleFloats): the whole call's, and on a second GEMM stream
+  // its chunks' (half a block's rows at most, rounded up).
   const std::size_t blocks = s.valueBytes == 1 ? scaleBlocks(s) : 0;
   const auto gathered = product(s.m, blocks, sizeof(float));
   const auto packed = product(s.m + 4 * n, blocks + 1, sizeof(float));
+  const auto chunkPacked = product(s.m / 2 + 5 * n, blocks + 1, sizeof(float));
   const auto tiles = product(tileRows(s), Gemms::tileScaleLd(blocks), sizeof(float));
   constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 8;
-  if (!staging || !gathered || !packed || !tiles || *staging > most || *gathered > most ||
-      *packed > most || *tiles > most)
+  if (!staging || !gathered || !packed || !chunkPacked || !tiles || *staging > most ||
+      *gathered > most || *packed > most || *tiles > most)
     return invalidArgument("a " + std::to_string(s.m) + "x" + std::to_string(s.cols) + "x" +
                            std::to_string(s.k) + " GEMM is too large to stage");
   TpWorkspace w;
-  w.staging = kGemmWorkspaceBytes;
+  w.staging = streams * kGemmWorkspaceBytes;
   w.gatheredScales = w.staging + aligned(*staging);
   w.packedScales = w.gatheredScales + (blocks == 0 ? 0 : aligned(*gathered));
-  w.tileScales = w.packedScales + (blocks == 0 ? 0 : aligned(*packed));
+  w.chunkPackedScales = w.packedScales + (blocks == 0 ? 0 : aligned(*packed));
+  w.tileScales = w.chunkPackedScales + (blocks == 0 || streams == 1 ? 0 : aligned(*chunkPacked));
   w.total = w.tileScales + (blocks == 0 ? 0 : aligned(*tiles));
   return w;
 }
 
-Result<std::size_t> workspaceBytes(const algo::TpShape& s) {
-  auto w = workspaceLayout(s);
+Result<std::size_t> workspaceBytes(const algo::TpShape& s, int gemmStreams) {
+  auto w = workspaceLayout(s, gemmStreams);
   if (!w) return w.status();
   return w->total;
 }
 
-Status checkTp(const TpCall& x, int nranks) {
+Status checkTp(const TpCall& x, int nranks, int gemmStreams) {
   const std::string what(x.op == algo::TpOp::allGatherGemm ? "weftAllGatherGemm"
                                                            : "weftGemmReduceScatter");
   if (!Gemms::supports(x.type, x.out))
@@ -174,7 +179,7 @@ Status checkTp(const TpCall& x, int nranks) {
     return invalidArgument(what + ": A, B and C must not be NULL");
   if (x.gathered != nullptr && !ag)
     return invalidArgument(what + ": only all-gather + GEMM returns a gathered A");
-  auto need = workspaceBytes(x.shape(nranks));
+  auto need = workspaceBytes(x.shape(nranks), gemmStreams);
   if (!need) return Status(need.status().code(), what + ": " + need.status().message());
   if (x.workspace == nullptr && x.workspaceBytes != 0)
     return invalidArgument(what + ": workspace is NULL but workspaceBytes is " +

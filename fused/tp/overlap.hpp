@@ -53,20 +53,23 @@ struct ChunkGemm {
 // A's and B's type `type`, C's `out` (fp8 A and B: B given as Bᵀ).
 ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int chunks, int i);
 
-// The workspace a call of this shape needs, whatever it picks: cuBLASLt's, the staging of every
-// rank's rows (the gathered A, or the GEMM's partial C), and for fp8 the gathered block scales
-// and their repacking for cuBLASLt (gemm.hpp); byte offsets.
+// The workspace a call of this shape needs, whatever it picks: cuBLASLt's (one a GEMM stream,
+// WEFT_TP_GEMM_STREAMS), the staging of every rank's rows (the gathered A, or the GEMM's partial
+// C), and for fp8 the gathered block scales and their repacking for cuBLASLt (gemm.hpp; on the
+// second GEMM stream its chunks' apart); byte offsets, cuBLASLt's first.
+constexpr int kTpMostGemmStreams = 2;
 struct TpWorkspace {
-  std::size_t staging = 0, gatheredScales = 0, packedScales = 0, tileScales = 0, total = 0;
+  std::size_t staging = 0, gatheredScales = 0, packedScales = 0, chunkPackedScales = 0,
+              tileScales = 0, total = 0;
 };
-Result<TpWorkspace> workspaceLayout(const algo::TpShape& shape);
-Result<std::size_t> workspaceBytes(const algo::TpShape& shape);
+Result<TpWorkspace> workspaceLayout(const algo::TpShape& shape, int gemmStreams = 1);
+Result<std::size_t> workspaceBytes(const algo::TpShape& shape, int gemmStreams = 1);
 // The 128-value blocks along k of a rank's rows of A; of 128 rows of its Bᵀ.
 std::size_t scaleBlocks(const algo::TpShape& shape);
 std::size_t tileRows(const algo::TpShape& shape);
 // Shapes that divide among the ranks, a type cuBLASLt multiplies, buffers given, a workspace
 // large enough: what a call checks before it changes anything.
-Status checkTp(const TpCall& call, int nranks);
+Status checkTp(const TpCall& call, int nranks, int gemmStreams = 1);
 // Checks and runs `call` as the communicator's plan for its shape says.
 Status runTp(Communicator& comm, const TpCall& call);
 

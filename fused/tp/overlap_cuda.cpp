@@ -1,7 +1,8 @@
 // runTp on the GPU: the chunks' collectives on a side stream of the communicator's, its GEMMs on
-// the caller's stream, each waiting for the other's through events (capturable: the side stream
-// forks from the caller's and joins it again). The fused variants move blocks with the copy
-// engine between buffers the ranks map, ordered by flags (flags.hpp).
+// the caller's stream (or in turn on it and a second side stream), each waiting for the other's
+// through events (capturable: the side streams fork from the caller's and join it again). The fused
+// variants move blocks with the copy engine between buffers the ranks map, ordered by flags
+// (flags.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -55,6 +56,7 @@ constexpr std::uint64_t kGateSteps = 128;  // more than a call's collectives (tw
 // What a communicator keeps for its tensor-parallel calls.
 struct State {
   SideStream side;
+  SideStream gemmSide;  // the second stream of a chunked call's GEMMs (WEFT_TP_GEMM_STREAMS=2)
   std::set<std::tuple<int, std::size_t, std::size_t, std::size_t, int, int, bool, bool, int>>
       primed;  // the calls whose GEMMs ran once (Run::primeGemms)
   std::unique_ptr<Gemms> gemms;
@@ -65,6 +67,7 @@ struct State {
   std::vector<std::shared_ptr<void>> mappings;
   ~State() {
     side.destroy();  // before the memory its work may use
+    gemmSide.destroy();
     shared.peers.keep.reset();
     mappings.clear();
     for (void* p : memory) cudaFree(p);
@@ -109,6 +112,7 @@ Result<State*> stateOf(Communicator& comm) {
   if (slot) return static_cast<State*>(slot.get());
   auto s = std::make_shared<State>();
   if (Status made = s->side.create(); !made) return made;
+  if (Status made = s->gemmSide.create(); !made) return made;
   auto gemms = Gemms::create();
   if (!gemms) return gemms.status();
   s->gemms = std::move(*gemms);
@@ -138,6 +142,7 @@ class Run {
         staging_(ws + layout.staging),
         gatheredScales_(reinterpret_cast<float*>(ws + layout.gatheredScales)),
         packedScales_(reinterpret_cast<float*>(ws + layout.packedScales)),
+        chunkPackedScales_(reinterpret_cast<float*>(ws + layout.chunkPackedScales)),
         tileScales_(reinterpret_cast<float*>(ws + layout.tileScales)),
         n_(static_cast<std::size_t>(comm.size())),
         shape_(x.shape(comm.size())),
@@ -145,7 +150,8 @@ class Run {
         blocks_(scaleBlocks(shape_)),
         es_(sizeOf(x.type)),
         cs_(sizeOf(x.out)),
-        stream_(static_cast<cudaStream_t>(x.stream)) {
+        stream_(static_cast<cudaStream_t>(x.stream)),
+        gemmStreams_(std::clamp(comm.config().tpGemmStreams, 1, kTpMostGemmStreams)) {
     for (int j = 0; gated_ != nullptr && j < comm.size(); ++j)
       gates_.at[gates_.count++] = gated_->flag(j, kGate);
   }
@@ -156,9 +162,11 @@ class Run {
     auto* c = static_cast<std::byte*>(x_.c);
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
+    if (Status s = forkLanes(); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunk(plan_.chunks, i);
+      const int l = lane(i);
       // Every rank's collectives before this one are done (before the first, the ranks' work
       // before the call): an early rank's next all-gather, launched as a programmatic dependent
       // of its last, could otherwise hold the SMs a late rank's needs.
@@ -186,16 +194,17 @@ class Run {
         if (Status s = gatherScales(ch); !s) return s;
         if (plan_.chunks == 1 && x_.gatheredScales != nullptr) scales = x_.gatheredScales;
       }
-      if (Status s = follow(stream_, st_.side.stream, st_.side.chunk); !s) return s;
+      if (Status s = follow(laneStream(l), st_.side.stream, st_.side.chunk); !s) return s;
       ch.shape.bias = x_.bias != nullptr;
       ch.shape.smCount = overlapSms(i + 1 < plan_.chunks);
-      auto sc = scalesFor(ch, scales, ch.rows * blocks_);
+      auto sc = scalesFor(ch, scales, ch.rows * blocks_, l);
       if (!sc) return sc.status();
-      if (Status s = st_.gemms->run(ch.shape, g, x_.b, c + ch.cOffset * cs_, x_.bias, gemmWs_,
-                                    stream_, *sc);
+      if (Status s = st_.gemms->run(ch.shape, g, x_.b, c + ch.cOffset * cs_, x_.bias, laneWs(l),
+                                    laneStream(l), *sc);
           !s)
         return s;
     }
+    if (Status s = joinLanes(); !s) return s;
     return follow(stream_, st_.side.stream, st_.side.join);
   }
 
@@ -391,16 +400,18 @@ class Run {
     const auto* a = static_cast<const std::byte*>(x_.a);
     auto* c = static_cast<std::byte*>(x_.c);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
+    if (Status s = forkLanes(); !s) return s;
     if (Status s = startGates(); !s) return s;
     for (int i = 0; i < plan_.chunks; ++i) {
       ChunkGemm ch = chunk(plan_.chunks, i);
+      const int l = lane(i);
       std::byte* partial = staging_ + ch.cOffset * cs_;
       ch.shape.smCount = overlapSms(i > 0);
       // A's rows of the chunk in each rank's block, blocks a rank's rows apart.
-      auto sc = scalesFor(ch, aScales(ch.start), rows_ * blocks_);
+      auto sc = scalesFor(ch, aScales(ch.start), rows_ * blocks_, l);
       if (!sc) return sc.status();
-      if (Status s = sumGemm(ch.shape, a + ch.aOffset * es_, partial, *sc); !s) return s;
-      if (Status s = follow(st_.side.stream, stream_, st_.side.chunk); !s) return s;
+      if (Status s = sumGemm(ch.shape, a + ch.aOffset * es_, partial, *sc, l); !s) return s;
+      if (Status s = follow(st_.side.stream, laneStream(l), st_.side.chunk); !s) return s;
       if (Status s = gate(i); !s) return s;  // every rank's GEMM of the chunk is done
       if (Status s =
               dry_ ? Status{}
@@ -409,10 +420,27 @@ class Run {
           !s)
         return s;
     }
+    if (Status s = joinLanes(); !s) return s;
     return follow(stream_, st_.side.stream, st_.side.join);
   }
 
  private:
+  // A chunked call's GEMMs take the GEMM streams in turn, chunk i the (i mod streams)-th: the
+  // caller's, then the communicator's second, so one chunk's last wave of tiles runs beside the
+  // next one's first (WEFT_TP_GEMM_STREAMS). Priming, the caller's alone.
+  bool twoLanes() const { return gemmStreams_ > 1 && plan_.chunks > 1 && !dry_; }
+  int lane(int i) const { return twoLanes() ? i % 2 : 0; }
+  cudaStream_t laneStream(int l) const { return l == 0 ? stream_ : st_.gemmSide.stream; }
+  std::byte* laneWs(int l) const {
+    return gemmWs_ + static_cast<std::size_t>(l) * Gemms::kWorkspaceBytes;
+  }
+  Status forkLanes() {
+    return twoLanes() ? follow(st_.gemmSide.stream, stream_, st_.gemmSide.fork) : Status{};
+  }
+  Status joinLanes() {
+    return twoLanes() ? follow(stream_, st_.gemmSide.stream, st_.gemmSide.join) : Status{};
+  }
+
   // The fused calls' GEMMs' shapes once, each piece's (its inputs' values left as they are).
   Status fusedGemmsOnce() {
     const std::size_t me = static_cast<std::size_t>(comm_.rank());
@@ -449,16 +477,16 @@ class Run {
   // A reduce-scatter's GEMM of partial C: the bias on rank 0 alone, so the sum holds it once.
   // Priming, every rank runs rank 0's form, then the others': their shapes differ by the bias, and
   // ranks tuning together must meet the same shapes (Gemms::Agree).
-  Status sumGemm(GemmShape g, const void* a, void* out, const GemmScales& scales) {
+  Status sumGemm(GemmShape g, const void* a, void* out, const GemmScales& scales, int l = 0) {
     const void* bias = comm_.rank() == 0 ? x_.bias : nullptr;
     if (dry_ && x_.bias != nullptr) {
       g.bias = true;
-      if (Status s = st_.gemms->run(g, a, x_.b, out, x_.bias, gemmWs_, stream_, scales); !s)
+      if (Status s = st_.gemms->run(g, a, x_.b, out, x_.bias, laneWs(l), laneStream(l), scales); !s)
         return s;
       bias = nullptr;
     }
     g.bias = bias != nullptr;
-    return st_.gemms->run(g, a, x_.b, out, bias, gemmWs_, stream_, scales);
+    return st_.gemms->run(g, a, x_.b, out, bias, laneWs(l), laneStream(l), scales);
   }
 
   // A rank's fused GEMMs (any rank can work out another's), as the plan's copy and block times
@@ -486,17 +514,17 @@ class Run {
   }
 
   // The scales of a GEMM of `batches` batches of `rows` rows, A's scales of batch b from
-  // src + b · srcBatch (the caller's layout): repacked for cuBLASLt on the caller's stream
-  // (which runs the GEMMs in turn, so one repacked copy at a time). Per-tensor: as given.
+  // src + b · srcBatch (the caller's layout): repacked for cuBLASLt on GEMM stream `l` (each
+  // runs its GEMMs in turn, so one repacked copy a stream at a time). Per-tensor: as given.
   Result<GemmScales> scalesFor(const float* src, std::size_t srcBatch, std::size_t rows,
-                               int batches) {
+                               int batches, int l = 0) {
     if (!x_.blockScales) return x_.scales;
     const std::size_t depth = x_.op == algo::TpOp::allGatherGemm ? x_.k : x_.k / n_;
     const std::size_t each = Gemms::blockScaleFloats(rows, depth);
-    const ScaleRepack r{src,  srcBatch, packedScales_,        each,
-                        rows, blocks_,  Gemms::scaleLd(rows), batches};
-    if (Status s = repackScales(r, stream_); !s) return s;
-    return GemmScales{packedScales_, tileScales_, each};
+    float* packed = l == 0 ? packedScales_ : chunkPackedScales_;
+    const ScaleRepack r{src, srcBatch, packed, each, rows, blocks_, Gemms::scaleLd(rows), batches};
+    if (Status s = repackScales(r, laneStream(l)); !s) return s;
+    return GemmScales{packed, tileScales_, each};
   }
 
  public:
@@ -533,9 +561,9 @@ class Run {
 
  private:
   // A chunk's GEMM's: `src` where its first batch's rows start, batches srcBatch apart.
-  Result<GemmScales> scalesFor(const ChunkGemm& ch, const float* src, std::size_t srcBatch) {
+  Result<GemmScales> scalesFor(const ChunkGemm& ch, const float* src, std::size_t srcBatch, int l) {
     const bool whole = ch.shape.batches == 1;
-    return scalesFor(src, srcBatch, whole ? ch.shape.m : ch.rows, ch.shape.batches);
+    return scalesFor(src, srcBatch, whole ? ch.shape.m : ch.rows, ch.shape.batches, l);
   }
 
   // The fused all-gather's buffer: every rank's block of A (its rows), then (block-scaled) every
@@ -642,18 +670,20 @@ class Run {
   std::byte* staging_;
   float* gatheredScales_;
   float* packedScales_;
+  float* chunkPackedScales_;  // the second GEMM stream's repacked scales
   float* tileScales_;
   std::size_t n_;
   algo::TpShape shape_;
   std::size_t rows_, blocks_;  // a rank's block of rows; A's scales a row (block-scaled fp8)
   std::size_t es_, cs_;        // A's value size, C's
   cudaStream_t stream_;
+  int gemmStreams_;
 };
 
 }  // namespace
 
 Status runTp(Communicator& comm, const TpCall& x) {
-  if (Status s = checkTp(x, comm.size()); !s) return s;
+  if (Status s = checkTp(x, comm.size(), comm.config().tpGemmStreams); !s) return s;
   for (auto [p, role] : {std::pair<const void*, const char*>{x.a, "A"},
                          {x.b, "B"},
                          {x.c, "C"},
@@ -667,7 +697,7 @@ Status runTp(Communicator& comm, const TpCall& x) {
   }
   auto plan = comm.tpPlanFor(x.shape(comm.size()));
   if (!plan) return plan.status();
-  auto layout = workspaceLayout(x.shape(comm.size()));
+  auto layout = workspaceLayout(x.shape(comm.size()), comm.config().tpGemmStreams);
   if (!layout) return layout.status();
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
   if (!workspace) return workspace.status();

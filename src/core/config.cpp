@@ -407,6 +407,15 @@ const Setting kSettings[] = {
        return ok();
      }},
 
+    {"WEFT_TP_GEMM_STREAMS", nullptr, Kind::number, 1, 2, "1", true, Audience::tuning,
+     "the streams a chunked tensor-parallel call's GEMMs take in turn (the caller's, then a "
+     "side stream of the communicator's), so one chunk's last wave of tiles runs beside the "
+     "next chunk's first; 1: the caller's alone",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tpGemmStreams = static_cast<int>(x);
+       return ok();
+     }},
+
     {"WEFT_TP_GEMM_TUNE", nullptr, Kind::flag, 0, 1, "0", false, Audience::tuning,
      "1: a tensor-parallel call's first GEMM of each shape times cuBLASLt's candidates without "
      "split-K (the same bits of C), the ranks at once, and keeps the fastest on the slowest "

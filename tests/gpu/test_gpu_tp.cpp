@@ -355,6 +355,13 @@ TEST_P(GpuTp, TunedTogetherMatchADoubleGemm) {
   everyVariant(GetParam(), DataType::bf16, {"chunked:2", "fused", "fused:inplace"});
 }
 
+// The chunks' GEMMs on two streams in turn (WEFT_TP_GEMM_STREAMS=2): the same results.
+TEST_P(GpuTp, ChunksOnTwoGemmStreamsMatchADoubleGemm) {
+  SKIP_WITHOUT_GPU();
+  ScopedEnv streams("WEFT_TP_GEMM_STREAMS", "2");
+  everyVariant(GetParam(), DataType::bf16, {"unfused", "chunked:2", "chunked:3", "chunked:4"});
+}
+
 // e4m3 A and B (B transposed), scaled, into bf16: the GEMMs cuBLASLt runs on fp8 tensor cores.
 class GpuTpFp8 : public ::testing::TestWithParam<int> {};
 
@@ -371,18 +378,25 @@ TEST_P(GpuTpFp8Blocks, EveryVariantMatchesADoubleGemm) {
   SKIP_WITHOUT_GPU();
   everyVariant(GetParam(), DataType::f8e4m3,
                {"unfused", "chunked:2", "chunked:3", "fused", "fused:inplace"}, true);
-  ScopedEnv env("WEFT_TP_FUSED_BLOCKS", "128");  // the scales of a run of blocks, repacked
-  everyVariant(GetParam(), DataType::f8e4m3, {"fused"}, true);
+  {
+    ScopedEnv env("WEFT_TP_FUSED_BLOCKS", "128");  // the scales of a run of blocks, repacked
+    everyVariant(GetParam(), DataType::f8e4m3, {"fused"}, true);
+  }
+  // Two GEMM streams: each repacks its chunks' scales apart.
+  ScopedEnv streams("WEFT_TP_GEMM_STREAMS", "2");
+  everyVariant(GetParam(), DataType::f8e4m3, {"chunked:2", "chunked:3"}, true);
 }
 
-// Each variant that splits the call into steps between streams (chunks; the fused flags).
-class GpuTpGraphs : public ::testing::TestWithParam<std::tuple<int, const char*>> {};
+// Each variant that splits the call into steps between streams (chunks; the fused flags), and
+// the chunks' GEMMs on one stream or two (WEFT_TP_GEMM_STREAMS).
+class GpuTpGraphs : public ::testing::TestWithParam<std::tuple<int, const char*, int>> {};
 
 TEST_P(GpuTpGraphs, CallsReplayFromAGraph) {
   SKIP_WITHOUT_GPU();
   const int n = std::get<0>(GetParam());
   const auto N = static_cast<std::size_t>(n);
   ScopedEnv env("WEFT_TP_OVERLAP", std::get<1>(GetParam()));
+  ScopedEnv gemmStreams("WEFT_TP_GEMM_STREAMS", std::to_string(std::get<2>(GetParam())).c_str());
   auto comms = threadRanks(n);
   ASSERT_EQ(comms.size(), N);
   Streams streams(n);
@@ -461,15 +475,23 @@ std::string ranksName(const ::testing::TestParamInfo<int>& p) {
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTp, ::testing::Values(1, 2, 3, 4, 8), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8, ::testing::Values(1, 2, 4), ranksName);
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpFp8Blocks, ::testing::Values(1, 2, 3, 4), ranksName);
+std::string graphName(const ::testing::TestParamInfo<std::tuple<int, const char*, int>>& p) {
+  std::string v = std::get<1>(p.param);
+  v.erase(std::remove(v.begin(), v.end(), ':'), v.end());
+  const int streams = std::get<2>(p.param);
+  return std::to_string(std::get<0>(p.param)) + "ranks_" + v +
+         (streams > 1 ? "_" + std::to_string(streams) + "streams" : "");
+}
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values("unfused", "chunked:3", "fused",
-                                                              "fused:inplace")),
-                         [](const ::testing::TestParamInfo<std::tuple<int, const char*>>& p) {
-                           std::string v = std::get<1>(p.param);
-                           v.erase(std::remove(v.begin(), v.end(), ':'), v.end());
-                           return std::to_string(std::get<0>(p.param)) + "ranks_" + v;
-                         });
+                                                              "fused:inplace"),
+                                            ::testing::Values(1)),
+                         graphName);
+INSTANTIATE_TEST_SUITE_P(TwoGemmStreams, GpuTpGraphs,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("chunked:3"),
+                                            ::testing::Values(2)),
+                         graphName);
 
 // Bad calls: an error naming the problem, C untouched.
 TEST(GpuTpErrors, BadCallsAreRefusedAndChangeNothing) {

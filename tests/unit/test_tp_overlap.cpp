@@ -313,5 +313,51 @@ TEST(TpOverlap, WorkspaceAndShapesAreChecked) {
   EXPECT_FALSE(fused::tp::workspaceBytes(x.shape(2)).isOk());
 }
 
+// WEFT_TP_GEMM_STREAMS=2: a second cuBLASLt workspace, and (block-scaled fp8) room apart for the
+// repacked scales of every chunk the second stream runs; a workspace for one stream is refused.
+TEST(TpOverlap, TwoGemmStreamsHaveTheirOwnWorkspace) {
+  constexpr std::size_t mib32 = std::size_t{32} << 20;
+  alignas(16) static float buf[4] = {};
+  for (auto op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
+    for (int n : {1, 2, 3, 8}) {
+      const auto N = static_cast<std::size_t>(n);
+      for (std::size_t m : {std::size_t{96}, std::size_t{1000}, std::size_t{4096}}) {
+        fused::tp::TpCall x;
+        x.op = op;
+        x.a = x.b = x.c = buf;
+        x.scales.a = x.scales.b = buf;
+        x.m = m / (4 * N) * 4 * N, x.cols = 256 * N, x.k = 384 * N;
+        x.type = DataType::f8e4m3;
+        x.blockScales = true;
+        const algo::TpShape s = x.shape(n);
+        auto one = fused::tp::workspaceLayout(s, 1), two = fused::tp::workspaceLayout(s, 2);
+        ASSERT_TRUE(one.isOk() && two.isOk());
+        EXPECT_EQ(one->staging, mib32);
+        EXPECT_EQ(two->staging, 2 * mib32);
+        EXPECT_EQ(one->chunkPackedScales, one->tileScales);  // none with one stream
+        const std::size_t depth = op == algo::TpOp::allGatherGemm ? s.k : s.k / N;
+        for (int k = 1; k <= 8 && static_cast<std::size_t>(k) <= s.mostChunks(); ++k) {
+          for (int i = 0; i < k; ++i) {
+            const std::size_t rows = k == 1 ? s.m : s.chunkRows(k, i);
+            const std::size_t floats =
+                (k == 1 ? 1 : N) * fused::tp::Gemms::blockScaleFloats(rows, depth);
+            const bool second = k > 1 && i % 2 == 1;
+            const std::size_t room = second ? two->tileScales - two->chunkPackedScales
+                                            : two->chunkPackedScales - two->packedScales;
+            EXPECT_LE(floats * sizeof(float), room)
+                << "n " << n << " m " << s.m << " chunk " << i << " of " << k;
+          }
+        }
+        x.workspace = buf;
+        x.workspaceBytes = one->total;
+        EXPECT_TRUE(fused::tp::checkTp(x, n, 1).isOk()) << fused::tp::checkTp(x, n, 1).message();
+        EXPECT_NE(fused::tp::checkTp(x, n, 2).message().find("too small"), std::string::npos);
+        x.workspaceBytes = two->total;
+        EXPECT_TRUE(fused::tp::checkTp(x, n, 2).isOk());
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft
