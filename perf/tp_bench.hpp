@@ -1,7 +1,8 @@
 // weft-perf ag-gemm and gemm-rs: the tensor-parallel GEMMs with their collective
 // (weftAllGatherGemm, weftGemmReduceScatter) per shape, beside their parts measured in the same
 // run: the GEMM alone (cuBLASLt), the collective alone, the two in sequence (WEFT_TP_OVERLAP=
-// unfused), weft's pick, each --algos variant forced and its chunks' GEMMs alone (gemms:K); the
+// unfused), weft's pick, each --algos variant forced and its chunks' GEMMs alone (gemms:K, on
+// the streams the call runs them on: WEFT_TP_GEMM_STREAMS); the
 // overlap efficiency (sequential - pick) / min(GEMM, collective); and the pick's C against the
 // sequential one's.
 #pragma once
