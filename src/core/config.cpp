@@ -407,7 +407,7 @@ const Setting kSettings[] = {
        return ok();
      }},
 
-    {"WEFT_TP_GEMM_STREAMS", nullptr, Kind::number, 1, 2, "1", true, Audience::tuning,
+    {"WEFT_TP_GEMM_STREAMS", nullptr, Kind::number, 1, 2, "2", true, Audience::tuning,
      "the streams a chunked tensor-parallel call's GEMMs take in turn (the caller's, then a "
      "side stream of the communicator's), so one chunk's last wave of tiles runs beside the "
      "next chunk's first; 1: the caller's alone",
