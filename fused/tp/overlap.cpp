@@ -97,7 +97,7 @@ Result<TpWorkspace> workspaceLayout(const algo::TpShape& s, int gemmStreams) {
   const auto tiles = product(tileRows(s), Gemms::tileScaleLd(blocks), sizeof(float));
   constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / 8;
   if (!staging || !gathered || !packed || !chunkPacked || !tiles || *staging > most ||
-      *gathered > most || *packed > most || *tiles > most)
+      *gathered > most || *packed > most || *chunkPacked > most || *tiles > most)
     return invalidArgument("a " + std::to_string(s.m) + "x" + std::to_string(s.cols) + "x" +
                            std::to_string(s.k) + " GEMM is too large to stage");
   TpWorkspace w;

@@ -62,14 +62,14 @@ struct TpWorkspace {
   std::size_t staging = 0, gatheredScales = 0, packedScales = 0, chunkPackedScales = 0,
               tileScales = 0, total = 0;
 };
-Result<TpWorkspace> workspaceLayout(const algo::TpShape& shape, int gemmStreams = 1);
-Result<std::size_t> workspaceBytes(const algo::TpShape& shape, int gemmStreams = 1);
+Result<TpWorkspace> workspaceLayout(const algo::TpShape& shape, int gemmStreams);
+Result<std::size_t> workspaceBytes(const algo::TpShape& shape, int gemmStreams);
 // The 128-value blocks along k of a rank's rows of A; of 128 rows of its Bᵀ.
 std::size_t scaleBlocks(const algo::TpShape& shape);
 std::size_t tileRows(const algo::TpShape& shape);
 // Shapes that divide among the ranks, a type cuBLASLt multiplies, buffers given, a workspace
 // large enough: what a call checks before it changes anything.
-Status checkTp(const TpCall& call, int nranks, int gemmStreams = 1);
+Status checkTp(const TpCall& call, int nranks, int gemmStreams);
 // Checks and runs `call` as the communicator's plan for its shape says.
 Status runTp(Communicator& comm, const TpCall& call);
 

@@ -59,8 +59,8 @@ struct Config {
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;
   // WEFT_TP_GEMM_STREAMS: the streams a chunked tensor-parallel call's GEMMs take in turn (the
-  // caller's first), so a chunk's last wave runs beside the next chunk's first; 1 or 2 (2: up to
-  // 13 % faster chunked calls, docs/perf-tp.md).
+  // caller's first), so a chunk's last wave runs beside the next chunk's first; 1 or 2
+  // (docs/perf-tp.md, "The chunks' GEMMs on two streams").
   int tpGemmStreams = 2;
   // WEFT_TP_GEMM_TUNE: a tensor-parallel call's first GEMM of a shape times cuBLASLt's
   // candidates that sum alike, the ranks together, and keeps the fastest

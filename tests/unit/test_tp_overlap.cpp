@@ -291,26 +291,26 @@ TEST(TpOverlap, WorkspaceAndShapesAreChecked) {
   int dummy = 0;
   x.a = x.b = x.c = &dummy;
   x.m = 64, x.cols = 64, x.k = 64;
-  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  EXPECT_TRUE(fused::tp::checkTp(x, 2, 1).isOk());
   x.cols = 63;
-  EXPECT_FALSE(fused::tp::checkTp(x, 2).isOk());
+  EXPECT_FALSE(fused::tp::checkTp(x, 2, 1).isOk());
   x.op = algo::TpOp::gemmReduceScatter;  // its n is not split; its k is
-  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  EXPECT_TRUE(fused::tp::checkTp(x, 2, 1).isOk());
   x.k = 63;
-  EXPECT_NE(fused::tp::checkTp(x, 2).message().find("k = 63"), std::string::npos);
+  EXPECT_NE(fused::tp::checkTp(x, 2, 1).message().find("k = 63"), std::string::npos);
   x.k = 64;
   x.type = DataType::f64;
-  EXPECT_FALSE(fused::tp::checkTp(x, 2).isOk());
+  EXPECT_FALSE(fused::tp::checkTp(x, 2, 1).isOk());
   x.type = DataType::bf16;
-  auto need = fused::tp::workspaceBytes(x.shape(2));
+  auto need = fused::tp::workspaceBytes(x.shape(2), 1);
   ASSERT_TRUE(need.isOk());
   x.workspace = &dummy;
   x.workspaceBytes = *need - 1;
-  EXPECT_NE(fused::tp::checkTp(x, 2).message().find("too small"), std::string::npos);
+  EXPECT_NE(fused::tp::checkTp(x, 2, 1).message().find("too small"), std::string::npos);
   x.workspaceBytes = *need;
-  EXPECT_TRUE(fused::tp::checkTp(x, 2).isOk());
+  EXPECT_TRUE(fused::tp::checkTp(x, 2, 1).isOk());
   x.m = std::size_t{1} << 62;
-  EXPECT_FALSE(fused::tp::workspaceBytes(x.shape(2)).isOk());
+  EXPECT_FALSE(fused::tp::workspaceBytes(x.shape(2), 1).isOk());
 }
 
 // WEFT_TP_GEMM_STREAMS=2: a second cuBLASLt workspace, and (block-scaled fp8) room apart for the
