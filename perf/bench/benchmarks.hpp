@@ -12,5 +12,7 @@ void registerConvertBenchmarks();
 void registerShmFifoBenchmarks();
 // The GPU's copy ceiling and the kernels' element-wise primitive (builds with CUDA only).
 void registerGpuBenchmarks();
+// The tensor-parallel calls' cuBLASLt GEMMs, whole and in chunks, per candidate (CUDA only).
+void registerTpGemmBenchmarks();
 
 }  // namespace weft::bench

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   weft::bench::registerShmFifoBenchmarks();
 #if WEFT_BENCH_GPU
   weft::bench::registerGpuBenchmarks();
+  weft::bench::registerTpGemmBenchmarks();
 #endif
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
