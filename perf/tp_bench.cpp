@@ -296,10 +296,11 @@ class TpBench {
             ch.shape.blockScales = blocks_;
             std::byte* in = (ag_ ? staging_ : a_) + ch.aOffset * es;
             std::byte* out = (ag_ ? c_ : staging_) + ch.cOffset * cs;
-            const bool odd = two && i % 2 == 1;
-            if (Status st = gemms_->run(ch.shape, in, b_, out, nullptr,
-                                        gemmWs_ + (odd ? fused::tp::Gemms::kWorkspaceBytes : 0),
-                                        odd ? second_.stream : main, scales(ch.shape));
+            const int l = fused::tp::gemmLane(gemmStreams_, k, i);
+            if (Status st = gemms_->run(
+                    ch.shape, in, b_, out, nullptr,
+                    gemmWs_ + static_cast<std::size_t>(l) * fused::tp::Gemms::kWorkspaceBytes,
+                    l == 0 ? main : second_.stream, scales(ch.shape));
                 !st)
               return st;
           }

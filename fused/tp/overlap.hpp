@@ -58,6 +58,10 @@ ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int
 // C), and for fp8 the gathered block scales and their repacking for cuBLASLt (gemm.hpp; on the
 // second GEMM stream its chunks' apart); byte offsets, cuBLASLt's first.
 constexpr int kTpMostGemmStreams = 2;
+// The GEMM stream of a chunked call's chunk i (0: the caller's): the streams in turn.
+inline int gemmLane(int gemmStreams, int chunks, int i) {
+  return gemmStreams > 1 && chunks > 1 ? i % gemmStreams : 0;
+}
 struct TpWorkspace {
   std::size_t staging = 0, gatheredScales = 0, packedScales = 0, chunkPackedScales = 0,
               tileScales = 0, total = 0;

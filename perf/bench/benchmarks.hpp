@@ -10,6 +10,8 @@ void registerReduceBenchmarks();
 void registerConvertBenchmarks();
 // The shared-memory FIFO between two threads: ping-pong round trips and one-way streaming.
 void registerShmFifoBenchmarks();
+// Whether a GPU is there (the GPU families skip each benchmark with an error where not).
+bool haveGpu();
 // The GPU's copy ceiling and the kernels' element-wise primitive (builds with CUDA only).
 void registerGpuBenchmarks();
 // The tensor-parallel calls' cuBLASLt GEMMs, whole and in chunks, per candidate (CUDA only).

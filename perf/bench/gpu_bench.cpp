@@ -37,11 +37,6 @@ struct DeviceBuffers {
   bool ok = false;
 };
 
-bool haveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 int smCount() {
   int sms = 0;
   (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -159,6 +154,11 @@ void fp8Codec(benchmark::State& state, const char* scheme, bool decoding) {
 }
 
 }  // namespace
+
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
 
 void registerGpuBenchmarks() {
   for (const char* scheme : {"e4m3:32", "e4m3:128"}) {

@@ -71,11 +71,6 @@ struct Operands {
   }
 };
 
-bool haveGpu() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 // Args: ranks, m, chunks (1: the whole GEMM), candidate.
 void tpGemms(benchmark::State& state, bool ag) {
   if (!haveGpu()) {
