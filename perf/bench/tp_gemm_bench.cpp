@@ -1,6 +1,7 @@
 // The tensor-parallel calls' GEMMs alone (fused::tp::Gemms, cuBLASLt), bf16, one process: the
-// whole GEMM of a call's shape, or its K chunks' batched GEMMs one after another as the chunked
-// call cuts them (fused::tp::chunkGemm), each with one of cuBLASLt's heuristic candidates
+// whole GEMM of a call's shape, or its K chunks' batched GEMMs as the chunked call cuts them
+// (fused::tp::chunkGemm) on one stream or on two in turn as the call runs them
+// (fused::tp::gemmLane, WEFT_TP_GEMM_STREAMS), each with one of cuBLASLt's heuristic candidates
 // (Gemms::keepCandidate; 0 is the heuristic's first, what weft runs untuned). Operands hold
 // random values in [-1, 1): constant ones let the tensor cores run cooler and faster. Timed with
 // CUDA events (manual time); skipped with an error where there is no GPU.
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/cuda_steps.hpp"
 #include "fused/tp/overlap.hpp"
 #include "perf/bench/benchmarks.hpp"
 #include "src/exec/numeric.hpp"
@@ -40,17 +42,20 @@ struct Operands {
   void* a = nullptr;
   void* b = nullptr;
   void* c = nullptr;
-  void* workspace = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
+  void* workspace = nullptr;  // one cuBLASLt workspace a GEMM stream
+  cudaStream_t stream = nullptr, second = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr, fork = nullptr, join = nullptr;
   bool ok = false;
 
   Operands() {
     ok = cudaMalloc(&a, kA) == cudaSuccess && cudaMalloc(&b, kB) == cudaSuccess &&
          cudaMalloc(&c, kC) == cudaSuccess &&
-         cudaMalloc(&workspace, fused::tp::Gemms::kWorkspaceBytes) == cudaSuccess &&
+         cudaMalloc(&workspace, 2 * fused::tp::Gemms::kWorkspaceBytes) == cudaSuccess &&
          cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
-         cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess;
+         cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking) == cudaSuccess &&
+         cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess &&
+         cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess &&
+         cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess;
     constexpr std::size_t kBlock = std::size_t{16} << 20;
     std::vector<std::uint16_t> host(kBlock / 2);
     std::uint64_t x = 0x9e3779b97f4a7c15ULL;
@@ -71,7 +76,9 @@ struct Operands {
   }
 };
 
-// Args: ranks, m, chunks (1: the whole GEMM), candidate.
+// Args: ranks, m, chunks (1: the whole GEMM), candidate, GEMM streams, flat (1: a chunk's
+// batches as one GEMM of their rows from the chunk's first, A and C contiguous: what the
+// batching costs).
 void tpGemms(benchmark::State& state, bool ag) {
   if (!haveGpu()) {
     state.SkipWithError("no GPU");
@@ -85,6 +92,9 @@ void tpGemms(benchmark::State& state, bool ag) {
   const algo::TpShape shape =
       tpShape(ag, static_cast<int>(state.range(0)), static_cast<std::size_t>(state.range(1)));
   const int chunks = static_cast<int>(state.range(2)), candidate = static_cast<int>(state.range(3));
+  const int streams = static_cast<int>(state.range(4));
+  const bool flat = state.range(5) != 0;
+  const bool two = fused::tp::gemmLane(streams, chunks, 1) != 0;
   auto gemms = fused::tp::Gemms::create();
   if (!gemms) {
     state.SkipWithError(gemms.status().message().c_str());
@@ -94,14 +104,30 @@ void tpGemms(benchmark::State& state, bool ag) {
   std::vector<fused::tp::ChunkGemm> cut;
   for (int i = 0; i < chunks; ++i)
     cut.push_back(fused::tp::chunkGemm(shape, DataType::bf16, DataType::bf16, chunks, i));
+  for (fused::tp::ChunkGemm& ch : cut) {
+    if (!flat) continue;
+    fused::tp::GemmShape& g = ch.shape;
+    g.m *= static_cast<std::size_t>(g.batches);
+    g.ldc = g.n;
+    g.batches = 1;
+    g.strideA = g.strideC = 0;
+  }
   auto run = [&]() -> Status {
-    for (const fused::tp::ChunkGemm& ch : cut) {
+    if (two) {
+      if (Status s = fused::follow(o.second, o.stream, o.fork); !s) return s;
+    }
+    for (int i = 0; i < chunks; ++i) {
+      const fused::tp::ChunkGemm& ch = cut[static_cast<std::size_t>(i)];
       const auto* a = static_cast<const std::byte*>(o.a) + ch.aOffset * 2;
       auto* c = static_cast<std::byte*>(o.c) + ch.cOffset * 2;
-      if (Status s = (*gemms)->run(ch.shape, a, o.b, c, nullptr, o.workspace, o.stream); !s)
+      const int l = fused::tp::gemmLane(streams, chunks, i);
+      std::byte* ws = static_cast<std::byte*>(o.workspace) +
+                      static_cast<std::size_t>(l) * fused::tp::Gemms::kWorkspaceBytes;
+      if (Status s = (*gemms)->run(ch.shape, a, o.b, c, nullptr, ws, l == 0 ? o.stream : o.second);
+          !s)
         return s;
     }
-    return {};
+    return two ? fused::follow(o.stream, o.second, o.join) : Status{};
   };
   // The first run loads the kernel; a shape with fewer candidates keeps its last (skipped).
   Status s = run();
@@ -139,13 +165,17 @@ void registerTpGemmBenchmarks() {
   for (bool ag : {true, false}) {
     auto* b = benchmark::RegisterBenchmark(ag ? "gpu/tp_gemm/ag-gemm" : "gpu/tp_gemm/gemm-rs",
                                            tpGemms, ag)
-                  ->ArgNames({"ranks", "m", "chunks", "candidate"})
+                  ->ArgNames({"ranks", "m", "chunks", "candidate", "streams", "flat"})
                   ->UseManualTime();
     for (std::int64_t ranks : {2, 4})
       for (std::int64_t m : {4096, 16384})
-        for (std::int64_t chunks : {1, 2, 4})
+        for (std::int64_t chunks : {1, 2, 4}) {
           for (std::int64_t candidate = 0; candidate < 8; ++candidate)
-            b->Args({ranks, m, chunks, candidate});
+            b->Args({ranks, m, chunks, candidate, 1, 0});
+          if (chunks == 1) continue;
+          b->Args({ranks, m, chunks, 0, 2, 0});  // as the call runs them
+          b->Args({ranks, m, chunks, 0, 1, 1});
+        }
   }
 }
 
