@@ -163,6 +163,10 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
                             : ag                 ? static_cast<double>(n)
                                                  : static_cast<double>(n - 1);
       const double slowed = copies * copy * (gc.overlapSlowdown - 1);
+      // Each rank waits for every peer's "ready" flag at once: where the ranks share a device,
+      // an all-peers wait as two-shot's (RankGraph::deviceAllPeersUs per peer past one).
+      const double allPeers =
+          tuner_.graph().deviceAllPeersUs * std::max(0.0, static_cast<double>(n) - 2);
       for (int r = 0; r < static_cast<int>(n); ++r) {
         const auto pieces = k == kTpFusedInPlace
                                 ? tpInPlacePieces(static_cast<int>(n))
@@ -191,7 +195,7 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
               copiesEnd = std::max(copiesEnd, t) + copy * static_cast<double>(piece.count);
           }
         }
-        us = std::max(us, (ag ? t : std::max(t, copiesEnd) + sum) + slowed);
+        us = std::max(us, (ag ? t : std::max(t, copiesEnd) + sum) + slowed + allPeers);
       }
       fusedCopy = copy;
       fusedBlock = block;

@@ -12,15 +12,18 @@
 namespace weft {
 namespace {
 
-// Ranks sharing one device, with a GEMM rate of `tflops`.
-algo::Selector gpuSelector(int n, double tflops, bool peerMemory = false, bool sameDevice = true) {
+// Ranks sharing one device, with a GEMM rate of `tflops` (and an all-peers wait of
+// `allPeersUs` where not negative).
+algo::Selector gpuSelector(int n, double tflops, bool peerMemory = false, bool sameDevice = true,
+                           double allPeersUs = -1) {
   algo::TunerOptions o;
   o.constants.gemm.tflops = tflops;
+  if (allPeersUs >= 0) o.constants.graphs.deviceAllPeersUs = allPeersUs;
   algo::KernelSet k;
   k.gpu = true;
   k.sameDevice = sameDevice;
   k.peerMemory = peerMemory;
-  return algo::Selector(algo::sameDeviceRankGraph(n), o, k);
+  return algo::Selector(algo::sameDeviceRankGraph(n, {}, o.constants.graphs), o, k);
 }
 
 algo::TpShape shape(algo::TpOp op, std::size_t m, int n) {
@@ -109,8 +112,11 @@ TEST(TpOverlap, InPlaceWhereTheRanksShareTheDevice) {
     // One GEMM of every row: all-gather's after the ranks' own copies, side by side;
     // reduce-scatter's before the sum.
     EXPECT_EQ(algo::tpInPlacePieces(4), (std::vector<algo::TpPiece>{{0, 4}}));
+    // Every rank waits for its three peers' blocks at once: two all-peers waits past one.
+    const double allPeers = 2 * algo::sameDeviceRankGraph(4).deviceAllPeersUs;
+    ASSERT_GT(allPeers, 0);
     if (op == algo::TpOp::allGatherGemm) {
-      EXPECT_NEAR(in->estimateUs, in->copyUs + in->gemmUs, 1e-6);
+      EXPECT_NEAR(in->estimateUs, in->copyUs + in->gemmUs + allPeers, 1e-6);
     } else {
       EXPECT_GT(in->estimateUs, in->gemmUs);
       EXPECT_LT(in->estimateUs, in->gemmUs + in->commUs);
@@ -128,6 +134,33 @@ TEST(TpOverlap, InPlaceWhereTheRanksShareTheDevice) {
     auto noPeers = gpuSelector(4, tflops, false).planTp(s, algo::kTpFusedInPlace);
     ASSERT_TRUE(noPeers.isOk());
     EXPECT_EQ(noPeers->name(), "unfused");
+  }
+}
+
+// Ranks sharing a device: a fused form's wait for every peer's block is priced as two-shot's,
+// per peer past one (docs/perf-tp.md, "Small M"). Where it costs more than the all-gather the
+// in-place form saves (four ranks at 128 rows, a dear wait), the pick is unfused; two ranks wait
+// for one peer, at no such cost.
+TEST(TpOverlap, AllPeersWaitPricedWhereRanksShareTheDevice) {
+  auto selector = [](int n, double allPeersUs) {
+    return gpuSelector(n, algo::GemmConstants{}.tflops, true, true, allPeersUs);
+  };
+  for (algo::TpOp op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
+    const auto s4 = shape(op, 128, 4), s2 = shape(op, 128, 2);
+    auto free4 = selector(4, 0).planTp(s4, algo::kTpFusedInPlace);
+    auto dear4 = selector(4, 30).planTp(s4, algo::kTpFusedInPlace);
+    ASSERT_TRUE(free4.isOk() && dear4.isOk());
+    EXPECT_NEAR(dear4->estimateUs - free4->estimateUs, 2 * 30, 1e-6);
+    auto pick = selector(4, 0).planTp(s4);
+    ASSERT_TRUE(pick.isOk());
+    EXPECT_EQ(pick->name(), "fused:inplace") << pick->reason;
+    pick = selector(4, 30).planTp(s4);
+    ASSERT_TRUE(pick.isOk());
+    EXPECT_EQ(pick->name(), "unfused") << pick->reason;
+    auto free2 = selector(2, 0).planTp(s2, algo::kTpFusedInPlace);
+    auto dear2 = selector(2, 30).planTp(s2, algo::kTpFusedInPlace);
+    ASSERT_TRUE(free2.isOk() && dear2.isOk());
+    EXPECT_NEAR(dear2->estimateUs, free2->estimateUs, 1e-6);
   }
 }
 
