@@ -284,7 +284,7 @@ class TpBench {
       }
       const int k = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(chunks), rows));
       // On the GEMM streams in turn, as the call runs them (WEFT_TP_GEMM_STREAMS).
-      const bool two = gemmStreams_ > 1 && k > 1;
+      const bool two = fused::tp::gemmLane(gemmStreams_, k, 1) != 0;
       columns.push_back([&, k, two] {
         auto main = static_cast<cudaStream_t>(stream);
         return timeUs([&]() -> Status {

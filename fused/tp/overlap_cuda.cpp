@@ -428,7 +428,7 @@ class Run {
   // A chunked call's GEMMs take the GEMM streams in turn, chunk i the (i mod streams)-th: the
   // caller's, then the communicator's second, so one chunk's last wave of tiles runs beside the
   // next one's first (WEFT_TP_GEMM_STREAMS). Priming, the caller's alone.
-  bool twoLanes() const { return gemmStreams_ > 1 && plan_.chunks > 1 && !dry_; }
+  bool twoLanes() const { return lane(1) != 0; }
   int lane(int i) const { return dry_ ? 0 : gemmLane(gemmStreams_, plan_.chunks, i); }
   cudaStream_t laneStream(int l) const { return l == 0 ? stream_ : st_.gemmSide.stream; }
   std::byte* laneWs(int l) const {

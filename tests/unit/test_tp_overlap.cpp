@@ -112,7 +112,8 @@ TEST(TpOverlap, InPlaceWhereTheRanksShareTheDevice) {
     // One GEMM of every row: all-gather's after the ranks' own copies, side by side;
     // reduce-scatter's before the sum.
     EXPECT_EQ(algo::tpInPlacePieces(4), (std::vector<algo::TpPiece>{{0, 4}}));
-    // Every rank waits for its three peers' blocks at once: two all-peers waits past one.
+    // Every rank waits for its three peers' blocks at once: an all-peers wait for each peer
+    // past the first.
     const double allPeers = 2 * algo::sameDeviceRankGraph(4).deviceAllPeersUs;
     ASSERT_GT(allPeers, 0);
     if (op == algo::TpOp::allGatherGemm) {
