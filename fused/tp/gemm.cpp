@@ -29,6 +29,8 @@ struct Lt {
   X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy)                    \
   X(cublasLtMatmulPreferenceSetAttribute)                                                 \
   X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulAlgoConfigGetAttribute)              \
+  X(cublasLtMatmulAlgoInit) X(cublasLtMatmulAlgoCapGetAttribute)                          \
+  X(cublasLtMatmulAlgoConfigSetAttribute) X(cublasLtMatmulAlgoCheck)                      \
   X(cublasLtMatmul) X(cublasLtGetStatusString)
   // clang-format on
 #define WEFT_LT_POINTER(f) decltype(&::f) f = nullptr;
@@ -83,6 +85,25 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
 // than its first where four ranks shared an H100 (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
 constexpr std::size_t kCandidates = 8;
 
+// cuBLASLt's tiles: {id, rows, columns} (its rows are this GEMM's n, its columns m).
+struct TileSize {
+  std::uint32_t id, rows, cols;
+};
+constexpr TileSize kTiles[] = {
+#include "cublaslt_tiles.inc"
+};
+
+// The heuristic offers tiles of a few sizes, whose last wave may run nearly empty: 2048 × 7168
+// rows of 320 × 128 tiles are 2.79 waves of an H100's 132 SMs. Tuning also times the heuristic
+// first's algorithm with the kFittedTiles tiles that leave the least idle (its waves, whole, times
+// the tile's area; none under kMinTileArea or 64 a side) and with its own tile, each with every
+// cluster of kClusters and kernel option (docs/perf-tp.md, "Wave-fitted tiles").
+constexpr std::size_t kFittedTiles = 4;
+constexpr std::uint32_t kMinTileArea = 96 * 128;
+constexpr std::array<std::uint16_t, 3> kClusters = {
+    CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1};
+constexpr std::int32_t kMaxOption = 7;
+
 }  // namespace
 
 // A shape's descriptors: the row-major C = A·B is cuBLASLt's column-major Cᵀ = Bᵀ·Aᵀ, so its
@@ -93,9 +114,11 @@ struct Gemms::Cached {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b = nullptr, a = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  // Until the shape's first GEMM chose: the heuristic's candidates without split-K, best first.
+  // Until the shape's first GEMM chose: the heuristic's candidates without split-K, best first,
+  // then (where it may choose another) the wave-fitted ones.
   std::vector<cublasLtMatmulAlgo_t> candidates;
-  int chosen = 0;  // which of them `algo` is
+  int offered = 0;  // how many there were
+  int chosen = 0;   // which of them `algo` is
   ~Cached() {
     if (lt == nullptr) return;
     if (c != nullptr) lt->cublasLtMatrixLayoutDestroy(c);
@@ -106,6 +129,93 @@ struct Gemms::Cached {
 };
 
 namespace {
+
+// The SMs a GEMM of `s` has: its target, else the current device's.
+int smsOf(const GemmShape& s) {
+  if (s.smCount > 0) return s.smCount;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return sms;
+}
+
+// Appends the wave-fitted configurations of `first`'s algorithm that cuBLASLt accepts for the
+// shape (see kFittedTiles), to the candidates tuning times.
+void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmShape& s,
+            const cublasLtMatmulAlgo_t& first) {
+  const int sms = smsOf(s);
+  std::size_t bytes = 0;
+  if (sms <= 0 || lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr,
+                                                       0, &bytes) != CUBLAS_STATUS_SUCCESS)
+    return;
+  std::vector<std::uint32_t> ids(bytes / sizeof(std::uint32_t));
+  if (ids.empty() ||
+      lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, ids.data(), bytes,
+                                           &bytes) != CUBLAS_STATUS_SUCCESS)
+    return;
+  auto size = [](std::uint32_t id) -> const TileSize* {
+    for (const TileSize& t : kTiles)
+      if (t.id == id) return &t;
+    return nullptr;
+  };
+  auto cost = [&](const TileSize& t) {  // waves, whole, times the tile's area
+    const std::size_t tiles = (s.n + t.rows - 1) / t.rows * ((s.m + t.cols - 1) / t.cols) *
+                              static_cast<std::size_t>(s.batches);
+    return (tiles + static_cast<std::size_t>(sms) - 1) / static_cast<std::size_t>(sms) * t.rows *
+           t.cols;
+  };
+  std::vector<const TileSize*> ranked;
+  for (std::uint32_t id : ids) {
+    const TileSize* t = size(id);
+    if (t != nullptr && t->rows >= 64 && t->cols >= 64 && t->rows * t->cols >= kMinTileArea)
+      ranked.push_back(t);
+  }
+  // The least idle first; of equal cost the larger tile (fewer loads of A and B per value).
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const TileSize* x, const TileSize* y) {
+    const std::size_t cx = cost(*x), cy = cost(*y);
+    return cx != cy ? cx < cy : x->rows * x->cols > y->rows * y->cols;
+  });
+  if (ranked.size() > kFittedTiles) ranked.resize(kFittedTiles);
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
+    std::size_t written = 0;
+    lt.cublasLtMatmulAlgoConfigGetAttribute(&first, attribute, &value, sizeof(value), &written);
+    return value;
+  };
+  const auto own = size(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
+  if (own != nullptr && std::find(ranked.begin(), ranked.end(), own) == ranked.end())
+    ranked.push_back(own);
+  const auto algoId = get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0});
+  const auto stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
+  std::int32_t options = 0;
+  lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &options,
+                                       sizeof(options), &bytes);
+  const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
+  for (const TileSize* tile : ranked) {
+    for (std::uint16_t cluster : kClusters) {
+      for (std::uint32_t option = 0;
+           option <= static_cast<std::uint32_t>(std::clamp(options, 0, kMaxOption)); ++option) {
+        cublasLtMatmulAlgo_t algo{};
+        if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out,
+                                      algoId, &algo) != CUBLAS_STATUS_SUCCESS)
+          return;
+        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile->id,
+                                                sizeof(tile->id));
+        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                                sizeof(stages));
+        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                &cluster, sizeof(cluster));
+        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option,
+                                                sizeof(option));
+        cublasLtMatmulHeuristicResult_t checked{};
+        if (lt.cublasLtMatmulAlgoCheck(handle, d.desc, d.b, d.a, d.c, d.c, &algo, &checked) ==
+                CUBLAS_STATUS_SUCCESS &&
+            checked.workspaceSize <= Gemms::kWorkspaceBytes)
+          d.candidates.push_back(algo);
+      }
+    }
+  }
+}
 
 Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t handle,
                                                 const GemmShape& s, const GemmScales& scales) {
@@ -219,40 +329,52 @@ Result<std::size_t> agreedCount(const GemmShape& s, std::size_t count, const Gem
   return static_cast<std::size_t>(-v.back());
 }
 
-// Each candidate once (its first launch loads it), then kTuneRuns in a row between two events;
-// the fastest kept where it beats the heuristic's first by 2 % (less is noise where ranks share
-// the GPU). With `agree`, the ranks meet before each candidate's timed runs and compare their
-// slowest. C is written again by the call's own GEMM after.
+// Each candidate once (its first launch loads it, which idles the GPU), then kTuneRounds rounds,
+// every other one in reverse order (so that the GPU's warming weighs on all alike), of
+// kTuneRuns in a row between two events, the GPU kept busy; the fastest on average kept where it
+// beats the heuristic's first by 2 % (less is noise where ranks share the GPU). With `agree`, the
+// ranks meet before each candidate's timed runs and compare their slowest. C is written again by
+// the call's own GEMM after.
 template <typename Matmul>
 Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream,
             const Gemms::Agree& agree) {
-  constexpr int kTuneRuns = 3;
+  constexpr int kTuneRounds = 2, kTuneRuns = 3;
   auto count = agreedCount(s, d.candidates.size(), agree);
   if (!count) return count.status();
   if (*count < 2) return {};
-  cudaEvent_t start = nullptr, stop = nullptr;
-  cudaError_t e = cudaEventCreate(&start);
-  if (e == cudaSuccess) e = cudaEventCreate(&stop);
   constexpr float kFailed = std::numeric_limits<float>::infinity();
-  std::vector<float> us(*count, kFailed);
+  std::vector<float> us(*count, 0.0f);
+  std::vector<bool> ran(us.size());
+  for (std::size_t i = 0; i < us.size(); ++i)  // not one that fails, where others run
+    ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
+  std::vector<cudaEvent_t> events(2 * us.size(), nullptr);
+  cudaError_t e = cudaSuccess;
+  for (cudaEvent_t& x : events)
+    if (e == cudaSuccess) e = cudaEventCreate(&x);
   Status met;
-  for (std::size_t i = 0; i < us.size() && e == cudaSuccess && met; ++i) {
-    bool ran = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;  // not this one, where not
-    if (agree) {
-      e = cudaStreamSynchronize(stream);
-      std::vector<float> meet{0.0f};
-      if (met = agree(meet); !met) break;
+  for (int round = 0; round < kTuneRounds && e == cudaSuccess && met; ++round) {
+    for (std::size_t j = 0; j < us.size() && e == cudaSuccess && met; ++j) {
+      const std::size_t i = round % 2 == 0 ? j : us.size() - 1 - j;
+      if (agree) {
+        e = cudaStreamSynchronize(stream);
+        std::vector<float> meet{0.0f};
+        if (met = agree(meet); !met) break;
+      }
+      if (e == cudaSuccess) e = cudaEventRecord(events[2 * i], stream);
+      for (int r = 0; r < kTuneRuns && ran[i]; ++r)
+        ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
+      if (e == cudaSuccess) e = cudaEventRecord(events[2 * i + 1], stream);
     }
-    if (e == cudaSuccess) e = cudaEventRecord(start, stream);
-    for (int r = 0; r < kTuneRuns && ran; ++r)
-      ran = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
-    if (e == cudaSuccess) e = cudaEventRecord(stop, stream);
-    if (e == cudaSuccess) e = cudaEventSynchronize(stop);
-    float ms = 0;
-    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, stop);
-    if (e == cudaSuccess && ran) us[i] = ms * 1000 / kTuneRuns;
+    if (e == cudaSuccess && met) e = cudaStreamSynchronize(stream);
+    for (std::size_t i = 0; i < us.size() && e == cudaSuccess && met; ++i) {
+      float ms = 0;
+      e = cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
+      us[i] += ms * 1000 / (kTuneRuns * kTuneRounds);
+    }
   }
-  for (cudaEvent_t x : {start, stop})
+  for (std::size_t i = 0; i < us.size(); ++i)
+    if (!ran[i]) us[i] = kFailed;
+  for (cudaEvent_t x : events)
     if (x != nullptr) (void)cudaEventDestroy(x);
   if (!met) return met;
   if (e != cudaSuccess)
@@ -331,6 +453,11 @@ int Gemms::chosen(const GemmShape& s) const {
   return it == cache_.end() ? -1 : it->second->chosen;
 }
 
+int Gemms::offered(const GemmShape& s) const {
+  auto it = cache_.find(s.key());
+  return it == cache_.end() ? -1 : it->second->offered;
+}
+
 Gemms::~Gemms() {
   cache_.clear();
   if (handle_ != nullptr) (*loadLt())->cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
@@ -385,6 +512,9 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
   if (first) {
     // Ranks tuning together all take part, those whose heuristic gave them no candidate too.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if ((kept_ >= 0 || tuning_) && !d.candidates.empty())
+      fitted(**lt, handle, d, s, d.candidates.front());
+    d.offered = static_cast<int>(d.candidates.size());
     if (kept_ >= 0 && !d.candidates.empty()) {
       d.chosen = std::min(kept_, static_cast<int>(d.candidates.size()) - 1);
       d.algo = d.candidates[static_cast<std::size_t>(d.chosen)];

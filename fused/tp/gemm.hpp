@@ -69,11 +69,12 @@ class Gemms {
   // call, for the same shapes in the same order).
   using Agree = std::function<Status(std::vector<float>&)>;
   // While on, a shape's first GEMM outside a CUDA graph capture times the heuristic's candidates
-  // without split-K (they gave the first one's bits of C at every shape measured) and keeps the
-  // fastest: a synchronization, so only where no kernel on the device waits for this rank's
-  // later work (docs/perf-tp.md, "Tuning cuBLASLt's algorithm"). With `agree`, the ranks time
-  // each candidate at once and keep the one whose slowest rank is fastest: where they share a
-  // GPU, one rank's timing alone reads the others' kernels beside it.
+  // without split-K and its first algorithm's wave-fitted tiles (they gave the first one's bits
+  // of C at every shape measured) and keeps the fastest: a synchronization, so only where no kernel
+  // on the device waits for this rank's later work (docs/perf-tp.md, "Tuning cuBLASLt's
+  // algorithm"). With `agree`, the ranks time each candidate at once and keep the one whose slowest
+  // rank is fastest: where they share a GPU, one rank's timing alone reads the others' kernels
+  // beside it.
   void setTuning(bool on, Agree agree = {}) {
     tuning_ = on;
     agree_ = std::move(agree);
@@ -83,6 +84,8 @@ class Gemms {
   void keepCandidate(int i) { kept_ = i; }
   // For tests: which candidate a shape runs (0 the heuristic's first); -1 before its first GEMM.
   int chosen(const GemmShape& shape) const;
+  // For tests: how many candidates a shape had to choose from; -1 before its first GEMM.
+  int offered(const GemmShape& shape) const;
 
   // Enqueues the GEMM on `stream`; `workspace`: kWorkspaceBytes of device memory.
   Status run(const GemmShape& shape, const void* a, const void* b, void* c, const void* bias,

@@ -2,9 +2,11 @@
 // whole GEMM of a call's shape, or its K chunks' batched GEMMs as the chunked call cuts them
 // (fused::tp::chunkGemm) on one stream or on two in turn as the call runs them
 // (fused::tp::gemmLane, WEFT_TP_GEMM_STREAMS), each with one of cuBLASLt's heuristic candidates
-// (Gemms::keepCandidate; 0 is the heuristic's first, what weft runs untuned). Operands hold
-// random values in [-1, 1): constant ones let the tensor cores run cooler and faster. Timed with
-// CUDA events (manual time); skipped with an error where there is no GPU.
+// (Gemms::keepCandidate; 0 is the heuristic's first, what weft runs untuned), or tuned
+// (candidate -1: the fastest of every candidate, wave-fitted ones too, as WEFT_TP_GEMM_TUNE=1
+// keeps it, timed at its first run). Operands hold random values in [-1, 1): constant ones let
+// the tensor cores run cooler and faster. Timed with CUDA events (manual time); skipped with an
+// error where there is no GPU.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -100,7 +102,10 @@ void tpGemms(benchmark::State& state, bool ag) {
     state.SkipWithError(gemms.status().message().c_str());
     return;
   }
-  (*gemms)->keepCandidate(candidate);
+  if (candidate < 0)
+    (*gemms)->setTuning(true);
+  else
+    (*gemms)->keepCandidate(candidate);
   std::vector<fused::tp::ChunkGemm> cut;
   for (int i = 0; i < chunks; ++i)
     cut.push_back(fused::tp::chunkGemm(shape, DataType::bf16, DataType::bf16, chunks, i));
@@ -131,7 +136,7 @@ void tpGemms(benchmark::State& state, bool ag) {
   };
   // The first run loads the kernel; a shape with fewer candidates keeps its last (skipped).
   Status s = run();
-  if (s && (*gemms)->chosen(cut.front().shape) != candidate)
+  if (s && candidate >= 0 && (*gemms)->chosen(cut.front().shape) != candidate)
     s = Status(Code::invalidArgument, "the heuristic has fewer candidates");
   if (s && cudaStreamSynchronize(o.stream) != cudaSuccess)
     s = Status(Code::systemError, "the warm-up failed");
@@ -157,6 +162,9 @@ void tpGemms(benchmark::State& state, bool ag) {
   const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k) * g.batches * chunks;
   state.counters["TFLOPS"] =
       benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
+  // Which candidate ran (the first chunk's), of how many.
+  state.counters["kept"] = (*gemms)->chosen(g);
+  state.counters["of"] = (*gemms)->offered(g);
 }
 
 }  // namespace
@@ -172,9 +180,11 @@ void registerTpGemmBenchmarks() {
         for (std::int64_t chunks : {1, 2, 4}) {
           for (std::int64_t candidate = 0; candidate < 8; ++candidate)
             b->Args({ranks, m, chunks, candidate, 1, 0});
+          b->Args({ranks, m, chunks, -1, 1, 0});
           if (chunks == 1) continue;
           b->Args({ranks, m, chunks, 0, 2, 0});  // as the call runs them
           b->Args({ranks, m, chunks, 0, 1, 1});
+          b->Args({ranks, m, chunks, -1, 1, 1});
         }
   }
 }

@@ -1,10 +1,11 @@
 // The tensor-parallel GEMMs' tuning (fused::tp::Gemms::setTuning, WEFT_TP_GEMM_TUNE): a shape's
 // first GEMM times cuBLASLt's candidates and keeps the fastest, and C is the same bits as the
-// heuristic's first gives, with the kept one and with each candidate forced, for whole and batched
-// GEMMs (B shared, C's batches apart), bf16 and fp8 (per tensor and per block); C near a
-// double-precision GEMM; a shape first met inside a graph capture runs untuned and replays; ranks
-// (threads here) tuning together keep the candidate their agreed times name, and run untuned where
-// they tune different shapes. Skipped without a GPU.
+// heuristic's first gives, with the kept one and with each candidate forced (wave-fitted tiles
+// too, on values whose sums' order shows in C), for whole and batched GEMMs (B shared, C's batches
+// apart), bf16 and fp8 (per tensor and per block); C near a double-precision GEMM; a shape first
+// met inside a graph capture runs untuned and replays; ranks (threads here) tuning together keep
+// the candidate their agreed times name, and run untuned where they tune different shapes. Skipped
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -28,6 +29,13 @@ namespace {
 bool haveGpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+int major() {
+  int device = 0, v = 0;
+  (void)cudaGetDevice(&device);
+  (void)cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device);
+  return v;
 }
 
 struct Case {
@@ -66,7 +74,8 @@ std::vector<Case> cases() {
   return out;
 }
 
-// Device copies of a case's operands: values k/8 (exact in bf16 and e4m3), block scales
+// Device copies of a case's operands: values k/8 (exact in bf16 and e4m3, and so are C's sums in
+// any order), or with `fine` any in [-1, 1) (C's bits tell the order of its sums); block scales
 // powers of two.
 struct Operands {
   GemmShape s;
@@ -77,13 +86,14 @@ struct Operands {
   float* dAScales = nullptr;
   float* dBScales = nullptr;
 
-  explicit Operands(const GemmShape& shape) : s(shape) {
+  explicit Operands(const GemmShape& shape, bool fine = false) : s(shape) {
     std::mt19937 rng(7);
     std::uniform_int_distribution<int> eighths(-8, 8), exponent(-2, 2);
+    std::uniform_real_distribution<float> any(-1.0f, 1.0f);
     a.resize(aValues(s));
     b.resize(s.k * s.n);
-    for (float& x : a) x = static_cast<float>(eighths(rng)) / 8;
-    for (float& x : b) x = static_cast<float>(eighths(rng)) / 8;
+    for (std::vector<float>* v : {&a, &b})
+      for (float& x : *v) x = fine ? any(rng) : static_cast<float>(eighths(rng)) / 8;
     const std::size_t kBlocks = (s.k + 127) / 128;
     if (s.blockScales) {
       aScales.assign(Gemms::blockScaleFloats(s.m, s.k), 1.0f);
@@ -175,14 +185,26 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
     const std::vector<std::uint16_t> first = runOnce(**heuristic, o, stream);
     const std::vector<std::uint16_t> fastest = runOnce(**tuned, o, stream);
     EXPECT_EQ(differing(first, fastest), 0u) << "of " << first.size() << " values";
-    // Every candidate tuning may keep, not just the one this run's timing kept.
-    for (int kept = 1; kept < 8; ++kept) {
+    // Every candidate tuning may keep, not just the one this run's timing kept: the heuristic's
+    // and the wave-fitted tiles (more than the heuristic's eight where the algorithm has tiles
+    // to choose, as Hopper's bf16 one does), on values whose sums' order shows in C too.
+    const int offered = (*tuned)->offered(o.s);
+    EXPECT_GE(offered, 1);
+    if (major() >= 9 && c.shape.type == DataType::bf16) {
+      EXPECT_GT(offered, 8);
+    }
+    Operands fine(c.shape, true);
+    const std::vector<std::uint16_t> fineFirst = runOnce(**heuristic, fine, stream);
+    for (int kept = 1; kept < offered; ++kept) {
       auto other = Gemms::create();
       ASSERT_TRUE(other) << other.status().message();
       (*other)->keepCandidate(kept);
       const std::vector<std::uint16_t> forced = runOnce(**other, o, stream);
+      EXPECT_EQ((*other)->chosen(o.s), kept);
       EXPECT_EQ(differing(first, forced), 0u)
-          << "candidate " << kept << ", of " << first.size() << " values";
+          << "candidate " << kept << " of " << offered << ", of " << first.size() << " values";
+      EXPECT_EQ(differing(fineFirst, runOnce(**other, fine, stream)), 0u)
+          << "candidate " << kept << " of " << offered << " on values in [-1, 1)";
     }
     // Sampled entries near the double GEMM (C is bf16: 2^-8 of the sum of |terms| and more).
     std::mt19937 rng(11);
