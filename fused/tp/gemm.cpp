@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fused/tp/tiles.hpp"
 #include "src/core/log.hpp"
 #include "topology/shared_library.hpp"
 
@@ -85,21 +86,12 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
 // than its first where four ranks shared an H100 (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
 constexpr std::size_t kCandidates = 8;
 
-// cuBLASLt's tiles: {id, rows, columns} (its rows are this GEMM's n, its columns m).
-struct TileSize {
-  std::uint32_t id, rows, cols;
-};
-constexpr TileSize kTiles[] = {
-#include "cublaslt_tiles.inc"
-};
-
 // The heuristic offers tiles of a few sizes, whose last wave may run nearly empty: 2048 × 7168
 // rows of 320 × 128 tiles are 2.79 waves of an H100's 132 SMs. Tuning also times the heuristic
-// first's algorithm with the kFittedTiles tiles that leave the least idle (its waves, whole, times
-// the tile's area; none under kMinTileArea or 64 a side) and with its own tile, each with every
-// cluster of kClusters and kernel option (docs/perf-tp.md, "Wave-fitted tiles").
+// first's algorithm with the kFittedTiles tiles that leave the least idle (fittedTiles) and with
+// its own tile, each with every cluster of kClusters and kernel option (docs/perf-tp.md,
+// "Wave-fitted tiles").
 constexpr std::size_t kFittedTiles = 4;
-constexpr std::uint32_t kMinTileArea = 96 * 128;
 constexpr std::array<std::uint16_t, 3> kClusters = {
     CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1};
 constexpr std::int32_t kMaxOption = 7;
@@ -154,44 +146,25 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
       lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, ids.data(), bytes,
                                            &bytes) != CUBLAS_STATUS_SUCCESS)
     return;
-  auto size = [](std::uint32_t id) -> const TileSize* {
-    for (const TileSize& t : kTiles)
-      if (t.id == id) return &t;
-    return nullptr;
-  };
-  auto cost = [&](const TileSize& t) {  // waves, whole, times the tile's area
-    const std::size_t tiles = (s.n + t.rows - 1) / t.rows * ((s.m + t.cols - 1) / t.cols) *
-                              static_cast<std::size_t>(s.batches);
-    return (tiles + static_cast<std::size_t>(sms) - 1) / static_cast<std::size_t>(sms) * t.rows *
-           t.cols;
-  };
-  std::vector<const TileSize*> ranked;
-  for (std::uint32_t id : ids) {
-    const TileSize* t = size(id);
-    if (t != nullptr && t->rows >= 64 && t->cols >= 64 && t->rows * t->cols >= kMinTileArea)
-      ranked.push_back(t);
-  }
-  // The least idle first; of equal cost the larger tile (fewer loads of A and B per value).
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const TileSize* x, const TileSize* y) {
-    const std::size_t cx = cost(*x), cy = cost(*y);
-    return cx != cy ? cx < cy : x->rows * x->cols > y->rows * y->cols;
-  });
-  if (ranked.size() > kFittedTiles) ranked.resize(kFittedTiles);
+  std::vector<TileSize> offered;
+  for (std::uint32_t id : ids)
+    if (const TileSize* t = tileSize(id)) offered.push_back(*t);
+  std::vector<TileSize> ranked = fittedTiles(offered, s.m, s.n, s.batches, sms, kFittedTiles);
   auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
     std::size_t written = 0;
     lt.cublasLtMatmulAlgoConfigGetAttribute(&first, attribute, &value, sizeof(value), &written);
     return value;
   };
-  const auto own = size(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
-  if (own != nullptr && std::find(ranked.begin(), ranked.end(), own) == ranked.end())
-    ranked.push_back(own);
+  const TileSize* own = tileSize(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
+  if (own != nullptr && std::find(ranked.begin(), ranked.end(), *own) == ranked.end())
+    ranked.push_back(*own);
   const auto algoId = get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0});
   const auto stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
   std::int32_t options = 0;
   lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &options,
                                        sizeof(options), &bytes);
   const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
-  for (const TileSize* tile : ranked) {
+  for (const TileSize& tile : ranked) {
     for (std::uint16_t cluster : kClusters) {
       for (std::uint32_t option = 0;
            option <= static_cast<std::uint32_t>(std::clamp(options, 0, kMaxOption)); ++option) {
@@ -199,8 +172,8 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
         if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out,
                                       algoId, &algo) != CUBLAS_STATUS_SUCCESS)
           return;
-        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile->id,
-                                                sizeof(tile->id));
+        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile.id,
+                                                sizeof(tile.id));
         lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
                                                 sizeof(stages));
         lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,

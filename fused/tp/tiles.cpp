@@ -1,0 +1,48 @@
+#include "fused/tp/tiles.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace weft::fused::tp {
+namespace {
+
+#ifdef WEFT_CUBLASLT_TILES
+constexpr TileSize kTiles[] = {
+#include "cublaslt_tiles.inc"
+};
+#else
+constexpr std::array<TileSize, 0> kTiles{};
+#endif
+
+}  // namespace
+
+std::span<const TileSize> cublasLtTiles() {
+  return kTiles;
+}
+
+const TileSize* tileSize(std::uint32_t id) {
+  for (const TileSize& t : kTiles)
+    if (t.id == id) return &t;
+  return nullptr;
+}
+
+std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m, std::size_t n,
+                                  int batches, int sms, std::size_t count) {
+  if (sms <= 0 || batches <= 0) return {};
+  const auto slots = static_cast<std::size_t>(sms);
+  auto cost = [&](const TileSize& t) {  // waves, whole, times the tile's area
+    const std::size_t each = (n + t.rows - 1) / t.rows * ((m + t.cols - 1) / t.cols);
+    return (each * static_cast<std::size_t>(batches) + slots - 1) / slots * t.rows * t.cols;
+  };
+  std::vector<TileSize> ranked;
+  for (const TileSize& t : tiles)
+    if (t.rows >= 64 && t.cols >= 64 && t.rows * t.cols >= kMinTileArea) ranked.push_back(t);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const TileSize& x, const TileSize& y) {
+    const std::size_t cx = cost(x), cy = cost(y);
+    return cx != cy ? cx < cy : x.rows * x.cols > y.rows * y.cols;
+  });
+  if (ranked.size() > count) ranked.resize(count);
+  return ranked;
+}
+
+}  // namespace weft::fused::tp

@@ -1,0 +1,84 @@
+// The wave-fitted tiles the tensor-parallel GEMMs' tuning times beside cuBLASLt's heuristic
+// (fused/tp/tiles.hpp): the least idle last wave first, ties to the larger tile, small tiles
+// left out; and the tile sizes read from the toolkit's cublasLt.h (CUDA builds).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fused/tp/tiles.hpp"
+
+namespace weft::fused::tp {
+namespace {
+
+std::vector<std::uint32_t> ids(const std::vector<TileSize>& tiles) {
+  std::vector<std::uint32_t> out;
+  for (const TileSize& t : tiles) out.push_back(t.id);
+  return out;
+}
+
+// Some of cuBLASLt's Hopper tiles (its ids), rows along n.
+const std::vector<TileSize> kSome = {
+    {24, 256, 128}, {407, 128, 152}, {459, 192, 104}, {29, 128, 160}, {137, 80, 256},
+    {20, 128, 128}, {248, 320, 128}, {201, 176, 128}, {1, 64, 64},    {60, 96, 96}};
+
+TEST(TpTiles, TheLeastIdleLastWaveFirst) {
+  // m 1024, n 7168 on 132 SMs: 128 × 152 tiles are 392, 2.97 waves (3 × 19456 of area), before
+  // 192 × 104 (380, 3 × 19968), then 128 × 160 and 80 × 256 (3 × 20480 each, in their order);
+  // the heuristic's 256 × 128 (2 × 32768) comes after.
+  EXPECT_EQ(ids(fittedTiles(kSome, 1024, 7168, 1, 132, 4)),
+            (std::vector<std::uint32_t>{407, 459, 29, 137}));
+  // m 2048: 320 × 128 tiles are 2.79 waves (3 × 40960); 176 × 128 ones 4.97 (5 × 22528).
+  const std::vector<TileSize> two = fittedTiles(kSome, 2048, 7168, 1, 132, 10);
+  const auto at = [&](std::uint32_t id) {
+    for (std::size_t i = 0; i < two.size(); ++i)
+      if (two[i].id == id) return i;
+    return two.size();
+  };
+  EXPECT_EQ(two.front().id, 201u);
+  EXPECT_LT(at(201), at(248));
+}
+
+TEST(TpTiles, BatchesCountAsRows) {
+  // Four batches of 256 rows fill the SMs as 1024 rows do where the tiles' columns divide 256.
+  const std::vector<TileSize> dividing = {
+      {20, 128, 128}, {24, 256, 128}, {201, 176, 128}, {137, 80, 256}, {248, 320, 128}};
+  EXPECT_EQ(ids(fittedTiles(dividing, 256, 7168, 4, 132, 5)),
+            ids(fittedTiles(dividing, 1024, 7168, 1, 132, 5)));
+  // Not where they do not: 4 batches of 100 rows pad each batch to a tile (80 × 256 tiles: 360,
+  // 3 waves; for 400 rows 180, 2 waves).
+  EXPECT_NE(ids(fittedTiles(kSome, 100, 7168, 4, 132, 10)),
+            ids(fittedTiles(kSome, 400, 7168, 1, 132, 10)));
+}
+
+TEST(TpTiles, EqualCostsGoToTheLargerTile) {
+  const std::vector<TileSize> tied = {{1, 128, 128}, {2, 256, 128}};
+  // m 1024, n 7168 on 132 SMs: both cost 65536 (4 waves of 128 × 128, 2 of 256 × 128).
+  EXPECT_EQ(ids(fittedTiles(tied, 1024, 7168, 1, 132, 2)), (std::vector<std::uint32_t>{2, 1}));
+}
+
+TEST(TpTiles, SmallTilesAndNoSmsLeaveNone) {
+  for (const TileSize& t : fittedTiles(kSome, 1024, 7168, 1, 132, 100)) {
+    EXPECT_GE(t.rows, 64u);
+    EXPECT_GE(t.cols, 64u);
+    EXPECT_GE(t.rows * t.cols, kMinTileArea) << t.id;
+  }
+  EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 100).size(), kSome.size() - 2);
+  EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 1, 0, 4).empty());
+  EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 0, 132, 4).empty());
+  EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 2).size(), 2u);
+}
+
+TEST(TpTiles, SizesReadFromTheToolkit) {
+  if (cublasLtTiles().empty()) GTEST_SKIP() << "built without CUDA";
+  EXPECT_GT(cublasLtTiles().size(), 600u);  // CUDA 13's cublasLt.h names 634
+  for (const TileSize& want : {TileSize{20, 128, 128}, TileSize{24, 256, 128},
+                               TileSize{407, 128, 152}, TileSize{1, 8, 8}}) {
+    const TileSize* got = tileSize(want.id);
+    ASSERT_NE(got, nullptr) << want.id;
+    EXPECT_EQ(*got, want);
+  }
+  EXPECT_EQ(tileSize(0), nullptr);  // CUBLASLT_MATMUL_TILE_UNDEFINED
+}
+
+}  // namespace
+}  // namespace weft::fused::tp
