@@ -164,14 +164,15 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
   lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &options,
                                        sizeof(options), &bytes);
   const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
+  cublasLtMatmulAlgo_t base{};  // the algorithm with its defaults, each configuration a copy
+  if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out, algoId,
+                                &base) != CUBLAS_STATUS_SUCCESS)
+    return;
   for (const TileSize& tile : ranked) {
     for (std::uint16_t cluster : kClusters) {
       for (std::uint32_t option = 0;
            option <= static_cast<std::uint32_t>(std::clamp(options, 0, kMaxOption)); ++option) {
-        cublasLtMatmulAlgo_t algo{};
-        if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out,
-                                      algoId, &algo) != CUBLAS_STATUS_SUCCESS)
-          return;
+        cublasLtMatmulAlgo_t algo = base;
         lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile.id,
                                                 sizeof(tile.id));
         lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
