@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -281,6 +282,27 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
   return d;
 }
 
+// An algorithm's configuration, for the tuning log: its id, tile (rows along n × along m),
+// stages, cluster shape, kernel option and split-K.
+std::string configOf(const Lt& lt, const cublasLtMatmulAlgo_t& algo) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
+    std::size_t written = 0;
+    lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+    return value;
+  };
+  const auto tile = get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0});
+  const TileSize* size = tileSize(tile);
+  char text[160];
+  std::snprintf(text, sizeof(text),
+                "algo %d tile %u (%ux%u) stages %u cluster %u option %u split %d",
+                get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}), tile, size ? size->rows : 0,
+                size ? size->cols : 0, get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0}),
+                static_cast<unsigned>(get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0})),
+                get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{1}));
+  return text;
+}
+
 // Where ranks tune together, they first check that they tune the same shape (each value and its
 // negation, so the largest of both is every rank's value only where all agree) and take the
 // fewest candidates any rank has. Returns how many to time; 0 where they differ.
@@ -303,70 +325,122 @@ Result<std::size_t> agreedCount(const GemmShape& s, std::size_t count, const Gem
   return static_cast<std::size_t>(-v.back());
 }
 
-// Each candidate once (its first launch loads it, which idles the GPU), then kTuneRounds rounds,
-// every other one in reverse order (so that the GPU's warming weighs on all alike), of
-// kTuneRuns in a row between two events, the GPU kept busy; the fastest on average kept where it
-// beats the heuristic's first by 2 % (less is noise where ranks share the GPU). With `agree`, the
-// ranks meet before each candidate's timed runs and compare their slowest. C is written again by
-// the call's own GEMM after.
+// Times `which` of the candidates in kTuneRounds rounds, every other one in reverse order (so
+// that the GPU's warming weighs on all alike), the GPU kept busy: each candidate `runs[i]` times
+// in a row untimed (the clocks settle to what it draws), then as many between two events. With
+// `agree`, the ranks meet before each candidate. Adds each one's mean to `us`.
 template <typename Matmul>
-Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream,
-            const Gemms::Agree& agree) {
-  constexpr int kTuneRounds = 2, kTuneRuns = 3;
-  auto count = agreedCount(s, d.candidates.size(), agree);
-  if (!count) return count.status();
-  if (*count < 2) return {};
-  constexpr float kFailed = std::numeric_limits<float>::infinity();
-  std::vector<float> us(*count, 0.0f);
-  std::vector<bool> ran(us.size());
-  for (std::size_t i = 0; i < us.size(); ++i)  // not one that fails, where others run
-    ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
-  std::vector<cudaEvent_t> events(2 * us.size(), nullptr);
+Status timeRounds(const Gemms::Cached& d, const std::vector<std::size_t>& which,
+                  const std::vector<int>& settle, const std::vector<int>& runs,
+                  std::vector<bool>& ran, std::vector<float>& us, const Matmul& matmul,
+                  cudaStream_t stream, const Gemms::Agree& agree) {
+  constexpr int kTuneRounds = 2;
+  std::vector<cudaEvent_t> events(2 * which.size(), nullptr);
   cudaError_t e = cudaSuccess;
   for (cudaEvent_t& x : events)
     if (e == cudaSuccess) e = cudaEventCreate(&x);
   Status met;
   for (int round = 0; round < kTuneRounds && e == cudaSuccess && met; ++round) {
-    for (std::size_t j = 0; j < us.size() && e == cudaSuccess && met; ++j) {
-      const std::size_t i = round % 2 == 0 ? j : us.size() - 1 - j;
+    for (std::size_t j = 0; j < which.size() && e == cudaSuccess && met; ++j) {
+      const std::size_t w = round % 2 == 0 ? j : which.size() - 1 - j, i = which[w];
       if (agree) {
         e = cudaStreamSynchronize(stream);
         std::vector<float> meet{0.0f};
         if (met = agree(meet); !met) break;
       }
-      if (e == cudaSuccess) e = cudaEventRecord(events[2 * i], stream);
-      for (int r = 0; r < kTuneRuns && ran[i]; ++r)
+      for (int r = 0; r < settle[w] && ran[i]; ++r)
         ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
-      if (e == cudaSuccess) e = cudaEventRecord(events[2 * i + 1], stream);
+      if (e == cudaSuccess) e = cudaEventRecord(events[2 * w], stream);
+      for (int r = 0; r < runs[w] && ran[i]; ++r)
+        ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
+      if (e == cudaSuccess) e = cudaEventRecord(events[2 * w + 1], stream);
     }
     if (e == cudaSuccess && met) e = cudaStreamSynchronize(stream);
-    for (std::size_t i = 0; i < us.size() && e == cudaSuccess && met; ++i) {
+    for (std::size_t w = 0; w < which.size() && e == cudaSuccess && met; ++w) {
       float ms = 0;
-      e = cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
-      us[i] += ms * 1000 / (kTuneRuns * kTuneRounds);
+      e = cudaEventElapsedTime(&ms, events[2 * w], events[2 * w + 1]);
+      us[which[w]] += ms * 1000 / static_cast<float>(runs[w] * kTuneRounds);
     }
   }
-  for (std::size_t i = 0; i < us.size(); ++i)
-    if (!ran[i]) us[i] = kFailed;
   for (cudaEvent_t x : events)
     if (x != nullptr) (void)cudaEventDestroy(x);
   if (!met) return met;
   if (e != cudaSuccess)
     return Status(Code::systemError,
                   std::string("timing cuBLASLt's algorithms: ") + cudaGetErrorString(e));
+  return {};
+}
+
+// Each candidate once (its first launch loads it, which idles the GPU); then every candidate a
+// few runs at a time (a short look), and the heuristic's first with the kFinalists fastest of
+// that look for kSustainUs each after as long untimed: a GEMM that draws more power runs slower
+// sustained than in a short burst among others (docs/perf-tp.md, "Tuning cuBLASLt's
+// algorithm"). The fastest sustained is kept where it beats the heuristic's first by 2 % (less is
+// noise where ranks share the GPU). With `agree`, the ranks compare their slowest, and time alike.
+// C is written again by the call's own GEMM after.
+template <typename Matmul>
+Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream,
+            const Gemms::Agree& agree) {
+  constexpr int kLookRuns = 3, kMostRuns = 200;
+  constexpr std::size_t kFinalists = 4;
+  constexpr float kSustainUs = 15000;
+  auto count = agreedCount(s, d.candidates.size(), agree);
+  if (!count) return count.status();
+  if (*count < 2) return {};
+  constexpr float kFailed = std::numeric_limits<float>::infinity();
+  std::vector<float> look(*count, 0.0f);
+  std::vector<bool> ran(look.size());
+  for (std::size_t i = 0; i < look.size(); ++i)  // not one that fails, where others run
+    ran[i] = matmul(d.candidates[i]) == CUBLAS_STATUS_SUCCESS;
+  std::vector<std::size_t> all(look.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  if (Status t =
+          timeRounds(d, all, std::vector<int>(all.size(), 0),
+                     std::vector<int>(all.size(), kLookRuns), ran, look, matmul, stream, agree);
+      !t)
+    return t;
+  for (std::size_t i = 0; i < look.size(); ++i)
+    if (!ran[i]) look[i] = kFailed;
+  if (agree) {
+    if (Status a = agree(look); !a) return a;
+  }
+  // The finalists: the heuristic's first and the fastest others that ran (alike on every rank:
+  // from the agreed look), each as many runs as make kSustainUs.
+  std::vector<std::size_t> order(all.begin() + 1, all.end());
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t x, std::size_t y) { return look[x] < look[y]; });
+  std::vector<std::size_t> finalists{0};
+  for (std::size_t i : order)
+    if (finalists.size() <= kFinalists && look[i] != kFailed) finalists.push_back(i);
+  std::vector<int> runs;
+  for (std::size_t i : finalists) {
+    const float each = look[i] == kFailed || look[i] <= 0 ? kSustainUs : look[i];
+    runs.push_back(std::clamp(static_cast<int>(kSustainUs / each + 0.5f), 1, kMostRuns));
+  }
+  std::vector<float> us(look.size(), kFailed);
+  for (std::size_t i : finalists) us[i] = 0;
+  if (Status t = timeRounds(d, finalists, runs, runs, ran, us, matmul, stream, agree); !t) return t;
+  for (std::size_t i = 0; i < us.size(); ++i)
+    if (!ran[i]) us[i] = kFailed;
   if (agree) {
     if (Status a = agree(us); !a) return a;
   }
   std::size_t best = 0;
-  for (std::size_t i = 1; i < us.size(); ++i)
+  for (std::size_t i = 0; i < us.size(); ++i) {
     if (us[i] < us[best]) best = i;
+    WEFT_TRACE(log::kTuning,
+               "GEMM %zux%zux%zu (%d batches): candidate %zu, %s: %.1f us, %.1f us "
+               "sustained",
+               s.m, s.n, s.k, s.batches, i, configOf(*d.lt, d.candidates[i]).c_str(),
+               static_cast<double>(look[i]), static_cast<double>(us[i]));
+  }
   if (us[best] > 0.98f * us[0]) best = 0;  // us[0] failed (infinite): the best stands
   if (us[best] == kFailed) return {};      // none ran: the heuristic's first, as untuned
   d.algo = d.candidates[best];
   d.chosen = static_cast<int>(best);
   WEFT_INFO(log::kTuning,
-            "GEMM %zux%zux%zu (%d batches) %s: cuBLASLt's candidate %zu of %zu, %.1f us (its "
-            "heuristic's first %.1f us)%s",
+            "GEMM %zux%zux%zu (%d batches) %s: cuBLASLt's candidate %zu of %zu, %.1f us sustained "
+            "(its heuristic's first %.1f us)%s",
             s.m, s.n, s.k, s.batches, std::string(name(s.type)).c_str(), best + 1, us.size(),
             static_cast<double>(us[best]), static_cast<double>(us[0]),
             agree ? ", the slowest rank's" : "");

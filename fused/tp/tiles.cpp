@@ -36,7 +36,8 @@ std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m
   };
   std::vector<TileSize> ranked;
   for (const TileSize& t : tiles)
-    if (t.rows >= 64 && t.cols >= 64 && t.rows * t.cols >= kMinTileArea) ranked.push_back(t);
+    if (t.rows >= kMinTileSide && t.cols >= kMinTileSide && t.rows * t.cols >= kMinTileArea)
+      ranked.push_back(t);
   std::stable_sort(ranked.begin(), ranked.end(), [&](const TileSize& x, const TileSize& y) {
     const std::size_t cx = cost(x), cy = cost(y);
     return cx != cy ? cx < cy : x.rows * x.cols > y.rows * y.cols;

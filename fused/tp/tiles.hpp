@@ -24,8 +24,9 @@ std::span<const TileSize> cublasLtTiles();
 // The tile with cuBLASLt's id `id`, or null where cublasLtTiles() has none.
 const TileSize* tileSize(std::uint32_t id);
 
-// The smallest tile worth timing (and 64 a side): smaller ones load A and B more a value.
-inline constexpr std::uint32_t kMinTileArea = 96 * 128;
+// The smallest tiles worth timing: smaller or thinner ones load A and B more a value, and took
+// 1.1-2.1 x the heuristic's first where timed (docs/perf-tp.md, "Wave-fitted tiles").
+inline constexpr std::uint32_t kMinTileSide = 96, kMinTileArea = 128 * 128;
 
 // Of `tiles`, at most `count` for `batches` m × n GEMMs on `sms` SMs, least idle first: by
 // their waves (each SM a tile at a time), whole, times the tile's area; of equal cost the larger

@@ -418,8 +418,9 @@ const Setting kSettings[] = {
 
     {"WEFT_TP_GEMM_TUNE", nullptr, Kind::flag, 0, 1, "0", false, Audience::tuning,
      "1: a tensor-parallel call's first GEMM of each shape times cuBLASLt's candidates without "
-     "split-K and its wave-fitted tiles (the same bits of C), the ranks at once, and keeps the "
-     "fastest on the slowest rank; 0: the heuristic's first",
+     "split-K and its wave-fitted tiles (the same bits of C) briefly, then the fastest four and "
+     "the heuristic's first sustained, the ranks at once, and keeps the fastest on the slowest "
+     "rank; 0: the heuristic's first",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tpGemmTune = x != 0;
        return ok();

@@ -23,10 +23,10 @@ const std::vector<TileSize> kSome = {
 
 TEST(TpTiles, TheLeastIdleLastWaveFirst) {
   // m 1024, n 7168 on 132 SMs: 128 × 152 tiles are 392, 2.97 waves (3 × 19456 of area), before
-  // 192 × 104 (380, 3 × 19968), then 128 × 160 and 80 × 256 (3 × 20480 each, in their order);
-  // the heuristic's 256 × 128 (2 × 32768) comes after.
+  // 192 × 104 (380, 3 × 19968), then 128 × 160 (3 × 20480; 80 × 256 too, but too thin), then the
+  // heuristic's 256 × 128 (2 × 32768) before 128 × 128 (4 × 16384), the larger of equal cost.
   EXPECT_EQ(ids(fittedTiles(kSome, 1024, 7168, 1, 132, 4)),
-            (std::vector<std::uint32_t>{407, 459, 29, 137}));
+            (std::vector<std::uint32_t>{407, 459, 29, 24}));
   // m 2048: 320 × 128 tiles are 2.79 waves (3 × 40960); 176 × 128 ones 4.97 (5 × 22528).
   const std::vector<TileSize> two = fittedTiles(kSome, 2048, 7168, 1, 132, 10);
   const auto at = [&](std::uint32_t id) {
@@ -44,10 +44,11 @@ TEST(TpTiles, BatchesCountAsRows) {
       {20, 128, 128}, {24, 256, 128}, {201, 176, 128}, {137, 80, 256}, {248, 320, 128}};
   EXPECT_EQ(ids(fittedTiles(dividing, 256, 7168, 4, 132, 5)),
             ids(fittedTiles(dividing, 1024, 7168, 1, 132, 5)));
-  // Not where they do not: 4 batches of 100 rows pad each batch to a tile (80 × 256 tiles: 360,
-  // 3 waves; for 400 rows 180, 2 waves).
-  EXPECT_NE(ids(fittedTiles(kSome, 100, 7168, 4, 132, 10)),
-            ids(fittedTiles(kSome, 400, 7168, 1, 132, 10)));
+  // Not where they do not: 4 batches of 200 rows pad each batch to whole tiles (128 × 128 ones:
+  // 448, 4 waves; for 800 rows 392, 3 waves, the first of all).
+  EXPECT_NE(ids(fittedTiles(kSome, 200, 7168, 4, 132, 10)),
+            ids(fittedTiles(kSome, 800, 7168, 1, 132, 10)));
+  EXPECT_EQ(fittedTiles(kSome, 800, 7168, 1, 132, 1).front().id, 20u);
 }
 
 TEST(TpTiles, EqualCostsGoToTheLargerTile) {
@@ -58,11 +59,11 @@ TEST(TpTiles, EqualCostsGoToTheLargerTile) {
 
 TEST(TpTiles, SmallTilesAndNoSmsLeaveNone) {
   for (const TileSize& t : fittedTiles(kSome, 1024, 7168, 1, 132, 100)) {
-    EXPECT_GE(t.rows, 64u);
-    EXPECT_GE(t.cols, 64u);
+    EXPECT_GE(t.rows, kMinTileSide);
+    EXPECT_GE(t.cols, kMinTileSide);
     EXPECT_GE(t.rows * t.cols, kMinTileArea) << t.id;
   }
-  EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 100).size(), kSome.size() - 2);
+  EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 100).size(), kSome.size() - 3);  // 80 × 256 too
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 1, 0, 4).empty());
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 0, 132, 4).empty());
   EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 2).size(), 2u);
