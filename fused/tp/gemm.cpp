@@ -404,19 +404,11 @@ Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStre
   if (agree) {
     if (Status a = agree(look); !a) return a;
   }
-  // The finalists: the heuristic's first and the fastest others that ran (alike on every rank:
-  // from the agreed look), each as many runs as make kSustainUs.
-  std::vector<std::size_t> order(all.begin() + 1, all.end());
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t x, std::size_t y) { return look[x] < look[y]; });
-  std::vector<std::size_t> finalists{0};
-  for (std::size_t i : order)
-    if (finalists.size() <= kFinalists && look[i] != kFailed) finalists.push_back(i);
+  // The finalists, alike on every rank (from the agreed look), each as many runs as make
+  // kSustainUs.
+  const std::vector<std::size_t> finalists = tuningFinalists(look, kFinalists);
   std::vector<int> runs;
-  for (std::size_t i : finalists) {
-    const float each = look[i] == kFailed || look[i] <= 0 ? kSustainUs : look[i];
-    runs.push_back(std::clamp(static_cast<int>(kSustainUs / each + 0.5f), 1, kMostRuns));
-  }
+  for (std::size_t i : finalists) runs.push_back(sustainedRuns(look[i], kSustainUs, kMostRuns));
   std::vector<float> us(look.size(), kFailed);
   for (std::size_t i : finalists) us[i] = 0;
   if (Status t = timeRounds(d, finalists, runs, runs, ran, us, matmul, stream, agree); !t) return t;

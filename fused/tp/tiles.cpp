@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 namespace weft::fused::tp {
 namespace {
@@ -44,6 +45,24 @@ std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m
   });
   if (ranked.size() > count) ranked.resize(count);
   return ranked;
+}
+
+std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count) {
+  if (look.empty()) return {};
+  std::vector<std::size_t> others;
+  for (std::size_t i = 1; i < look.size(); ++i)
+    if (std::isfinite(look[i])) others.push_back(i);
+  std::stable_sort(others.begin(), others.end(),
+                   [&](std::size_t x, std::size_t y) { return look[x] < look[y]; });
+  if (others.size() > count) others.resize(count);
+  others.insert(others.begin(), 0);
+  return others;
+}
+
+int sustainedRuns(float lookUs, float windowUs, int most) {
+  if (!std::isfinite(lookUs) || lookUs <= 0) return 1;
+  return std::clamp(static_cast<int>(std::min(windowUs / lookUs + 0.5f, 1e9f)), 1,
+                    std::max(1, most));
 }
 
 }  // namespace weft::fused::tp

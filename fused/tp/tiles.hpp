@@ -34,4 +34,11 @@ inline constexpr std::uint32_t kMinTileSide = 96, kMinTileArea = 128 * 128;
 std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m, std::size_t n,
                                   int batches, int sms, std::size_t count);
 
+// Tuning's finalists (tp/gemm.cpp): of a brief look's mean times a candidate (infinite: it
+// failed), the heuristic's first (0) and the `count` fastest others that ran, fastest first.
+std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count);
+
+// The runs that take about `windowUs` of a GEMM the look timed at `lookUs` (1 to `most`).
+int sustainedRuns(float lookUs, float windowUs, int most);
+
 }  // namespace weft::fused::tp

@@ -1,8 +1,10 @@
 // The wave-fitted tiles the tensor-parallel GEMMs' tuning times beside cuBLASLt's heuristic
 // (fused/tp/tiles.hpp): the least idle last wave first, ties to the larger tile, small tiles
-// left out; and the tile sizes read from the toolkit's cublasLt.h (CUDA builds).
+// left out; the tile sizes read from the toolkit's cublasLt.h (CUDA builds); and which candidates
+// tuning times sustained, how many runs each.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 #include "fused/tp/tiles.hpp"
@@ -67,6 +69,29 @@ TEST(TpTiles, SmallTilesAndNoSmsLeaveNone) {
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 1, 0, 4).empty());
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 0, 132, 4).empty());
   EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 2).size(), 2u);
+}
+
+TEST(TpTuning, FinalistsAreTheFirstAndTheFastestOthersThatRan) {
+  constexpr float kFailed = std::numeric_limits<float>::infinity();
+  const std::vector<float> look = {5, 3, kFailed, 1, 4, 2};
+  EXPECT_EQ(tuningFinalists(look, 3), (std::vector<std::size_t>{0, 3, 5, 1}));
+  EXPECT_EQ(tuningFinalists(look, 10), (std::vector<std::size_t>{0, 3, 5, 1, 4}));
+  EXPECT_EQ(tuningFinalists(look, 0), (std::vector<std::size_t>{0}));
+  // The heuristic's first stays, failed or not (its time is the bar); ties keep their order.
+  EXPECT_EQ(tuningFinalists(std::vector<float>{kFailed, 2, 1}, 4),
+            (std::vector<std::size_t>{0, 2, 1}));
+  EXPECT_EQ(tuningFinalists(std::vector<float>{5, 2, 2}, 4), (std::vector<std::size_t>{0, 1, 2}));
+  EXPECT_TRUE(tuningFinalists({}, 4).empty());
+}
+
+TEST(TpTuning, SustainedRunsFillTheWindow) {
+  EXPECT_EQ(sustainedRuns(700, 15000, 200), 21);
+  EXPECT_EQ(sustainedRuns(10, 15000, 200), 200);   // at most `most`
+  EXPECT_EQ(sustainedRuns(20000, 15000, 200), 1);  // at least one
+  EXPECT_EQ(sustainedRuns(std::numeric_limits<float>::infinity(), 15000, 200), 1);
+  EXPECT_EQ(sustainedRuns(0, 15000, 200), 1);
+  EXPECT_EQ(sustainedRuns(1e-30f, 15000, 200), 200);
+  EXPECT_EQ(sustainedRuns(700, 15000, 0), 1);
 }
 
 TEST(TpTiles, SizesReadFromTheToolkit) {
