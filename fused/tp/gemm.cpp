@@ -87,6 +87,16 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
 // than its first where four ranks shared an H100 (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
 constexpr std::size_t kCandidates = 8;
 
+// One of an algorithm's configuration attributes, read as `fallback`'s type (`fallback` where
+// cuBLASLt does not say).
+template <typename T>
+T configValue(const Lt& lt, const cublasLtMatmulAlgo_t& algo,
+              cublasLtMatmulAlgoConfigAttributes_t attribute, T fallback) {
+  std::size_t written = 0;
+  lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &fallback, sizeof(fallback), &written);
+  return fallback;
+}
+
 // The heuristic offers tiles of a few sizes, whose last wave may run nearly empty: 2048 × 7168
 // rows of 320 × 128 tiles are 2.79 waves of an H100's 132 SMs. Tuning also times the heuristic
 // first's algorithm with the kFittedTiles tiles that leave the least idle (fittedTiles) and with
@@ -151,10 +161,8 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
   for (std::uint32_t id : ids)
     if (const TileSize* t = tileSize(id)) offered.push_back(*t);
   std::vector<TileSize> ranked = fittedTiles(offered, s.m, s.n, s.batches, sms, kFittedTiles);
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
-    std::size_t written = 0;
-    lt.cublasLtMatmulAlgoConfigGetAttribute(&first, attribute, &value, sizeof(value), &written);
-    return value;
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto fallback) {
+    return configValue(lt, first, attribute, fallback);
   };
   const TileSize* own = tileSize(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
   if (own != nullptr && std::find(ranked.begin(), ranked.end(), *own) == ranked.end())
@@ -268,11 +276,7 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
                                          " " + std::string(name(s.type)) + " GEMM");
   d->algo = results[0].algo;
   auto splits = [&](const cublasLtMatmulAlgo_t& algo) {
-    std::int32_t k = 1;
-    std::size_t written = 0;
-    lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &k, sizeof(k),
-                                            &written);
-    return k;
+    return configValue(lt, algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{1});
   };
   if (splits(results[0].algo) == 1) {
     for (int i = 0; i < found; ++i)
@@ -285,10 +289,8 @@ Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t h
 // An algorithm's configuration, for the tuning log: its id, tile (rows along n × along m),
 // stages, cluster shape, kernel option and split-K.
 std::string configOf(const Lt& lt, const cublasLtMatmulAlgo_t& algo) {
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
-    std::size_t written = 0;
-    lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
-    return value;
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto fallback) {
+    return configValue(lt, algo, attribute, fallback);
   };
   const auto tile = get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0});
   const TileSize* size = tileSize(tile);
