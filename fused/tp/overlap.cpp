@@ -32,18 +32,23 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, DataType out, int chu
   ChunkGemm c;
   for (int j = 0; j < i; ++j) c.start += s.chunkRows(chunks, j);
   c.rows = s.chunkRows(chunks, i);
+  c.first = c.start;
   GemmShape& g = c.shape;
   g.type = type;
   g.out = out;
   g.bTransposed = type == DataType::f8e4m3;
   std::size_t ldc = 0, strideA = 0, strideC = 0;
   if (s.op == algo::TpOp::allGatherGemm) {
-    // A: the chunk's staged rows, rank by rank; C: rank j's rows at j·block + start.
+    // A: the chunk's staged rows, rank by rank; C: rank j's rows at j·block + first, step apart.
     g.n = s.cols / n;
     g.k = s.k;
+    if (chunks > 1 && c.rows * static_cast<std::size_t>(chunks) == block) {
+      c.first = static_cast<std::size_t>(i);
+      c.step = static_cast<std::size_t>(chunks);
+    }
     c.aOffset = c.start * n * s.k;
-    c.cOffset = c.start * g.n;
-    ldc = g.n;
+    c.cOffset = c.first * g.n;
+    ldc = c.step * g.n;
     strideA = c.rows * s.k;
     strideC = block * g.n;
   } else {
@@ -59,8 +64,8 @@ ChunkGemm chunkGemm(const algo::TpShape& s, DataType type, DataType out, int chu
   g.lda = g.k;
   g.ldb = g.bTransposed ? g.k : g.n;
   g.ldc = ldc;
-  if (c.rows == block) {
-    g.m = s.m;
+  if (c.rows == block || c.step > 1) {
+    g.m = c.rows * n;
   } else {
     g.m = c.rows;
     g.batches = static_cast<int>(n);

@@ -41,14 +41,19 @@ struct TpCall {
   }
 };
 
-// Chunk i of `chunks` of a call's GEMM: its shape (a batch of one GEMM per rank's block where
-// the chunk holds part of each block, else one GEMM of every block), where its A and C start (in
-// values: in the staged gathered A and in C for all-gather; in A and in the staged partial C for
-// reduce-scatter), and the rows of each block before it.
+// Chunk i of `chunks` of a call's GEMM: its shape, where its A and C start (in values: in the
+// staged gathered A and in C for all-gather; in A and in the staged partial C for
+// reduce-scatter), the rows of each block staged before it (start), and which of each block's
+// rows it holds: `rows` of them, `step` apart from row `first`. An all-gather's chunks take
+// every chunks-th row of each block where the blocks divide evenly (step = chunks, first = i):
+// the chunk's C rows are then `step` apart throughout, one GEMM of all its rows. Elsewhere a
+// chunk holds consecutive rows of each block (step 1, first = start): a batch of one GEMM a
+// block, or one GEMM of every block where it holds them whole.
 struct ChunkGemm {
   GemmShape shape;
   std::size_t aOffset = 0, cOffset = 0;
   std::size_t start = 0, rows = 0;
+  std::size_t first = 0, step = 1;
 };
 // A's and B's type `type`, C's `out` (fp8 A and B: B given as Bᵀ).
 ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int chunks, int i);

@@ -157,8 +157,6 @@ class Run {
   }
 
   Status allGatherGemm() {
-    const std::size_t k = x_.k;
-    const auto* a = static_cast<const std::byte*>(x_.a);
     auto* c = static_cast<std::byte*>(x_.c);
     auto* gathered = static_cast<std::byte*>(x_.gathered);
     if (Status s = follow(st_.side.stream, stream_, st_.side.fork); !s) return s;
@@ -174,19 +172,8 @@ class Run {
       // Every rank's rows of this chunk, rank by rank; straight into the gathered A unchunked.
       std::byte* g =
           plan_.chunks == 1 && gathered != nullptr ? gathered : staging_ + ch.aOffset * es_;
-      if (Status s = dry_ ? Status{}
-                          : comm_.allGather(a + ch.start * k * es_, g, ch.rows * k, x_.type,
-                                            st_.side.stream);
-          !s)
+      if (Status s = dry_ ? Status{} : gatherRows(ch, x_.a, g, x_.k, x_.type, gathered); !s)
         return s;
-      if (gathered != nullptr && g != gathered && !dry_) {
-        const std::size_t piece = ch.rows * k * es_;
-        if (cudaError_t e =
-                cudaMemcpy2DAsync(gathered + ch.start * k * es_, rows_ * k * es_, g, piece, piece,
-                                  n_, cudaMemcpyDeviceToDevice, st_.side.stream);
-            e != cudaSuccess)
-          return cudaFailed("gathered A", e);
-      }
       // Block-scaled: the rows' scales likewise.
       const float* scales = gatheredScales_ + ch.start * n_ * blocks_;
       if (x_.blockScales && !dry_) {
@@ -208,24 +195,46 @@ class Run {
     return follow(stream_, st_.side.stream, st_.side.join);
   }
 
+  // A chunk's rows of every rank into `to` (rows of `width` values), rank by rank, on the side
+  // stream, from this rank's rows at `from`; then into `gathered` (rows_ a block) where asked
+  // for and not already there. Rows `step` apart (an interleaved chunk) are first packed into this
+  // rank's place in `to`, which the all-gather then takes in place.
+  Status gatherRows(const ChunkGemm& ch, const void* from, void* to, std::size_t width,
+                    DataType type, void* gathered) {
+    const std::size_t rowBytes = width * sizeOf(type);
+    auto* dst = static_cast<std::byte*>(to);
+    const std::size_t piece = ch.rows * rowBytes;
+    const std::byte* send = static_cast<const std::byte*>(from) + ch.first * rowBytes;
+    if (ch.step > 1) {
+      std::byte* mine = dst + static_cast<std::size_t>(comm_.rank()) * piece;
+      if (cudaError_t e = cudaMemcpy2DAsync(mine, rowBytes, send, ch.step * rowBytes, rowBytes,
+                                            ch.rows, cudaMemcpyDeviceToDevice, st_.side.stream);
+          e != cudaSuccess)
+        return cudaFailed("a chunk's rows", e);
+      send = mine;
+    }
+    if (Status s = comm_.allGather(send, dst, ch.rows * width, type, st_.side.stream); !s) return s;
+    if (gathered == nullptr || gathered == to) return {};
+    // Each rank's rows to its block's, `step` apart: one copy where the blocks are the rows'
+    // `step` apart throughout (an interleaved chunk), else one row of pieces a block apart.
+    auto* out = static_cast<std::byte*>(gathered) + ch.first * rowBytes;
+    const bool flat = ch.step > 1;
+    const std::size_t bytes = flat ? rowBytes : piece, height = flat ? n_ * ch.rows : n_;
+    const std::size_t pitch = flat ? ch.step * rowBytes : rows_ * rowBytes;
+    if (cudaError_t e = cudaMemcpy2DAsync(out, pitch, dst, bytes, bytes, height,
+                                          cudaMemcpyDeviceToDevice, st_.side.stream);
+        e != cudaSuccess)
+      return cudaFailed("gathered A", e);
+    return {};
+  }
+
   // A chunk's rows' block scales, every rank's, rank by rank on the side stream (unchunked,
   // straight into the gathered scales where asked for), and into the gathered scales.
   Status gatherScales(const ChunkGemm& ch) {
-    const std::size_t width = ch.rows * blocks_;
     float* staged = gatheredScales_ + ch.start * n_ * blocks_;
     float* out = x_.gatheredScales;
     float* to = plan_.chunks == 1 && out != nullptr ? out : staged;
-    if (Status s = comm_.allGather(aScales(ch.start), to, width, DataType::f32, st_.side.stream);
-        !s)
-      return s;
-    if (out == nullptr || to == out) return {};
-    const std::size_t bytes = width * sizeof(float);
-    if (cudaError_t e =
-            cudaMemcpy2DAsync(out + ch.start * blocks_, rows_ * blocks_ * sizeof(float), staged,
-                              bytes, bytes, n_, cudaMemcpyDeviceToDevice, st_.side.stream);
-        e != cudaSuccess)
-      return cudaFailed("gathered scales", e);
-    return {};
+    return gatherRows(ch, x_.scales.a, to, blocks_, DataType::f32, out);
   }
 
   // The own block's GEMM at once, from A; on the side stream the own block into the shared

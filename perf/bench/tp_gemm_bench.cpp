@@ -1,6 +1,7 @@
 // The tensor-parallel calls' GEMMs alone (fused::tp::Gemms, cuBLASLt), bf16, one process: the
-// whole GEMM of a call's shape, or its K chunks' batched GEMMs as the chunked call cuts them
-// (fused::tp::chunkGemm) on one stream or on two in turn as the call runs them
+// whole GEMM of a call's shape, or its K chunks' GEMMs as the chunked call cuts them
+// (fused::tp::chunkGemm: a batch a block, or an all-gather's interleaved chunk as one GEMM whose
+// C rows are K apart) on one stream or on two in turn as the call runs them
 // (fused::tp::gemmLane, WEFT_TP_GEMM_STREAMS), each with one of cuBLASLt's heuristic candidates
 // (Gemms::keepCandidate; 0 is the heuristic's first, what weft runs untuned), or tuned
 // (candidate -1: the fastest of every candidate, wave-fitted ones too, as WEFT_TP_GEMM_TUNE=1
@@ -79,8 +80,7 @@ struct Operands {
 };
 
 // Args: ranks, m, chunks (1: the whole GEMM), candidate, GEMM streams, flat (1: a chunk's
-// batches as one GEMM of their rows from the chunk's first, A and C contiguous: what the
-// batching costs).
+// GEMMs as one GEMM of their rows, A and C contiguous: what the cut costs).
 void tpGemms(benchmark::State& state, bool ag) {
   if (!haveGpu()) {
     state.SkipWithError("no GPU");

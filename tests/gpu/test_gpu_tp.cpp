@@ -261,13 +261,15 @@ void everyVariant(int n, DataType type, const std::vector<const char*>& variants
     Streams streams(n);
     for (bool allGather : {true, false}) {
       for (bool bias : {false, true}) {
-        // Nothing a multiple of 128; 37 rows a rank, so 2 and 3 chunks cut unevenly; fp8's k a
-        // rank a multiple of 16. Block-scaled: 36 rows a rank (GEMMs of 4 rows at a time; 2
-        // chunks cut unevenly), k of 2 blocks, the second partial, Bᵀ of 2 tile rows.
+        // Nothing a multiple of 128; 37 rows a rank, so 2, 3 and 4 chunks cut unevenly (a
+        // batch of GEMMs), 36 with a bias (an all-gather's chunks interleave their rows: one
+        // GEMM a chunk); fp8's k a rank a multiple of 16. Block-scaled: 36 rows a rank (GEMMs of
+        // 4 rows at a time; 2 chunks cut unevenly, 3 interleave), k of 2 blocks, the second
+        // partial, Bᵀ of 2 tile rows.
         Problem p;
         p.allGather = allGather;
         p.n = n;
-        p.m = (blocks ? 36 : 37) * N;
+        p.m = (blocks || bias ? 36 : 37) * N;
         p.cols = blocks ? (allGather ? 136 * N : 200) : allGather ? 40 * N : 72;
         p.k = allGather ? (fp8 ? 144 : 136) : (blocks ? 144 : 48) * N;
         p.bias = bias;
@@ -388,7 +390,8 @@ TEST_P(GpuTpFp8Blocks, EveryVariantMatchesADoubleGemm) {
 }
 
 // Each variant that splits the call into steps between streams (chunks; the fused flags), and
-// the chunks' GEMMs on one stream or two (WEFT_TP_GEMM_STREAMS).
+// the chunks' GEMMs on one stream or two (WEFT_TP_GEMM_STREAMS); 64 rows a rank: 3 chunks cut
+// unevenly, 4 interleave.
 class GpuTpGraphs : public ::testing::TestWithParam<std::tuple<int, const char*, int>> {};
 
 TEST_P(GpuTpGraphs, CallsReplayFromAGraph) {
@@ -489,7 +492,8 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GpuTpGraphs,
                                             ::testing::Values(1)),
                          graphName);
 INSTANTIATE_TEST_SUITE_P(TwoGemmStreams, GpuTpGraphs,
-                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("chunked:3"),
+                         ::testing::Combine(::testing::Values(2, 4),
+                                            ::testing::Values("chunked:3", "chunked:4"),
                                             ::testing::Values(2)),
                          graphName);
 

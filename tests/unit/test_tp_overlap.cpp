@@ -4,6 +4,9 @@
 // shapes the runtime runs (fused/tp/overlap.hpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "algorithms/overlap.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
@@ -270,30 +273,50 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
 }
 
 // The chunks cover every row of every rank's block once, in the places the call's buffers hold
-// them.
+// them: the GEMM's row t of batch b reads the A row and writes the C row of one gathered row,
+// staged rank by rank (each rank's `rows`, `step` apart from `first`).
 TEST(TpOverlap, ChunkGemmsCoverEveryRowOnce) {
   for (algo::TpOp op : {algo::TpOp::allGatherGemm, algo::TpOp::gemmReduceScatter}) {
-    const int n = 3;
-    const algo::TpShape s{op, 3 * 37, 12, 24, 2, n};
-    for (int chunks : {1, 2, 3, 5}) {
-      std::size_t rows = 0;
-      for (int i = 0; i < chunks; ++i) {
-        const fused::tp::ChunkGemm c =
-            fused::tp::chunkGemm(s, DataType::bf16, DataType::bf16, chunks, i);
-        EXPECT_EQ(c.start, rows);
-        rows += c.rows;
-        if (chunks == 1) {
-          EXPECT_EQ(c.shape.m, s.m);
-          EXPECT_EQ(c.shape.batches, 1);
-        } else {
-          EXPECT_EQ(c.shape.m, c.rows);
-          EXPECT_EQ(c.shape.batches, n);
+    const bool ag = op == algo::TpOp::allGatherGemm;
+    const std::size_t n = 3;
+    for (std::size_t block : {37, 36}) {
+      const algo::TpShape s{op, n * block, 12, 24, 2, static_cast<int>(n)};
+      for (int chunks : {1, 2, 3, 4, 5}) {
+        std::vector<int> seen(s.m, 0);
+        std::size_t rows = 0;
+        for (int i = 0; i < chunks; ++i) {
+          const fused::tp::ChunkGemm c =
+              fused::tp::chunkGemm(s, DataType::bf16, DataType::bf16, chunks, i);
+          const fused::tp::GemmShape& g = c.shape;
+          EXPECT_EQ(c.start, rows);
+          rows += c.rows;
+          // An all-gather's chunks interleave where they divide the block evenly: one GEMM.
+          const bool even = c.rows * static_cast<std::size_t>(chunks) == block;
+          EXPECT_EQ(c.step, ag && even ? static_cast<std::size_t>(chunks) : 1u);
+          EXPECT_EQ(g.batches, chunks == 1 || (ag && even) ? 1 : static_cast<int>(n));
+          EXPECT_EQ(g.n, ag ? s.cols / n : s.cols);
+          EXPECT_EQ(g.k, ag ? s.k : s.k / n);
+          for (std::size_t b = 0; b < static_cast<std::size_t>(g.batches); ++b) {
+            for (std::size_t t = 0; t < g.m; ++t) {
+              const std::size_t a = c.aOffset + b * g.strideA + t * g.lda;
+              const std::size_t d = c.cOffset + b * g.strideC + t * g.ldc;
+              ASSERT_EQ(a % g.k, 0u);
+              ASSERT_EQ(d % g.n, 0u);
+              // The staged row (all-gather: of A; reduce-scatter: of C) and the caller's.
+              const std::size_t staged = (ag ? a / g.k : d / g.n) - c.start * n;
+              const std::size_t own = ag ? d / g.n : a / g.k;
+              const std::size_t r = staged / c.rows, j = staged % c.rows;
+              ASSERT_LT(r, n);
+              EXPECT_EQ(own, r * block + c.first + c.step * j) << chunks << " " << i;
+              ASSERT_LT(own, s.m);
+              ++seen[own];
+            }
+          }
         }
-        const bool ag = op == algo::TpOp::allGatherGemm;
-        EXPECT_EQ(c.shape.n, ag ? s.cols / n : s.cols);
-        EXPECT_EQ(c.shape.k, ag ? s.k : s.k / n);
+        EXPECT_EQ(rows, block) << chunks;
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<std::ptrdiff_t>(s.m))
+            << chunks;
       }
-      EXPECT_EQ(rows, s.m / n) << chunks;
     }
   }
 }
