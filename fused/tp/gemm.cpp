@@ -84,7 +84,8 @@ Status ltError(const Lt& lt, const char* what, cublasStatus_t s) {
 }
 
 // The heuristic's results a shape's tuning times: its second or third took 10-19 % less time
-// than its first where four ranks shared an H100 (docs/perf-tp.md, "Tuning cuBLASLt's algorithm").
+// than its first where four ranks shared an H100 (docs/perf-tp-gemms.md, "Tuning cuBLASLt's
+// algorithm").
 constexpr std::size_t kCandidates = 8;
 
 // One of an algorithm's configuration attributes, read as `fallback`'s type (`fallback` where
@@ -100,7 +101,7 @@ T configValue(const Lt& lt, const cublasLtMatmulAlgo_t& algo,
 // The heuristic offers tiles of a few sizes, whose last wave may run nearly empty: 2048 × 7168
 // rows of 320 × 128 tiles are 2.79 waves of an H100's 132 SMs. Tuning also times the heuristic
 // first's algorithm with the kFittedTiles tiles that leave the least idle (fittedTiles) and with
-// its own tile, each with every cluster of kClusters and kernel option (docs/perf-tp.md,
+// its own tile, each with every cluster of kClusters and kernel option (docs/perf-tp-gemms.md,
 // "Wave-fitted tiles").
 constexpr std::size_t kFittedTiles = 4;
 constexpr std::array<std::uint16_t, 3> kClusters = {
@@ -376,9 +377,9 @@ Status timeRounds(const Gemms::Cached& d, const std::vector<std::size_t>& which,
 // Each candidate once (its first launch loads it, which idles the GPU); then every candidate a
 // few runs at a time (a short look), and the heuristic's first with the kFinalists fastest of
 // that look for kSustainUs each after as long untimed: a GEMM that draws more power runs slower
-// sustained than in a short burst among others (docs/perf-tp.md, "Tuning cuBLASLt's
-// algorithm"). The fastest sustained is kept where it beats the heuristic's first by 2 % (less is
-// noise where ranks share the GPU). With `agree`, the ranks compare their slowest, and time alike.
+// sustained than in a short burst among others (docs/perf-tp-gemms.md, "Sustained tuning").
+// The fastest sustained is kept where it beats the heuristic's first by 2 % (less is noise
+// where ranks share the GPU). With `agree`, the ranks compare their slowest, and time alike.
 // C is written again by the call's own GEMM after.
 template <typename Matmul>
 Status tune(Gemms::Cached& d, const GemmShape& s, const Matmul& matmul, cudaStream_t stream,

@@ -71,10 +71,10 @@ class Gemms {
   // While on, a shape's first GEMM outside a CUDA graph capture times the heuristic's candidates
   // without split-K and its first algorithm's wave-fitted tiles (they gave the first one's bits
   // of C at every shape measured) and keeps the fastest: a synchronization, so only where no kernel
-  // on the device waits for this rank's later work (docs/perf-tp.md, "Tuning cuBLASLt's
-  // algorithm"). With `agree`, the ranks time each candidate at once and keep the one whose slowest
-  // rank is fastest: where they share a GPU, one rank's timing alone reads the others' kernels
-  // beside it.
+  // on the device waits for this rank's later work (docs/perf-tp-gemms.md, "Tuning
+  // cuBLASLt's algorithm"). With `agree`, the ranks time each candidate at once and keep the one
+  // whose slowest rank is fastest: where they share a GPU, one rank's timing alone reads the
+  // others' kernels beside it.
   void setTuning(bool on, Agree agree = {}) {
     tuning_ = on;
     agree_ = std::move(agree);

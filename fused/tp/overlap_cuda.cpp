@@ -215,8 +215,9 @@ class Run {
     }
     if (Status s = comm_.allGather(send, dst, ch.rows * width, type, st_.side.stream); !s) return s;
     if (gathered == nullptr || gathered == to) return {};
-    // Each rank's rows to its block's, `step` apart: one copy where the blocks are the rows'
-    // `step` apart throughout (an interleaved chunk), else one row of pieces a block apart.
+    // Into each rank's block of the gathered A: an interleaved chunk's staged rows `step` rows
+    // apart from row `first`, in one copy (each rank's block is `step` × its rows); else each
+    // rank's piece a block apart.
     auto* out = static_cast<std::byte*>(gathered) + ch.first * rowBytes;
     const bool flat = ch.step > 1;
     const std::size_t bytes = flat ? rowBytes : piece, height = flat ? n_ * ch.rows : n_;

@@ -1,6 +1,6 @@
 // cuBLASLt's tile sizes, and which of a GEMM's tiles leave the least of their last wave idle
-// (tp/gemm.cpp times those beside its heuristic's candidates; docs/perf-tp.md, "Wave-fitted
-// tiles").
+// (tp/gemm.cpp times those beside its heuristic's candidates; docs/perf-tp-gemms.md,
+// "Wave-fitted tiles").
 #pragma once
 
 #include <cstddef>
@@ -25,7 +25,7 @@ std::span<const TileSize> cublasLtTiles();
 const TileSize* tileSize(std::uint32_t id);
 
 // The smallest tiles worth timing: smaller or thinner ones load A and B more a value, and took
-// 1.1-2.1 x the heuristic's first where timed (docs/perf-tp.md, "Wave-fitted tiles").
+// 1.1-2.1 x the heuristic's first where timed (docs/perf-tp-gemms.md, "Sustained tuning").
 inline constexpr std::uint32_t kMinTileSide = 96, kMinTileArea = 128 * 128;
 
 // Of `tiles`, at most `count` for `batches` m × n GEMMs on `sms` SMs, least idle first: by

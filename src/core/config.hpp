@@ -60,11 +60,12 @@ struct Config {
   int tpGemmSms = 0;
   // WEFT_TP_GEMM_STREAMS: the streams a chunked tensor-parallel call's GEMMs take in turn (the
   // caller's first), so a chunk's last wave runs beside the next chunk's first; 1 or 2
-  // (docs/perf-tp.md, "The chunks' GEMMs on two streams").
+  // (docs/perf-tp-gemms.md, "The chunks' GEMMs on two streams").
   int tpGemmStreams = 2;
   // WEFT_TP_GEMM_TUNE: a tensor-parallel call's first GEMM of a shape times cuBLASLt's
   // candidates that sum alike, the ranks together, and keeps the fastest
-  // (fused::tp::Gemms::setTuning). Off: in weft's calls it was no faster (docs/perf-tp.md).
+  // (fused::tp::Gemms::setTuning). Off: in weft's calls it was no faster
+  // (docs/perf-tp-gemms.md).
   bool tpGemmTune = false;
   // WEFT_TP_FUSED_BLOCKS: the most blocks a fused tensor-parallel GEMM takes whatever the copies
   // cost; 0: the plan's grouping (algo::tpFusedPieces).
