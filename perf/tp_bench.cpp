@@ -103,6 +103,7 @@ class TpBench {
     if (gemmStreams_ > 1) {
       if (Status s = second_.create(); !s) return s;
     }
+    gemms_->setFitting(!config || config->tpGemmFit);
     gemms_->setTuning(config && config->tpGemmTune, [this](std::vector<float>& v) -> Status {
       for (float& x : v) {
         auto slowest = control_.combine(x, 3);  // 3: the largest over ranks

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,7 @@ struct Gemms::Cached {
   std::vector<cublasLtMatmulAlgo_t> candidates;
   int offered = 0;  // how many there were
   int chosen = 0;   // which of them `algo` is
+  int tile = -1;    // `algo`'s tile id, once chosen
   ~Cached() {
     if (lt == nullptr) return;
     if (c != nullptr) lt->cublasLtMatrixLayoutDestroy(c);
@@ -144,61 +146,108 @@ int smsOf(const GemmShape& s) {
   return sms;
 }
 
-// Appends the wave-fitted configurations of `first`'s algorithm that cuBLASLt accepts for the
-// shape (see kFittedTiles), to the candidates tuning times.
-void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmShape& s,
-            const cublasLtMatmulAlgo_t& first) {
-  const int sms = smsOf(s);
+// The heuristic first's algorithm as tuning and fitting vary it: its id's defaults, its
+// stages, tile, cluster and kernel option, and the tiles it offers, on the shape's SMs.
+struct Variations {
+  cublasLtMatmulAlgo_t base{};  // the algorithm with its defaults, each configuration a copy
+  std::uint32_t stages = 0, option = 0;
+  std::uint16_t cluster = 0;
+  std::int32_t options = 0;  // its most kernel option
+  const TileSize* own = nullptr;
+  std::vector<TileSize> offered;
+  int sms = 0;
+};
+
+std::optional<Variations> variationsOf(const Lt& lt, cublasLtHandle_t handle, const GemmShape& s,
+                                       const cublasLtMatmulAlgo_t& first) {
+  Variations v;
+  v.sms = smsOf(s);
   std::size_t bytes = 0;
-  if (sms <= 0 || lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr,
-                                                       0, &bytes) != CUBLAS_STATUS_SUCCESS)
-    return;
+  if (v.sms <= 0 ||
+      lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0,
+                                           &bytes) != CUBLAS_STATUS_SUCCESS)
+    return std::nullopt;
   std::vector<std::uint32_t> ids(bytes / sizeof(std::uint32_t));
   if (ids.empty() ||
       lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_TILE_IDS, ids.data(), bytes,
                                            &bytes) != CUBLAS_STATUS_SUCCESS)
-    return;
-  std::vector<TileSize> offered;
+    return std::nullopt;
   for (std::uint32_t id : ids)
-    if (const TileSize* t = tileSize(id)) offered.push_back(*t);
-  std::vector<TileSize> ranked = fittedTiles(offered, s.m, s.n, s.batches, sms, kFittedTiles);
+    if (const TileSize* t = tileSize(id)) v.offered.push_back(*t);
   auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto fallback) {
     return configValue(lt, first, attribute, fallback);
   };
-  const TileSize* own = tileSize(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
-  if (own != nullptr && std::find(ranked.begin(), ranked.end(), *own) == ranked.end())
-    ranked.push_back(*own);
-  const auto algoId = get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0});
-  const auto stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
-  std::int32_t options = 0;
-  lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &options,
-                                       sizeof(options), &bytes);
+  v.own = tileSize(get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}));
+  v.stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
+  v.cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0});
+  v.option = get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0});
+  lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &v.options,
+                                       sizeof(v.options), &bytes);
   const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
-  cublasLtMatmulAlgo_t base{};  // the algorithm with its defaults, each configuration a copy
-  if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out, algoId,
-                                &base) != CUBLAS_STATUS_SUCCESS)
-    return;
-  for (const TileSize& tile : ranked) {
-    for (std::uint16_t cluster : kClusters) {
-      for (std::uint32_t option = 0;
-           option <= static_cast<std::uint32_t>(std::clamp(options, 0, kMaxOption)); ++option) {
-        cublasLtMatmulAlgo_t algo = base;
-        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile.id,
-                                                sizeof(tile.id));
-        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                                sizeof(stages));
-        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
-                                                &cluster, sizeof(cluster));
-        lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option,
-                                                sizeof(option));
-        cublasLtMatmulHeuristicResult_t checked{};
-        if (lt.cublasLtMatmulAlgoCheck(handle, d.desc, d.b, d.a, d.c, d.c, &algo, &checked) ==
-                CUBLAS_STATUS_SUCCESS &&
-            checked.workspaceSize <= Gemms::kWorkspaceBytes)
-          d.candidates.push_back(algo);
-      }
-    }
-  }
+  if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out,
+                                get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}),
+                                &v.base) != CUBLAS_STATUS_SUCCESS)
+    return std::nullopt;
+  return v;
+}
+
+// `v`'s algorithm with a tile, cluster and kernel option, where cuBLASLt accepts it for the
+// shape within the workspace.
+std::optional<cublasLtMatmulAlgo_t> configured(const Lt& lt, cublasLtHandle_t handle,
+                                               const Gemms::Cached& d, const Variations& v,
+                                               const TileSize& tile, std::uint16_t cluster,
+                                               std::uint32_t option) {
+  cublasLtMatmulAlgo_t algo = v.base;
+  lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile.id,
+                                          sizeof(tile.id));
+  lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &v.stages,
+                                          sizeof(v.stages));
+  lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                          sizeof(cluster));
+  lt.cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option,
+                                          sizeof(option));
+  cublasLtMatmulHeuristicResult_t checked{};
+  if (lt.cublasLtMatmulAlgoCheck(handle, d.desc, d.b, d.a, d.c, d.c, &algo, &checked) !=
+          CUBLAS_STATUS_SUCCESS ||
+      checked.workspaceSize > Gemms::kWorkspaceBytes)
+    return std::nullopt;
+  return algo;
+}
+
+// Appends the wave-fitted configurations of `first`'s algorithm that cuBLASLt accepts for the
+// shape (see kFittedTiles), to the candidates tuning times.
+void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmShape& s,
+            const cublasLtMatmulAlgo_t& first) {
+  const std::optional<Variations> v = variationsOf(lt, handle, s, first);
+  if (!v) return;
+  std::vector<TileSize> ranked = fittedTiles(v->offered, s.m, s.n, s.batches, v->sms, kFittedTiles);
+  if (v->own != nullptr && std::find(ranked.begin(), ranked.end(), *v->own) == ranked.end())
+    ranked.push_back(*v->own);
+  const auto options = static_cast<std::uint32_t>(std::clamp(v->options, 0, kMaxOption));
+  for (const TileSize& tile : ranked)
+    for (std::uint16_t cluster : kClusters)
+      for (std::uint32_t option = 0; option <= options; ++option)
+        if (auto algo = configured(lt, handle, d, *v, tile, cluster, option))
+          d.candidates.push_back(*algo);
+}
+
+// Untuned: the heuristic first's algorithm with the least idle tile that fits the shape's SMs
+// better than its own by kFitGain (fitsBetter), with its own cluster and kernel option (else the
+// first of kClusters cuBLASLt accepts); none where none does.
+std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
+                                                  const Gemms::Cached& d, const GemmShape& s,
+                                                  const cublasLtMatmulAlgo_t& first) {
+  const std::optional<Variations> v = variationsOf(lt, handle, s, first);
+  if (!v || v->own == nullptr) return std::nullopt;
+  const std::vector<TileSize> better =
+      fitsBetter(fittedTiles(v->offered, s.m, s.n, s.batches, v->sms, kFittedTiles), *v->own, s.m,
+                 s.n, s.batches, v->sms);
+  for (const TileSize& tile : better)
+    if (auto algo = configured(lt, handle, d, *v, tile, v->cluster, v->option)) return algo;
+  for (const TileSize& tile : better)
+    for (std::uint16_t cluster : kClusters)
+      if (auto algo = configured(lt, handle, d, *v, tile, cluster, v->option)) return algo;
+  return std::nullopt;
 }
 
 Result<std::shared_ptr<Gemms::Cached>> describe(const Lt& lt, cublasLtHandle_t handle,
@@ -496,6 +545,11 @@ int Gemms::chosen(const GemmShape& s) const {
   return it == cache_.end() ? -1 : it->second->chosen;
 }
 
+int Gemms::tile(const GemmShape& s) const {
+  auto it = cache_.find(s.key());
+  return it == cache_.end() ? -1 : it->second->tile;
+}
+
 int Gemms::offered(const GemmShape& s) const {
   auto it = cache_.find(s.key());
   return it == cache_.end() ? -1 : it->second->offered;
@@ -565,8 +619,16 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
                cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
                capture == cudaStreamCaptureStatusNone) {
       if (Status t = tune(d, s, matmul, on, agree_); !t) return t;
+    } else if (kept_ < 0 && fitting_ && !d.candidates.empty()) {
+      if (auto fit = fittedUntuned(**lt, handle, d, s, d.candidates.front())) {
+        d.algo = *fit;
+        d.chosen = kFitted;
+        WEFT_INFO(log::kTuning, "GEMM %zux%zux%zu (%d batches) untuned: a wave-fitted tile, %s",
+                  s.m, s.n, s.k, s.batches, configOf(**lt, d.algo).c_str());
+      }
     }
     d.candidates.clear();  // chosen for good: a shape's GEMMs sum alike from then on
+    d.tile = static_cast<int>(configValue(**lt, d.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, 0u));
   }
   const cublasStatus_t e = matmul(d.algo);
   if (e != CUBLAS_STATUS_SUCCESS) return ltError(**lt, "matmul", e);

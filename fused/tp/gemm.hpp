@@ -52,7 +52,8 @@ struct GemmScales {
 };
 
 // One rank's cuBLASLt handle on its device, and the algorithm it runs each shape with: the
-// heuristic's first, or while tuning the fastest of its candidates that sum alike.
+// heuristic's first or a wave-fitted tile of its algorithm, or while tuning the fastest of its
+// candidates that sum alike.
 class Gemms {
  public:
   // What cuBLASLt may use of a call's workspace (its advice for Hopper).
@@ -79,11 +80,20 @@ class Gemms {
     tuning_ = on;
     agree_ = std::move(agree);
   }
+  // While on (the default), a shape's first GEMM untuned runs a wave-fitted tile of the
+  // heuristic first's algorithm where the heuristic's own tile leaves the SMs idler by kFitGain
+  // (fused/tp/tiles.hpp; the same bits of C), without timing, in a capture too.
+  void setFitting(bool on) { fitting_ = on; }
   // For tests: a shape's first GEMM keeps the i-th of those candidates (the last where fewer)
-  // instead of timing them; -1: as setTuning says.
+  // instead of timing them; -1: as setTuning and setFitting say.
   void keepCandidate(int i) { kept_ = i; }
-  // For tests: which candidate a shape runs (0 the heuristic's first); -1 before its first GEMM.
+  // For tests: which candidate a shape runs (0 the heuristic's first; kFitted: untuned, a
+  // wave-fitted tile); -1 before its first GEMM.
+  static constexpr int kFitted = -2;
   int chosen(const GemmShape& shape) const;
+  // For tests: the cuBLASLt tile id a shape runs with (cublasLtMatmulTile_t); -1 before its
+  // first GEMM.
+  int tile(const GemmShape& shape) const;
   // For tests: how many candidates a shape had to choose from; -1 before its first GEMM.
   int offered(const GemmShape& shape) const;
 
@@ -112,6 +122,7 @@ class Gemms {
   Status prime();
   void* handle_ = nullptr;
   bool tuning_ = false;
+  bool fitting_ = true;
   Agree agree_;
   int kept_ = -1;
   std::map<decltype(GemmShape{}.key()), std::shared_ptr<Cached>> cache_;

@@ -116,6 +116,7 @@ Result<State*> stateOf(Communicator& comm) {
   auto gemms = Gemms::create();
   if (!gemms) return gemms.status();
   s->gemms = std::move(*gemms);
+  s->gemms->setFitting(comm.config().tpGemmFit);
   void* words = nullptr;
   if (cudaError_t e = cudaMalloc(&words, 2 * sizeof(std::uint64_t)); e != cudaSuccess)
     return cudaFailed("flag words", e);

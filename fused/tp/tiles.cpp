@@ -27,14 +27,17 @@ const TileSize* tileSize(std::uint32_t id) {
   return nullptr;
 }
 
+std::size_t waveCost(const TileSize& t, std::size_t m, std::size_t n, int batches, int sms) {
+  if (sms <= 0 || batches <= 0 || t.rows == 0 || t.cols == 0) return 0;
+  const auto slots = static_cast<std::size_t>(sms);
+  const std::size_t each = (n + t.rows - 1) / t.rows * ((m + t.cols - 1) / t.cols);
+  return (each * static_cast<std::size_t>(batches) + slots - 1) / slots * t.rows * t.cols;
+}
+
 std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m, std::size_t n,
                                   int batches, int sms, std::size_t count) {
   if (sms <= 0 || batches <= 0) return {};
-  const auto slots = static_cast<std::size_t>(sms);
-  auto cost = [&](const TileSize& t) {  // waves, whole, times the tile's area
-    const std::size_t each = (n + t.rows - 1) / t.rows * ((m + t.cols - 1) / t.cols);
-    return (each * static_cast<std::size_t>(batches) + slots - 1) / slots * t.rows * t.cols;
-  };
+  auto cost = [&](const TileSize& t) { return waveCost(t, m, n, batches, sms); };
   std::vector<TileSize> ranked;
   for (const TileSize& t : tiles)
     if (t.rows >= kMinTileSide && t.cols >= kMinTileSide && t.rows * t.cols >= kMinTileArea)
@@ -45,6 +48,17 @@ std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m
   });
   if (ranked.size() > count) ranked.resize(count);
   return ranked;
+}
+
+std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSize& own,
+                                 std::size_t m, std::size_t n, int batches, int sms) {
+  const auto owns = static_cast<double>(waveCost(own, m, n, batches, sms));
+  std::vector<TileSize> out;
+  for (const TileSize& t : ranked) {
+    const auto cost = static_cast<double>(waveCost(t, m, n, batches, sms));
+    if (cost > 0 && owns >= kFitGain * cost) out.push_back(t);
+  }
+  return out;
 }
 
 std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count) {

@@ -28,11 +28,24 @@ const TileSize* tileSize(std::uint32_t id);
 // 1.1-2.1 x the heuristic's first where timed (docs/perf-tp-gemms.md, "Sustained tuning").
 inline constexpr std::uint32_t kMinTileSide = 96, kMinTileArea = 128 * 128;
 
-// Of `tiles`, at most `count` for `batches` m × n GEMMs on `sms` SMs, least idle first: by
-// their waves (each SM a tile at a time), whole, times the tile's area; of equal cost the larger
-// tile.
+// What `batches` m × n GEMMs of tile `t` on `sms` SMs take of them: their waves (each SM a tile
+// at a time), whole, times the tile's area (0 without SMs or batches).
+std::size_t waveCost(const TileSize& t, std::size_t m, std::size_t n, int batches, int sms);
+
+// Of `tiles`, at most `count` for `batches` m × n GEMMs on `sms` SMs, least idle first (by
+// waveCost); of equal cost the larger tile.
 std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m, std::size_t n,
                                   int batches, int sms, std::size_t count);
+
+// Untuned, a GEMM runs a wave-fitted tile instead of the heuristic's own where the own takes
+// kFitGain × its waveCost or more: 2048 × 7168 rows of 320 × 128 tiles on 132 SMs take 1.09 ×
+// 176 × 128 ones' (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
+inline constexpr double kFitGain = 1.05;
+
+// Of `ranked` (fittedTiles' order), those that fit `batches` m × n GEMMs on `sms` SMs better than
+// `own` by kFitGain, in that order.
+std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSize& own,
+                                 std::size_t m, std::size_t n, int batches, int sms);
 
 // Tuning's finalists (tp/gemm.cpp): of a brief look's mean times a candidate (infinite: it
 // failed), the heuristic's first (0) and the `count` fastest others that ran, fastest first.

@@ -3,9 +3,10 @@
 // (fused::tp::chunkGemm: a batch a block, or an all-gather's interleaved chunk as one GEMM whose
 // C rows are K apart) on one stream or on two in turn as the call runs them
 // (fused::tp::gemmLane, WEFT_TP_GEMM_STREAMS), each with one of cuBLASLt's heuristic candidates
-// (Gemms::keepCandidate; 0 is the heuristic's first, what weft runs untuned), or tuned
-// (candidate -1: the fastest of every candidate, wave-fitted ones too, as WEFT_TP_GEMM_TUNE=1
-// keeps it, timed at its first run). Operands hold random values in [-1, 1): constant ones let
+// (Gemms::keepCandidate; 0 is the heuristic's first), or as weft runs them untuned (candidate
+// -2: the heuristic's first or a wave-fitted tile, Gemms::setFitting), or tuned (candidate -1:
+// the fastest of every candidate, wave-fitted ones too, as WEFT_TP_GEMM_TUNE=1 keeps it, timed at
+// its first run). Operands hold random values in [-1, 1): constant ones let
 // the tensor cores run cooler and faster. Timed with CUDA events (manual time); skipped with an
 // error where there is no GPU.
 #include <benchmark/benchmark.h>
@@ -102,9 +103,9 @@ void tpGemms(benchmark::State& state, bool ag) {
     state.SkipWithError(gemms.status().message().c_str());
     return;
   }
-  if (candidate < 0)
+  if (candidate == -1)
     (*gemms)->setTuning(true);
-  else
+  else if (candidate >= 0)
     (*gemms)->keepCandidate(candidate);
   std::vector<fused::tp::ChunkGemm> cut;
   for (int i = 0; i < chunks; ++i)
@@ -162,8 +163,9 @@ void tpGemms(benchmark::State& state, bool ag) {
   const double flops = 2.0 * static_cast<double>(g.m * g.n * g.k) * g.batches * chunks;
   state.counters["TFLOPS"] =
       benchmark::Counter(flops / 1e12, benchmark::Counter::kIsIterationInvariantRate);
-  // Which candidate ran (the first chunk's), of how many.
+  // Which candidate ran (the first chunk's; -2 a wave-fitted tile untuned), its tile, of how many.
   state.counters["kept"] = (*gemms)->chosen(g);
+  state.counters["tile"] = (*gemms)->tile(g);
   state.counters["of"] = (*gemms)->offered(g);
 }
 
@@ -181,8 +183,9 @@ void registerTpGemmBenchmarks() {
           for (std::int64_t candidate = 0; candidate < 8; ++candidate)
             b->Args({ranks, m, chunks, candidate, 1, 0});
           b->Args({ranks, m, chunks, -1, 1, 0});
+          b->Args({ranks, m, chunks, -2, 1, 0});
           if (chunks == 1) continue;
-          b->Args({ranks, m, chunks, 0, 2, 0});  // as the call runs them
+          b->Args({ranks, m, chunks, -2, 2, 0});  // as the call runs them
           b->Args({ranks, m, chunks, 0, 1, 1});
           b->Args({ranks, m, chunks, -1, 1, 1});
         }

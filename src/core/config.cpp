@@ -425,6 +425,14 @@ const Setting kSettings[] = {
        c.tpGemmTune = x != 0;
        return ok();
      }},
+    {"WEFT_TP_GEMM_FIT", nullptr, Kind::flag, 0, 1, "1", false, Audience::tuning,
+     "1: untuned, a tensor-parallel GEMM whose cuBLASLt heuristic tile takes 1.05 x the SMs' "
+     "tile slots a wave-fitted tile of the same algorithm takes runs that tile (the same bits of "
+     "C); 0: the heuristic's first",
+     [](Config& c, const std::string&, const std::string&, double x) {
+       c.tpGemmFit = x != 0;
+       return ok();
+     }},
 
     // Diagnostics and tests.
     {"WEFT_NCCL_HOST_MEMORY", nullptr, Kind::flag, 0, 1, "0", false, Audience::diagnostic,

@@ -67,6 +67,10 @@ struct Config {
   // (fused::tp::Gemms::setTuning). Off: in weft's calls it was no faster
   // (docs/perf-tp-gemms.md).
   bool tpGemmTune = false;
+  // WEFT_TP_GEMM_FIT: untuned, a tensor-parallel GEMM whose heuristic tile leaves the SMs idler
+  // than a wave-fitted one runs that one (fused::tp::Gemms::setFitting; docs/perf-tp-gemms.md,
+  // "Wave-fitted tiles, untuned").
+  bool tpGemmFit = true;
   // WEFT_TP_FUSED_BLOCKS: the most blocks a fused tensor-parallel GEMM takes whatever the copies
   // cost; 0: the plan's grouping (algo::tpFusedPieces).
   int tpFusedBlocks = 0;

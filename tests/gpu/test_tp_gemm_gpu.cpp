@@ -2,7 +2,8 @@
 // first GEMM times cuBLASLt's candidates and keeps the fastest, and C is the same bits as the
 // heuristic's first gives, with the kept one and with each candidate forced (wave-fitted tiles
 // too, on values whose sums' order shows in C), for whole and batched GEMMs (B shared, C's batches
-// apart), bf16 and fp8 (per tensor and per block); C near a double-precision GEMM; a shape first
+// apart), bf16 and fp8 (per tensor and per block); untuned, a wave-fitted tile where the
+// heuristic's idles the SMs, the same bits; C near a double-precision GEMM; a shape first
 // met inside a graph capture runs untuned and replays; ranks (threads here) tuning together keep
 // the candidate their agreed times name, and run untuned where they tune different shapes. Skipped
 // without a GPU.
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "fused/tp/gemm.hpp"
+#include "fused/tp/tiles.hpp"
 #include "src/exec/numeric.hpp"
 
 namespace weft::fused::tp {
@@ -181,6 +183,7 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
     auto heuristic = Gemms::create(), tuned = Gemms::create();
     ASSERT_TRUE(heuristic) << heuristic.status().message();
     ASSERT_TRUE(tuned) << tuned.status().message();
+    (*heuristic)->keepCandidate(0);
     (*tuned)->setTuning(true);
     const std::vector<std::uint16_t> first = runOnce(**heuristic, o, stream);
     const std::vector<std::uint16_t> fastest = runOnce(**tuned, o, stream);
@@ -217,6 +220,52 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
       const double got = exec::bf16ToFloat(fastest[at]);
       EXPECT_NEAR(got, want, std::ldexp(std::fabs(want), -7) + 1e-3)
           << "C[" << batch << "][" << i << "][" << j << "]";
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+}
+
+// Untuned, a shape whose heuristic tile leaves the SMs idle runs a wave-fitted tile of the same
+// algorithm, with the same bits of C; off, or where no tile fits better by kFitGain, the
+// heuristic's own. All-gather + GEMM's chunk at 4 ranks and K = 4 (1024 rows), and its whole GEMM.
+TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
+  if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  for (std::size_t m : {1024, 4096}) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    GemmShape g;
+    g.m = m, g.n = 7168, g.k = 8192;
+    g.lda = g.k, g.ldb = g.n, g.ldc = g.n;
+    Operands o(g, true);
+    auto first = Gemms::create(), fit = Gemms::create(), off = Gemms::create();
+    ASSERT_TRUE(first && fit && off);
+    (*first)->keepCandidate(0);
+    (*off)->setFitting(false);
+    const std::vector<std::uint16_t> want = runOnce(**first, o, stream);
+    EXPECT_EQ(differing(want, runOnce(**fit, o, stream)), 0u) << "of " << want.size() << " values";
+    EXPECT_EQ(differing(want, runOnce(**off, o, stream)), 0u) << "of " << want.size() << " values";
+    EXPECT_EQ((*off)->chosen(g), 0);
+    EXPECT_EQ((*off)->tile(g), (*first)->tile(g));
+    const TileSize* own = tileSize(static_cast<std::uint32_t>((*first)->tile(g)));
+    const TileSize* ran = tileSize(static_cast<std::uint32_t>((*fit)->tile(g)));
+    ASSERT_NE(own, nullptr);
+    ASSERT_NE(ran, nullptr);
+    if ((*fit)->chosen(g) == Gemms::kFitted) {
+      EXPECT_GE(static_cast<double>(waveCost(*own, g.m, g.n, 1, sms)),
+                kFitGain * static_cast<double>(waveCost(*ran, g.m, g.n, 1, sms)))
+          << ran->rows << " x " << ran->cols << " for " << own->rows << " x " << own->cols;
+    } else {
+      EXPECT_EQ((*fit)->chosen(g), 0);
+      EXPECT_EQ(*ran, *own);
+    }
+    // Hopper's heuristic gives 1024 rows 256 × 128 tiles: 2 waves of 1.75 on 132 SMs
+    // (docs/perf-tp-gemms.md, "Wave-fitted tiles").
+    if (major() == 9 && m == 1024 && own->rows == 256 && own->cols == 128 && sms == 132) {
+      EXPECT_EQ((*fit)->chosen(g), Gemms::kFitted);
     }
   }
   (void)cudaStreamDestroy(stream);

@@ -1,7 +1,8 @@
 // The wave-fitted tiles the tensor-parallel GEMMs' tuning times beside cuBLASLt's heuristic
 // (fused/tp/tiles.hpp): the least idle last wave first, ties to the larger tile, small tiles
-// left out; the tile sizes read from the toolkit's cublasLt.h (CUDA builds); and which candidates
-// tuning times sustained, how many runs each.
+// left out; which of them an untuned GEMM runs instead of the heuristic's; the tile sizes read
+// from the toolkit's cublasLt.h (CUDA builds); and which candidates tuning times sustained, how
+// many runs each.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -69,6 +70,38 @@ TEST(TpTiles, SmallTilesAndNoSmsLeaveNone) {
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 1, 0, 4).empty());
   EXPECT_TRUE(fittedTiles(kSome, 1024, 7168, 0, 132, 4).empty());
   EXPECT_EQ(fittedTiles(kSome, 1024, 7168, 1, 132, 2).size(), 2u);
+}
+
+TEST(TpTiles, WaveCostIsWholeWavesTimesArea) {
+  // 2048 × 7168 of 320 × 128 tiles: 23 × 16 = 368 tiles, 3 waves of 132; 176 × 128: 41 × 16 =
+  // 656, 5 waves.
+  EXPECT_EQ(waveCost({248, 320, 128}, 2048, 7168, 1, 132), 3u * 320 * 128);
+  EXPECT_EQ(waveCost({201, 176, 128}, 2048, 7168, 1, 132), 5u * 176 * 128);
+  EXPECT_EQ(waveCost({201, 176, 128}, 512, 7168, 4, 132), 5u * 176 * 128);
+  EXPECT_EQ(waveCost({201, 176, 128}, 2048, 7168, 1, 0), 0u);
+  EXPECT_EQ(waveCost({201, 176, 128}, 2048, 7168, 0, 132), 0u);
+  EXPECT_EQ(waveCost({}, 2048, 7168, 1, 132), 0u);
+}
+
+TEST(TpTiles, UntunedATileFitsWhereItBeatsTheOwnByTheGain) {
+  const std::vector<TileSize> ranked = fittedTiles(kSome, 2048, 7168, 1, 132, 4);
+  // The heuristic's 320 × 128 takes 122880 slots, 1.09 × 176 × 128's 112640: that one first,
+  // then those under 122880 / kFitGain (117029): 128 × 128's 114688 (7 waves).
+  const std::vector<TileSize> better = fitsBetter(ranked, {248, 320, 128}, 2048, 7168, 1, 132);
+  ASSERT_FALSE(better.empty());
+  EXPECT_EQ(better.front().id, 201u);
+  for (const TileSize& t : better)
+    EXPECT_GE(static_cast<double>(waveCost({248, 320, 128}, 2048, 7168, 1, 132)),
+              kFitGain * static_cast<double>(waveCost(t, 2048, 7168, 1, 132)))
+        << t.id;
+  // At 4096 rows the heuristic's 256 × 128 takes 1.02 × the best's: it stays.
+  EXPECT_TRUE(
+      fitsBetter(fittedTiles(kSome, 4096, 7168, 1, 132, 4), {24, 256, 128}, 4096, 7168, 1, 132)
+          .empty());
+  // Its own tile never fits better than itself, and without SMs none does.
+  EXPECT_TRUE(fitsBetter(std::vector<TileSize>{{24, 256, 128}}, {24, 256, 128}, 1024, 7168, 1, 132)
+                  .empty());
+  EXPECT_TRUE(fitsBetter(ranked, {248, 320, 128}, 2048, 7168, 1, 0).empty());
 }
 
 TEST(TpTuning, FinalistsAreTheFirstAndTheFastestOthersThatRan) {
