@@ -231,9 +231,11 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
           d.candidates.push_back(*algo);
 }
 
-// Untuned: the heuristic first's algorithm with the least idle tile that fits the shape's SMs
-// better than its own by kFitGain (fitsBetter), with its own cluster and kernel option (else the
-// first of kClusters cuBLASLt accepts); none where none does.
+// Untuned: the heuristic first's algorithm, with its own cluster shape and kernel option, and the
+// least idle tile cuBLASLt accepts of those that fit the shape's SMs better than its own by
+// kFitGain (fitsBetter) and that the cluster pairs along their shorter side
+// (pairsShorterSide); none where there is none. Untimed, a tile's other configurations took
+// 0.9-1.4 × the heuristic's time (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
 std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
                                                   const Gemms::Cached& d, const GemmShape& s,
                                                   const cublasLtMatmulAlgo_t& first) {
@@ -242,11 +244,18 @@ std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t
   const std::vector<TileSize> better =
       fitsBetter(fittedTiles(v->offered, s.m, s.n, s.batches, v->sms, kFittedTiles), *v->own, s.m,
                  s.n, s.batches, v->sms);
-  for (const TileSize& tile : better)
+  const int x = v->cluster == CUBLASLT_CLUSTER_SHAPE_2x1x1   ? 2
+                : v->cluster == CUBLASLT_CLUSTER_SHAPE_1x2x1 ? 1
+                                                             : 0;
+  for (const TileSize& tile : better) {
+    if (!pairsShorterSide(tile, x, 3 - x)) continue;
     if (auto algo = configured(lt, handle, d, *v, tile, v->cluster, v->option)) return algo;
-  for (const TileSize& tile : better)
-    for (std::uint16_t cluster : kClusters)
-      if (auto algo = configured(lt, handle, d, *v, tile, cluster, v->option)) return algo;
+  }
+  if (!better.empty())
+    WEFT_INFO(log::kTuning,
+              "GEMM %zux%zux%zu (%d batches) untuned: none of %zu tiles that fit better than its "
+              "heuristic's %ux%u runs with its cluster (along the shorter side) and option",
+              s.m, s.n, s.k, s.batches, better.size(), v->own->rows, v->own->cols);
   return std::nullopt;
 }
 

@@ -61,6 +61,10 @@ std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSiz
   return out;
 }
 
+bool pairsShorterSide(const TileSize& t, int x, int y) {
+  return (x == 2 && y == 1 && t.rows <= t.cols) || (x == 1 && y == 2 && t.cols <= t.rows);
+}
+
 std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count) {
   if (look.empty()) return {};
   std::vector<std::size_t> others;

@@ -47,6 +47,13 @@ inline constexpr double kFitGain = 1.05;
 std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSize& own,
                                  std::size_t m, std::size_t n, int batches, int sms);
 
+// Whether a cluster of x × y tiles (x along the tiles' rows, y along their columns) pairs them
+// along their shorter side: the fitted tiles untuned run only with such a cluster. Timed in
+// tuning, 176 × 128 and 296 × 128 tiles took 0.89-0.97 × the heuristic's first with 1 × 2, and
+// 1.02-1.44 × with 1 × 1 or 2 × 1; 128 × 296 ones 0.90 with 2 × 1, 1.20-1.21 with 1 × 2
+// (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
+bool pairsShorterSide(const TileSize& t, int x, int y);
+
 // Tuning's finalists (tp/gemm.cpp): of a brief look's mean times a candidate (infinite: it
 // failed), the heuristic's first (0) and the `count` fastest others that ran, fastest first.
 std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count);

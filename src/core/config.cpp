@@ -420,15 +420,16 @@ const Setting kSettings[] = {
      "1: a tensor-parallel call's first GEMM of each shape times cuBLASLt's candidates without "
      "split-K and its wave-fitted tiles (the same bits of C) briefly, then the fastest four and "
      "the heuristic's first sustained, the ranks at once, and keeps the fastest on the slowest "
-     "rank; 0: the heuristic's first",
+     "rank; 0: untuned (WEFT_TP_GEMM_FIT)",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tpGemmTune = x != 0;
        return ok();
      }},
     {"WEFT_TP_GEMM_FIT", nullptr, Kind::flag, 0, 1, "1", false, Audience::tuning,
      "1: untuned, a tensor-parallel GEMM whose cuBLASLt heuristic tile takes 1.05 x the SMs' "
-     "tile slots a wave-fitted tile of the same algorithm takes runs that tile (the same bits of "
-     "C); 0: the heuristic's first",
+     "tile slots a wave-fitted tile of the same algorithm takes runs that tile with the "
+     "heuristic's cluster and kernel option, where the cluster pairs it along its shorter side "
+     "(the same bits of C); 0: the heuristic's first",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tpGemmFit = x != 0;
        return ok();

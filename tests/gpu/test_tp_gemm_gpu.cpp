@@ -227,7 +227,7 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
 
 // Untuned, a shape whose heuristic tile leaves the SMs idle runs a wave-fitted tile of the same
 // algorithm, with the same bits of C; off, or where no tile fits better by kFitGain, the
-// heuristic's own. All-gather + GEMM's chunk at 4 ranks and K = 4 (1024 rows), and its whole GEMM.
+// heuristic's own. All-gather + GEMM's chunk at 4 ranks and K = 2 (2048 rows), and its whole GEMM.
 TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
   cudaStream_t stream = nullptr;
@@ -235,7 +235,7 @@ TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
   int device = 0, sms = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  for (std::size_t m : {1024, 4096}) {
+  for (std::size_t m : {2048, 4096}) {
     SCOPED_TRACE("m " + std::to_string(m));
     GemmShape g;
     g.m = m, g.n = 7168, g.k = 8192;
@@ -262,9 +262,10 @@ TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
       EXPECT_EQ((*fit)->chosen(g), 0);
       EXPECT_EQ(*ran, *own);
     }
-    // Hopper's heuristic gives 1024 rows 256 × 128 tiles: 2 waves of 1.75 on 132 SMs
-    // (docs/perf-tp-gemms.md, "Wave-fitted tiles").
-    if (major() == 9 && m == 1024 && own->rows == 256 && own->cols == 128 && sms == 132) {
+    // Hopper's heuristic gives 2048 rows 320 × 128 tiles: 3 waves of 2.79 on 132 SMs, and its
+    // algorithm takes 128 × 296 ones with its cluster and option (docs/perf-tp-gemms.md,
+    // "Wave-fitted tiles, untuned").
+    if (major() == 9 && m == 2048 && own->rows == 320 && own->cols == 128 && sms == 132) {
       EXPECT_EQ((*fit)->chosen(g), Gemms::kFitted);
     }
   }

@@ -1,8 +1,8 @@
 // The wave-fitted tiles the tensor-parallel GEMMs' tuning times beside cuBLASLt's heuristic
 // (fused/tp/tiles.hpp): the least idle last wave first, ties to the larger tile, small tiles
-// left out; which of them an untuned GEMM runs instead of the heuristic's; the tile sizes read
-// from the toolkit's cublasLt.h (CUDA builds); and which candidates tuning times sustained, how
-// many runs each.
+// left out; which of them an untuned GEMM runs instead of the heuristic's, and with which
+// clusters; the tile sizes read from the toolkit's cublasLt.h (CUDA builds); and which
+// candidates tuning times sustained, how many runs each.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -102,6 +102,21 @@ TEST(TpTiles, UntunedATileFitsWhereItBeatsTheOwnByTheGain) {
   EXPECT_TRUE(fitsBetter(std::vector<TileSize>{{24, 256, 128}}, {24, 256, 128}, 1024, 7168, 1, 132)
                   .empty());
   EXPECT_TRUE(fitsBetter(ranked, {248, 320, 128}, 2048, 7168, 1, 0).empty());
+}
+
+TEST(TpTiles, ClustersPairTilesAlongTheirShorterSide) {
+  const TileSize wide{201, 176, 128}, tall{422, 128, 296}, square{20, 128, 128};
+  EXPECT_TRUE(pairsShorterSide(wide, 1, 2));
+  EXPECT_FALSE(pairsShorterSide(wide, 2, 1));
+  EXPECT_TRUE(pairsShorterSide(tall, 2, 1));
+  EXPECT_FALSE(pairsShorterSide(tall, 1, 2));
+  EXPECT_TRUE(pairsShorterSide(square, 2, 1));
+  EXPECT_TRUE(pairsShorterSide(square, 1, 2));
+  for (const TileSize& t : {wide, tall, square}) {  // 1 × 1, others, none: never
+    EXPECT_FALSE(pairsShorterSide(t, 1, 1)) << t.id;
+    EXPECT_FALSE(pairsShorterSide(t, 2, 2)) << t.id;
+    EXPECT_FALSE(pairsShorterSide(t, 0, 3)) << t.id;
+  }
 }
 
 TEST(TpTuning, FinalistsAreTheFirstAndTheFastestOthersThatRan) {
