@@ -54,6 +54,10 @@ std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSiz
                                  std::size_t m, std::size_t n, int batches, int sms) {
   const auto owns = static_cast<double>(waveCost(own, m, n, batches, sms));
   std::vector<TileSize> out;
+  if (owns == 0 || (n + own.rows - 1) / own.rows * ((m + own.cols - 1) / own.cols) *
+                           static_cast<std::size_t>(batches) <
+                       static_cast<std::size_t>(sms))
+    return out;
   for (const TileSize& t : ranked) {
     const auto cost = static_cast<double>(waveCost(t, m, n, batches, sms));
     if (cost > 0 && owns >= kFitGain * cost) out.push_back(t);

@@ -43,7 +43,8 @@ std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m
 inline constexpr double kFitGain = 1.05;
 
 // Of `ranked` (fittedTiles' order), those that fit `batches` m × n GEMMs on `sms` SMs better than
-// `own` by kFitGain, in that order.
+// `own` by kFitGain, in that order; none where `own`'s tiles fill the SMs less than once (one
+// partial wave whatever the tile: no such shape was measured).
 std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSize& own,
                                  std::size_t m, std::size_t n, int batches, int sms);
 

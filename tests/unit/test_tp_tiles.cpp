@@ -102,6 +102,15 @@ TEST(TpTiles, UntunedATileFitsWhereItBeatsTheOwnByTheGain) {
   EXPECT_TRUE(fitsBetter(std::vector<TileSize>{{24, 256, 128}}, {24, 256, 128}, 1024, 7168, 1, 132)
                   .empty());
   EXPECT_TRUE(fitsBetter(ranked, {248, 320, 128}, 2048, 7168, 1, 0).empty());
+  // 128 rows of 256 × 128 tiles are 28, less than one wave: the heuristic's tile stays, though
+  // 128 × 128 ones take half its slots. Four batches of 256 rows of 320 × 128 tiles are 216, 2
+  // waves: 256 × 128 ones (264, 2 waves) take 0.8 × its slots.
+  EXPECT_TRUE(
+      fitsBetter(fittedTiles(kSome, 128, 7168, 1, 132, 4), {24, 256, 128}, 128, 7168, 1, 132)
+          .empty());
+  EXPECT_FALSE(
+      fitsBetter(fittedTiles(kSome, 256, 8448, 4, 132, 4), {248, 320, 128}, 256, 8448, 4, 132)
+          .empty());
 }
 
 TEST(TpTiles, ClustersPairTilesAlongTheirShorterSide) {
