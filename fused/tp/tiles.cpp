@@ -27,11 +27,20 @@ const TileSize* tileSize(std::uint32_t id) {
   return nullptr;
 }
 
+namespace {
+
+// The tiles of `batches` m × n GEMMs (t's sides nonzero).
+std::size_t tileCount(const TileSize& t, std::size_t m, std::size_t n, int batches) {
+  return (n + t.rows - 1) / t.rows * ((m + t.cols - 1) / t.cols) *
+         static_cast<std::size_t>(batches);
+}
+
+}  // namespace
+
 std::size_t waveCost(const TileSize& t, std::size_t m, std::size_t n, int batches, int sms) {
   if (sms <= 0 || batches <= 0 || t.rows == 0 || t.cols == 0) return 0;
   const auto slots = static_cast<std::size_t>(sms);
-  const std::size_t each = (n + t.rows - 1) / t.rows * ((m + t.cols - 1) / t.cols);
-  return (each * static_cast<std::size_t>(batches) + slots - 1) / slots * t.rows * t.cols;
+  return (tileCount(t, m, n, batches) + slots - 1) / slots * t.rows * t.cols;
 }
 
 std::vector<TileSize> fittedTiles(std::span<const TileSize> tiles, std::size_t m, std::size_t n,
@@ -54,10 +63,7 @@ std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSiz
                                  std::size_t m, std::size_t n, int batches, int sms) {
   const auto owns = static_cast<double>(waveCost(own, m, n, batches, sms));
   std::vector<TileSize> out;
-  if (owns == 0 || (n + own.rows - 1) / own.rows * ((m + own.cols - 1) / own.cols) *
-                           static_cast<std::size_t>(batches) <
-                       static_cast<std::size_t>(sms))
-    return out;
+  if (owns == 0 || tileCount(own, m, n, batches) < static_cast<std::size_t>(sms)) return out;
   for (const TileSize& t : ranked) {
     const auto cost = static_cast<double>(waveCost(t, m, n, batches, sms));
     if (cost > 0 && owns >= kFitGain * cost) out.push_back(t);
