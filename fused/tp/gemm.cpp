@@ -10,6 +10,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fused/tp/tiles.hpp"
@@ -105,9 +107,27 @@ T configValue(const Lt& lt, const cublasLtMatmulAlgo_t& algo,
 // its own tile, each with every cluster of kClusters and kernel option (docs/perf-tp-gemms.md,
 // "Wave-fitted tiles").
 constexpr std::size_t kFittedTiles = 4;
-constexpr std::array<std::uint16_t, 3> kClusters = {
-    CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1, CUBLASLT_CLUSTER_SHAPE_1x2x1};
 constexpr std::int32_t kMaxOption = 7;
+// Each cuBLASLt shape, and its x × y tiles (x along the tiles' rows).
+constexpr std::array<std::tuple<std::uint16_t, int, int>, 3> kClusters = {{
+    {CUBLASLT_CLUSTER_SHAPE_1x1x1, 1, 1},
+    {CUBLASLT_CLUSTER_SHAPE_2x1x1, 2, 1},
+    {CUBLASLT_CLUSTER_SHAPE_1x2x1, 1, 2},
+}};
+
+// A cluster shape's {x, y}; {0, 0} for one fitting does not use.
+std::pair<int, int> clusterSides(std::uint16_t shape) {
+  for (auto [s, x, y] : kClusters)
+    if (s == shape) return {x, y};
+  return {0, 0};
+}
+
+// The cluster shape of x × y tiles (one fitting uses; else cuBLASLt's choice).
+std::uint16_t clusterOf(int x, int y) {
+  for (auto [s, sx, sy] : kClusters)
+    if (sx == x && sy == y) return s;
+  return CUBLASLT_CLUSTER_SHAPE_AUTO;
+}
 
 }  // namespace
 
@@ -225,17 +245,19 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
     ranked.push_back(*v->own);
   const auto options = static_cast<std::uint32_t>(std::clamp(v->options, 0, kMaxOption));
   for (const TileSize& tile : ranked)
-    for (std::uint16_t cluster : kClusters)
+    for (const auto& cluster : kClusters)
       for (std::uint32_t option = 0; option <= options; ++option)
-        if (auto algo = configured(lt, handle, d, *v, tile, cluster, option))
+        if (auto algo = configured(lt, handle, d, *v, tile, std::get<0>(cluster), option))
           d.candidates.push_back(*algo);
 }
 
-// Untuned: the heuristic first's algorithm, with its own cluster shape and kernel option, and the
-// least idle tile cuBLASLt accepts of those that fit the shape's SMs better than its own by
-// kFitGain (fitsBetter) and that the cluster pairs along their shorter side
-// (pairsShorterSide); none where there is none. Untimed, a tile's other configurations took
-// 0.9-1.4 × the heuristic's time (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
+// Untuned: the heuristic first's algorithm with the least idle tile cuBLASLt accepts of those
+// that fit the shape's SMs better than its own by kFitGain (fitsBetter). First with its own
+// cluster shape and kernel option, where that cluster pairs the tile along its shorter side
+// (pairsShorterSide); else, where the heuristic's cluster is a pair, the best such tile paired
+// along its shorter side, with the highest kernel option it accepts. None where there is none.
+// Other configurations took 0.9-1.4 × the heuristic's time; a pair for the heuristic's 1 × 4
+// took 1.01, a 1 × 4 1.11 (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
 std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
                                                   const Gemms::Cached& d, const GemmShape& s,
                                                   const cublasLtMatmulAlgo_t& first) {
@@ -244,17 +266,22 @@ std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t
   const std::vector<TileSize> better =
       fitsBetter(fittedTiles(v->offered, s.m, s.n, s.batches, v->sms, kFittedTiles), *v->own, s.m,
                  s.n, s.batches, v->sms);
-  const int x = v->cluster == CUBLASLT_CLUSTER_SHAPE_2x1x1   ? 2
-                : v->cluster == CUBLASLT_CLUSTER_SHAPE_1x2x1 ? 1
-                                                             : 0;
+  const auto [x, y] = clusterSides(v->cluster);
   for (const TileSize& tile : better) {
-    if (!pairsShorterSide(tile, x, 3 - x)) continue;
+    if (!pairsShorterSide(tile, x, y)) continue;
     if (auto algo = configured(lt, handle, d, *v, tile, v->cluster, v->option)) return algo;
   }
+  const auto options = static_cast<std::uint32_t>(std::clamp(v->options, 0, kMaxOption));
+  if (x * y == 2)
+    for (const TileSize& tile : better) {
+      const auto [tx, ty] = alongShorterSide(tile, 2);
+      for (std::uint32_t option = options + 1; option-- > 0;)
+        if (auto algo = configured(lt, handle, d, *v, tile, clusterOf(tx, ty), option)) return algo;
+    }
   if (!better.empty())
     WEFT_INFO(log::kTuning,
               "GEMM %zux%zux%zu (%d batches) untuned: none of %zu tiles that fit better than its "
-              "heuristic's %ux%u runs with its cluster (along the shorter side) and option",
+              "heuristic's %ux%u runs with a cluster along its shorter side",
               s.m, s.n, s.k, s.batches, better.size(), v->own->rows, v->own->cols);
   return std::nullopt;
 }

@@ -75,6 +75,10 @@ bool pairsShorterSide(const TileSize& t, int x, int y) {
   return (x == 2 && y == 1 && t.rows <= t.cols) || (x == 1 && y == 2 && t.cols <= t.rows);
 }
 
+std::pair<int, int> alongShorterSide(const TileSize& t, int size) {
+  return t.rows <= t.cols ? std::pair{size, 1} : std::pair{1, size};
+}
+
 std::vector<std::size_t> tuningFinalists(std::span<const float> look, std::size_t count) {
   if (look.empty()) return {};
   std::vector<std::size_t> others;

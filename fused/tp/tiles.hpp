@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace weft::fused::tp {
@@ -54,6 +55,10 @@ std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSiz
 // 1.02-1.44 × with 1 × 1 or 2 × 1; 128 × 296 ones 0.90 with 2 × 1, 1.20-1.21 with 1 × 2
 // (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
 bool pairsShorterSide(const TileSize& t, int x, int y);
+
+// A cluster of `size` tiles along `t`'s shorter side, as {x, y}: {size, 1} where its rows are no
+// longer than its columns, else {1, size}.
+std::pair<int, int> alongShorterSide(const TileSize& t, int size);
 
 // Tuning's finalists (tp/gemm.cpp): of a brief look's mean times a candidate (infinite: it
 // failed), the heuristic's first (0) and the `count` fastest others that ran, fastest first.

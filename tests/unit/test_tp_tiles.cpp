@@ -121,6 +121,13 @@ TEST(TpTiles, ClustersPairTilesAlongTheirShorterSide) {
   EXPECT_FALSE(pairsShorterSide(tall, 1, 2));
   EXPECT_TRUE(pairsShorterSide(square, 2, 1));
   EXPECT_TRUE(pairsShorterSide(square, 1, 2));
+  for (const TileSize& t : {wide, tall, square}) {  // the clusters the second pass gives it
+    const auto [x, y] = alongShorterSide(t, 2);
+    EXPECT_TRUE(pairsShorterSide(t, x, y)) << t.id;
+  }
+  EXPECT_EQ(alongShorterSide(wide, 4), (std::pair{1, 4}));
+  EXPECT_EQ(alongShorterSide(tall, 4), (std::pair{4, 1}));
+  EXPECT_EQ(alongShorterSide(square, 2), (std::pair{2, 1}));
   for (const TileSize& t : {wide, tall, square}) {  // 1 × 1, others, none: never
     EXPECT_FALSE(pairsShorterSide(t, 1, 1)) << t.id;
     EXPECT_FALSE(pairsShorterSide(t, 2, 2)) << t.id;
