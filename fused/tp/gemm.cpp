@@ -172,7 +172,7 @@ struct Variations {
   cublasLtMatmulAlgo_t base{};  // the algorithm with its defaults, each configuration a copy
   std::uint32_t stages = 0, option = 0;
   std::uint16_t cluster = 0;
-  std::int32_t options = 0;  // its most kernel option
+  std::uint32_t options = 0;  // its most kernel option, kMaxOption at most
   const TileSize* own = nullptr;
   std::vector<TileSize> offered;
   int sms = 0;
@@ -201,8 +201,10 @@ std::optional<Variations> variationsOf(const Lt& lt, cublasLtHandle_t handle, co
   v.stages = get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0});
   v.cluster = get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0});
   v.option = get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0});
-  lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &v.options,
-                                       sizeof(v.options), &bytes);
+  std::int32_t options = 0;
+  lt.cublasLtMatmulAlgoCapGetAttribute(&first, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &options,
+                                       sizeof(options), &bytes);
+  v.options = static_cast<std::uint32_t>(std::clamp(options, 0, kMaxOption));
   const cudaDataType_t t = cudaType(s.type), out = cudaType(s.out);
   if (lt.cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F, t, t, out, out,
                                 get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}),
@@ -243,10 +245,9 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
   std::vector<TileSize> ranked = fittedTiles(v->offered, s.m, s.n, s.batches, v->sms, kFittedTiles);
   if (v->own != nullptr && std::find(ranked.begin(), ranked.end(), *v->own) == ranked.end())
     ranked.push_back(*v->own);
-  const auto options = static_cast<std::uint32_t>(std::clamp(v->options, 0, kMaxOption));
   for (const TileSize& tile : ranked)
     for (const auto& cluster : kClusters)
-      for (std::uint32_t option = 0; option <= options; ++option)
+      for (std::uint32_t option = 0; option <= v->options; ++option)
         if (auto algo = configured(lt, handle, d, *v, tile, std::get<0>(cluster), option))
           d.candidates.push_back(*algo);
 }
@@ -271,11 +272,10 @@ std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t
     if (!pairsShorterSide(tile, x, y)) continue;
     if (auto algo = configured(lt, handle, d, *v, tile, v->cluster, v->option)) return algo;
   }
-  const auto options = static_cast<std::uint32_t>(std::clamp(v->options, 0, kMaxOption));
   if (x * y == 2)
     for (const TileSize& tile : better) {
       const auto [tx, ty] = alongShorterSide(tile, 2);
-      for (std::uint32_t option = options + 1; option-- > 0;)
+      for (std::uint32_t option = v->options + 1; option-- > 0;)
         if (auto algo = configured(lt, handle, d, *v, tile, clusterOf(tx, ty), option)) return algo;
     }
   if (!better.empty())

@@ -228,7 +228,7 @@ TEST(GpuTpGemms, TuningKeepsCsBits) {
 
 // Untuned, a shape whose heuristic tile leaves the SMs idle runs a wave-fitted tile of the same
 // algorithm, with the same bits of C; off, or where no tile fits better by kFitGain, the
-// heuristic's own. All-gather + GEMM's chunk at 4 ranks and K = 2 (2048 rows), and its whole GEMM.
+// heuristic's own. All-gather + GEMM's chunks and whole GEMM (below).
 TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
   if (!haveGpu()) GTEST_SKIP() << "no GPU on this machine";
   cudaStream_t stream = nullptr;
