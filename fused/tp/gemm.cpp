@@ -255,10 +255,11 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
 // Untuned: the heuristic first's algorithm with the least idle tile cuBLASLt accepts of those
 // that fit the shape's SMs better than its own by kFitGain (fitsBetter). First with its own
 // cluster shape and kernel option, where that cluster pairs the tile along its shorter side
-// (pairsShorterSide); else, where the heuristic's cluster is a pair, the best such tile paired
-// along its shorter side, with the highest kernel option it accepts. None where there is none.
-// Other configurations took 0.9-1.4 × the heuristic's time; a pair for the heuristic's 1 × 4
-// took 1.01, a 1 × 4 1.11 (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
+// (pairsShorterSide); else, where the heuristic clusters two tiles or more, the largest such
+// tile (largestFirst) paired along its shorter side, with the lowest kernel option it accepts.
+// None where there is none. Other configurations took 0.9-1.4 × the heuristic's time; the
+// fitted tiles' highest option 1.00-1.02 × their lowest, sustained (docs/perf-tp-gemms.md,
+// "Wave-fitted tiles, untuned").
 std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
                                                   const Gemms::Cached& d, const GemmShape& s,
                                                   const cublasLtMatmulAlgo_t& first) {
@@ -272,10 +273,10 @@ std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t
     if (!pairsShorterSide(tile, x, y)) continue;
     if (auto algo = configured(lt, handle, d, *v, tile, v->cluster, v->option)) return algo;
   }
-  if (x * y == 2)
-    for (const TileSize& tile : better) {
+  if (v->cluster != CUBLASLT_CLUSTER_SHAPE_AUTO && v->cluster != CUBLASLT_CLUSTER_SHAPE_1x1x1)
+    for (const TileSize& tile : largestFirst(better)) {
       const auto [tx, ty] = alongShorterSide(tile, 2);
-      for (std::uint32_t option = v->options + 1; option-- > 0;)
+      for (std::uint32_t option = 0; option <= v->options; ++option)
         if (auto algo = configured(lt, handle, d, *v, tile, clusterOf(tx, ty), option)) return algo;
     }
   if (!better.empty())
@@ -651,6 +652,8 @@ Status Gemms::run(const GemmShape& s, const void* a, const void* b, void* c, con
     if (kept_ >= 0 && !d.candidates.empty()) {
       d.chosen = std::min(kept_, static_cast<int>(d.candidates.size()) - 1);
       d.algo = d.candidates[static_cast<std::size_t>(d.chosen)];
+      WEFT_INFO(log::kTuning, "GEMM %zux%zux%zu (%d batches) kept candidate %d of %d: %s", s.m, s.n,
+                s.k, s.batches, d.chosen, d.offered, configOf(**lt, d.algo).c_str());
     } else if (kept_ < 0 && tuning_ && (agree_ || d.candidates.size() > 1) &&
                cudaStreamIsCapturing(on, &capture) == cudaSuccess &&
                capture == cudaStreamCaptureStatusNone) {

@@ -75,6 +75,13 @@ bool pairsShorterSide(const TileSize& t, int x, int y) {
   return (x == 2 && y == 1 && t.rows <= t.cols) || (x == 1 && y == 2 && t.cols <= t.rows);
 }
 
+std::vector<TileSize> largestFirst(std::vector<TileSize> tiles) {
+  std::stable_sort(tiles.begin(), tiles.end(), [](const TileSize& x, const TileSize& y) {
+    return x.rows * x.cols > y.rows * y.cols;
+  });
+  return tiles;
+}
+
 std::pair<int, int> alongShorterSide(const TileSize& t, int size) {
   return t.rows <= t.cols ? std::pair{size, 1} : std::pair{1, size};
 }

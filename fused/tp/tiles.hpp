@@ -56,6 +56,13 @@ std::vector<TileSize> fitsBetter(std::span<const TileSize> ranked, const TileSiz
 // (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
 bool pairsShorterSide(const TileSize& t, int x, int y);
 
+// `tiles`, the larger first (of equal area, in their order): the untuned GEMM's tile where it
+// leaves the heuristic's cluster and kernel option. Of the tiles that fit 1024 × 14336 better
+// than its heuristic's, paired along their shorter side, 176 × 128 ones took 1.01-1.03 × the
+// heuristic's time sustained, 296 × 128 ones 0.99-1.00 and 112 × 256 ones 0.98-0.99
+// (docs/perf-tp-gemms.md, "Every configuration, sustained").
+std::vector<TileSize> largestFirst(std::vector<TileSize> tiles);
+
 // A cluster of `size` tiles along `t`'s shorter side, as {x, y}: {size, 1} where its rows are no
 // longer than its columns, else {1, size}.
 std::pair<int, int> alongShorterSide(const TileSize& t, int size);

@@ -6,14 +6,17 @@
 // (Gemms::keepCandidate; 0 is the heuristic's first), or as weft runs them untuned (candidate
 // -2: the heuristic's first or a wave-fitted tile, Gemms::setFitting), or tuned (candidate -1:
 // the fastest of every candidate, wave-fitted ones too, as WEFT_TP_GEMM_TUNE=1 keeps it, timed at
-// its first run). Operands hold random values in [-1, 1): constant ones let
-// the tensor cores run cooler and faster. Timed with CUDA events (manual time); skipped with an
+// its first run). Candidates past the heuristic's are its first algorithm's wave-fitted
+// configurations; WEFT_BENCH_TP_CANDIDATES (default 8) says how many indices to register, so
+// every configuration can be timed sustained. Operands hold random values in [-1, 1): constant ones
+// let the tensor cores run cooler and faster. Timed with CUDA events (manual time); skipped with an
 // error where there is no GPU.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -172,6 +175,8 @@ void tpGemms(benchmark::State& state, bool ag) {
 }  // namespace
 
 void registerTpGemmBenchmarks() {
+  std::int64_t candidates = 8;
+  if (const char* v = std::getenv("WEFT_BENCH_TP_CANDIDATES")) candidates = std::atoll(v);
   for (bool ag : {true, false}) {
     auto* b = benchmark::RegisterBenchmark(ag ? "gpu/tp_gemm/ag-gemm" : "gpu/tp_gemm/gemm-rs",
                                            tpGemms, ag)
@@ -180,7 +185,7 @@ void registerTpGemmBenchmarks() {
     for (std::int64_t ranks : {2, 4})
       for (std::int64_t m : {4096, 16384})
         for (std::int64_t chunks : {1, 2, 4}) {
-          for (std::int64_t candidate = 0; candidate < 8; ++candidate)
+          for (std::int64_t candidate = 0; candidate < candidates; ++candidate)
             b->Args({ranks, m, chunks, candidate, 1, 0});
           b->Args({ranks, m, chunks, -1, 1, 0});
           b->Args({ranks, m, chunks, -2, 1, 0});

@@ -429,8 +429,8 @@ const Setting kSettings[] = {
      "1: untuned, a tensor-parallel GEMM whose cuBLASLt heuristic tile takes 1.05 x the SMs' "
      "tile slots a wave-fitted tile of the same algorithm takes runs that tile with the "
      "heuristic's cluster and kernel option where the cluster pairs it along its shorter side, "
-     "else (the heuristic's cluster a pair) paired so with the highest kernel option it accepts "
-     "(the same bits of C); 0: the heuristic's first",
+     "else (the heuristic's tiles clustered) the largest such tile paired so with the lowest "
+     "kernel option it accepts (the same bits of C); 0: the heuristic's first",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tpGemmFit = x != 0;
        return ok();

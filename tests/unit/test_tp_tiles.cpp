@@ -135,6 +135,13 @@ TEST(TpTiles, ClustersPairTilesAlongTheirShorterSide) {
   }
 }
 
+TEST(TpTiles, LargestFirstKeepsTheOrderOfEqualAreas) {
+  const std::vector<TileSize> ranked = {
+      {201, 176, 128}, {242, 296, 128}, {167, 112, 256}, {221, 224, 128}};
+  EXPECT_EQ(ids(largestFirst(ranked)), (std::vector<std::uint32_t>{242, 167, 221, 201}));
+  EXPECT_TRUE(largestFirst({}).empty());
+}
+
 TEST(TpTuning, FinalistsAreTheFirstAndTheFastestOthersThatRan) {
   constexpr float kFailed = std::numeric_limits<float>::infinity();
   const std::vector<float> look = {5, 3, kFailed, 1, 4, 2};
