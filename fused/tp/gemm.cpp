@@ -259,7 +259,7 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
 // tile (largestFirst) paired along its shorter side, with the lowest kernel option it accepts.
 // None where there is none. Other configurations took 0.9-1.4 × the heuristic's time; the
 // fitted tiles' highest option 1.00-1.02 × their lowest, sustained (docs/perf-tp-gemms.md,
-// "Wave-fitted tiles, untuned").
+// "Wave-fitted tiles, untuned" and "Every configuration, sustained").
 std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
                                                   const Gemms::Cached& d, const GemmShape& s,
                                                   const cublasLtMatmulAlgo_t& first) {
