@@ -271,7 +271,8 @@ TEST(GpuTpGemms, UntunedAWaveFittedTileWhereTheHeuristicsIdles) {
     // algorithm takes 128 × 296 ones with its cluster and option; 1024 × 7168 gets 256 × 128
     // ones, 2 waves of 1.70, and its algorithm takes 112 × 256 ones with a 2 × 1 cluster;
     // 1024 × 14336 320 × 128 ones in 1 × 4 clusters, 3 waves of 2.73, and its algorithm takes
-    // 296 × 128 ones in pairs (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned").
+    // 296 × 128 ones in pairs (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned", "Every
+    // configuration, sustained").
     if (major() == 9 && sms == 132 &&
         ((n == 7168 && m == 2048 && own->rows == 320 && own->cols == 128) ||
          (n == 7168 && m == 1024 && own->rows == 256 && own->cols == 128) ||
