@@ -257,9 +257,10 @@ void fitted(const Lt& lt, cublasLtHandle_t handle, Gemms::Cached& d, const GemmS
 // cluster shape and kernel option, where that cluster pairs the tile along its shorter side
 // (pairsShorterSide); else, where the heuristic clusters two tiles or more, the largest such
 // tile (largestFirst) paired along its shorter side, with the lowest kernel option it accepts.
-// None where there is none. Other configurations took 0.9-1.4 × the heuristic's time; the
-// fitted tiles' highest option 1.00-1.02 × their lowest, sustained (docs/perf-tp-gemms.md,
-// "Wave-fitted tiles, untuned" and "Every configuration, sustained").
+// None where there is none. Other configurations took 0.9-1.4 × the heuristic's time; paired
+// so, a fitted tile's highest option 1.00-1.02 × its lowest, sustained at 2 and 4 ranks
+// (docs/perf-tp-gemms.md, "Wave-fitted tiles, untuned", "Every configuration, sustained" and
+// "The rule as built, every cell").
 std::optional<cublasLtMatmulAlgo_t> fittedUntuned(const Lt& lt, cublasLtHandle_t handle,
                                                   const Gemms::Cached& d, const GemmShape& s,
                                                   const cublasLtMatmulAlgo_t& first) {
