@@ -99,7 +99,9 @@ class TpBench {
     gemms_ = std::move(*gemms);
     // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE), the ranks together.
     auto config = Config::fromEnvironment();
-    gemmStreams_ = config ? config->tpGemmStreams : 1;
+    gemmStreams_ = config ? fused::tp::gemmStreams(*config, ag_ ? algo::TpOp::allGatherGemm
+                                                                : algo::TpOp::gemmReduceScatter)
+                          : 1;
     if (gemmStreams_ > 1) {
       if (Status s = second_.create(); !s) return s;
     }

@@ -142,8 +142,9 @@ weftResult_t weftTpWorkspaceSize(weftComm_t comm, weftTpOp_t op, size_t m, size_
   if (weftResult_t r = checkType(what, datatype); r != weftSuccess) return r;
   if (bytes == nullptr) return invalid("weftTpWorkspaceSize: bytes is NULL");
   return withComm(comm, what, [&](weft::Communicator& c) -> weft::Status {
-    auto need = weft::fused::tp::workspaceBytes(shapeOf(op, m, n, k, datatype, c.size()),
-                                                c.config().tpGemmStreams);
+    const auto shape = shapeOf(op, m, n, k, datatype, c.size());
+    auto need =
+        weft::fused::tp::workspaceBytes(shape, weft::fused::tp::gemmStreams(c.config(), shape.op));
     if (!need) return need.status();
     *bytes = *need;
     return {};
@@ -160,7 +161,9 @@ weftResult_t weftTpPlan(weftComm_t comm, weftTpOp_t op, size_t m, size_t n, size
     // The shape is what is checked: any buffers do.
     const auto probe = callOf(shapeOf(op, m, n, k, datatype, c.size()).op, buf, buf, buf, nullptr,
                               nullptr, m, n, k, datatype, nullptr, 0, nullptr, outOf(datatype));
-    if (weft::Status s = weft::fused::tp::checkTp(probe, c.size(), c.config().tpGemmStreams); !s)
+    if (weft::Status s = weft::fused::tp::checkTp(
+            probe, c.size(), weft::fused::tp::gemmStreams(c.config(), probe.op));
+        !s)
       return s;
     auto plan = c.tpPlanFor(probe.shape(c.size()));
     if (!plan) return plan.status();

@@ -87,6 +87,11 @@ std::size_t tileRows(const algo::TpShape& s) {
   return (rows + 127) / 128;
 }
 
+int gemmStreams(const Config& config, algo::TpOp op) {
+  if (config.tpGemmStreams > 0) return std::min(config.tpGemmStreams, kTpMostGemmStreams);
+  return op == algo::TpOp::gemmReduceScatter ? 2 : 1;
+}
+
 Result<TpWorkspace> workspaceLayout(const algo::TpShape& s, int gemmStreams) {
   const auto n = static_cast<std::size_t>(s.nranks);
   const auto streams = static_cast<std::size_t>(std::clamp(gemmStreams, 1, kTpMostGemmStreams));

@@ -63,6 +63,10 @@ ChunkGemm chunkGemm(const algo::TpShape& shape, DataType type, DataType out, int
 // C), and for fp8 the gathered block scales and their repacking for cuBLASLt (gemm.hpp; on the
 // second GEMM stream its chunks' apart); byte offsets, cuBLASLt's first.
 constexpr int kTpMostGemmStreams = 2;
+// The GEMM streams a chunked call of `op` takes in turn: WEFT_TP_GEMM_STREAMS where set; else
+// two for GEMM + reduce-scatter (its chunked:4 call ran 5-13 % faster) and one for all-gather +
+// GEMM (its calls no faster, its chunks' GEMMs slower): docs/perf-tp-gemms.md, "two streams".
+int gemmStreams(const Config& config, algo::TpOp op);
 // The GEMM stream of a chunked call's chunk i (0: the caller's): the streams in turn.
 inline int gemmLane(int gemmStreams, int chunks, int i) {
   return gemmStreams > 1 && chunks > 1 ? i % gemmStreams : 0;

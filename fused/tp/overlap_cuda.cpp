@@ -152,7 +152,7 @@ class Run {
         es_(sizeOf(x.type)),
         cs_(sizeOf(x.out)),
         stream_(static_cast<cudaStream_t>(x.stream)),
-        gemmStreams_(std::clamp(comm.config().tpGemmStreams, 1, kTpMostGemmStreams)) {
+        gemmStreams_(gemmStreams(comm.config(), x.op)) {
     for (int j = 0; gated_ != nullptr && j < comm.size(); ++j)
       gates_.at[gates_.count++] = gated_->flag(j, kGate);
   }
@@ -694,7 +694,7 @@ class Run {
 }  // namespace
 
 Status runTp(Communicator& comm, const TpCall& x) {
-  if (Status s = checkTp(x, comm.size(), comm.config().tpGemmStreams); !s) return s;
+  if (Status s = checkTp(x, comm.size(), gemmStreams(comm.config(), x.op)); !s) return s;
   for (auto [p, role] : {std::pair<const void*, const char*>{x.a, "A"},
                          {x.b, "B"},
                          {x.c, "C"},
@@ -708,7 +708,7 @@ Status runTp(Communicator& comm, const TpCall& x) {
   }
   auto plan = comm.tpPlanFor(x.shape(comm.size()));
   if (!plan) return plan.status();
-  auto layout = workspaceLayout(x.shape(comm.size()), comm.config().tpGemmStreams);
+  auto layout = workspaceLayout(x.shape(comm.size()), gemmStreams(comm.config(), x.op));
   if (!layout) return layout.status();
   auto workspace = workspaceOr(comm, x.workspace, layout->total);
   if (!workspace) return workspace.status();

@@ -4,7 +4,7 @@
 namespace weft::fused::tp {
 
 Status runTp(Communicator& comm, const TpCall& x) {
-  if (Status s = checkTp(x, comm.size(), comm.config().tpGemmStreams); !s) return s;
+  if (Status s = checkTp(x, comm.size(), gemmStreams(comm.config(), x.op)); !s) return s;
   return Status(Code::unsupported, "the tensor-parallel operations need a build with CUDA");
 }
 

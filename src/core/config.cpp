@@ -407,10 +407,11 @@ const Setting kSettings[] = {
        return ok();
      }},
 
-    {"WEFT_TP_GEMM_STREAMS", nullptr, Kind::number, 1, 2, "2", true, Audience::tuning,
+    {"WEFT_TP_GEMM_STREAMS", nullptr, Kind::number, 0, 2, "0", true, Audience::tuning,
      "the streams a chunked tensor-parallel call's GEMMs take in turn (the caller's, then a "
      "side stream of the communicator's), so one chunk's last wave of tiles runs beside the "
-     "next chunk's first; 1: the caller's alone",
+     "next chunk's first; 1: the caller's alone; 0: two for GEMM + reduce-scatter, one for "
+     "all-gather + GEMM",
      [](Config& c, const std::string&, const std::string&, double x) {
        c.tpGemmStreams = static_cast<int>(x);
        return ok();

@@ -59,9 +59,9 @@ struct Config {
   // (cuBLASLt's SM count target), leaving the rest to the collective; 0: the device's.
   int tpGemmSms = 0;
   // WEFT_TP_GEMM_STREAMS: the streams a chunked tensor-parallel call's GEMMs take in turn (the
-  // caller's first), so a chunk's last wave runs beside the next chunk's first; 1 or 2
-  // (docs/perf-tp-gemms.md, "The chunks' GEMMs on two streams").
-  int tpGemmStreams = 2;
+  // caller's first), so a chunk's last wave runs beside the next chunk's first; 1 or 2, 0 by
+  // operation (fused::tp::gemmStreams; docs/perf-tp-gemms.md, "The chunks' GEMMs on two streams").
+  int tpGemmStreams = 0;
   // WEFT_TP_GEMM_TUNE: a tensor-parallel call's first GEMM of a shape times cuBLASLt's
   // candidates that sum alike, the ranks together, and keeps the fastest
   // (fused::tp::Gemms::setTuning). Off: in weft's calls it was no faster

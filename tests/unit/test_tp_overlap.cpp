@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "algorithms/overlap.hpp"
@@ -414,6 +416,28 @@ TEST(TpOverlap, TwoGemmStreamsHaveTheirOwnWorkspace) {
       }
     }
   }
+}
+
+// Unset, the chunks' GEMMs take two streams for GEMM + reduce-scatter and one for all-gather +
+// GEMM; WEFT_TP_GEMM_STREAMS sets both.
+TEST(TpOverlap, GemmStreamsByOperationUnlessSet) {
+  using algo::TpOp;
+  unsetenv("WEFT_TP_GEMM_STREAMS");
+  auto byOp = Config::fromEnvironment();
+  ASSERT_TRUE(byOp.isOk()) << byOp.status().message();
+  EXPECT_EQ(fused::tp::gemmStreams(*byOp, TpOp::allGatherGemm), 1);
+  EXPECT_EQ(fused::tp::gemmStreams(*byOp, TpOp::gemmReduceScatter), 2);
+  for (int set : {1, 2}) {
+    setenv("WEFT_TP_GEMM_STREAMS", std::to_string(set).c_str(), 1);
+    auto c = Config::fromEnvironment();
+    unsetenv("WEFT_TP_GEMM_STREAMS");
+    ASSERT_TRUE(c.isOk()) << c.status().message();
+    for (auto op : {TpOp::allGatherGemm, TpOp::gemmReduceScatter})
+      EXPECT_EQ(fused::tp::gemmStreams(*c, op), set);
+  }
+  setenv("WEFT_TP_GEMM_STREAMS", "3", 1);
+  EXPECT_FALSE(Config::fromEnvironment().isOk());
+  unsetenv("WEFT_TP_GEMM_STREAMS");
 }
 
 }  // namespace
