@@ -99,9 +99,7 @@ class TpBench {
     gemms_ = std::move(*gemms);
     // The bench's own GEMMs tuned as the calls' are (WEFT_TP_GEMM_TUNE), the ranks together.
     auto config = Config::fromEnvironment();
-    gemmStreams_ = config ? fused::tp::gemmStreams(*config, ag_ ? algo::TpOp::allGatherGemm
-                                                                : algo::TpOp::gemmReduceScatter)
-                          : 1;
+    gemmStreams_ = config ? fused::tp::gemmStreams(*config, op()) : 1;
     if (gemmStreams_ > 1) {
       if (Status s = second_.create(); !s) return s;
     }
@@ -124,6 +122,7 @@ class TpBench {
   }
 
  private:
+  algo::TpOp op() const { return ag_ ? algo::TpOp::allGatherGemm : algo::TpOp::gemmReduceScatter; }
   std::size_t cols() const { return opt_.gemmN != 0 ? opt_.gemmN : ag_ ? 28672 : 8192; }
   std::size_t depth() const { return opt_.gemmK != 0 ? opt_.gemmK : ag_ ? 8192 : 28672; }
 
@@ -216,14 +215,8 @@ class TpBench {
     // alignment rules, say) fails with weft's message instead of cuBLASLt's "not supported".
     if (Status s = tp(comm_, t, m, c_); !s) return s;
 
-    const algo::TpShape shape{ag_ ? algo::TpOp::allGatherGemm : algo::TpOp::gemmReduceScatter,
-                              m,
-                              cols(),
-                              depth(),
-                              es,
-                              nranks_,
-                              cs,
-                              blocks_ ? std::size_t{4} : 1};
+    const std::size_t rowGrain = blocks_ ? 4 : 1;  // block-scaled rows go in fours
+    const algo::TpShape shape{op(), m, cols(), depth(), es, nranks_, cs, rowGrain};
     fused::tp::GemmShape g = fused::tp::chunkGemm(shape, t, ot, 1, 0).shape;  // whole
     g.blockScales = blocks_;
     auto scales = [&](const fused::tp::GemmShape& gemm) {
