@@ -185,6 +185,7 @@ Status readGemm(const json& j, const std::string& where, GemmConstants& g) {
                         {"half_gflop", &g.halfGflop},
                         {"launch_us", &g.launchUs},
                         {"overlap_slowdown", &g.overlapSlowdown},
+                        {"copy_slowdown", &g.copySlowdown},
                         {"attention_tflops", &g.attentionTflops},
                         {"attention_backward_tflops", &g.attentionBackwardTflops},
                         {"attention_cudnn_tflops", &g.attentionCudnnTflops}});
@@ -347,6 +348,7 @@ std::string CostConstants::toJson() const {
                {"half_gflop", gemm.halfGflop},
                {"launch_us", gemm.launchUs},
                {"overlap_slowdown", gemm.overlapSlowdown},
+               {"copy_slowdown", gemm.copySlowdown},
                {"attention_tflops", gemm.attentionTflops},
                {"attention_backward_tflops", gemm.attentionBackwardTflops},
                {"attention_cudnn_tflops", gemm.attentionCudnnTflops}};

@@ -99,12 +99,16 @@ struct CodecConstants {
 // rate at F = half. A tuning file's "gemm"; the defaults are the H200 machine's bf16 figures
 // (docs/perf-tp.md).
 struct GemmConstants {
-  double tflops = 700;           // tflops: one GPU's rate, shared by the ranks on it
-  double fp8Tflops = 1400;       // fp8_tflops: the same for fp8 (e4m3) inputs
-  double halfGflop = 8;          // half_gflop: the flops (in 1e9) at which it runs at half that
-  double launchUs = 4;           // launch_us: one GEMM's launch and tail
-  double overlapSlowdown = 1.4;  // overlap_slowdown: a GEMM and a collective that run together
-                                 // each take this much longer than alone
+  double tflops = 700;      // tflops: one GPU's rate, shared by the ranks on it
+  double fp8Tflops = 1400;  // fp8_tflops: the same for fp8 (e4m3) inputs
+  double halfGflop = 8;     // half_gflop: the flops (in 1e9) at which it runs at half that
+  double launchUs = 4;      // launch_us: one GEMM's launch and tail
+  // overlap_slowdown: a chunk's GEMM and the next chunk's collective (its kernel on SMs beside
+  // the GEMM) each take this much longer than alone; gated chunks on one H100, 2026-12-07.
+  double overlapSlowdown = 1.1;
+  // copy_slowdown: a fused call's copy-engine copy slows the GEMM beside it by its time times
+  // this - 1. docs/perf-tp.md, "Two slowdowns".
+  double copySlowdown = 1.4;
   // attention_tflops, attention_backward_tflops: weft's attention kernels' rates on one GPU
   // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
   double attentionTflops = 340;

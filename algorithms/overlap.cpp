@@ -157,12 +157,12 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       const double sum =
           gc.launchUs + bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
       // The copies take the memory the GEMMs beside them read: each slows them by its time
-      // times overlap_slowdown - 1, as a chunk's collective does (n for an all-gather, its own
-      // block's included; in place none: the all-gather's own copy goes before its GEMM).
+      // times copy_slowdown - 1 (n for an all-gather, its own block's included; in place none:
+      // the all-gather's own copy goes before its GEMM).
       const double copies = k == kTpFusedInPlace ? 0.0
                             : ag                 ? static_cast<double>(n)
                                                  : static_cast<double>(n - 1);
-      const double slowed = copies * copy * (gc.overlapSlowdown - 1);
+      const double slowed = copies * copy * (gc.copySlowdown - 1);
       // Each rank waits for every peer's "ready" flag at once: where the ranks share a device,
       // an all-peers wait as two-shot's (RankGraph::deviceAllPeersUs per peer past one).
       const double allPeers =

@@ -25,6 +25,15 @@ struct Placement {
 
 // How a bulk GPU call is cut where ranks share one device (RankGraph's device fields).
 struct DeviceShape {
+  // Thread blocks a call, by default: the largest power of two at most kMaxAutoChannels and at
+  // most a device's SMs divided among the ranks sharing it.
+  static constexpr int kMaxAutoChannels = 64;
+  static constexpr int autoChannels(int sms, int ranksSharing) {
+    const int room = sms / (ranksSharing > 0 ? ranksSharing : 1);
+    int c = 1;
+    while (c * 2 <= room && c * 2 <= kMaxAutoChannels) c *= 2;
+    return c;
+  }
   int channels = 64;
   std::size_t slotBytes = 256 * 1024;
   std::size_t bytesPerChannel = 512 * 1024;

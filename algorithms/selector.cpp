@@ -236,13 +236,38 @@ Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const 
   return p;
 }
 
-Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
+CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile) {
+  if (sameDevice && !fromTuningFile)
+    c.hopLatency[static_cast<std::size_t>(Protocol::simple)]
+                [static_cast<std::size_t>(LinkClass::nvlink)] = c.graphs.deviceHopLatencyUs;
+  return c;
+}
+
+Selector gpuSelectorOn(RankGraph graph, bool sameDevice, TunerOptions options, bool oneHost,
+                       std::size_t directRoundBytes, int directRounds) {
   KernelSet k;
   k.gpu = true;
   // The direct kernels map every rank's buffers (CUDA IPC): ranks of one host only.
-  k.directRoundBytes = system.hosts() == 1 ? options.constants.kernels.gpuDirectRoundBytes : 0;
-  k.peerMemory = system.hosts() == 1;
-  return Selector(RankGraph::fromSystem(system), std::move(options), k);
+  k.directRoundBytes = oneHost ? directRoundBytes : 0;
+  k.directRounds = directRounds;
+  k.sameDevice = sameDevice;
+  k.peerMemory = oneHost;
+  return Selector(std::move(graph), std::move(options), k);
+}
+
+Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fromTuningFile) {
+  DeviceShape shape;
+  shape.channels = DeviceShape::autoChannels(sms, ranks);
+  RankGraph graph = sameDeviceRankGraph(ranks, shape, options.constants.graphs);
+  options.constants = gpuConstants(options.constants, true, fromTuningFile);
+  const std::size_t round = options.constants.kernels.gpuDirectRoundBytes;
+  return gpuSelectorOn(std::move(graph), true, std::move(options), true, round);
+}
+
+Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
+  const std::size_t round = options.constants.kernels.gpuDirectRoundBytes;
+  return gpuSelectorOn(RankGraph::fromSystem(system), false, std::move(options),
+                       system.hosts() == 1, round);
 }
 
 Selector hostSelectorFor(const Placement& placement, double nicGBs, TunerOptions options,

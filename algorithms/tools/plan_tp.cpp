@@ -32,13 +32,19 @@ int runTp(const TpArgs& args) {
   const std::optional<Described> machine = describedMachine(args.topo, args.tuningFile);
   if (!machine) return tools::kExitFailed;
   const topo::System system(machine->host, std::max(1, args.nodes));
-  const Selector selector = gpuSelectorFor(system, machine->options);
+  const Selector selector =
+      args.share > 0
+          ? sharedGpuSelectorFor(args.share, args.sms, machine->options, !args.tuningFile.empty())
+          : gpuSelectorFor(system, machine->options);
   const int n = selector.tuner().graph().nranks;
   const std::size_t cols = args.n != 0 ? args.n : ag ? 28672 : 8192;
   const std::size_t depth = args.k != 0 ? args.k : ag ? 8192 : 28672;
+  const std::string machineText = args.share > 0
+                                      ? std::to_string(args.share) + " ranks sharing its first GPU"
+                                      : system.summary();
   std::printf("%s, %s: %s, n %zu, k %zu, bf16, %d ranks; estimates in us\n", args.topo.c_str(),
-              system.summary().c_str(), ag ? "all-gather + GEMM" : "GEMM + reduce-scatter", cols,
-              depth, n);
+              machineText.c_str(), ag ? "all-gather + GEMM" : "GEMM + reduce-scatter", cols, depth,
+              n);
   std::vector<int> variants{1, 2, 4, 8};
   variants.push_back(kTpFused);
   variants.push_back(kTpFusedInPlace);

@@ -14,6 +14,10 @@ struct TpArgs {
   std::string m = "128,1024,4096,16384";
   std::size_t n = 0, k = 0;  // 0: Llama-70B's MLP (as weft-perf's); ranks: every GPU
   std::string tuningFile;
+  // Ranks sharing the topology's first GPU (processes under MPS), priced as the runtime prices
+  // them (0: a rank a GPU), and that GPU's SMs (the channels their collectives get).
+  int share = 0;
+  int sms = 132;
 };
 
 int runTp(const TpArgs& args);

@@ -366,6 +366,14 @@ int main(int argc, char** argv) {
   tpCmd->add_option("--n", tp.n, "the GEMM's columns (0: 28672 for ag-gemm, 8192 for gemm-rs)");
   tpCmd->add_option("--k", tp.k, "the GEMM's depth (0: 8192 for ag-gemm, 28672 for gemm-rs)");
   tpCmd->add_option("--tuning", tp.tuningFile, "a tuning file's constants instead of the defaults");
+  tpCmd
+      ->add_option("--share", tp.share,
+                   "this many ranks sharing the topology's first GPU (processes under MPS), "
+                   "priced as the runtime prices them")
+      ->check(CLI::Range(1, 1024));
+  tpCmd->add_option("--sms", tp.sms, "with --share: that GPU's SMs")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
 
   weft::algo::MoeArgs moe;
   auto* moeCmd = app.add_subcommand(

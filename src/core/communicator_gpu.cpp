@@ -363,16 +363,10 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   shape.slotBytes = config_.gpuSlotBytes;
   shape.bytesPerChannel = kGpuBytesPerChannel;
   const algo::GpuGraph g = machine_.gpuGraph(shape, config_.tuner.constants.graphs);
-  GpuModel m{g.graph, config_.tuner.constants, g.description, g.sameDevice};
-  if (config_.tuner.tuningFile.empty() && g.sameDevice) {
-    // A dependent step of the bulk protocol on one device (a flag store, a poll through L2,
-    // the block's barriers, the upstream's lag): the graphs' device_hop_latency_us. A tuning
-    // file's own hop latency (fitted on such ranks) stands instead.
-    m.constants.hopLatency[static_cast<std::size_t>(algo::Protocol::simple)]
-                          [static_cast<std::size_t>(algo::LinkClass::nvlink)] =
-        config_.tuner.constants.graphs.deviceHopLatencyUs;
-  }
-  return m;
+  return GpuModel{
+      g.graph,
+      algo::gpuConstants(config_.tuner.constants, g.sameDevice, !config_.tuner.tuningFile.empty()),
+      g.description, g.sameDevice};
 }
 
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
@@ -392,17 +386,12 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
     options.constants = model.constants;
-    algo::KernelSet k;
-    k.gpu = true;
-    // The direct kernels' round: the device's, or before it is set up the most a round holds;
-    // none across hosts (they map every rank's buffers through CUDA IPC).
-    k.directRoundBytes = machine_.placement.hosts() > 1 ? 0
-                         : gpu_                         ? gpu_->oneShotLimit()
-                                : transport::CudaIpcGeometry::kDirectMaxBytes;
-    k.directRounds = config_.gpuDirect;
-    k.sameDevice = model.sameDevice;
-    k.peerMemory = machine_.placement.hosts() == 1;
-    gpuSelector_ = std::make_unique<algo::Selector>(model.graph, options, k);
+    // The direct kernels' round: the device's, or before it is set up the most a round holds.
+    const std::size_t round =
+        gpu_ ? gpu_->oneShotLimit() : transport::CudaIpcGeometry::kDirectMaxBytes;
+    gpuSelector_ = std::make_unique<algo::Selector>(
+        algo::gpuSelectorOn(model.graph, model.sameDevice, options, machine_.placement.hosts() == 1,
+                            round, config_.gpuDirect));
     if (rank_ == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning, "GPU calls priced on %s",
                 model.description.c_str());

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
+#include "algorithms/rank_graph.hpp"
 #include "algorithms/schedule.hpp"
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/device/schedule_kernel.hpp"
@@ -47,13 +48,10 @@ struct GpuOptions {
   // Thread blocks per call at most; 0: the largest power of two at most kMaxAutoChannels and
   // at most a device's SMs divided among the ranks sharing it.
   int channels = 0;
-  static constexpr int kMaxAutoChannels = 64;
+  static constexpr int kMaxAutoChannels = algo::DeviceShape::kMaxAutoChannels;
   // The default for `ranksSharing` ranks on a device of `sms` SMs.
   static constexpr int autoChannels(int sms, int ranksSharing) {
-    const int room = sms / (ranksSharing > 0 ? ranksSharing : 1);
-    int c = 1;
-    while (c * 2 <= room && c * 2 <= kMaxAutoChannels) c *= 2;
-    return c;
+    return algo::DeviceShape::autoChannels(sms, ranksSharing);
   }
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/selector.hpp"
 #include "tests/runtime/harness.hpp"
 #include "weft/weft.h"
 
@@ -157,6 +158,28 @@ TEST(TpApi, ThePlanAndTheWorkspaceNeedNoGpu) {
     expectRefused(
         weftTpWorkspaceSize(comm, static_cast<weftTpOp_t>(7), 64, 64, 64, weftBfloat16, &bytes),
         weftInvalidArgument, "invalid op");
+  });
+}
+
+// Ranks as threads without a device of their own are priced as sharing one, as weft-plan tp
+// --share prices them (docs/perf-tp.md fits the slowdowns with it): the same pick at every M.
+TEST(TpApi, ThePlanIsWeftPlansForRanksSharingADevice) {
+  const algo::Selector shared = algo::sharedGpuSelectorFor(2, 132, algo::TunerOptions{}, false);
+  onTwoRanks([&](weftComm_t comm) {
+    for (weftTpOp_t op : {weftTpAllGatherGemm, weftTpGemmReduceScatter}) {
+      const bool ag = op == weftTpAllGatherGemm;
+      const std::size_t n = ag ? 28672 : 8192, k = ag ? 8192 : 28672;
+      for (std::size_t m : {128, 1024, 4096, 16384}) {
+        char plan[32] = {};
+        ASSERT_EQ(weftTpPlan(comm, op, m, n, k, weftBfloat16, plan, sizeof plan), weftSuccess)
+            << weftGetLastError();
+        const algo::TpShape shape{
+            ag ? algo::TpOp::allGatherGemm : algo::TpOp::gemmReduceScatter, m, n, k, 2, 2};
+        auto want = shared.planTp(shape);
+        ASSERT_TRUE(want.isOk()) << want.status().toString();
+        EXPECT_EQ(std::string(plan), want->name()) << m << " " << want->reason;
+      }
+    }
   });
 }
 

@@ -260,13 +260,14 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
     EXPECT_FALSE(algo::parseTpChunks(bad).isOk()) << bad;
   auto c = algo::CostConstants::fromJson(
       R"({"gemm": {"tflops": 650, "fp8_tflops": 1200, "half_gflop": 4, "launch_us": 6,
-                   "overlap_slowdown": 1.3}})",
+                   "overlap_slowdown": 1.3, "copy_slowdown": 1.2}})",
       "test");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->gemm.tflops, 650);
   auto again = algo::CostConstants::fromJson(c->toJson(), "again");
   ASSERT_TRUE(again.isOk());
   EXPECT_EQ(again->gemm.overlapSlowdown, 1.3);
+  EXPECT_EQ(again->gemm.copySlowdown, 1.2);
   EXPECT_EQ(again->gemm.halfGflop, 4);
   EXPECT_EQ(again->gemm.fp8Tflops, 1200);
   auto bad = algo::CostConstants::fromJson(R"({"gemm": {"tflop": 1}})", "bad");
