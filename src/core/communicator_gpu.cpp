@@ -354,7 +354,7 @@ int Communicator::gpuTunerChannels() const {
   // 132-SM H100/H200 (the largest power of two giving each rank its own SMs, at most 64). A
   // tuner made on that guess is made again once the device says otherwise.
   const int channels = gpu_ ? gpu_->channels() : config_.gpuChannels;
-  return channels > 0 ? channels : exec::GpuOptions::autoChannels(132, size_);
+  return channels > 0 ? channels : algo::DeviceShape::autoChannels(132, size_);
 }
 
 Communicator::GpuModel Communicator::gpuTunerModel() const {

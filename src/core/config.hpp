@@ -98,7 +98,7 @@ struct Config {
   int gpuRegistered = -1;
   // WEFT_GPU_CHANNELS (1-64): thread blocks of a GPU call at most; 0 (the default): the largest
   // power of two at most 64 that leaves each rank sharing a GPU its own SMs
-  // (GpuOptions::autoChannels).
+  // (algo::DeviceShape::autoChannels).
   int gpuChannels = 0;
   std::size_t gpuSlotBytes = 256 * 1024;  // WEFT_GPU_SLOT_BYTES: one bulk FIFO slot on GPU
   // WEFT_GPU_LL_DIRECT_BYTES (0-262144): a one-shot collective on GPU memory whose pieces (a rank's

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "algorithms/rank_graph.hpp"
 #include "src/core/log.hpp"
 #include "src/core/sizes.hpp"
 #include "src/device/schedule_kernel.hpp"
@@ -133,11 +134,11 @@ Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
     }
   }
   if (o.channels > 0) return o.channels;
-  int channels = GpuOptions::kMaxAutoChannels;
+  int channels = algo::DeviceShape::kMaxAutoChannels;
   for (const Record& r : all) {
     int sharing = 0;
     for (const Record& q : all) sharing += std::strncmp(q.bus, r.bus, sizeof r.bus) == 0 ? 1 : 0;
-    channels = std::min(channels, GpuOptions::autoChannels(r.sms, sharing));
+    channels = std::min(channels, algo::DeviceShape::autoChannels(r.sms, sharing));
   }
   return channels;
 }

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "algorithms/cost_model.hpp"
-#include "algorithms/rank_graph.hpp"
 #include "algorithms/schedule.hpp"
 #include "src/bootstrap/bootstrap.hpp"
 #include "src/device/schedule_kernel.hpp"
@@ -45,14 +44,9 @@ void useDevice(int device);
 std::string busIdOf(int device);
 
 struct GpuOptions {
-  // Thread blocks per call at most; 0: the largest power of two at most kMaxAutoChannels and
-  // at most a device's SMs divided among the ranks sharing it.
+  // Thread blocks per call at most; 0: algo::DeviceShape::autoChannels for the ranks sharing
+  // each device.
   int channels = 0;
-  static constexpr int kMaxAutoChannels = algo::DeviceShape::kMaxAutoChannels;
-  // The default for `ranksSharing` ranks on a device of `sms` SMs.
-  static constexpr int autoChannels(int sms, int ranksSharing) {
-    return algo::DeviceShape::autoChannels(sms, ranksSharing);
-  }
   int slots = 4;                       // per connection and protocol
   std::size_t slotBytes = 256 * 1024;  // simple
   std::size_t llPayload = 16 * 1024;   // ll (its lines take twice this)
