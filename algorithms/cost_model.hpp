@@ -103,6 +103,13 @@ struct GemmConstants {
   double fp8Tflops = 1400;  // fp8_tflops: the same for fp8 (e4m3) inputs
   double halfGflop = 8;     // half_gflop: the flops (in 1e9) at which it runs at half that
   double launchUs = 4;      // launch_us: one GEMM's launch and tail
+  // memory_gbs: the rate one GPU's GEMMs read A and B and write C, shared by the ranks on it; a
+  // GEMM takes at least its bytes over it (small M: B's read). The H200's (0.9 of its peak, as
+  // an H100's GEMMs ran); a device whose peak differs gets this times its peak over
+  // kH200PeakMemoryGBs (gpuConstants). docs/perf-tp.md, "Small GEMMs: the memory's price".
+  double memoryGBs = 4400;
+  // The H200's peak memory rate as CUDA reports it: 3201 MHz, both edges, 6144 bits.
+  static constexpr double kH200PeakMemoryGBs = 3201e6 * 2 * 6144 / 8 / 1e9;
   // overlap_slowdown: a chunk's GEMM and the next chunk's collective (its kernel on SMs beside
   // the GEMM) each take this much longer than alone; gated chunks on one H100, 2026-12-07.
   double overlapSlowdown = 1.1;

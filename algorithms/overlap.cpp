@@ -98,12 +98,21 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
   // The ranks on one device share its tensor cores; a GEMM's ramp and tail (half_gflop) cost it
   // what they cost alone: the other ranks' GEMMs fill the SMs it leaves.
   const double device = (s.valueBytes == 1 ? gc.fp8Tflops : gc.tflops) * 1e12;
-  const double rate = device / (kernels_.sameDevice ? static_cast<double>(n) : 1.0);
-  // A GEMM of `r` rows in all: all-gather's B has cols/n columns, reduce-scatter's A k/n.
+  const double sharing = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
+  const double rate = device / sharing;
+  // A GEMM of `r` rows in all: all-gather's B has cols/n columns, reduce-scatter's A k/n. It
+  // takes the longer of its multiplies and its bytes (A and B read, C written) at the memory's
+  // rate, which the ranks on the device share too: a small M reads B for few flops.
+  const double inner = static_cast<double>(s.k) / (ag ? 1.0 : static_cast<double>(n));
+  const double outer = static_cast<double>(s.cols) / (ag ? static_cast<double>(n) : 1.0);
+  const double memory = gc.memoryGBs * 1e3 / sharing;  // bytes a µs
   auto gemmRowsUs = [&](std::size_t r) {
-    const double flops = 2.0 * static_cast<double>(r) * static_cast<double>(s.cols) *
-                         static_cast<double>(s.k) / static_cast<double>(n);
-    return gc.launchUs + (flops / rate + gc.halfGflop * 1e9 / device) * 1e6;
+    const double rs = static_cast<double>(r);
+    const double flops = 2.0 * rs * outer * inner;
+    const double bytes = (rs * inner + inner * outer) * static_cast<double>(s.valueBytes) +
+                         rs * outer * static_cast<double>(s.cBytes());
+    return gc.launchUs +
+           std::max((flops / rate + gc.halfGflop * 1e9 / device) * 1e6, bytes / memory);
   };
   // The collective of `r` rows of every rank: the whole message, as plan() counts it.
   auto commPlan = [&](std::size_t r) {
@@ -153,9 +162,8 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       // GEMM + reduce-scatter's sum reads the n blocks and writes one (its device's memory
       // shared by the ranks on it).
       const double bytes = static_cast<double>((n + 1) * rows * s.cols * s.cBytes());
-      const double share = kernels_.sameDevice ? static_cast<double>(n) : 1.0;
       const double sum =
-          gc.launchUs + bytes * share / (options_.constants.graphs.deviceCopyGBs * 1e3);
+          gc.launchUs + bytes * sharing / (options_.constants.graphs.deviceCopyGBs * 1e3);
       // The copies take the memory the GEMMs beside them read: each slows them by its time
       // times copy_slowdown - 1 (n for an all-gather, its own block's included; in place none:
       // the all-gather's own copy goes before its GEMM).

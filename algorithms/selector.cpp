@@ -236,10 +236,15 @@ Result<Plan> Selector::planCompressed(Collective coll, std::size_t bytes, const 
   return p;
 }
 
-CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile) {
-  if (sameDevice && !fromTuningFile)
+CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile,
+                           double memoryPeakGBs) {
+  if (fromTuningFile) return c;
+  if (sameDevice)
     c.hopLatency[static_cast<std::size_t>(Protocol::simple)]
                 [static_cast<std::size_t>(LinkClass::nvlink)] = c.graphs.deviceHopLatencyUs;
+  // A GEMM streams at the same fraction of any HBM device's peak (docs/perf-tp.md, "Small
+  // GEMMs: the memory's price").
+  if (memoryPeakGBs > 0) c.gemm.memoryGBs *= memoryPeakGBs / GemmConstants::kH200PeakMemoryGBs;
   return c;
 }
 
@@ -255,11 +260,12 @@ Selector gpuSelectorOn(RankGraph graph, bool sameDevice, TunerOptions options, b
   return Selector(std::move(graph), std::move(options), k);
 }
 
-Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fromTuningFile) {
+Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fromTuningFile,
+                              double memoryPeakGBs) {
   DeviceShape shape;
   shape.channels = DeviceShape::autoChannels(sms, ranks);
   RankGraph graph = sameDeviceRankGraph(ranks, shape, options.constants.graphs);
-  options.constants = gpuConstants(options.constants, true, fromTuningFile);
+  options.constants = gpuConstants(options.constants, true, fromTuningFile, memoryPeakGBs);
   const std::size_t round = options.constants.kernels.gpuDirectRoundBytes;
   return gpuSelectorOn(std::move(graph), true, std::move(options), true, round);
 }

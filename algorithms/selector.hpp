@@ -119,16 +119,20 @@ class Selector {
 // The constants GPU calls are priced with: where the ranks share a device and the constants are
 // not a tuning file's (fitted on such ranks), a dependent step of the bulk protocol (a flag
 // store, a poll through L2, the block's barriers, the upstream's lag) costs the graphs'
-// device_hop_latency_us.
-CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile);
+// device_hop_latency_us; and where the device's peak memory rate is known (memoryPeakGBs > 0),
+// the GEMMs' memory rate is the H200's default scaled to it.
+CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile,
+                           double memoryPeakGBs = 0);
 // The GPU selector on `graph` (gpuRankGraph's) as the runtime makes it: the direct kernels'
 // round (0: none; ranks of one host only) and rounds (KernelSet::directRounds).
 Selector gpuSelectorOn(RankGraph graph, bool sameDevice, TunerOptions options, bool oneHost,
                        std::size_t directRoundBytes, int directRounds = -1);
 // The GPU selector for `ranks` ranks sharing one device of `sms` SMs (processes under MPS), as
 // the runtime makes it for them before their device is set up: what weft-plan tp --share picks
-// with. `fromTuningFile`: the options' constants are a tuning file's.
-Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fromTuningFile);
+// with, and the runtime once the device is set up where it has that peak memory rate.
+// `fromTuningFile`: the options' constants are a tuning file's.
+Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fromTuningFile,
+                              double memoryPeakGBs = 0);
 // The GPU selector for ranks one per GPU of `system`, as the runtime makes it for them before
 // their devices are set up (the direct kernels' largest round): what weft-plan tune picks with.
 Selector gpuSelectorFor(const topo::System& system, TunerOptions options);

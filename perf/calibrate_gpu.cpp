@@ -238,7 +238,8 @@ std::string gpuTuningFile(const GpuMeasured& m, const GpuDerived& d, int nranks,
   if (!m.gemms.empty())
     j << ",\n  \"gemm\": {\"tflops\": " << digits(c.gemm.tflops)
       << ", \"fp8_tflops\": " << digits(c.gemm.fp8Tflops)
-      << ", \"half_gflop\": " << digits(c.gemm.halfGflop) << "}";
+      << ", \"half_gflop\": " << digits(c.gemm.halfGflop)
+      << ", \"memory_gbs\": " << digits(c.gemm.memoryGBs) << "}";
   j << "\n}\n";
   return j.str();
 }

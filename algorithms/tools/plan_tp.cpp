@@ -32,10 +32,14 @@ int runTp(const TpArgs& args) {
   const std::optional<Described> machine = describedMachine(args.topo, args.tuningFile);
   if (!machine) return tools::kExitFailed;
   const topo::System system(machine->host, std::max(1, args.nodes));
-  const Selector selector =
-      args.share > 0
-          ? sharedGpuSelectorFor(args.share, args.sms, machine->options, !args.tuningFile.empty())
-          : gpuSelectorFor(system, machine->options);
+  // As the runtime prices them once their devices are set up (Communicator::gpuTunerModel).
+  const bool fromFile = !args.tuningFile.empty();
+  TunerOptions options = machine->options;
+  if (args.share == 0)
+    options.constants = gpuConstants(options.constants, false, fromFile, args.memoryPeakGBs);
+  const Selector selector = args.share > 0 ? sharedGpuSelectorFor(args.share, args.sms, options,
+                                                                  fromFile, args.memoryPeakGBs)
+                                           : gpuSelectorFor(system, options);
   const int n = selector.tuner().graph().nranks;
   const std::size_t cols = args.n != 0 ? args.n : ag ? 28672 : 8192;
   const std::size_t depth = args.k != 0 ? args.k : ag ? 8192 : 28672;

@@ -18,6 +18,9 @@ struct TpArgs {
   // them (0: a rank a GPU), and that GPU's SMs (the channels their collectives get).
   int share = 0;
   int sms = 132;
+  // The GPUs' peak memory rate, GB/s, as the runtime reads it from the device (0: the H200's;
+  // 3352 for an H100 SXM): scales the GEMMs' memory rate unless a tuning file gives it.
+  double memoryPeakGBs = 0;
 };
 
 int runTp(const TpArgs& args);

@@ -374,6 +374,11 @@ int main(int argc, char** argv) {
   tpCmd->add_option("--sms", tp.sms, "with --share: that GPU's SMs")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  tpCmd
+      ->add_option("--memory-gbs", tp.memoryPeakGBs,
+                   "the GPUs' peak memory rate in GB/s, as CUDA reports it (3352 for an H100 "
+                   "SXM; default: the H200's), which the GEMMs' price scales with")
+      ->check(CLI::Range(1.0, 1e6));
 
   weft::algo::MoeArgs moe;
   auto* moeCmd = app.add_subcommand(

@@ -291,8 +291,9 @@ class Communicator {
   // the GPU's graph with its own plans.
   std::unique_ptr<exec::CudaExecutor> gpu_;
   std::unique_ptr<algo::Selector> gpuSelector_;
-  int gpuTunerChannels_ = 0;     // the channels gpuSelector_'s graph was made with
-  int gpuTunerChannels() const;  // the channels a bulk call gets now
+  int gpuTunerChannels_ = 0;      // the channels gpuSelector_'s graph was made with
+  double gpuTunerMemoryGBs_ = 0;  // and the device's peak memory rate (0: the H200's)
+  int gpuTunerChannels() const;   // the channels a bulk call gets now
   std::map<std::pair<int, std::size_t>, algo::Plan> gpuPlans_;
   // Registered buffers, and once a collective used one, every rank's as mapped here. After
   // gpu_: destroyed first (the destructor waits for the kernels that may read them).

@@ -365,16 +365,18 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   const algo::GpuGraph g = machine_.gpuGraph(shape, config_.tuner.constants.graphs);
   return GpuModel{
       g.graph,
-      algo::gpuConstants(config_.tuner.constants, g.sameDevice, !config_.tuner.tuningFile.empty()),
+      algo::gpuConstants(config_.tuner.constants, g.sameDevice, !config_.tuner.tuningFile.empty(),
+                         gpu_ ? gpu_->memoryPeakGBs() : 0),
       g.description, g.sameDevice};
 }
 
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
   // The GPU selector needs no device: it exists before the first GPU call, so a plan can be
-  // asked for without setting up the GPU transport. One made on the guessed channels (and GPUs)
-  // is made again once the device says otherwise.
+  // asked for without setting up the GPU transport. One made on the guessed channels (and GPUs,
+  // and the H200's memory) is made again once the device says otherwise.
   const int channels = gpuTunerChannels();
-  if (gpuSelector_ && gpuTunerChannels_ != channels) {
+  const double memory = gpu_ ? gpu_->memoryPeakGBs() : 0;
+  if (gpuSelector_ && (gpuTunerChannels_ != channels || gpuTunerMemoryGBs_ != memory)) {
     gpuSelector_.reset();
     gpuPlans_.clear();
     compressedPlans_.clear();
@@ -383,6 +385,7 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
   }
   if (!gpuSelector_) {
     gpuTunerChannels_ = channels;
+    gpuTunerMemoryGBs_ = memory;
     const GpuModel model = gpuTunerModel();
     algo::TunerOptions options = config_.tuner;
     options.constants = model.constants;

@@ -104,13 +104,19 @@ bool driverLoaded() {
 // 134 -> 188 GB/s from 16 to 32. (4 ranks at 24 and 33 channels ran at 55-88 GB/s: their pieces
 // were cut off 16-byte boundaries, which the geometry now avoids.) Collective over the
 // bootstrap; every rank reaches the same count, and ranks configured differently (their FIFOs
-// would not line up) are refused.
-Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
+// would not line up) are refused. Also the slowest of the ranks' devices' peak memory rates
+// (GB/s; 0 where one does not say), what their GEMMs are priced on, alike on every rank.
+struct DeviceCount {
+  int channels = 1;
+  double memoryPeakGBs = 0;
+};
+Result<DeviceCount> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
   struct Record {
     char bus[32];
     std::int32_t sms;
     std::int32_t channels;
     std::uint64_t slotBytes;
+    double memoryPeakGBs;
   };
   std::vector<Record> all(static_cast<std::size_t>(bootstrap.size()));
   Record& self = all[static_cast<std::size_t>(bootstrap.rank())];
@@ -124,6 +130,11 @@ Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
     (void)cudaGetLastError();
     self.sms = 0;  // the transport's set-up then says what is wrong
   }
+  int kiloHertz = 0, bits = 0;  // HBM moves data on both clock edges
+  if (cudaDeviceGetAttribute(&kiloHertz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+    self.memoryPeakGBs = 2.0 * kiloHertz * 1e3 * bits / 8 / 1e9;
+  (void)cudaGetLastError();
   if (Status s = bootstrap.allGather(all.data(), sizeof(Record)); !s) return s;
   for (std::size_t q = 0; q < all.size(); ++q) {
     if (all[q].channels != self.channels || all[q].slotBytes != self.slotBytes) {
@@ -133,14 +144,20 @@ Result<int> channelsFor(const GpuOptions& o, boot::Bootstrap& bootstrap) {
                         "every rank");
     }
   }
-  if (o.channels > 0) return o.channels;
-  int channels = algo::DeviceShape::kMaxAutoChannels;
+  DeviceCount count;
+  count.memoryPeakGBs = self.memoryPeakGBs;
+  for (const Record& r : all) count.memoryPeakGBs = std::min(count.memoryPeakGBs, r.memoryPeakGBs);
+  if (o.channels > 0) {
+    count.channels = o.channels;
+    return count;
+  }
+  count.channels = algo::DeviceShape::kMaxAutoChannels;
   for (const Record& r : all) {
     int sharing = 0;
     for (const Record& q : all) sharing += std::strncmp(q.bus, r.bus, sizeof r.bus) == 0 ? 1 : 0;
-    channels = std::min(channels, algo::DeviceShape::autoChannels(r.sms, sharing));
+    count.channels = std::min(count.channels, algo::DeviceShape::autoChannels(r.sms, sharing));
   }
-  return channels;
+  return count;
 }
 
 }  // namespace
@@ -193,7 +210,8 @@ Result<std::unique_ptr<CudaExecutor>> CudaExecutor::create(const GpuOptions& o,
   const int n = x->nranks_;
   auto channels = channelsFor(o, bootstrap);
   if (!channels) return channels.status();
-  const int C = *channels;
+  const int C = channels->channels;
+  x->memoryPeakGBs_ = channels->memoryPeakGBs;
   transport::CudaIpcGeometry g;
   g.nranks = n;
   g.rank = x->rank_;

@@ -97,6 +97,8 @@ class CudaExecutor {
   // Channels a call may use: the options' at most, fewer where the ranks sharing a device could
   // not all be resident at once.
   int channels() const { return channels_; }
+  // The slowest of the ranks' devices' peak memory rate, GB/s (clock and bus width; 0: unknown).
+  double memoryPeakGBs() const { return memoryPeakGBs_; }
   int device() const;
   // Ranks of this process (threads) on this executor's GPU, this one included.
   int threadsOnDevice() const;
@@ -203,6 +205,7 @@ class CudaExecutor {
   GpuOptions options_;
   int nranks_ = 1, rank_ = 0;
   int channels_ = 1;
+  double memoryPeakGBs_ = 0;
   std::unique_ptr<transport::CudaIpcTransport> ipc_;
   void* endpoints_ = nullptr;  // device: to[C * n], from[C * n], aborts[n]
   void* error_ = nullptr;      // host-mapped KernelError

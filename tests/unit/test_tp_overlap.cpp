@@ -250,6 +250,55 @@ TEST(TpOverlap, Fp8GemmsArePricedAtTheirRateAndBytes) {
   }
 }
 
+// A GEMM takes at least its bytes over the device's memory rate, shared by the ranks on it: at
+// 128 rows B's read, many times its multiplies; at 16384 rows the multiplies. Each chunk reads B
+// again. The rate follows the device's peak unless a tuning file gives it.
+TEST(TpOverlap, SmallGemmsArePricedAtTheMemorysRate) {
+  const algo::GemmConstants gc;
+  for (int n : {2, 4}) {
+    for (std::size_t m : {128, 16384}) {
+      // All-gather + GEMM: A [m, k], B [k, cols / n], C [m, cols / n]; bf16.
+      const double rows = static_cast<double>(m), k = 8192, cols = 28672.0 / n;
+      const double bytes = (rows * k + k * cols + rows * cols) * 2;
+      const double flopsUs = 2 * rows * cols * k / 700e12 * 1e6;
+      const double rampUs = gc.halfGflop * 1e9 / 700e12 * 1e6;
+      for (bool shared : {true, false}) {
+        const double sharing = shared ? n : 1;
+        auto p = gpuSelector(n, 700, false, shared).planTp(shape(algo::TpOp::allGatherGemm, m, n));
+        ASSERT_TRUE(p.isOk()) << p.status().toString();
+        const double memoryUs = bytes * sharing / (gc.memoryGBs * 1e3);
+        const double multipliesUs = flopsUs * sharing + rampUs;
+        EXPECT_NEAR(p->gemmUs, gc.launchUs + std::max(multipliesUs, memoryUs), 1e-6);
+        // Ranks sharing a device: 128 rows is B's read, 16384 the multiplies.
+        if (shared) {
+          EXPECT_EQ(memoryUs > multipliesUs, m == 128) << n << " " << m;
+        }
+      }
+    }
+    // Four chunks read B four times.
+    const double b = 8192 * 28672.0 / n * 2;
+    auto chunks = gpuSelector(n, 700).planTp(shape(algo::TpOp::allGatherGemm, 128, n), 4);
+    ASSERT_TRUE(chunks.isOk());
+    EXPECT_GT(chunks->estimateUs, 4 * b * n / (gc.memoryGBs * 1e3)) << chunks->reason;
+  }
+  // An H100 SXM's peak (2619 MHz, 5120 bits) scales the H200's rate, where no tuning file says.
+  const double h100 = 2619e6 * 2 * 5120 / 8 / 1e9;
+  const algo::CostConstants c;
+  EXPECT_NEAR(algo::gpuConstants(c, true, false, h100).gemm.memoryGBs,
+              c.gemm.memoryGBs * h100 / algo::GemmConstants::kH200PeakMemoryGBs, 1e-9);
+  EXPECT_NEAR(algo::GemmConstants::kH200PeakMemoryGBs, 4916.7, 0.1);
+  EXPECT_EQ(algo::gpuConstants(c, false, false, 0).gemm.memoryGBs, c.gemm.memoryGBs);
+  EXPECT_EQ(algo::gpuConstants(c, true, true, h100).gemm.memoryGBs, c.gemm.memoryGBs);
+  auto h100Pick = algo::sharedGpuSelectorFor(2, 132, {}, false, h100)
+                      .planTp(shape(algo::TpOp::allGatherGemm, 128, 2));
+  auto h200Pick = algo::sharedGpuSelectorFor(2, 132, {}, false)
+                      .planTp(shape(algo::TpOp::allGatherGemm, 128, 2));
+  ASSERT_TRUE(h100Pick.isOk() && h200Pick.isOk());
+  EXPECT_NEAR(h100Pick->gemmUs - gc.launchUs,
+              (h200Pick->gemmUs - gc.launchUs) * algo::GemmConstants::kH200PeakMemoryGBs / h100,
+              1e-6);
+}
+
 TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   EXPECT_EQ(*algo::parseTpChunks("unfused"), 1);
   EXPECT_EQ(*algo::parseTpChunks("chunked:4"), 4);
@@ -260,7 +309,7 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
     EXPECT_FALSE(algo::parseTpChunks(bad).isOk()) << bad;
   auto c = algo::CostConstants::fromJson(
       R"({"gemm": {"tflops": 650, "fp8_tflops": 1200, "half_gflop": 4, "launch_us": 6,
-                   "overlap_slowdown": 1.3, "copy_slowdown": 1.2}})",
+                   "overlap_slowdown": 1.3, "copy_slowdown": 1.2, "memory_gbs": 3000}})",
       "test");
   ASSERT_TRUE(c.isOk()) << c.status().toString();
   EXPECT_EQ(c->gemm.tflops, 650);
@@ -268,6 +317,7 @@ TEST(TpOverlap, VariantsParseAndTheTuningFileCarriesTheGemmRate) {
   ASSERT_TRUE(again.isOk());
   EXPECT_EQ(again->gemm.overlapSlowdown, 1.3);
   EXPECT_EQ(again->gemm.copySlowdown, 1.2);
+  EXPECT_EQ(again->gemm.memoryGBs, 3000);
   EXPECT_EQ(again->gemm.halfGflop, 4);
   EXPECT_EQ(again->gemm.fp8Tflops, 1200);
   auto bad = algo::CostConstants::fromJson(R"({"gemm": {"tflop": 1}})", "bad");
