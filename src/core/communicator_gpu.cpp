@@ -395,9 +395,11 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     gpuSelector_ = std::make_unique<algo::Selector>(
         algo::gpuSelectorOn(model.graph, model.sameDevice, options, machine_.placement.hosts() == 1,
                             round, config_.gpuDirect));
+    // The GEMMs' memory rate shows whether the device's peak was read (0: not yet, or none).
     if (rank_ == 0)
-      WEFT_INFO(log::kInit | log::kGraph | log::kTuning, "GPU calls priced on %s",
-                model.description.c_str());
+      WEFT_INFO(log::kInit | log::kGraph | log::kTuning,
+                "GPU calls priced on %s; GEMMs read at most %.0f GB/s (device peak %.0f GB/s)",
+                model.description.c_str(), model.constants.gemm.memoryGBs, memory);
   }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
