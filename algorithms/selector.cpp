@@ -270,7 +270,9 @@ Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fro
   return gpuSelectorOn(std::move(graph), true, std::move(options), true, round);
 }
 
-Selector gpuSelectorFor(const topo::System& system, TunerOptions options) {
+Selector gpuSelectorFor(const topo::System& system, TunerOptions options, bool fromTuningFile,
+                        double memoryPeakGBs) {
+  options.constants = gpuConstants(options.constants, false, fromTuningFile, memoryPeakGBs);
   const std::size_t round = options.constants.kernels.gpuDirectRoundBytes;
   return gpuSelectorOn(RankGraph::fromSystem(system), false, std::move(options),
                        system.hosts() == 1, round);

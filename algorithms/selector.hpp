@@ -135,7 +135,9 @@ Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fro
                               double memoryPeakGBs = 0);
 // The GPU selector for ranks one per GPU of `system`, as the runtime makes it for them before
 // their devices are set up (the direct kernels' largest round): what weft-plan tune picks with.
-Selector gpuSelectorFor(const topo::System& system, TunerOptions options);
+// `fromTuningFile` and `memoryPeakGBs` as for sharedGpuSelectorFor.
+Selector gpuSelectorFor(const topo::System& system, TunerOptions options,
+                        bool fromTuningFile = false, double memoryPeakGBs = 0);
 
 // The selector of calls on host memory, as the runtime makes it (weft-plan tune --host-ranks
 // prices with it too): ranks with `share` of a core at the fewest, their default copy and fold

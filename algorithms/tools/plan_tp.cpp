@@ -34,12 +34,10 @@ int runTp(const TpArgs& args) {
   const topo::System system(machine->host, std::max(1, args.nodes));
   // As the runtime prices them once their devices are set up (Communicator::gpuTunerModel).
   const bool fromFile = !args.tuningFile.empty();
-  TunerOptions options = machine->options;
-  if (args.share == 0)
-    options.constants = gpuConstants(options.constants, false, fromFile, args.memoryPeakGBs);
-  const Selector selector = args.share > 0 ? sharedGpuSelectorFor(args.share, args.sms, options,
-                                                                  fromFile, args.memoryPeakGBs)
-                                           : gpuSelectorFor(system, options);
+  const Selector selector =
+      args.share > 0 ? sharedGpuSelectorFor(args.share, args.sms, machine->options, fromFile,
+                                            args.memoryPeakGBs)
+                     : gpuSelectorFor(system, machine->options, fromFile, args.memoryPeakGBs);
   const int n = selector.tuner().graph().nranks;
   const std::size_t cols = args.n != 0 ? args.n : ag ? 28672 : 8192;
   const std::size_t depth = args.k != 0 ? args.k : ag ? 8192 : 28672;
