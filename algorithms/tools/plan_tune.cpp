@@ -266,6 +266,52 @@ void writeSvg(const std::string& path, const std::vector<SizeRow>& rows, Collect
       << body << legend.svg() << "</svg>\n";
 }
 
+// Every candidate's estimate beside the selector's pick, per size: where no replay prices them
+// (host memory, ranks sharing a GPU).
+void printEstimates(const Selector& selector, Collective coll,
+                    const std::vector<std::size_t>& sizes, const TuneArgs& args,
+                    const std::optional<weftCompression>& compress) {
+  const Tuner& tuner = selector.tuner();
+  std::vector<std::vector<Estimate>> all;
+  std::set<std::string> algos;
+  for (std::size_t bytes : sizes) {
+    all.push_back(tuner.allCandidates(coll, bytes));
+    for (const Estimate& e : all.back()) algos.insert(e.algorithm);
+  }
+  std::printf("%8s  %-20s %10s", "size", "pick", "est us");
+  for (const auto& a : algos) std::printf(" %12s", a.c_str());
+  std::printf("   (each algorithm's estimate, us, at its cheaper protocol)\n");
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const std::size_t bytes = sizes[i];
+    auto plan = compress
+                    ? selector.planCompressed(coll, bytes, codecShapeOf(*compress, DataType::bf16),
+                                              compress->always != 0)
+                : args.schedules ? tuner.plan(coll, bytes)
+                                 : selector.plan(coll, bytes);
+    char est[32] = "-";
+    if (plan) std::snprintf(est, sizeof est, "%.1f", plan->estimateUs);
+    std::printf("%8s  %-20s %10s", human(bytes).c_str(), plan ? pickLabel(*plan).c_str() : "none",
+                est);
+    for (const auto& a : algos) {
+      double best = 0;
+      for (const Estimate& e : all[i]) {
+        if (e.algorithm == a && (best == 0 || e.timeUs < best)) best = e.timeUs;
+      }
+      if (best > 0) {
+        std::printf(" %12.1f", best);
+      } else {
+        std::printf(" %12s", "");
+      }
+    }
+    std::printf("\n");
+    if (!args.candidates) continue;
+    for (const Estimate& e : all[i]) {
+      std::printf("%8s  %-20s %10.1f   latency %.1f, bytes %.1f\n", "", label(e).c_str(), e.timeUs,
+                  e.latencyUs, e.bandwidthUs);
+    }
+  }
+}
+
 // Host memory (--host-ranks): the runtime's host selector on hosts of that many ranks, with
 // every candidate's estimate beside the pick. The simulator replays GPU systems only: no regret.
 int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
@@ -281,7 +327,6 @@ int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
   for (int hostCount : nodes) {
     const Placement placement = Placement::regular(args.hostRanks * hostCount, hostCount, 0);
     const Selector selector = hostSelectorFor(placement, nicGBs, options, args.coresPerRank);
-    const Tuner& tuner = selector.tuner();
     for (Collective coll : colls) {
       std::printf(
           "host memory, %d host(s) x %d rank(s): %s; copying at %.3g GB/s, %.3g core(s) a "
@@ -294,45 +339,26 @@ int tuneHosts(const TuneArgs& args, const std::vector<std::size_t>& sizes,
         std::printf("%.3g GB/s a host's network (%s)\n",
                     hostNetworkGBs(options.constants.graphs, nicGBs), netFrom);
       }
-      std::vector<std::vector<Estimate>> all;
-      std::set<std::string> algos;
-      for (std::size_t bytes : sizes) {
-        all.push_back(tuner.allCandidates(coll, bytes));
-        for (const Estimate& e : all.back()) algos.insert(e.algorithm);
-      }
-      std::printf("%8s  %-20s %10s", "size", "pick", "est us");
-      for (const auto& a : algos) std::printf(" %12s", a.c_str());
-      std::printf("   (each algorithm's estimate, us, at its cheaper protocol)\n");
-      for (std::size_t i = 0; i < sizes.size(); ++i) {
-        const std::size_t bytes = sizes[i];
-        auto plan =
-            compress ? selector.planCompressed(coll, bytes, codecShapeOf(*compress, DataType::bf16),
-                                               compress->always != 0)
-            : args.schedules ? tuner.plan(coll, bytes)
-                             : selector.plan(coll, bytes);
-        char est[32] = "-";
-        if (plan) std::snprintf(est, sizeof est, "%.1f", plan->estimateUs);
-        std::printf("%8s  %-20s %10s", human(bytes).c_str(),
-                    plan ? pickLabel(*plan).c_str() : "none", est);
-        for (const auto& a : algos) {
-          double best = 0;
-          for (const Estimate& e : all[i]) {
-            if (e.algorithm == a && (best == 0 || e.timeUs < best)) best = e.timeUs;
-          }
-          if (best > 0) {
-            std::printf(" %12.1f", best);
-          } else {
-            std::printf(" %12s", "");
-          }
-        }
-        std::printf("\n");
-        if (!args.candidates) continue;
-        for (const Estimate& e : all[i]) {
-          std::printf("%8s  %-20s %10.1f   latency %.1f, bytes %.1f\n", "", label(e).c_str(),
-                      e.timeUs, e.latencyUs, e.bandwidthUs);
-        }
-      }
+      printEstimates(selector, coll, sizes, args, compress);
     }
+  }
+  return 0;
+}
+
+// Ranks sharing one GPU (--share): the runtime's selector for them (sharedGpuSelectorFor), every
+// candidate's estimate beside the pick; the simulator replays a rank a GPU only.
+int tuneShared(const TuneArgs& args, const std::vector<std::size_t>& sizes,
+               const std::vector<Collective>& colls, const TunerOptions& options,
+               const std::optional<weftCompression>& compress) {
+  const Selector selector = sharedGpuSelectorFor(args.share, args.sms, options,
+                                                 !args.tuningFile.empty(), args.memoryPeakGBs);
+  const RankGraph& g = selector.tuner().graph();
+  for (Collective coll : colls) {
+    std::printf(
+        "%d ranks sharing one GPU of %d SMs: %s; its memory at %.4g GB/s, %d channel(s) a "
+        "call\n",
+        args.share, args.sms, std::string(name(coll)).c_str(), g.deviceCopyGBs, g.deviceChannels);
+    printEstimates(selector, coll, sizes, args, compress);
   }
   return 0;
 }
@@ -409,14 +435,19 @@ int runTune(const TuneArgs& args) {
     }
     colls.push_back(*c);
   }
-  const bool onHosts = args.hostRanks > 0;
-  if ((hosts.empty() && !onHosts) || nodes.empty() || colls.empty()) {
-    std::cerr << "weft-plan: tune needs --topo (or --host-ranks), --nodes and --coll\n";
+  const bool onHosts = args.hostRanks > 0, shared = args.share > 0;
+  if ((hosts.empty() && !onHosts && !shared) || nodes.empty() || colls.empty()) {
+    std::cerr << "weft-plan: tune needs --topo (or --host-ranks, or --share), --nodes and --coll\n";
     return tools::kExitUsage;
   }
-  if (onHosts && (args.summary || !args.svg.empty() || args.settle || args.fluid)) {
-    std::cerr << "weft-plan: --host-ranks prices host memory, which the simulator does not "
-                 "replay: drop --summary, --svg, --settle and --fluid\n";
+  if (onHosts && shared) {
+    std::cerr << "weft-plan: --host-ranks and --share price different memories: pick one\n";
+    return tools::kExitUsage;
+  }
+  if ((onHosts || shared) && (args.summary || !args.svg.empty() || args.settle || args.fluid)) {
+    std::cerr << "weft-plan: " << (onHosts ? "--host-ranks" : "--share")
+              << " is priced without the simulator's replay: drop --summary, --svg, --settle and "
+                 "--fluid\n";
     return tools::kExitUsage;
   }
   if (!(args.coresPerRank > 0)) {
@@ -445,6 +476,7 @@ int runTune(const TuneArgs& args) {
   }
 
   if (onHosts) return tuneHosts(args, sizes, nodes, colls, *options, hosts, compress);
+  if (shared) return tuneShared(args, sizes, colls, *options, compress);
 
   const bool detailed =
       hosts.size() == 1 && nodes.size() == 1 && colls.size() == 1 && !args.summary;

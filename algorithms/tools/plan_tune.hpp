@@ -26,6 +26,11 @@ struct TuneArgs {
   // core each (below 1: more ranks than CPUs), priced as the runtime prices them; no replay.
   int hostRanks = 0;
   double coresPerRank = 1;
+  // GPU memory, this many ranks sharing one GPU of `sms` SMs (processes under MPS), priced as
+  // the runtime prices them (0: a rank a GPU); no replay.
+  int share = 0;
+  int sms = 132;
+  double memoryPeakGBs = 0;  // with share: the GPU's peak memory rate (0: the H200's)
 };
 
 int runTune(const TuneArgs& args);

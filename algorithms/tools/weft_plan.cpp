@@ -346,6 +346,19 @@ int main(int argc, char** argv) {
       ->add_option("--cores-per-rank", tune.coresPerRank,
                    "with --host-ranks: each rank's share of a core (0.25: 8 ranks on 2 cores)")
       ->capture_default_str();
+  tuneCmd
+      ->add_option("--share", tune.share,
+                   "GPU memory, this many ranks sharing one GPU (processes under MPS), priced as "
+                   "the runtime prices them; estimates only")
+      ->check(CLI::Range(0, 1024));
+  tuneCmd->add_option("--sms", tune.sms, "with --share: the GPU's SMs (its ranks' channels)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  tuneCmd
+      ->add_option("--memory-gbs", tune.memoryPeakGBs,
+                   "with --share: the GPU's peak memory rate in GB/s, as CUDA reports it (3352 "
+                   "for an H100 SXM; default: the H200's), which the copies' price scales with")
+      ->check(CLI::Range(1.0, 1e6));
   auto* settle = tuneCmd->add_flag(
       "--settle", tune.settle, "replay until each candidate's link sharing settles (not 3 passes)");
   tuneCmd
@@ -377,7 +390,7 @@ int main(int argc, char** argv) {
   tpCmd
       ->add_option("--memory-gbs", tp.memoryPeakGBs,
                    "the GPUs' peak memory rate in GB/s, as CUDA reports it (3352 for an H100 "
-                   "SXM; default: the H200's), which the GEMMs' price scales with")
+                   "SXM; default: the H200's), which the GEMMs' and copies' prices scale with")
       ->check(CLI::Range(1.0, 1e6));
 
   weft::algo::MoeArgs moe;
