@@ -420,6 +420,39 @@ Result<Estimate> CostModel::estimate(std::string_view algorithm, Collective coll
 
 Result<Estimate> CostModel::estimate(const Algorithm& a, Collective coll, std::size_t bytes,
                                      Protocol proto, const RankGraph& g) const {
+  return estimateWith(a, coll, bytes, proto, g, -1);
+}
+
+double CostModel::directTraffic(Collective coll, bool twoShot, int n) {
+  // Every rank copies its input into its slab (read and written), every slab is read from
+  // memory once (the ranks' blocks that read it run together; the others' reads hit L2), and
+  // every rank writes its output; two-shot also writes its summed piece into its slab.
+  const double N = n;
+  switch (coll) {
+    case Collective::allGather:
+      return N + 3;  // an input is 1/n of the message: 3/n a rank, and a whole output
+    case Collective::reduceScatter:
+      return 3 * N + 1;  // the input 3 times, an output of 1/n
+    case Collective::allToAll:
+      return 4 * N;
+    case Collective::allReduce:
+      return twoShot ? 4 * N + 2 : 4 * N;
+    default:
+      return -1;
+  }
+}
+
+Result<Estimate> CostModel::directEstimate(Collective coll, std::size_t bytes, Protocol proto,
+                                           const RankGraph& g, bool twoShot) const {
+  const Algorithm* a = findAlgorithm(twoShot ? "twoshot" : "oneshot");
+  if (a == nullptr) return unsupported("no direct kernel priced");
+  const double traffic = g.deviceCopyGBs > 0 ? directTraffic(coll, twoShot, g.nranks) : -1;
+  return estimateWith(*a, coll, bytes, proto, g, traffic);
+}
+
+Result<Estimate> CostModel::estimateWith(const Algorithm& a, Collective coll, std::size_t bytes,
+                                         Protocol proto, const RankGraph& g,
+                                         double trafficOverride) const {
   Pricing P(*this, a.name(), coll, bytes, proto, g);
   Estimate e;
   e.algorithm = std::string(a.name());
@@ -450,7 +483,8 @@ Result<Estimate> CostModel::estimate(const Algorithm& a, Collective coll, std::s
     // fits, where the ranks' GPUs are not one).
     const ScheduleShape d = scheduleShape(a.name(), coll, P.n);
     if (d.traffic < 0) return P.unsupportedHere();
-    bw = d.traffic * S / (g.deviceCopyGBs * c_.bandwidthScale[P.nv] * P.eff * kBytesPerUsPerGBs);
+    const double traffic = trafficOverride >= 0 ? trafficOverride : d.traffic;
+    bw = traffic * S / (g.deviceCopyGBs * c_.bandwidthScale[P.nv] * P.eff * kBytesPerUsPerGBs);
     P.overlapped = -1;
     P.alone = -1;
     if (proto == Protocol::simple) {
@@ -459,14 +493,16 @@ Result<Estimate> CostModel::estimate(const Algorithm& a, Collective coll, std::s
       // A slice is its share of the slot, cut at 16 bytes (as exec::Geometry cuts it).
       const double slice =
           std::max(16.0, std::floor(g.deviceSlotBytes / d.maxMessageBlocks / 16) * 16);
-      // Every pass waits out the chain of flags in full (a step's wait was 5-6 us from 4 to 256
-      // MB on 8 ranks of the H200, so a pass of a quarter slot costs a whole chain), and an
-      // algorithm whose steps wait on every peer at once also waits out the slowest of them in
-      // every pass.
+      // Every pass waits out the chain of flags in full (a pass of a quarter slot costs a whole
+      // chain), and an algorithm whose steps wait on every peer at once also waits out the
+      // slowest of them in every pass. Past the first pass those waits overlap the bytes: a
+      // bulk call is the longer of the two (one H100, 2 to 8 ranks; docs/perf-gpu.md, "The
+      // shared device's model refitted").
       const double passes = std::max(1.0, std::ceil(S / (d.blocksPerSegment * C * slice)));
       const double chain = lat - P.base;
-      lat = P.base + chain * passes;
-      if (a.waitsOnEveryPeer()) lat += g.deviceAllPeersUs * std::max(0, P.n - 2) * passes;
+      double waits = chain * (passes - 1);
+      if (a.waitsOnEveryPeer()) waits += g.deviceAllPeersUs * std::max(0, P.n - 2) * passes;
+      lat = P.base + chain + std::max(0.0, waits - bw);
     }
   }
   // The first pass pays postings and bytes in full. In the pipelined passes after it, channels

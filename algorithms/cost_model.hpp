@@ -264,6 +264,13 @@ class CostModel {
   // pipelined passes).
   Result<Estimate> estimate(const Algorithm& algorithm, Collective coll, std::size_t bytes,
                             Protocol proto, const RankGraph& g) const;
+  // The direct kernels (one-shot's; two-shot's for an all-reduce): as the schedule of that name,
+  // but where ranks share a device their memory traffic is directTraffic's.
+  Result<Estimate> directEstimate(Collective coll, std::size_t bytes, Protocol proto,
+                                  const RankGraph& g, bool twoShot) const;
+  // The direct kernels' memory traffic on n ranks per byte of the message (the slabs read from
+  // memory once, docs/algorithms-gpu.md); negative: no direct kernel.
+  static double directTraffic(Collective coll, bool twoShot, int n);
   // PAT's aggregation for a message: the most blocks whose bytes fit the staging budget.
   int patAggregationFor(std::size_t bytes, int nranks) const;
 
@@ -288,6 +295,9 @@ class CostModel {
   }
 
  private:
+  // estimate(), with the memory traffic on a shared device given (negative: the schedule's).
+  Result<Estimate> estimateWith(const Algorithm& algorithm, Collective coll, std::size_t bytes,
+                                Protocol proto, const RankGraph& g, double trafficOverride) const;
   CostConstants c_;
 };
 

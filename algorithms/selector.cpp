@@ -141,7 +141,21 @@ Result<Plan> Selector::planGpu(Collective coll, std::size_t bytes) const {
       break;
     }
   }
-  if (directServes(coll, plan->algorithm, bytes)) plan->kernel = Kernel::gpuDirect;
+  if (directServes(coll, plan->algorithm, bytes)) {
+    plan->kernel = Kernel::gpuDirect;
+    // Where the ranks share a device, the kernel's own memory traffic prices it (its slabs, not
+    // the schedule's FIFO slots).
+    const RankGraph& g = tuner_.graph();
+    if (g.deviceCopyGBs > 0) {
+      auto e = tuner_.model().directEstimate(coll, bytes, plan->protocol, g,
+                                             plan->algorithm == "twoshot");
+      if (e) {
+        plan->estimateUs = e->timeUs;
+        plan->reason += "; the direct kernel at its own memory traffic: " +
+                        std::to_string(static_cast<int>(e->timeUs)) + " us";
+      }
+    }
+  }
   return plan;
 }
 
@@ -242,9 +256,14 @@ CostConstants gpuConstants(CostConstants c, bool sameDevice, bool fromTuningFile
   if (sameDevice)
     c.hopLatency[static_cast<std::size_t>(Protocol::simple)]
                 [static_cast<std::size_t>(LinkClass::nvlink)] = c.graphs.deviceHopLatencyUs;
-  // A GEMM streams at the same fraction of any HBM device's peak (docs/perf-tp.md, "Small
-  // GEMMs: the memory's price").
-  if (memoryPeakGBs > 0) c.gemm.memoryGBs *= memoryPeakGBs / GemmConstants::kH200PeakMemoryGBs;
+  // A GEMM streams, and the kernels sharing a device copy, at the same fraction of any HBM
+  // device's peak (docs/perf-tp.md, "Small GEMMs: the memory's price"; docs/perf-gpu.md, "The
+  // shared device's model refitted").
+  if (memoryPeakGBs > 0) {
+    const double scale = memoryPeakGBs / GemmConstants::kH200PeakMemoryGBs;
+    c.gemm.memoryGBs *= scale;
+    c.graphs.deviceCopyGBs *= scale;
+  }
   return c;
 }
 
@@ -264,8 +283,8 @@ Selector sharedGpuSelectorFor(int ranks, int sms, TunerOptions options, bool fro
                               double memoryPeakGBs) {
   DeviceShape shape;
   shape.channels = DeviceShape::autoChannels(sms, ranks);
-  RankGraph graph = sameDeviceRankGraph(ranks, shape, options.constants.graphs);
   options.constants = gpuConstants(options.constants, true, fromTuningFile, memoryPeakGBs);
+  RankGraph graph = sameDeviceRankGraph(ranks, shape, options.constants.graphs);
   const std::size_t round = options.constants.kernels.gpuDirectRoundBytes;
   return gpuSelectorOn(std::move(graph), true, std::move(options), true, round);
 }

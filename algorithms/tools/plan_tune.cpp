@@ -309,6 +309,19 @@ void printEstimates(const Selector& selector, Collective coll,
       std::printf("%8s  %-20s %10.1f   latency %.1f, bytes %.1f\n", "", label(e).c_str(), e.timeUs,
                   e.latencyUs, e.bandwidthUs);
     }
+    // Ranks sharing a device: the direct kernels at their own memory traffic, whether or not
+    // they serve this size.
+    const RankGraph& g = tuner.graph();
+    if (g.deviceCopyGBs <= 0 || CostModel::directTraffic(coll, false, g.nranks) < 0) continue;
+    for (bool two : {false, true}) {
+      if (two && coll != Collective::allReduce) continue;
+      for (Protocol proto : {Protocol::ll, Protocol::simple}) {
+        auto e = tuner.model().directEstimate(coll, bytes, proto, g, two);
+        if (!e) continue;
+        std::printf("%8s  %-20s %10.1f   latency %.1f, bytes %.1f (direct kernel)\n", "",
+                    label(*e).c_str(), e->timeUs, e->latencyUs, e->bandwidthUs);
+      }
+    }
   }
 }
 

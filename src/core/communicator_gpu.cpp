@@ -362,12 +362,13 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   shape.channels = gpuTunerChannels();
   shape.slotBytes = config_.gpuSlotBytes;
   shape.bytesPerChannel = kGpuBytesPerChannel;
-  const algo::GpuGraph g = machine_.gpuGraph(shape, config_.tuner.constants.graphs);
-  return GpuModel{
-      g.graph,
-      algo::gpuConstants(config_.tuner.constants, g.sameDevice, !config_.tuner.tuningFile.empty(),
-                         gpu_ ? gpu_->memoryPeakGBs() : 0),
-      g.description, g.sameDevice};
+  // The device's memory rates scale the constants, and the graph is made of the scaled ones.
+  const bool sameDevice = machine_.gpuGraph(shape, config_.tuner.constants.graphs).sameDevice;
+  const algo::CostConstants constants =
+      algo::gpuConstants(config_.tuner.constants, sameDevice, !config_.tuner.tuningFile.empty(),
+                         gpu_ ? gpu_->memoryPeakGBs() : 0);
+  const algo::GpuGraph g = machine_.gpuGraph(shape, constants.graphs);
+  return GpuModel{g.graph, constants, g.description, g.sameDevice};
 }
 
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
@@ -395,11 +396,13 @@ Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) 
     gpuSelector_ = std::make_unique<algo::Selector>(
         algo::gpuSelectorOn(model.graph, model.sameDevice, options, machine_.placement.hosts() == 1,
                             round, config_.gpuDirect));
-    // The GEMMs' memory rate shows whether the device's peak was read (0: not yet, or none).
+    // The memory rates show whether the device's peak was read (0: not yet, or none).
     if (rank_ == 0)
       WEFT_INFO(log::kInit | log::kGraph | log::kTuning,
-                "GPU calls priced on %s; GEMMs read at most %.0f GB/s (device peak %.0f GB/s)",
-                model.description.c_str(), model.constants.gemm.memoryGBs, memory);
+                "GPU calls priced on %s; GEMMs read at most %.0f GB/s, kernels sharing the "
+                "device copy %.0f GB/s (device peak %.0f GB/s)",
+                model.description.c_str(), model.constants.gemm.memoryGBs,
+                model.constants.graphs.deviceCopyGBs, memory);
   }
   const auto key = std::make_pair(static_cast<int>(coll), bytes);
   if (auto it = gpuPlans_.find(key); it != gpuPlans_.end()) return it->second;
