@@ -114,8 +114,8 @@ struct GemmConstants {
   // the GEMM) each take this much longer than alone; gated chunks on one H100, 2026-12-07.
   double overlapSlowdown = 1.1;
   // copy_slowdown: a fused call's copy-engine copy slows the GEMM beside it by its time times
-  // this - 1. docs/perf-tp.md, "Two slowdowns".
-  double copySlowdown = 1.4;
+  // this - 1. docs/perf-tp.md, "The fused copies at their own traffic".
+  double copySlowdown = 1.5;
   // attention_tflops, attention_backward_tflops: weft's attention kernels' rates on one GPU
   // (backward counting 2.5 times the forward's FLOPs); H200 figures, docs/perf-fused.md.
   double attentionTflops = 340;

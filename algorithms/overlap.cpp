@@ -155,8 +155,17 @@ Result<TpPlan> Selector::planTp(const TpShape& s, int forcedChunks) const {
       // rank's time.
       auto moved = ag ? whole : plan(Collective::allGather, rows * n * s.cols * s.cBytes());
       if (!moved) return moved.status();
-      // In place: no copy but the all-gather's own block into its buffer, beside its GEMM.
-      const double copy = moved->estimateUs / static_cast<double>(n - 1);
+      // A block's share of the all-gather. In place that is the whole wait: every rank's own
+      // block into its buffer and every peer's flag, as the direct all-gather does it. The copy
+      // engine's copies of the other form, where the ranks share a device: every rank's reads
+      // and writes a block at once through its memory (not the all-gather's FIFO slots).
+      const double share = moved->estimateUs / static_cast<double>(n - 1);
+      const double blockBytes = static_cast<double>(rows * (ag ? s.k : s.cols) * s.commBytes());
+      const double copy =
+          k == kTpFusedInPlace || !kernels_.sameDevice
+              ? share
+              : options_.constants.graphs.deviceHopLatencyUs +
+                    2 * blockBytes * sharing / (options_.constants.graphs.deviceCopyGBs * 1e3);
       const double block = gemmRowsUs(rows);
       auto gemm = [&](int blocks) { return gemmRowsUs(rows * static_cast<std::size_t>(blocks)); };
       // GEMM + reduce-scatter's sum reads the n blocks and writes one (its device's memory

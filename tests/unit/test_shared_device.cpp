@@ -1,10 +1,11 @@
 // Ranks whose kernels share one GPU as the cost model prices them (docs/algorithms-gpu.md): the
 // bulk calls' flag chains behind their bytes, the direct kernels at their own memory traffic,
-// the copy rate scaled by the device's peak.
+// the copy rate scaled by the device's peak, and the fused copies at a block's traffic.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "algorithms/overlap.hpp"
 #include "algorithms/rank_graph.hpp"
 #include "algorithms/selector.hpp"
 
@@ -101,6 +102,27 @@ TEST(SharedDevice, CopyRateScalesWithThePeak) {
   const algo::Estimate slow = estimate(h100, "ring", Collective::allGather, 256 * kMiB);
   const algo::Estimate fast = estimate(h200, "ring", Collective::allGather, 256 * kMiB);
   EXPECT_NEAR(slow.bandwidthUs * scale, fast.bandwidthUs, 1e-6);
+}
+
+// A fused call's copy on a shared device is every rank's copy engine moving one block at once,
+// read and written, after its flag's wait; across GPUs, a block's share of the all-gather.
+TEST(SharedDevice, FusedCopiesAtABlocksTraffic) {
+  const int n = 4;
+  const std::size_t m = 16384;
+  const algo::TpShape s{algo::TpOp::allGatherGemm, m, 28672, 8192, 2, n};
+  algo::TunerOptions o;
+  algo::KernelSet k;
+  k.gpu = true;
+  k.sameDevice = true;
+  k.peerMemory = true;
+  const algo::Selector sel(algo::sameDeviceRankGraph(n, {}, o.constants.graphs), o, k);
+  auto fused = sel.planTp(s, algo::kTpFused);
+  ASSERT_TRUE(fused.isOk()) << fused.status().toString();
+  const double block = static_cast<double>(m / n * s.k * s.valueBytes);
+  const algo::GraphConstants& g = o.constants.graphs;
+  EXPECT_NEAR(fused->copyUs, g.deviceHopLatencyUs + 2 * block * n / (g.deviceCopyGBs * 1e3), 1e-9);
+  // Less than a block's share of the all-gather, which goes through the FIFO slots.
+  EXPECT_LT(fused->copyUs, fused->commUs);
 }
 
 }  // namespace
