@@ -274,6 +274,17 @@ int runShow(const std::string& algoName, const std::string& collName, int nranks
   return rep.ok() ? 0 : 1;
 }
 
+// --share N, --sms and --memory-gbs: ranks sharing one GPU, priced as the runtime prices them
+// (tune and tp).
+void addShareOptions(CLI::App* cmd, int& share, int& sms, double& memoryPeakGBs, int leastShare,
+                     const char* shareHelp, const char* memoryHelp) {
+  cmd->add_option("--share", share, shareHelp)->check(CLI::Range(leastShare, 1024));
+  cmd->add_option("--sms", sms, "with --share: the GPU's SMs (its ranks' channels)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--memory-gbs", memoryPeakGBs, memoryHelp)->check(CLI::Range(1.0, 1e6));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -346,19 +357,11 @@ int main(int argc, char** argv) {
       ->add_option("--cores-per-rank", tune.coresPerRank,
                    "with --host-ranks: each rank's share of a core (0.25: 8 ranks on 2 cores)")
       ->capture_default_str();
-  tuneCmd
-      ->add_option("--share", tune.share,
-                   "GPU memory, this many ranks sharing one GPU (processes under MPS), priced as "
-                   "the runtime prices them; estimates only")
-      ->check(CLI::Range(0, 1024));
-  tuneCmd->add_option("--sms", tune.sms, "with --share: the GPU's SMs (its ranks' channels)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
-  tuneCmd
-      ->add_option("--memory-gbs", tune.memoryPeakGBs,
-                   "with --share: the GPU's peak memory rate in GB/s, as CUDA reports it (3352 "
-                   "for an H100 SXM; default: the H200's), which the copies' price scales with")
-      ->check(CLI::Range(1.0, 1e6));
+  addShareOptions(tuneCmd, tune.share, tune.sms, tune.memoryPeakGBs, 0,
+                  "GPU memory, this many ranks sharing one GPU (processes under MPS), priced as "
+                  "the runtime prices them; estimates only",
+                  "with --share: the GPU's peak memory rate in GB/s, as CUDA reports it (3352 for "
+                  "an H100 SXM; default: the H200's), which the copies' price scales with");
   auto* settle = tuneCmd->add_flag(
       "--settle", tune.settle, "replay until each candidate's link sharing settles (not 3 passes)");
   tuneCmd
@@ -379,19 +382,11 @@ int main(int argc, char** argv) {
   tpCmd->add_option("--n", tp.n, "the GEMM's columns (0: 28672 for ag-gemm, 8192 for gemm-rs)");
   tpCmd->add_option("--k", tp.k, "the GEMM's depth (0: 8192 for ag-gemm, 28672 for gemm-rs)");
   tpCmd->add_option("--tuning", tp.tuningFile, "a tuning file's constants instead of the defaults");
-  tpCmd
-      ->add_option("--share", tp.share,
-                   "this many ranks sharing the topology's first GPU (processes under MPS), "
-                   "priced as the runtime prices them")
-      ->check(CLI::Range(1, 1024));
-  tpCmd->add_option("--sms", tp.sms, "with --share: that GPU's SMs")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  tpCmd
-      ->add_option("--memory-gbs", tp.memoryPeakGBs,
-                   "the GPUs' peak memory rate in GB/s, as CUDA reports it (3352 for an H100 "
-                   "SXM; default: the H200's), which the GEMMs' and copies' prices scale with")
-      ->check(CLI::Range(1.0, 1e6));
+  addShareOptions(tpCmd, tp.share, tp.sms, tp.memoryPeakGBs, 1,
+                  "this many ranks sharing the topology's first GPU (processes under MPS), "
+                  "priced as the runtime prices them",
+                  "the GPUs' peak memory rate in GB/s, as CUDA reports it (3352 for an H100 "
+                  "SXM; default: the H200's), which the GEMMs' and copies' prices scale with");
 
   weft::algo::MoeArgs moe;
   auto* moeCmd = app.add_subcommand(
