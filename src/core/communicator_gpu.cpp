@@ -362,13 +362,15 @@ Communicator::GpuModel Communicator::gpuTunerModel() const {
   shape.channels = gpuTunerChannels();
   shape.slotBytes = config_.gpuSlotBytes;
   shape.bytesPerChannel = kGpuBytesPerChannel;
-  // The device's memory rates scale the constants, and the graph is made of the scaled ones.
-  const bool sameDevice = machine_.gpuGraph(shape, config_.tuner.constants.graphs).sameDevice;
-  const algo::CostConstants constants =
-      algo::gpuConstants(config_.tuner.constants, sameDevice, !config_.tuner.tuningFile.empty(),
-                         gpu_ ? gpu_->memoryPeakGBs() : 0);
-  const algo::GpuGraph g = machine_.gpuGraph(shape, constants.graphs);
-  return GpuModel{g.graph, constants, g.description, g.sameDevice};
+  // The device's memory rates scale the constants, and the graph is made of the scaled ones
+  // (the graphs' rates are scaled alike whether or not the ranks share the device).
+  const bool fromFile = !config_.tuner.tuningFile.empty();
+  const double peak = gpu_ ? gpu_->memoryPeakGBs() : 0;
+  const algo::GpuGraph g = machine_.gpuGraph(
+      shape, algo::gpuConstants(config_.tuner.constants, false, fromFile, peak).graphs);
+  return GpuModel{g.graph,
+                  algo::gpuConstants(config_.tuner.constants, g.sameDevice, fromFile, peak),
+                  g.description, g.sameDevice};
 }
 
 Result<algo::Plan> Communicator::gpuPlanFor(Collective coll, std::size_t bytes) {
