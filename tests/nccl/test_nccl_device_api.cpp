@@ -58,8 +58,7 @@ void rankMain(int rank, const ncclUniqueId& id) {
   {
     const std::lock_guard<std::mutex> turn(turns);
     ncclDevCommRequirements_t reqs{};
-    expect(ncclDevCommCreate(comm, &reqs, nullptr) == ncclInvalidUsage, rank,
-           "ncclDevCommCreate");
+    expect(ncclDevCommCreate(comm, &reqs, nullptr) == ncclInvalidUsage, rank, "ncclDevCommCreate");
     expect(named(comm, "ncclDevCommCreate"), rank, "ncclDevCommCreate's error names it");
     expect(ncclDevCommDestroy(comm, nullptr) == ncclInvalidUsage, rank, "ncclDevCommDestroy");
     ncclDevResourceRequirements_t res{};

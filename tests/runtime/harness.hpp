@@ -2,6 +2,8 @@
 // double-precision reference, poisoned outputs, and running one function per rank on threads.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -212,6 +214,13 @@ inline void onEveryRank(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) threads.emplace_back(fn, r);
   for (std::thread& t : threads) t.join();
+}
+
+// n communicators of one process, one per rank; none (and a test failure) if they cannot start.
+inline std::vector<Comm> makeComms(int n) {
+  auto comms = Comm::initAll(n);
+  EXPECT_TRUE(comms.isOk()) << comms.status().toString();
+  return comms.isOk() ? std::move(*comms) : std::vector<Comm>{};
 }
 
 // One collective call of the matrix.

@@ -14,11 +14,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdint>
-#include <chrono>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <new>
 #include <random>
 #include <set>
@@ -185,9 +185,9 @@ TEST(CApiSafety, DestroyRacingCallsOnOtherThreads) {
       std::vector<float> buf(64);
       while (!stop.load()) {
         std::fill(buf.begin(), buf.end(), static_cast<float>(r + 1));
-        const weftResult_t res = weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32,
-                                               weftSum, comms[static_cast<std::size_t>(r)],
-                                               nullptr);
+        const weftResult_t res =
+            weftAllReduce(buf.data(), buf.data(), buf.size(), weftFloat32, weftSum,
+                          comms[static_cast<std::size_t>(r)], nullptr);
         if (res != weftSuccess) break;  // destroyed, aborted or timed out: the loop ends
         calls.fetch_add(1);
         for (float v : buf) wrong.fetch_add(v == 3.0f ? 0 : 1);
@@ -375,8 +375,6 @@ TEST(CApiSafety, AForkedChildHoldsNoRendezvousListener) {
   destroyAll(comms);
 }
 
-
-
 // ---- SIGKILL during init ---------------------------------------------------------------------
 
 // A process making 4-rank communicators over and over, SIGKILLed at a random moment, 200 times:
@@ -495,7 +493,6 @@ TEST(CApiSafety, UcxInstallsNoSignalHandlersUnlessAskedTo) {
   }
   destroyAll(comms);
 }
-
 
 // ---- arguments out of range ----------------------------------------------------------------
 

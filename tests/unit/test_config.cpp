@@ -1,6 +1,6 @@
-// The settings' table: docs/configuration.md's tables are its own (scripts/update-config-docs.sh), every bad
-// value is an error naming its variable, former and NCCL names are read, and ranks that set a
-// setting every rank must agree on differently fail at init, naming it.
+// The settings' table: docs/configuration.md's tables are its own (scripts/update-config-docs.sh),
+// every bad value is an error naming its variable, former and NCCL names are read, and ranks that
+// set a setting every rank must agree on differently fail at init, naming it.
 #include <gtest/gtest.h>
 
 #include <algorithm>

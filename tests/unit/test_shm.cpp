@@ -1,8 +1,8 @@
 // The shared-memory transport on its own: segments (memfds of mode 0600 named by their /proc
 // path, unopenable once let go) and the FIFO contract every transport keeps (order, capacity,
 // blocking, timeouts).
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
