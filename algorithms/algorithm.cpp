@@ -45,7 +45,7 @@ std::span<const Algorithm* const> algorithms() {
   static const std::array<const Algorithm*, 11> kAll = {
       &ringAlgorithm(),         &dbtreeAlgorithm(),  &patAlgorithm(),      &rhdAlgorithm(),
       &oneshotAlgorithm(),      &twoshotAlgorithm(), &pairwiseAlgorithm(), &bruckAlgorithm(),
-      &hierarchicalAlgorithm(), &linearAlgorithm(), &p2pAlgorithm()};
+      &hierarchicalAlgorithm(), &linearAlgorithm(),  &p2pAlgorithm()};
   return kAll;
 }
 

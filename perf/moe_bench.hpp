@@ -15,7 +15,7 @@ namespace weft::perf {
 
 // Every rank runs it after joining; rank 0 prints the table. Sets `exitCode` to kExitFailed
 // where an output differed.
-Status runMoeBench(ProcessContext& context, int thread, Comm& comm, Control& control,
-                   GpuRank* gpu, int& exitCode);
+Status runMoeBench(ProcessContext& context, int thread, Comm& comm, Control& control, GpuRank* gpu,
+                   int& exitCode);
 
 }  // namespace weft::perf

@@ -6,7 +6,8 @@
 //   encode every rank's share -> all-to-all of the encoded shares -> decode and sum
 //   [all-reduce: encode the sums -> all-gather -> decode]
 // with the communicator's own all-to-all and all-gather on the encoded bytes, so whatever
-// transport and algorithm those pick carries them. docs/algorithms-fused.md, "Compressed collectives".
+// transport and algorithm those pick carries them. docs/algorithms-fused.md, "Compressed
+// collectives".
 #pragma once
 
 #include <cstddef>

@@ -51,8 +51,8 @@ class LaunchOrder {
     void* record = nullptr;   // cudaGraphNode_t: the record node of done_, after the tail
     std::uint64_t used = 0;   // when it last took an operation (pruning)
   };
-  void* done_ = nullptr;           // cudaEvent_t: recorded after every operation
-  bool issued_ = false;            // some operation recorded done_ outside capture
+  void* done_ = nullptr;  // cudaEvent_t: recorded after every operation
+  bool issued_ = false;   // some operation recorded done_ outside capture
   bool mixing_ = true;
   bool everCaptured_ = false;      // replays may record done_ on any stream
   unsigned long long stream_ = 0;  // the stream of the newest operation outside capture
