@@ -178,6 +178,9 @@ if [[ "${SAN:-1}" == 1 ]] && command -v compute-sanitizer >/dev/null; then
   # bf16: cuBLASLt's own block-scaled fp8 kernel reports shared-memory hazards inside itself.
   run memcheck-tp-one-rank 600 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tp_tests" \
     --gtest_filter='*GpuTp*/1ranks*:GpuTpErrors*'
+  # cuBLASLt's candidates tuned and the wave-fitted tiles (fused/tp/tiles).
+  run memcheck-tp-gemms 300 "${san[@]}" --tool memcheck "$dir/tests/weft_gpu_tests" \
+    --gtest_filter='GpuTpGemms*'
   tp=(-w 1 -n 2 --algos "unfused,chunked:2,fused,fused:inplace")
   run memcheck-tp-rs-processes 300 "${san[@]}" --tool memcheck "$dir/weft-perf" gemm-rs -np 2 \
     --m 1000 --n 1000 --k 520 "${tp[@]}"
