@@ -71,7 +71,7 @@ struct KernelConstants {
 struct GraphConstants {
   double hostCopyGBs = 8.0;         // host_copy_gbs: a rank's copies through shared memory
   double hostFoldGBs = 48.0;        // host_fold_gbs: a rank's reductions, in series with them
-  double deviceCopyGBs = 4200;      // device_copy_gbs: one GPU's memory, read + written
+  double deviceCopyGBs = 4100;      // device_copy_gbs: one GPU's memory, read + written
   double deviceAllPeersUs = 12.0;   // device_all_peers_us: an all-peers wait, per peer past one
   double deviceHopLatencyUs = 5.0;  // device_hop_latency_us: a bulk step's wait on one GPU
   double deviceP2pGBs = 60;         // device_p2p_gbs: a large GPU send/recv, ranks sharing a GPU
@@ -105,11 +105,13 @@ struct GemmConstants {
   double launchUs = 4;      // launch_us: one GEMM's launch and tail
   // memory_gbs: the rate one GPU's GEMMs read A and B and write C, shared by the ranks on it; a
   // GEMM takes at least its bytes over it (small M: B's read). The H200's (0.9 of its peak, as
-  // an H100's GEMMs ran); a device whose peak differs gets this times its peak over
-  // kH200PeakMemoryGBs (gpuConstants). docs/perf-tp.md, "Small GEMMs: the memory's price".
-  double memoryGBs = 4400;
-  // The H200's peak memory rate as CUDA reports it: 3201 MHz, both edges, 6144 bits.
-  static constexpr double kH200PeakMemoryGBs = 3201e6 * 2 * 6144 / 8 / 1e9;
+  // an H100's GEMMs ran; its own read 0.84-0.89); a device whose peak differs gets this times its
+  // peak over kH200PeakMemoryGBs (gpuConstants). docs/perf-tp.md, "Small GEMMs: the memory's
+  // price".
+  double memoryGBs = 4300;
+  // The H200's peak memory rate as the runtime reads it (CUDA's memory clock and bus width, on an
+  // H200 on 2026-12-07), so that an H200 runs the defaults unscaled.
+  static constexpr double kH200PeakMemoryGBs = 4814;
   // overlap_slowdown: a chunk's GEMM and the next chunk's collective (its kernel on SMs beside
   // the GEMM) each take this much longer than alone; gated chunks on one H100, 2026-12-07.
   double overlapSlowdown = 1.1;

@@ -293,7 +293,7 @@ RankGraph sharedMemoryRankGraph(int nranks, const GraphConstants& c) {
 RankGraph sameDeviceRankGraph(int nranks, const DeviceShape& shape, const GraphConstants& c) {
   // Every message is a copy through the GPU's memory, which the ranks' kernels share: an
   // algorithm costs its memory traffic (reads and writes, the FIFO slots' included) over the
-  // device's copy bandwidth (4.2 TB/s on the H200), plus its chains of flags (NVLink-class hops,
+  // device's copy bandwidth (4.1 TB/s on the H200), plus its chains of flags (NVLink-class hops,
   // through L2), and two-shot's all-peers waits 12 us per peer past one in every pass. Figures:
   // docs/perf-gpu.md, "where 8 ranks' time went".
   const double perRank = 2000.0 / std::max(1, nranks);

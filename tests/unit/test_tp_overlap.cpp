@@ -286,7 +286,7 @@ TEST(TpOverlap, SmallGemmsArePricedAtTheMemorysRate) {
   const algo::CostConstants c;
   EXPECT_NEAR(algo::gpuConstants(c, true, false, h100).gemm.memoryGBs,
               c.gemm.memoryGBs * h100 / algo::GemmConstants::kH200PeakMemoryGBs, 1e-9);
-  EXPECT_NEAR(algo::GemmConstants::kH200PeakMemoryGBs, 4916.7, 0.1);
+  EXPECT_NEAR(algo::GemmConstants::kH200PeakMemoryGBs, 4814, 0.5);
   EXPECT_EQ(algo::gpuConstants(c, false, false, 0).gemm.memoryGBs, c.gemm.memoryGBs);
   EXPECT_EQ(algo::gpuConstants(c, true, true, h100).gemm.memoryGBs, c.gemm.memoryGBs);
   auto h100Pick = algo::sharedGpuSelectorFor(2, 132, {}, false, h100)
